@@ -1,0 +1,36 @@
+# bertpre: `make demo` runs the whole flow on the built-in sample corpus; `make test` runs the tests.
+# Both set up the virtual environment first when it is missing or out of date.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+TORCH_VERSION := 2.13.0
+
+.PHONY: setup demo test test-slow lint bench clean
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	# pinned first: an unpinned torch would pull several GB of CUDA packages
+	$(BIN)/python -m pip install --quiet torch==$(TORCH_VERSION)
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $@
+
+demo: setup
+	$(BIN)/bertpre demo
+
+test: setup
+	$(BIN)/python -m pytest -q -m "not slow"
+
+test-slow: setup
+	$(BIN)/python -m pytest -q -m slow
+
+lint: setup
+	$(BIN)/ruff check bertpre data_prep tests bench
+
+bench: setup
+	$(BIN)/python bench/run_cpu.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info
