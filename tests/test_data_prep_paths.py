@@ -1,0 +1,104 @@
+"""Corpus path resolution: files, folders, globs, and the errors for each bad input."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from data_prep import CorpusError, resolve_paths
+from data_prep.paths import SUPPORTED_EXTENSIONS, split_extension
+
+
+def touch(path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("text\n")
+    return path
+
+
+def test_files_keep_their_order(tmp_path: Path) -> None:
+    b, a = touch(tmp_path / "b.txt"), touch(tmp_path / "a.jsonl")
+    assert resolve_paths([b, str(a)]) == [b, a]
+    assert resolve_paths(str(b)) == [b]
+
+
+def test_folder_is_read_recursively_in_sorted_order_without_hidden_files(tmp_path: Path) -> None:
+    files = [
+        touch(tmp_path / "corpus" / name)
+        for name in ["b.txt", "a/z.jsonl.gz", "a/y.parquet", "c/d/e.json.xz"]
+    ]
+    touch(tmp_path / "corpus" / ".hidden.md")
+    touch(tmp_path / "corpus" / ".cache" / "x.bin")
+    assert resolve_paths([tmp_path / "corpus"]) == [files[2], files[1], files[0], files[3]]
+
+
+def test_globs_expand_sorted_and_recursively(tmp_path: Path) -> None:
+    files = [touch(tmp_path / name) for name in ["x/2.txt", "x/1.txt", "x/deep/3.txt", "x/4.jsonl"]]
+    assert resolve_paths([f"{tmp_path}/x/*.txt"]) == [files[1], files[0]]
+    assert resolve_paths([f"{tmp_path}/x/**/*.txt"]) == [files[1], files[0], files[2]]
+
+
+def test_a_file_named_twice_is_read_once(tmp_path: Path) -> None:
+    file = touch(tmp_path / "c" / "a.txt")
+    assert resolve_paths([file, tmp_path / "c", f"{tmp_path}/c/*.txt"]) == [file]
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("a.txt", (".txt", None)),
+        ("a.TXT", (".txt", None)),
+        ("a.b.jsonl", (".jsonl", None)),
+        ("a.json.gz", (".json", ".gz")),
+        ("a.txt.bz2", (".txt", ".bz2")),
+        ("a.parquet.xz", (".parquet", ".xz")),
+    ],
+)
+def test_split_extension(name: str, expected: tuple[str, str | None]) -> None:
+    assert split_extension(Path(name)) == expected
+
+
+def test_supported_extensions() -> None:
+    assert len(SUPPORTED_EXTENSIONS) == 16
+    assert {".txt", ".jsonl", ".json", ".parquet", ".txt.gz", ".parquet.xz"} <= set(
+        SUPPORTED_EXTENSIONS
+    )
+
+
+def test_missing_path(tmp_path: Path) -> None:
+    with pytest.raises(CorpusError, match=r"missing\.txt: no such file or folder"):
+        resolve_paths([tmp_path / "missing.txt"])
+
+
+def test_glob_without_matches(tmp_path: Path) -> None:
+    with pytest.raises(CorpusError, match=r"\*\.txt: no files match this pattern"):
+        resolve_paths([f"{tmp_path}/*.txt"])
+
+
+def test_empty_folder(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(CorpusError, match=r"empty: folder holds no corpus files"):
+        resolve_paths([tmp_path / "empty"])
+
+
+@pytest.mark.parametrize("name", ["notes.md", "data.csv", "archive.gz", "noextension", "a.tar.gz"])
+def test_unknown_extension_lists_the_supported_ones(tmp_path: Path, name: str) -> None:
+    file = touch(tmp_path / name)
+    with pytest.raises(CorpusError) as caught:
+        resolve_paths([file])
+    assert str(caught.value) == (
+        f"{file}: unknown corpus file type; supported: .txt, .jsonl, .json, .parquet, "
+        "each optionally compressed as .gz, .bz2, .xz"
+    )
+
+
+def test_unknown_extension_inside_a_folder(tmp_path: Path) -> None:
+    touch(tmp_path / "c" / "a.txt")
+    touch(tmp_path / "c" / "README.md")
+    with pytest.raises(CorpusError, match=r"README\.md: unknown corpus file type"):
+        resolve_paths([tmp_path / "c"])
+
+
+def test_nothing_given() -> None:
+    with pytest.raises(CorpusError, match="no corpus paths given"):
+        resolve_paths([])
