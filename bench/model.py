@@ -1,0 +1,140 @@
+"""Training-step throughput of bertpre's BertForPreTraining next to transformers', same run.
+
+One step = forward, backward, AdamW step on the same batch, model shape and optimizer settings.
+Steps of the two models are interleaved so that machine noise hits both alike; the medians
+are compared.
+
+    .venv/bin/python bench/model.py                 # CPU, 2 threads, 20 timed steps each
+    .venv/bin/python bench/model.py --steps 5       # shorter
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+# bench/ holds scripts named like standard modules (tokenize.py): keep it off the import path,
+# and put the repository on it instead.
+HERE = Path(__file__).resolve().parent
+sys.path[:] = [str(HERE.parent)] + [p for p in sys.path if Path(p or ".").resolve() != HERE]
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import platform  # noqa: E402
+import statistics  # noqa: E402
+import time  # noqa: E402
+from datetime import date  # noqa: E402
+
+import torch  # noqa: E402
+import transformers  # noqa: E402
+
+import bertpre  # noqa: E402
+from bertpre.model import BertConfig, BertForPreTraining  # noqa: E402
+
+SHAPE = dict(vocab_size=30522, hidden_size=256, num_hidden_layers=4, num_attention_heads=4,
+             intermediate_size=1024, max_position_embeddings=512)
+
+
+def make_batch(batch_size: int, seq_length: int, predicted_share: float, device: str) -> dict:
+    """Random ids, no padding, `predicted_share` of positions labelled, random pair labels."""
+    generator = torch.Generator().manual_seed(0)
+    input_ids = torch.randint(5, SHAPE["vocab_size"], (batch_size, seq_length), generator=generator)
+    predicted = torch.rand(batch_size, seq_length, generator=generator) < predicted_share
+    token_type_ids = torch.zeros_like(input_ids)
+    token_type_ids[:, seq_length // 2:] = 1
+    batch = dict(
+        input_ids=input_ids,
+        attention_mask=torch.ones_like(input_ids),
+        token_type_ids=token_type_ids,
+        labels=torch.where(predicted, input_ids, -100),
+        next_sentence_label=torch.randint(0, 2, (batch_size,), generator=generator),
+    )
+    return {name: tensor.to(device) for name, tensor in batch.items()}
+
+
+def training_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: dict, device: str) -> float:
+    """Seconds for one forward + backward + AdamW step."""
+    if device == "cuda":
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    loss = model(**batch).loss
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=20, help="timed steps per model")
+    parser.add_argument("--warmup", type=int, default=3, help="untimed steps per model first")
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--seq-length", type=int, default=128)
+    parser.add_argument("--predicted-share", type=float, default=0.15)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--out", type=Path, default=HERE / "results")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+
+    torch.manual_seed(0)
+    ours = BertForPreTraining(BertConfig(**SHAPE)).to(args.device).train()
+    peer = transformers.BertForPreTraining(transformers.BertConfig(**SHAPE)).to(args.device).train()
+    peer.load_state_dict(ours.state_dict(), strict=False)  # same weights: same work per step
+    optimizers = {
+        name: torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01, foreach=True)
+        for name, model in (("bertpre", ours), ("transformers", peer))
+    }
+    models = {"bertpre": ours, "transformers": peer}
+    batch = make_batch(args.batch_size, args.seq_length, args.predicted_share, args.device)
+
+    times: dict[str, list[float]] = {name: [] for name in models}
+    for step in range(args.warmup + args.steps):
+        order = list(models) if step % 2 == 0 else list(reversed(models))
+        for name in order:
+            seconds = training_step(models[name], optimizers[name], batch, args.device)
+            if step >= args.warmup:
+                times[name].append(seconds)
+
+    median = {name: statistics.median(values) for name, values in times.items()}
+    throughput = {name: args.batch_size / seconds for name, seconds in median.items()}
+    ratio = throughput["bertpre"] / throughput["transformers"]
+    print(f"{'model':<14}{'median step (s)':>17}{'sequences/s':>14}")
+    for name in models:
+        print(f"{name:<14}{median[name]:>17.4f}{throughput[name]:>14.2f}")
+    print(f"ratio bertpre / transformers: {ratio:.2f}x (target >= 1.3x)")
+
+    result = {
+        "benchmark": "model training step (forward, backward, AdamW)",
+        "date": date.today().isoformat(),
+        "command": " ".join([sys.executable.split("/")[-1], *sys.argv]),
+        "machine": {
+            "platform": platform.platform(),
+            "processor": platform.processor(),
+            "cpu_count": os.cpu_count(),
+            "torch_threads": args.threads,
+            "device": args.device if args.device == "cpu" else torch.cuda.get_device_name(),
+        },
+        "versions": {"bertpre": bertpre.__version__, "torch": torch.__version__,
+                     "transformers": transformers.__version__, "python": platform.python_version()},
+        "settings": {**SHAPE, "batch_size": args.batch_size, "seq_length": args.seq_length,
+                     "predicted_share": args.predicted_share, "steps": args.steps, "warmup": args.warmup,
+                     "peer_attention": peer.config._attn_implementation},
+        "bertpre": {"median_step_s": median["bertpre"], "sequences_per_s": throughput["bertpre"],
+                    "step_s": times["bertpre"]},
+        "peer": {"name": "transformers.BertForPreTraining", "median_step_s": median["transformers"],
+                 "sequences_per_s": throughput["transformers"], "step_s": times["transformers"]},
+        "ratio": ratio,
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    suffix = ("" if args.device == "cpu" else f"-{args.device}") + \
+        ("" if args.threads == 2 else f"-threads{args.threads}")
+    path = args.out / f"model{suffix}-{date.today().isoformat()}.json"
+    path.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,227 @@
+"""What a model config costs: parameters by part, training FLOPs per token, memory estimate."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bertpre.model import BertConfig
+
+DEFAULT_VOCAB_SIZE = 30522  # BERT's uncased WordPiece vocabulary, used for vocab_size: auto
+BYTES_PER_ELEMENT = {"fp32": 4, "fp16": 2, "bf16": 2}
+MIB = 2**20
+
+
+@dataclass
+class ParameterCounts:
+    """Parameters by part; the tied MLM decoder weight is the word embedding table, counted once.
+
+    `embeddings`: word/position/token-type tables and ALBERT's projection to hidden size;
+    `attention` and `feed_forward`: weights and biases of the distinct layers;
+    `layer_norms`: the embedding and layer LayerNorms; `heads`: MLM transform (dense and
+    LayerNorm), MLM output bias and the pair classifier.
+    """
+
+    embeddings: int
+    attention: int
+    feed_forward: int
+    layer_norms: int
+    pooler: int
+    heads: int
+    # Embedding tables plus the layers' weight matrices: no biases, no LayerNorms, no pooler or
+    # heads. For BERT-base this is the 108.8M figure often quoted next to the paper's 110M.
+    matrices: int
+
+    @property
+    def encoder(self) -> int:
+        """BertModel without its heads: what the BERT paper's 110M counts."""
+        return self.embeddings + self.attention + self.feed_forward + self.layer_norms + self.pooler
+
+    @property
+    def total(self) -> int:
+        """All of BertForPreTraining."""
+        return self.encoder + self.heads
+
+
+def count_parameters(config: BertConfig) -> ParameterCounts:
+    """Parameters of `BertForPreTraining(config)` by part, computed from the shapes."""
+    d, i, v = config.hidden_size, config.intermediate_size, config.vocab_size
+    width = config.embedding_size or d
+    distinct_layers = 1 if config.share_layers else config.num_hidden_layers
+    tables = (v + config.max_position_embeddings + config.type_vocab_size) * width
+    projection = (width * d + d) if config.embedding_size is not None else 0
+    attention_matrices, feed_forward_matrices = 4 * d * d, 2 * d * i
+    return ParameterCounts(
+        embeddings=tables + projection,
+        attention=distinct_layers * (attention_matrices + 4 * d),
+        feed_forward=distinct_layers * (feed_forward_matrices + i + d),
+        layer_norms=2 * width + distinct_layers * 2 * 2 * d,
+        pooler=d * d + d,
+        heads=(d * width + width) + 2 * width + v + (2 * d + 2),
+        matrices=tables + distinct_layers * (attention_matrices + feed_forward_matrices),
+    )
+
+
+def training_flops_per_token(config: BertConfig, seq_length: int, predicted_share: float) -> float:
+    """FLOPs of forward + backward per input token, with the sparse MLM head.
+
+    6·N_enc (weight matrices applied to every token, shared layers counted per use) +
+    12·L·s·d (attention scores and weighted sum) + 6·f·(d·w + w·V) (MLM head on the predicted
+    share f only; w = embedding_size or d). Pooler and pair head (once per sequence) are left out.
+    """
+    d, i, v = config.hidden_size, config.intermediate_size, config.vocab_size
+    width = config.embedding_size or d
+    projection = width * d if config.embedding_size is not None else 0
+    n_encoder = config.num_hidden_layers * (4 * d * d + 2 * d * i) + projection
+    attention = 12 * config.num_hidden_layers * seq_length * d
+    head = 6 * predicted_share * (d * width + width * v)
+    return 6 * n_encoder + attention + head
+
+
+@dataclass
+class MemoryEstimate:
+    """Bytes for training with AdamW: fp32 weights, gradients and optimizer state, and activations."""
+
+    weights: int
+    gradients: int
+    adamw_state: int
+    activations_per_sequence: int
+    activations_per_sequence_checkpointed: int
+    attention_probs_per_sequence: int  # extra when SDPA falls back to its unfused (math) kernel
+
+
+def estimate_memory(
+    config: BertConfig, seq_length: int, predicted_share: float, precision: str = "fp32"
+) -> MemoryEstimate:
+    """Training memory, following Korthikanti et al. 2022 ("Reducing Activation Recomputation").
+
+    Per token and layer, the tensors kept for backward are p·(9d + 2I) + 2d bytes (p bytes per
+    activation element, 1-byte dropout masks): QKV input, Q, K, V, attention output (kept by
+    the fused kernel) and its (B, T, C) copy, two LayerNorm inputs, FFN input, activation
+    input and output, two dropout masks: the paper's 34·d for BERT-base in 16-bit, plus the
+    fused kernel's output. Fused SDPA kernels keep no s×s probabilities; the unfused kernel adds
+    (2p + 1)·a·s per token and layer. With checkpointing only each layer's input is kept, plus
+    one layer's activations while it is recomputed.
+    """
+    p = BYTES_PER_ELEMENT[precision]
+    d, i, v, s = config.hidden_size, config.intermediate_size, config.vocab_size, seq_length
+    width = config.embedding_size or d
+    layers = config.num_hidden_layers
+    parameters = count_parameters(config).total
+
+    per_layer = s * (p * (9 * d + 2 * i) + 2 * d)
+    embeddings = s * (p * width + width + (p * width if config.embedding_size is not None else 0))
+    predicted = predicted_share * s
+    # gathered states, transform dense/act/LayerNorm inputs, decoder input, logits, fp32 log-softmax
+    head = int(predicted * (p * (d + 3 * width) + (p + 4) * v))
+    return MemoryEstimate(
+        weights=4 * parameters,
+        gradients=4 * parameters,
+        adamw_state=8 * parameters,
+        activations_per_sequence=embeddings + layers * per_layer + head,
+        activations_per_sequence_checkpointed=embeddings + layers * s * p * d + per_layer + head,
+        attention_probs_per_sequence=layers * s * (2 * p + 1) * config.num_attention_heads * s,
+    )
+
+
+@dataclass
+class ModelInfo:
+    """Everything `bertpre info` prints."""
+
+    config: BertConfig
+    seq_length: int
+    predicted_share: float
+    precision: str
+    micro_batch_size: int
+    vocab_size_assumed: bool
+    parameters: ParameterCounts
+    flops_per_token: float
+    dense_head_flops_per_token: float
+    memory: MemoryEstimate
+
+
+def model_info(
+    config: BertConfig,
+    seq_length: int = 128,
+    predicted_share: float = 0.15,
+    precision: str = "fp32",
+    micro_batch_size: int = 32,
+) -> ModelInfo:
+    """Collect the counts for a config; `vocab_size: auto` is taken as 30522."""
+    assumed = config.vocab_size == "auto"
+    if assumed:
+        config = BertConfig(**{**config.to_dict(), "vocab_size": DEFAULT_VOCAB_SIZE})
+    config.validate()
+    return ModelInfo(
+        config=config,
+        seq_length=seq_length,
+        predicted_share=predicted_share,
+        precision=precision,
+        micro_batch_size=micro_batch_size,
+        vocab_size_assumed=assumed,
+        parameters=count_parameters(config),
+        flops_per_token=training_flops_per_token(config, seq_length, predicted_share),
+        dense_head_flops_per_token=training_flops_per_token(config, seq_length, 1.0),
+        memory=estimate_memory(config, seq_length, predicted_share, precision),
+    )
+
+
+def format_info(info: ModelInfo) -> str:
+    """The report `bertpre info` prints."""
+    config, counts, memory = info.config, info.parameters, info.memory
+    shape = (f"{config.num_hidden_layers} layers, hidden {config.hidden_size}, "
+             f"{config.num_attention_heads} heads, intermediate {config.intermediate_size}, "
+             f"vocab {config.vocab_size}" + (" (auto: assumed 30522)" if info.vocab_size_assumed else ""))
+    if config.embedding_size is not None:
+        shape += f", embedding_size {config.embedding_size}"
+    if config.share_layers:
+        shape += ", one layer shared by all"
+    rows = [
+        ("embeddings", counts.embeddings), ("attention", counts.attention),
+        ("feed-forward", counts.feed_forward), ("LayerNorms", counts.layer_norms),
+        ("pooler", counts.pooler), ("encoder (BertModel)", counts.encoder),
+        ("heads (MLM + pair)", counts.heads), ("total (BertForPreTraining)", counts.total),
+    ]
+    lines = [f"model: {shape}", "", "parameters"]
+    lines += [f"  {name:<28}{value:>14,}  {value / 1e6:>9.2f}M" for name, value in rows]
+    biases = counts.encoder - counts.matrices - counts.layer_norms - counts.pooler
+    lines += [
+        f"  {'matrices only':<28}{counts.matrices:>14,}  {counts.matrices / 1e6:>9.2f}M"
+        "  embedding tables + layer weight matrices",
+        f"  the encoder count is matrices + {biases:,} "
+        + ("biases and projection" if config.embedding_size is not None else "layer biases")
+        + f" + {counts.layer_norms:,} LayerNorm + {counts.pooler:,} pooler",
+    ]
+    if (config.hidden_size, config.num_hidden_layers, config.intermediate_size) == (768, 12, 3072) \
+            and not config.is_albert:
+        lines.append("  (BERT-base: the encoder is the paper's 110M; the matrices, the 108.8M also quoted)")
+    lines += [
+        "",
+        f"training FLOPs per token (s={info.seq_length}, predicted share {info.predicted_share:g})",
+        f"  sparse MLM head  {info.flops_per_token / 1e6:>10.1f} MFLOP"
+        f"   (dense head would be {info.dense_head_flops_per_token / 1e6:.1f} MFLOP)",
+        f"  per sequence     {info.flops_per_token * info.seq_length / 1e9:>10.2f} GFLOP",
+        "",
+        f"memory estimate ({info.precision} activations, fp32 weights and AdamW)",
+        f"  weights          {readable(memory.weights):>12}",
+        f"  gradients        {readable(memory.gradients):>12}",
+        f"  AdamW state      {readable(memory.adamw_state):>12}",
+        f"  activations / sequence: {readable(memory.activations_per_sequence)}, "
+        f"{readable(memory.activations_per_sequence_checkpointed)} with gradient checkpointing",
+        f"  at micro_batch_size {info.micro_batch_size}: "
+        f"{readable(total_memory(memory, info.micro_batch_size, False))}, "
+        f"{readable(total_memory(memory, info.micro_batch_size, True))} with checkpointing "
+        f"(+{readable(memory.attention_probs_per_sequence * info.micro_batch_size)} "
+        "if attention runs unfused)",
+    ]
+    return "\n".join(lines)
+
+
+def readable(size: int) -> str:
+    """Bytes as MiB, or GiB from 1 GiB up."""
+    return f"{size / 2**30:.2f} GiB" if size >= 2**30 else f"{size / MIB:.1f} MiB"
+
+
+def total_memory(memory: MemoryEstimate, micro_batch_size: int, checkpointing: bool) -> int:
+    """Weights + gradients + AdamW state + activations of one micro-batch, in bytes."""
+    per_sequence = (memory.activations_per_sequence_checkpointed if checkpointing
+                    else memory.activations_per_sequence)
+    return memory.weights + memory.gradients + memory.adamw_state + micro_batch_size * per_sequence

@@ -1,0 +1,500 @@
+"""BERT for pretraining (MLM + NSP/SOP heads) with Hugging Face parameter names and ALBERT options."""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, fields
+from functools import partial
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from bertpre.errors import UserError
+
+HIDDEN_ACTS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu", "swish")
+
+
+@dataclass
+class BertConfig:
+    """The model's shape; field names and meanings are those of Hugging Face's `BertConfig`.
+
+    `vocab_size` may be the string "auto" until it is resolved from the tokenizer.
+    `embedding_size` (ALBERT factorized embeddings) and `share_layers` (ALBERT cross-layer
+    sharing) are bertpre's additions; `None` / `False` give plain BERT.
+    """
+
+    vocab_size: int | str = 30522
+    hidden_size: int = 768
+    num_hidden_layers: int = 12
+    num_attention_heads: int = 12
+    intermediate_size: int = 3072
+    hidden_act: str = "gelu"
+    hidden_dropout_prob: float = 0.1
+    attention_probs_dropout_prob: float = 0.1
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    layer_norm_eps: float = 1e-12
+    initializer_range: float = 0.02
+    pad_token_id: int = 0
+    embedding_size: int | None = None
+    share_layers: bool = False
+
+    def validate(self) -> None:
+        """Raise UserError naming the first field that cannot build a model."""
+        if not isinstance(self.vocab_size, int) or isinstance(self.vocab_size, bool):
+            raise UserError(
+                f"model.vocab_size is {self.vocab_size!r}; resolve it to an integer "
+                "(from the tokenizer) before building the model"
+            )
+        for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                     "intermediate_size", "max_position_embeddings", "type_vocab_size"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise UserError(f"model.{name} must be a positive integer, got {value!r}")
+        if self.hidden_size % self.num_attention_heads != 0:
+            raise UserError(
+                f"model.hidden_size ({self.hidden_size}) must be divisible by "
+                f"model.num_attention_heads ({self.num_attention_heads})"
+            )
+        if self.hidden_act not in HIDDEN_ACTS:
+            raise UserError(
+                f"model.hidden_act {self.hidden_act!r} is not supported; use one of "
+                + ", ".join(HIDDEN_ACTS)
+            )
+        for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
+            value = getattr(self, name)
+            if not 0.0 <= float(value) < 1.0:
+                raise UserError(f"model.{name} must be in [0, 1), got {value!r}")
+        if not 0 <= self.pad_token_id < self.vocab_size:
+            raise UserError(
+                f"model.pad_token_id ({self.pad_token_id}) must be below vocab_size ({self.vocab_size})"
+            )
+        if self.embedding_size is not None and (
+            not isinstance(self.embedding_size, int) or self.embedding_size < 1
+        ):
+            raise UserError(
+                f"model.embedding_size must be a positive integer or null, got {self.embedding_size!r}"
+            )
+
+    @property
+    def is_albert(self) -> bool:
+        """Whether an ALBERT option (factorized embeddings or shared layers) is on."""
+        return self.embedding_size is not None or self.share_layers
+
+    def to_dict(self) -> dict:
+        """The fields as a plain dict (YAML/JSON friendly)."""
+        return asdict(self)
+
+    def to_hf_dict(self) -> dict:
+        """config.json content for Hugging Face `BertConfig` / `BertForPreTraining`."""
+        hf = {"architectures": ["BertForPreTraining"], "model_type": "bert"}
+        hf.update({f.name: getattr(self, f.name) for f in fields(self)
+                   if f.name not in ("embedding_size", "share_layers")})
+        hf.update(position_embedding_type="absolute", tie_word_embeddings=True)
+        # Kept (harmless to transformers, which stores unknown keys) so a round trip is exact.
+        if self.is_albert:
+            hf.update(embedding_size=self.embedding_size, share_layers=self.share_layers)
+        return hf
+
+    @classmethod
+    def from_hf_dict(cls, hf: dict) -> BertConfig:
+        """Build from a Hugging Face BERT config.json dict; unknown keys are ignored."""
+        model_type = hf.get("model_type", "bert")
+        if model_type != "bert":
+            raise UserError(
+                f"config.json has model_type {model_type!r}; bertpre reads BERT checkpoints "
+                "(model_type 'bert')"
+            )
+        embedding_type = hf.get("position_embedding_type", "absolute")
+        if embedding_type != "absolute":
+            raise UserError(
+                f"config.json has position_embedding_type {embedding_type!r}; bertpre supports "
+                "only 'absolute'"
+            )
+        known = {f.name for f in fields(cls)}
+        values = {k: v for k, v in hf.items() if k in known}
+        if values.get("pad_token_id") is None:
+            values["pad_token_id"] = 0
+        config = cls(**values)
+        config.validate()
+        return config
+
+
+# --- the network ---------------------------------------------------------------------------
+
+
+def activation(name: str) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The activation function for a Hugging Face `hidden_act` name."""
+    if name == "gelu":
+        return F.gelu  # BERT's exact erf form
+    if name in ("gelu_new", "gelu_pytorch_tanh"):
+        return partial(F.gelu, approximate="tanh")
+    if name == "relu":
+        return F.relu
+    if name in ("silu", "swish"):
+        return F.silu
+    raise UserError(f"model.hidden_act {name!r} is not supported; use one of " + ", ".join(HIDDEN_ACTS))
+
+
+class BertEmbeddings(nn.Module):
+    """Word + position + token type embeddings, then LayerNorm and dropout.
+
+    Their width is `embedding_size` when set (ALBERT), else `hidden_size`.
+    """
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        width = config.embedding_size or config.hidden_size
+        self.word_embeddings = nn.Embedding(config.vocab_size, width, padding_idx=config.pad_token_id)
+        self.position_embeddings = nn.Embedding(config.max_position_embeddings, width)
+        self.token_type_embeddings = nn.Embedding(config.type_vocab_size, width)
+        self.LayerNorm = nn.LayerNorm(width, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+        seq_length = input_ids.shape[1]
+        if seq_length > self.position_embeddings.num_embeddings:
+            raise ValueError(
+                f"sequence length {seq_length} exceeds max_position_embeddings "
+                f"{self.position_embeddings.num_embeddings}; truncate the input"
+            )
+        position_ids = torch.arange(seq_length, device=input_ids.device)  # (T,)
+        embeddings = self.word_embeddings(input_ids) + self.position_embeddings(position_ids)
+        if token_type_ids is None:
+            embeddings = embeddings + self.token_type_embeddings.weight[0]
+        else:
+            embeddings = embeddings + self.token_type_embeddings(token_type_ids)
+        return self.dropout(self.LayerNorm(embeddings))  # (B, T, E)
+
+
+class BertSelfAttention(nn.Module):
+    """Multi-head attention scores and context through `F.scaled_dot_product_attention`."""
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.num_attention_heads = config.num_attention_heads
+        self.attention_head_size = config.hidden_size // config.num_attention_heads
+        self.query = nn.Linear(config.hidden_size, config.hidden_size)
+        self.key = nn.Linear(config.hidden_size, config.hidden_size)
+        self.value = nn.Linear(config.hidden_size, config.hidden_size)
+        self.dropout_prob = config.attention_probs_dropout_prob
+
+    def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+        B, T, C = hidden_states.shape
+        shape = (B, T, self.num_attention_heads, self.attention_head_size)
+        query = self.query(hidden_states).view(shape).transpose(1, 2)  # (B, nh, T, hs)
+        key = self.key(hidden_states).view(shape).transpose(1, 2)
+        value = self.value(hidden_states).view(shape).transpose(1, 2)
+        context = F.scaled_dot_product_attention(
+            query, key, value, attn_mask=attention_mask,
+            dropout_p=self.dropout_prob if self.training else 0.0,
+        )  # (B, nh, T, hs)
+        return context.transpose(1, 2).reshape(B, T, C)
+
+
+class BertSelfOutput(nn.Module):
+    """Attention output projection, dropout, residual and post-LayerNorm."""
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def forward(self, hidden_states: torch.Tensor, input_tensor: torch.Tensor) -> torch.Tensor:
+        return self.LayerNorm(self.dropout(self.dense(hidden_states)) + input_tensor)
+
+
+class BertAttention(nn.Module):
+    """Self-attention followed by its output block."""
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.self = BertSelfAttention(config)
+        self.output = BertSelfOutput(config)
+
+    def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+        return self.output(self.self(hidden_states, attention_mask), hidden_states)
+
+
+class BertIntermediate(nn.Module):
+    """The feed-forward expansion: dense to `intermediate_size` and the activation."""
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.intermediate_size)
+        self.intermediate_act_fn = activation(config.hidden_act)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.intermediate_act_fn(self.dense(hidden_states))
+
+
+class BertOutput(nn.Module):
+    """The feed-forward contraction, dropout, residual and post-LayerNorm."""
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.dense = nn.Linear(config.intermediate_size, config.hidden_size)
+        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def forward(self, hidden_states: torch.Tensor, input_tensor: torch.Tensor) -> torch.Tensor:
+        return self.LayerNorm(self.dropout(self.dense(hidden_states)) + input_tensor)
+
+
+class BertLayer(nn.Module):
+    """One post-LayerNorm transformer block: attention, then feed-forward."""
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.attention = BertAttention(config)
+        self.intermediate = BertIntermediate(config)
+        self.output = BertOutput(config)
+
+    def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+        attention_output = self.attention(hidden_states, attention_mask)
+        return self.output(self.intermediate(attention_output), attention_output)
+
+
+class BertEncoder(nn.Module):
+    """The stack of layers; with `share_layers` one layer is applied `num_hidden_layers` times."""
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.num_hidden_layers = config.num_hidden_layers
+        if config.embedding_size is not None:
+            # ALBERT's name and place for the projection of factorized embeddings.
+            self.embedding_hidden_mapping_in = nn.Linear(config.embedding_size, config.hidden_size)
+        distinct = 1 if config.share_layers else config.num_hidden_layers
+        self.layer = nn.ModuleList([BertLayer(config) for _ in range(distinct)])
+        self.gradient_checkpointing = False
+
+    def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+        if hasattr(self, "embedding_hidden_mapping_in"):
+            hidden_states = self.embedding_hidden_mapping_in(hidden_states)  # (B, T, E) -> (B, T, C)
+        for index in range(self.num_hidden_layers):
+            layer = self.layer[index % len(self.layer)]
+            if self.gradient_checkpointing and self.training:
+                hidden_states = checkpoint(layer, hidden_states, attention_mask, use_reentrant=False)
+            else:
+                hidden_states = layer(hidden_states, attention_mask)
+        return hidden_states  # (B, T, C)
+
+
+class BertPooler(nn.Module):
+    """tanh(dense(hidden state of the first token)), the input of the pair head."""
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.dense(hidden_states[:, 0]))  # (B, C)
+
+
+@dataclass
+class BertModelOutput:
+    """What `BertModel` returns: `last_hidden_state` (B, T, C) and `pooler_output` (B, C)."""
+
+    last_hidden_state: torch.Tensor
+    pooler_output: torch.Tensor
+
+
+class BertModel(nn.Module):
+    """The encoder: embeddings, layers and pooler (Hugging Face's `BertModel`)."""
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        config.validate()
+        self.config = config
+        self.embeddings = BertEmbeddings(config)
+        self.encoder = BertEncoder(config)
+        self.pooler = BertPooler(config)
+        self.apply(partial(init_weights, std=config.initializer_range))
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+    ) -> BertModelOutput:
+        """Args: `input_ids` (B, T); `attention_mask` (B, T), 1 for tokens and 0 for padding."""
+        hidden_states = self.embeddings(input_ids, token_type_ids)
+        hidden_states = self.encoder(hidden_states, attention_mask_for_sdpa(attention_mask))
+        return BertModelOutput(last_hidden_state=hidden_states, pooler_output=self.pooler(hidden_states))
+
+
+def attention_mask_for_sdpa(attention_mask: torch.Tensor | None) -> torch.Tensor | None:
+    """(B, T) 1/0 padding mask -> (B, 1, 1, T) boolean, True where keys may be attended.
+
+    In eager mode an all-ones mask becomes None so SDPA may take its fastest kernel; under
+    torch.compile that data-dependent check would break the graph, so the mask stays.
+    """
+    if attention_mask is None:
+        return None
+    if not torch.compiler.is_compiling() and bool(attention_mask.all()):
+        return None
+    return attention_mask.bool()[:, None, None, :]
+
+
+def init_weights(module: nn.Module, std: float) -> None:
+    """BERT's initialization: normal(0, std) weights, zero biases, LayerNorm 1/0, zero padding row."""
+    if isinstance(module, nn.Linear):
+        nn.init.normal_(module.weight, mean=0.0, std=std)
+        if module.bias is not None:
+            nn.init.zeros_(module.bias)
+    elif isinstance(module, nn.Embedding):
+        nn.init.normal_(module.weight, mean=0.0, std=std)
+        if module.padding_idx is not None:
+            with torch.no_grad():
+                module.weight[module.padding_idx].zero_()
+    elif isinstance(module, nn.LayerNorm):
+        nn.init.ones_(module.weight)
+        nn.init.zeros_(module.bias)
+
+
+# --- pretraining heads ---------------------------------------------------------------------
+
+
+class BertPredictionHeadTransform(nn.Module):
+    """dense, activation, LayerNorm before the vocabulary projection (to `embedding_size` for ALBERT)."""
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        width = config.embedding_size or config.hidden_size
+        self.dense = nn.Linear(config.hidden_size, width)
+        self.transform_act_fn = activation(config.hidden_act)
+        self.LayerNorm = nn.LayerNorm(width, eps=config.layer_norm_eps)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.LayerNorm(self.transform_act_fn(self.dense(hidden_states)))
+
+
+class BertLMPredictionHead(nn.Module):
+    """The MLM head; its decoder weight is the word embedding matrix and its bias is `bias`."""
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        width = config.embedding_size or config.hidden_size
+        self.transform = BertPredictionHeadTransform(config)
+        self.decoder = nn.Linear(width, config.vocab_size)
+        self.bias = nn.Parameter(torch.zeros(config.vocab_size))
+        self.decoder.bias = self.bias  # one tensor under two names, as in Hugging Face
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.decoder(self.transform(hidden_states))  # (..., V)
+
+
+class BertPreTrainingHeads(nn.Module):
+    """MLM head on token states and the 2-way pair head (NSP or SOP) on the pooled state."""
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.predictions = BertLMPredictionHead(config)
+        self.seq_relationship = nn.Linear(config.hidden_size, 2)
+
+
+@dataclass
+class PreTrainingOutput:
+    """Losses and logits of `BertForPreTraining`.
+
+    With labels, `prediction_logits` is (N, V) for the N positions where labels != -100, in
+    row-major order (aligned with `labels[labels != -100]`); without labels it is (B, T, V).
+    """
+
+    loss: torch.Tensor | None
+    mlm_loss: torch.Tensor | None
+    pair_loss: torch.Tensor | None
+    prediction_logits: torch.Tensor
+    seq_relationship_logits: torch.Tensor
+
+
+class BertForPreTraining(nn.Module):
+    """BERT with its MLM and pair heads; parameter names are Hugging Face's `BertForPreTraining`."""
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.bert = BertModel(config)
+        self.cls = BertPreTrainingHeads(config)
+        self.cls.apply(partial(init_weights, std=config.initializer_range))
+        nn.init.zeros_(self.cls.predictions.bias)
+        self.tie_weights()
+
+    def tie_weights(self) -> None:
+        """Make the MLM decoder use the word embedding matrix (one tensor, counted once)."""
+        self.cls.predictions.decoder.weight = self.bert.embeddings.word_embeddings.weight
+        self.cls.predictions.decoder.bias = self.cls.predictions.bias
+
+    def set_gradient_checkpointing(self, enabled: bool = True) -> None:
+        """Recompute each layer's activations in the backward pass (training mode only)."""
+        self.bert.encoder.gradient_checkpointing = enabled
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        next_sentence_label: torch.Tensor | None = None,
+        label_smoothing: float = 0.0,
+    ) -> PreTrainingOutput:
+        """Args: `labels` (B, T) with -100 where nothing is predicted; `next_sentence_label` (B,)."""
+        encoded = self.bert(input_ids, attention_mask, token_type_ids)
+        hidden_states = encoded.last_hidden_state  # (B, T, C)
+        seq_relationship_logits = self.cls.seq_relationship(encoded.pooler_output)  # (B, 2)
+
+        mlm_loss = None
+        if labels is None:
+            prediction_logits = self.cls.predictions(hidden_states)  # (B, T, V)
+        else:
+            # Sparse head: only the ~15% predicted positions reach the vocabulary projection.
+            predicted = labels != -100
+            prediction_logits = self.cls.predictions(hidden_states[predicted])  # (N, V)
+            mlm_loss = mean_cross_entropy(prediction_logits, labels[predicted], label_smoothing)
+
+        pair_loss = None
+        if next_sentence_label is not None:
+            next_sentence_label = next_sentence_label.view(-1)
+            kept = next_sentence_label != -100
+            pair_loss = mean_cross_entropy(seq_relationship_logits[kept], next_sentence_label[kept])
+
+        loss = None
+        for part in (mlm_loss, pair_loss):
+            if part is not None:
+                loss = part if loss is None else loss + part
+        return PreTrainingOutput(
+            loss=loss,
+            mlm_loss=mlm_loss,
+            pair_loss=pair_loss,
+            prediction_logits=prediction_logits,
+            seq_relationship_logits=seq_relationship_logits,
+        )
+
+    def num_parameters(self) -> int:
+        """Trainable parameters, tied ones counted once."""
+        return sum(p.numel() for p in self.parameters())
+
+    def save_pretrained(self, folder: str | Path) -> None:
+        """Write `config.json` and `model.safetensors` in the Hugging Face layout."""
+        from bertpre import hf
+
+        hf.save_pretrained(self, folder)
+
+    @classmethod
+    def from_pretrained(cls, folder: str | Path) -> BertForPreTraining:
+        """Load a Hugging Face BERT folder (BertModel-only folders too; missing heads are initialized)."""
+        from bertpre import hf
+
+        return hf.load_pretrained(folder)
+
+
+def mean_cross_entropy(
+    logits: torch.Tensor, targets: torch.Tensor, label_smoothing: float = 0.0
+) -> torch.Tensor:
+    """Cross-entropy averaged over rows; 0 (still in the graph) when there are no rows."""
+    if targets.numel() == 0:
+        return logits.sum() * 0.0
+    return F.cross_entropy(logits.float(), targets, label_smoothing=label_smoothing)

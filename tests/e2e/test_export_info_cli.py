@@ -1,0 +1,46 @@
+"""`bertpre export` and `bertpre info` run as a user runs them: subprocesses, exit codes, output."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from bertpre.model import BertConfig, BertForPreTraining
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def bertpre(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "bertpre", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_export_writes_a_hugging_face_folder_and_refuses_bad_input(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    model = BertForPreTraining(BertConfig(vocab_size=40, hidden_size=32, num_hidden_layers=2,
+                                          num_attention_heads=4, intermediate_size=64))
+    model.save_pretrained(run / "checkpoints" / "step-00000007")
+    (run / "checkpoints" / "latest").write_text("step-00000007\n")
+    (run / "tokenizer").mkdir()
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"t{i}" for i in range(35)]
+    (run / "tokenizer" / "vocab.txt").write_text("\n".join(vocab) + "\n")
+
+    done = bertpre("export", str(run), "--out", str(tmp_path / "hf"), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "step-00000007" in done.stdout and "BertForPreTraining" in done.stdout
+    assert {p.name for p in (tmp_path / "hf").iterdir()} == {"config.json", "model.safetensors", "vocab.txt"}
+
+    again = bertpre("export", str(run), "--out", str(tmp_path / "hf"), cwd=tmp_path)
+    assert again.returncode == 2
+    assert again.stderr.strip().splitlines() == [
+        f"error: {tmp_path / 'hf'} already exists and is not empty; choose another --out or pass --overwrite"
+    ]
+
+
+def test_info_prints_counts_flops_and_memory(tmp_path: Path) -> None:
+    done = bertpre("info", "--config", str(ROOT / "configs" / "tiny.yaml"), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    for words in ("total (BertForPreTraining)", "training FLOPs per token", "with gradient checkpointing"):
+        assert words in done.stdout
