@@ -1,0 +1,301 @@
+"""Pad pretraining instances into a batch and mask 15% of their tokens (BERT's 80/10/10 rule).
+
+Masking is vectorized over the whole (batch, position) grid: every position gets a keyed hash
+of (collator seed, the instance's `seed_key`, position) as its random number, so an instance is
+masked the same way whichever worker collates it and whatever else is in its batch; a new epoch
+gives new instance keys and so new masks.
+
+Choices, where BERT's recipe leaves room:
+- Each sequence gets exactly `k = floor(n * mlm_probability + 0.5)` predictions among its n
+  eligible tokens (never [CLS], [SEP], [PAD] or [MASK]; [UNK] is eligible, as in Google's code),
+  at least 1 when n >= 1, at most `max_predictions_per_seq`. The k positions are the k smallest
+  random keys, i.e. a uniform k-subset.
+- With `whole_word_mask`, a word (a token and its following `##` pieces) shares one key, and
+  words are taken in key order until the count reaches k; the last word may overshoot k, but
+  the total never exceeds `max_predictions_per_seq`.
+- Each predicted token independently becomes [MASK] with `mask_replace_prob`, a random
+  non-special token with `random_replace_prob`, else stays (per-token draws, as in Google's
+  code), so the 80/10/10 split holds in expectation, not exactly per sequence.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+from tokenizers import Tokenizer
+
+from bertpre import keyed_random
+from bertpre.errors import UserError
+
+IGNORE_INDEX = -100
+NO_ACTION, MASKED, RANDOM_TOKEN, KEPT = 0, 1, 2, 3
+_COLLATOR_TAG = 0xC011A7E
+_REPLACEMENT_COUNTER_BASE = 1 << 32  # replacement-token draws use counters apart from the keys'
+_UNUSED_TOKEN = re.compile(r"^\[unused\d+\]$")
+
+
+class MaskingCollator:
+    """Callable turning a list of instances into a masked batch of tensors.
+
+    Args:
+        tokenizer: the WordPiece tokenizer (special ids, vocabulary, `##` continuation pieces).
+        mlm_probability: share of eligible tokens to predict.
+        mask_replace_prob: share of predicted tokens replaced by [MASK].
+        random_replace_prob: share of predicted tokens replaced by a random non-special token.
+        whole_word_mask: choose a word's pieces together.
+        max_predictions_per_seq: cap on predictions per sequence (None: no cap).
+        seed: mixed into every instance's key; two collators with different seeds mask differently.
+        pad_to_multiple_of: pad the batch's longest length up to a multiple of this (e.g. 8).
+        pad_to_length: pad every batch to exactly this length (for compiled models).
+
+    Instances are dicts with `input_ids` and optionally `token_type_ids`,
+    `next_sentence_label` and `seed_key` (an int; without it the key is a hash of the ids).
+    The batch holds int64 tensors `input_ids`, `token_type_ids`, `attention_mask`, `labels`
+    (-100 where not predicted), `mask_action` (0 none, 1 [MASK], 2 random, 3 kept) and, when
+    every instance has one, `next_sentence_label`.
+    """
+
+    def __init__(
+        self,
+        tokenizer: Tokenizer,
+        mlm_probability: float = 0.15,
+        mask_replace_prob: float = 0.8,
+        random_replace_prob: float = 0.1,
+        whole_word_mask: bool = False,
+        max_predictions_per_seq: int | None = None,
+        seed: int = 0,
+        pad_to_multiple_of: int | None = None,
+        pad_to_length: int | None = None,
+    ) -> None:
+        if not 0.0 < mlm_probability <= 1.0:
+            raise UserError(f"mlm_probability must be in (0, 1], not {mlm_probability}")
+        if (
+            min(mask_replace_prob, random_replace_prob) < 0
+            or mask_replace_prob + random_replace_prob > 1
+        ):
+            raise UserError(
+                "mask_replace_prob and random_replace_prob must be >= 0 and sum to at most 1, "
+                f"not {mask_replace_prob} and {random_replace_prob}"
+            )
+        for name, value in (
+            ("max_predictions_per_seq", max_predictions_per_seq),
+            ("pad_to_multiple_of", pad_to_multiple_of),
+            ("pad_to_length", pad_to_length),
+        ):
+            if value is not None and value < 1:
+                raise UserError(f"{name} must be a positive integer or null, not {value}")
+        self.mlm_probability = mlm_probability
+        self.mask_replace_prob = mask_replace_prob
+        self.random_replace_prob = random_replace_prob
+        self.whole_word_mask = whole_word_mask
+        self.max_predictions_per_seq = max_predictions_per_seq
+        self.pad_to_multiple_of = pad_to_multiple_of
+        self.pad_to_length = pad_to_length
+        self.seed_key = keyed_random.derive_key(seed, _COLLATOR_TAG)
+
+        vocab = tokenizer.get_vocab(with_added_tokens=True)  # token -> id
+        self.vocab_size = max(vocab.values()) + 1
+        tokens = np.full(self.vocab_size, "", dtype=object)
+        tokens[list(vocab.values())] = list(vocab.keys())
+        ids = {name: tokenizer.token_to_id(name) for name in ("[PAD]", "[CLS]", "[SEP]", "[MASK]")}
+        missing = [name for name, token_id in ids.items() if token_id is None]
+        if missing:
+            raise UserError(
+                f"the tokenizer has no {', '.join(missing)} token; use a BERT WordPiece vocabulary"
+            )
+        self.pad_token_id, self.mask_token_id = ids["[PAD]"], ids["[MASK]"]
+        special = {
+            token_id
+            for token_id, added in tokenizer.get_added_tokens_decoder().items()
+            if added.special
+        }
+        special |= set(ids.values())
+        unk = tokenizer.token_to_id("[UNK]")
+        # Lookup tables indexed by token id.
+        self.never_predicted = np.zeros(self.vocab_size, dtype=bool)
+        self.never_predicted[sorted(special - {unk})] = True
+        unused = np.fromiter((bool(_UNUSED_TOKEN.match(t)) for t in tokens), bool, self.vocab_size)
+        not_replacement = unused | (tokens == "")
+        not_replacement[sorted(special | ({unk} if unk is not None else set()))] = True
+        self.replacement_ids = np.flatnonzero(~not_replacement)
+        if len(self.replacement_ids) == 0:
+            raise UserError(
+                "the tokenizer's vocabulary has no ordinary tokens to use as random replacements"
+            )
+        prefix = getattr(tokenizer.model, "continuing_subword_prefix", "##") or "##"
+        self.is_continuation = np.fromiter(
+            (t.startswith(prefix) for t in tokens), bool, self.vocab_size
+        )
+
+    def __call__(self, instances: Sequence[dict]) -> dict[str, torch.Tensor]:
+        if not instances:
+            raise ValueError("cannot collate an empty list of instances")
+        input_ids, attention_mask, token_type_ids = self._pad(instances)
+        labels, mask_action, masked_ids = self.mask_tokens(
+            input_ids, attention_mask, self._row_keys(instances)
+        )
+        batch = {
+            "input_ids": torch.from_numpy(masked_ids),
+            "token_type_ids": torch.from_numpy(token_type_ids),
+            "attention_mask": torch.from_numpy(attention_mask.astype(np.int64)),
+            "labels": torch.from_numpy(labels),
+            "mask_action": torch.from_numpy(mask_action),
+        }
+        if all("next_sentence_label" in instance for instance in instances):
+            batch["next_sentence_label"] = torch.tensor(
+                [int(instance["next_sentence_label"]) for instance in instances], dtype=torch.long
+            )
+        return batch
+
+    def _pad(self, instances: Sequence[dict]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(B, T) input ids, attention mask (bool) and token type ids, padded with [PAD] / 0."""
+        lengths = np.fromiter(
+            (len(instance["input_ids"]) for instance in instances), np.int64, len(instances)
+        )
+        longest = int(lengths.max())
+        length = longest
+        if self.pad_to_length is not None:
+            if longest > self.pad_to_length:
+                raise UserError(
+                    f"an instance has {longest} tokens, more than pad_to_length {self.pad_to_length}; "
+                    "raise pad_to_length to at least max_seq_length"
+                )
+            length = self.pad_to_length
+        elif self.pad_to_multiple_of is not None:
+            length = -(-longest // self.pad_to_multiple_of) * self.pad_to_multiple_of
+        positions = np.arange(length)
+        attention_mask = positions[None, :] < lengths[:, None]  # (B, T)
+
+        def scatter(key: str, fill: int) -> np.ndarray:
+            grid = np.full((len(instances), length), fill, dtype=np.int64)
+            total = int(lengths.sum())
+            grid[attention_mask] = np.fromiter(
+                itertools.chain.from_iterable(instance[key] for instance in instances),
+                np.int64,
+                total,
+            )
+            return grid
+
+        input_ids = scatter("input_ids", self.pad_token_id)
+        if input_ids.min() < 0 or input_ids.max() >= self.vocab_size:
+            raise UserError(
+                f"token id {int(input_ids.max())} is outside the tokenizer's vocabulary of "
+                f"{self.vocab_size}; the data was tokenized with another tokenizer"
+            )
+        if all("token_type_ids" in instance for instance in instances):
+            token_type_ids = scatter("token_type_ids", 0)
+        else:
+            token_type_ids = np.zeros_like(input_ids)
+        return input_ids, attention_mask, token_type_ids
+
+    def _row_keys(self, instances: Sequence[dict]) -> np.ndarray:
+        """(B,) uint64 keys: the collator's seed mixed with each instance's seed_key."""
+        # Without a seed_key, hash the ids (Python's int/tuple hash is not salted per process).
+        keys = [
+            int(instance["seed_key"])
+            if "seed_key" in instance
+            else hash(tuple(instance["input_ids"]))
+            for instance in instances
+        ]
+        instance_keys = np.array([key & ((1 << 64) - 1) for key in keys], dtype=np.uint64)
+        return keyed_random.mix64(instance_keys ^ np.uint64(self.seed_key))
+
+    def mask_tokens(
+        self, input_ids: np.ndarray, attention_mask: np.ndarray, row_keys: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Choose and corrupt the predicted positions.
+
+        Args:
+            input_ids: (B, T) int64 padded ids; attention_mask: (B, T) bool; row_keys: (B,) uint64.
+        Returns:
+            labels (B, T) with -100 where not predicted, mask_action (B, T), corrupted input ids.
+        """
+        batch_size, length = input_ids.shape
+        positions = np.arange(length)
+        eligible = attention_mask & ~self.never_predicted[input_ids]  # (B, T)
+        num_eligible = eligible.sum(axis=1)
+        num_to_predict = np.floor(num_eligible * self.mlm_probability + 0.5).astype(np.int64)
+        num_to_predict = np.where(num_eligible > 0, np.maximum(num_to_predict, 1), 0)
+        cap = self.max_predictions_per_seq if self.max_predictions_per_seq is not None else length
+        num_to_predict = np.minimum(num_to_predict, cap)
+
+        # One 64-bit hash per position: high 32 bits order the positions, low 32 bits pick the
+        # action. The position below the 32 ordering bits makes keys distinct, so that exactly k
+        # are chosen (exact in float64 up to 2**21 positions); ineligible positions get 2.0.
+        bits = keyed_random.random_bits(row_keys[:, None], positions[None, :])  # (B, T) uint64
+        action_draw = (bits & np.uint64(0xFFFFFFFF)).astype(np.float64) * 2.0**-32
+        selection_key = (
+            (bits >> np.uint64(32)).astype(np.float64) * 2.0**21 + positions
+        ) * 2.0**-53
+        selection_key = np.where(eligible, selection_key, 2.0)
+        if self.whole_word_mask:
+            chosen = self._choose_whole_words(
+                input_ids, eligible, selection_key, num_to_predict, cap
+            )
+        else:
+            # The k smallest keys of a row: everything up to the row's k-th smallest key.
+            sorted_keys = np.sort(selection_key, axis=1)
+            kth_key = sorted_keys[np.arange(batch_size), np.maximum(num_to_predict, 1) - 1]
+            chosen = eligible & (selection_key <= kth_key[:, None]) & (num_to_predict[:, None] > 0)
+
+        mask_action = np.where(
+            action_draw < self.mask_replace_prob,
+            MASKED,
+            np.where(
+                action_draw < self.mask_replace_prob + self.random_replace_prob, RANDOM_TOKEN, KEPT
+            ),
+        )
+        mask_action = np.where(chosen, mask_action, NO_ACTION).astype(np.int64)
+        labels = np.where(chosen, input_ids, IGNORE_INDEX)
+        masked_ids = np.where(mask_action == MASKED, self.mask_token_id, input_ids)
+        random_rows, random_positions = np.nonzero(mask_action == RANDOM_TOKEN)
+        if len(random_rows):
+            draw = keyed_random.integers(
+                row_keys[random_rows],
+                _REPLACEMENT_COUNTER_BASE + random_positions,
+                0,
+                len(self.replacement_ids) - 1,
+            )
+            masked_ids[random_rows, random_positions] = self.replacement_ids[draw]
+        return labels, mask_action, masked_ids
+
+    def _choose_whole_words(
+        self,
+        input_ids: np.ndarray,
+        eligible: np.ndarray,
+        selection_key: np.ndarray,
+        num_to_predict: np.ndarray,
+        cap: int,
+    ) -> np.ndarray:
+        """(B, T) bool: words taken in key order until `num_to_predict` tokens are reached,
+        never past `cap`. A word is a token and the `##` pieces right after it."""
+        batch_size, length = input_ids.shape
+        positions = np.arange(length)
+        previous_eligible = np.zeros_like(eligible)
+        previous_eligible[:, 1:] = eligible[:, :-1]
+        word_start = eligible & (~self.is_continuation[input_ids] | ~previous_eligible)
+        continues = eligible & ~word_start  # a `##` piece of the word before it
+        word_end = eligible.copy()
+        word_end[:, :-1] &= ~continues[:, 1:]
+        start_index = np.maximum.accumulate(np.where(word_start, positions, 0), axis=1)  # (B, T)
+        end_index = np.minimum.accumulate(np.where(word_end, positions, length)[:, ::-1], axis=1)
+        word_length = end_index[:, ::-1] - start_index + 1
+        # Every piece takes its word's key; tokens keyed below it belong to words taken earlier.
+        word_key = np.where(
+            eligible, selection_key[np.arange(batch_size)[:, None], start_index], 2.0
+        )
+        row_offset = 3.0 * np.arange(batch_size)[:, None]  # keys lie in [0, 2]: rows stay apart
+        flat_sorted = np.sort(word_key + row_offset, axis=1).ravel()
+        tokens_before = np.searchsorted(flat_sorted, (word_key + row_offset).ravel(), side="left")
+        tokens_before = (
+            tokens_before.reshape(batch_size, length) - length * np.arange(batch_size)[:, None]
+        )
+        return (
+            eligible
+            & (tokens_before < num_to_predict[:, None])
+            & (tokens_before + word_length <= cap)
+        )

@@ -1,0 +1,240 @@
+"""The masking audit behind `bertpre inspect`: realized statistics of sampled training batches.
+
+It samples batches exactly as training would (same instances, same collator settings) and
+measures what the recipe promises: the mask rate and 80/10/10 split, the pair label balance
+(with NSP's skew: a one-sentence chunk always gets a random next segment), truncation, real
+length against padding, and the [UNK] share.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from bertpre.collator import KEPT, MASKED, RANDOM_TOKEN, MaskingCollator
+from bertpre.config import DataConfig
+from bertpre.data import DataFolder
+from bertpre.errors import UserError
+from bertpre.pairs import PretrainingInstances
+
+
+@dataclass
+class InspectReport:
+    """Realized statistics over `sequences` sampled instances of one split, epoch 0."""
+
+    split: str
+    pair_task: str
+    documents: int
+    sentences: int
+    tokens: int
+    corpus_unk_share: float | None  # from the DATA manifest, over the whole corpus
+    instances_per_epoch: int
+    sequences: int
+    eligible_tokens: int
+    predicted_tokens: int
+    masked_tokens: int
+    random_tokens: int
+    kept_tokens: int
+    label_one: int  # NSP: random next; SOP: swapped
+    single_sentence_chunks: int
+    label_one_in_single_sentence_chunks: int
+    truncated: int
+    real_tokens: int
+    padded_positions: int
+    unknown_tokens: int
+    text_tokens: int  # real tokens other than [CLS]/[SEP]
+    mlm_probability: float
+    mask_replace_prob: float
+    random_replace_prob: float
+    max_predictions_per_seq: int | None
+
+    def rows(self) -> list[tuple[str, str, str]]:
+        """(statistic, realized value, what the recipe expects) rows of the table."""
+
+        def share(part: int, whole: int) -> str:
+            return f"{part / whole:.2%}" if whole else "-"
+
+        cap = (
+            f", at most {self.max_predictions_per_seq} a sequence"
+            if self.max_predictions_per_seq
+            else ""
+        )
+        rows = [
+            ("documents in split", f"{self.documents:,}", ""),
+            ("sentences in split", f"{self.sentences:,}", ""),
+            ("tokens in split", f"{self.tokens:,}", ""),
+            ("instances per epoch", f"{self.instances_per_epoch:,}", ""),
+            ("sampled sequences", f"{self.sequences:,}", ""),
+            (
+                "mask rate (predicted / eligible)",
+                share(self.predicted_tokens, self.eligible_tokens),
+                f"{self.mlm_probability:.2%}" + cap,
+            ),
+            (
+                "  predicted as [MASK]",
+                share(self.masked_tokens, self.predicted_tokens),
+                f"{self.mask_replace_prob:.0%}",
+            ),
+            (
+                "  predicted as random token",
+                share(self.random_tokens, self.predicted_tokens),
+                f"{self.random_replace_prob:.0%}",
+            ),
+            (
+                "  predicted as kept",
+                share(self.kept_tokens, self.predicted_tokens),
+                f"{1 - self.mask_replace_prob - self.random_replace_prob:.0%}",
+            ),
+        ]
+        if self.pair_task != "none":
+            single = self.single_sentence_chunks / self.sequences if self.sequences else 0.0
+            label = "label 1 (random next)" if self.pair_task == "nsp" else "label 1 (swapped)"
+            expected = (
+                f"{0.5 + single / 2:.2%} (50% + half the one-sentence share)"
+                if self.pair_task == "nsp"
+                else "50%"
+            )
+            rows += [
+                (label, share(self.label_one, self.sequences), expected),
+                ("one-sentence chunks", share(self.single_sentence_chunks, self.sequences), ""),
+                (
+                    "  of which label 1",
+                    share(self.label_one_in_single_sentence_chunks, self.single_sentence_chunks),
+                    "100%" if self.pair_task == "nsp" else "50%",
+                ),
+                (
+                    "  label 1 in other chunks",
+                    share(
+                        self.label_one - self.label_one_in_single_sentence_chunks,
+                        self.sequences - self.single_sentence_chunks,
+                    ),
+                    "50%",
+                ),
+            ]
+        corpus_unk = (
+            ""
+            if self.corpus_unk_share is None
+            else f"{self.corpus_unk_share:.2%} in the whole corpus"
+        )
+        mean_length = self.real_tokens / self.sequences if self.sequences else 0.0
+        rows += [
+            ("truncated instances", share(self.truncated, self.sequences), ""),
+            ("mean real length", f"{mean_length:.1f}", ""),
+            (
+                "padding share",
+                share(self.padded_positions, self.padded_positions + self.real_tokens),
+                "",
+            ),
+            (
+                "[UNK] share of text tokens",
+                share(self.unknown_tokens, self.text_tokens),
+                corpus_unk,
+            ),
+        ]
+        return rows
+
+
+def inspect_data(
+    data: DataFolder,
+    data_config: DataConfig,
+    *,
+    batches: int = 20,
+    batch_size: int = 32,
+    seed: int = 42,
+    split: str = "train",
+) -> InspectReport:
+    """Sample `batches` batches of epoch 0 as training would and measure them."""
+    if split not in ("train", "validation"):
+        raise UserError(f"split must be train or validation, not {split!r}")
+    if batches < 1 or batch_size < 1:
+        raise UserError("--batches and the batch size must be at least 1")
+    dataset = data.train if split == "train" else data.validation
+    instances = PretrainingInstances(
+        dataset,
+        data.tokenizer,
+        max_seq_length=data_config.max_seq_length,
+        short_seq_prob=data_config.short_seq_prob,
+        pair_task=data_config.pair_task,
+        seed=seed,
+    )
+    collate = MaskingCollator(
+        data.tokenizer,
+        mlm_probability=data_config.mlm_probability,
+        mask_replace_prob=data_config.mask_replace_prob,
+        random_replace_prob=data_config.random_replace_prob,
+        whole_word_mask=data_config.whole_word_mask,
+        max_predictions_per_seq=data_config.max_predictions_per_seq,
+        seed=seed,
+    )
+    unk_id = data.tokenizer.token_to_id("[UNK]")
+    boundary_ids = [data.tokenizer.token_to_id(t) for t in ("[CLS]", "[SEP]")]
+    counts = dict.fromkeys(
+        ("eligible", "predicted", "masked", "random", "kept", "label_one", "single", "single_one",
+         "truncated", "real", "padded", "unknown", "text"), 0
+    )  # fmt: skip
+    sequences = min(len(instances), batches * batch_size)
+    for start in range(0, sequences, batch_size):
+        rows = [instances[i] for i in range(start, min(start + batch_size, sequences))]
+        batch = collate(rows)
+        real = batch["attention_mask"].numpy().astype(bool)
+        labels, action = batch["labels"].numpy(), batch["mask_action"].numpy()
+        original = np.where(labels >= 0, labels, batch["input_ids"].numpy())
+        counts["eligible"] += int((real & ~collate.never_predicted[original]).sum())
+        counts["predicted"] += int((labels >= 0).sum())
+        counts["masked"] += int((action == MASKED).sum())
+        counts["random"] += int((action == RANDOM_TOKEN).sum())
+        counts["kept"] += int((action == KEPT).sum())
+        counts["real"] += int(real.sum())
+        counts["padded"] += int((~real).sum())
+        text = real & ~np.isin(original, boundary_ids)
+        counts["text"] += int(text.sum())
+        counts["unknown"] += int((text & (original == unk_id)).sum())
+        for row in rows:
+            label = row.get("next_sentence_label", 0)
+            counts["label_one"] += label
+            counts["single"] += row["single_sentence_chunk"]
+            counts["single_one"] += label * row["single_sentence_chunk"]
+            counts["truncated"] += row["truncated"]
+    return InspectReport(
+        split=split,
+        pair_task=data_config.pair_task,
+        documents=len(dataset),
+        sentences=len(instances.index.sentence_token_offsets) - 1,
+        tokens=int(instances.index.sentence_token_offsets[-1]),
+        corpus_unk_share=data.manifest.get("counts", {}).get("unk_share"),
+        instances_per_epoch=len(instances),
+        sequences=sequences,
+        eligible_tokens=counts["eligible"],
+        predicted_tokens=counts["predicted"],
+        masked_tokens=counts["masked"],
+        random_tokens=counts["random"],
+        kept_tokens=counts["kept"],
+        label_one=counts["label_one"],
+        single_sentence_chunks=counts["single"],
+        label_one_in_single_sentence_chunks=counts["single_one"],
+        truncated=counts["truncated"],
+        real_tokens=counts["real"],
+        padded_positions=counts["padded"],
+        unknown_tokens=counts["unknown"],
+        text_tokens=counts["text"],
+        mlm_probability=data_config.mlm_probability,
+        mask_replace_prob=data_config.mask_replace_prob,
+        random_replace_prob=data_config.random_replace_prob,
+        max_predictions_per_seq=data_config.max_predictions_per_seq,
+    )
+
+
+def format_report(report: InspectReport) -> str:
+    """The report as an aligned text table."""
+    header = ("statistic", "realized", "expected")
+    rows = [header, *report.rows()]
+    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+    lines = [f"{report.split} split, pair_task {report.pair_task}, epoch 0"]
+    for i, row in enumerate(rows):
+        lines.append(
+            "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        )
+        if i == 0:
+            lines.append("  ".join("-" * width for width in widths))
+    return "\n".join(lines)

@@ -1,0 +1,417 @@
+"""Pretraining instances ([CLS] A [SEP] B [SEP]) drawn afresh each epoch from a dataset of documents.
+
+The sampling follows Google's `create_pretraining_data.py`: sentences are gathered into a chunk
+up to a target length, segment A is the chunk's first `a_end` sentences, and B is either the
+rest (actual next) or text from another document (NSP), or the rest in either order (SOP).
+
+Every random choice is a keyed hash of (seed, epoch, document index) (see `keyed_random`), so
+an epoch's instances are a pure function of the data and the seed: they do not depend on the
+number of DataLoader workers, on DDP ranks, or on which items were read before. Planning an
+epoch is vectorized over documents (one numpy pass per chunk *round*, not per sentence), and
+works on sentence lengths read once from the Arrow column; token ids are only touched when an
+instance is fetched, straight from the memory-mapped Arrow buffers.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+
+import datasets
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import torch
+from tokenizers import Tokenizer
+
+from bertpre import keyed_random
+from bertpre.errors import UserError
+
+PAIR_TASKS = ("nsp", "sop", "none")
+
+# Counter slots of the per-document draws within one chunk round.
+_SHORT, _TARGET, _A_END, _COIN, _OTHER_DOC, _OTHER_START, _SPLIT = range(7)
+_SLOTS = 8
+_INSTANCE_TAG = 0x1D57  # separates instance keys from document keys derived from the same seed
+_B_COUNTER_BASE = 1 << 40  # truncation flips of segment B use counters far from A's
+_STRETCH_SENTENCES = 512  # documents are planned in stretches of at most this many sentences
+_STRETCH_COUNTER_BASE = 1 << 48  # stretch keys come from document keys with counters past rounds'
+
+
+@dataclass
+class SentenceIndex:
+    """Where each document's sentences and each sentence's tokens lie, from one pass over Arrow.
+
+    Token positions are global: the tokens of all documents, virtually concatenated; a chunk of
+    the Arrow column holds a contiguous range of them (`chunk_token_offsets`).
+    """
+
+    document_sentence_offsets: np.ndarray  # (D + 1,) document d = sentences [o[d], o[d + 1])
+    sentence_token_offsets: np.ndarray  # (S + 1,) sentence s = tokens [o[s], o[s + 1])
+    chunk_token_offsets: np.ndarray  # (C + 1,) Arrow chunk c = tokens [o[c], o[c + 1])
+
+    @property
+    def num_documents(self) -> int:
+        return len(self.document_sentence_offsets) - 1
+
+
+def _input_ids_chunks(dataset: datasets.Dataset) -> list[pa.Array]:
+    """The `input_ids` column's Arrow chunks, in row order (a selected/shuffled view is
+    materialized first, since its rows no longer follow the Arrow layout)."""
+    if "input_ids" not in dataset.column_names:
+        raise UserError("the dataset has no `input_ids` column; is it a DATA folder's dataset?")
+    if dataset._indices is not None:  # noqa: SLF001 — datasets exposes no public test for this
+        dataset = dataset.flatten_indices()
+    return [chunk for chunk in dataset.data.column("input_ids").chunks if len(chunk)]
+
+
+def _flat_tokens(chunk: pa.Array) -> np.ndarray:
+    """All token ids of an Arrow chunk of documents, as one numpy array (zero-copy when possible)."""
+    return chunk.flatten().flatten().to_numpy(zero_copy_only=False)
+
+
+def index_sentences(dataset: datasets.Dataset) -> SentenceIndex:
+    """Read sentence counts and lengths from the Arrow column, without touching token ids."""
+    sentences_per_document, tokens_per_sentence = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
+    tokens_per_chunk = [0]
+    for chunk in _input_ids_chunks(dataset):
+        sentences = chunk.flatten()  # flatten() honours slicing, .values would not
+        lengths = pc.list_value_length(sentences).fill_null(0).to_numpy(zero_copy_only=False)
+        sentences_per_document.append(
+            pc.list_value_length(chunk).fill_null(0).to_numpy(zero_copy_only=False)
+        )
+        tokens_per_sentence.append(lengths)
+        tokens_per_chunk.append(int(lengths.sum()))
+    return SentenceIndex(
+        document_sentence_offsets=_offsets(np.concatenate(sentences_per_document)),
+        sentence_token_offsets=_offsets(np.concatenate(tokens_per_sentence)),
+        chunk_token_offsets=np.cumsum(tokens_per_chunk, dtype=np.int64),
+    )
+
+
+def _offsets(counts: np.ndarray) -> np.ndarray:
+    """(n + 1,) start offsets of n consecutive items of the given sizes, then the total."""
+    return np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]).astype(np.int64)
+
+
+def _first_reaching(offsets: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """`offsets.searchsorted(values, side="left")`, with the values sorted first: numpy narrows
+    each search from the previous one, which turns cache-missing random probes of a large
+    array into a near-linear sweep (about 15x faster for a million values)."""
+    order = np.argsort(values)
+    result = np.empty(len(values), dtype=np.int64)
+    result[order] = offsets.searchsorted(values[order], side="left")
+    return result
+
+
+@dataclass
+class EpochPlan:
+    """An epoch's instances as token ranges, in plan order (by document, then position)."""
+
+    document: np.ndarray  # (N,) int64
+    a_start: np.ndarray  # (N,) global token positions of segment A: [a_start, a_stop)
+    a_stop: np.ndarray
+    b_start: np.ndarray  # segment B: [b_start, b_stop); empty for pair_task "none"
+    b_stop: np.ndarray
+    label: np.ndarray  # (N,) int64: NSP 1 = random next, SOP 1 = swapped; 0 for "none"
+    single_sentence_chunk: np.ndarray  # (N,) bool: chunk of one sentence (NSP: always random)
+
+
+def plan_epoch(
+    index: SentenceIndex,
+    *,
+    max_seq_length: int,
+    short_seq_prob: float,
+    pair_task: str,
+    seed: int,
+    epoch: int,
+) -> EpochPlan:
+    """Chunk every document into instances for one epoch, all documents in lockstep.
+
+    Each round takes one chunk from every document (stretch) that has sentences left. NSP's
+    random-next instances put the chunk's unused sentences back (Google's recipe), so the number
+    of rounds depends on coin flips; they are all drawn here, from the document's key.
+    """
+    doc_offsets, token_offsets = index.document_sentence_offsets, index.sentence_token_offsets
+    max_num_tokens = max_seq_length - (2 if pair_task == "none" else 3)
+    num_sentences = np.diff(doc_offsets)
+    donors = np.flatnonzero(num_sentences > 0)  # documents that random B segments come from
+    document_keys = keyed_random.derive_keys(
+        keyed_random.derive_key(seed, epoch), np.arange(index.num_documents)
+    )
+
+    # Long documents are planned as independent stretches of at most _STRETCH_SENTENCES
+    # sentences: the rounds below run as many times as the longest stretch has chunks, and a
+    # corpus given as one huge document would otherwise need one round per chunk of it. A chunk
+    # never spans two stretches, so about one chunk in a hundred ends early; nothing else changes.
+    stretches = -(-num_sentences[donors] // _STRETCH_SENTENCES)
+    stretch_document = np.repeat(donors, stretches)
+    stretch_rank = np.arange(len(stretch_document)) - np.repeat(
+        np.cumsum(stretches) - stretches, stretches
+    )
+    stretch_start = doc_offsets[stretch_document] + stretch_rank * _STRETCH_SENTENCES
+    stretch_end = np.minimum(stretch_start + _STRETCH_SENTENCES, doc_offsets[stretch_document + 1])
+    stretch_keys = keyed_random.random_bits(
+        document_keys[stretch_document], _STRETCH_COUNTER_BASE + stretch_rank
+    )
+
+    stretch = np.arange(len(stretch_document))  # the stretches with sentences left
+    position = stretch_start.copy()  # next unused sentence of each of them
+    rounds: list[tuple[np.ndarray, ...]] = []
+    round_number = 0
+    while len(stretch):
+        document = stretch_document[stretch]
+        # All of this round's draws for every active stretch in one hash call: (n, slots).
+        draws = keyed_random.uniform(
+            stretch_keys[stretch][:, None], round_number * _SLOTS + np.arange(_SLOTS)
+        )
+
+        def draw_uniform(slot: int) -> np.ndarray:
+            return draws[:, slot]  # noqa: B023 — used within the round only
+
+        def draw_integers(slot: int, low, high) -> np.ndarray:
+            return low + np.floor(draws[:, slot] * (high - low + 1)).astype(np.int64)  # noqa: B023
+
+        # Usually fill the sequence; sometimes a short one, so that fine-tuning on short inputs
+        # does not meet a length never seen in pretraining. Drawn per chunk, not per document.
+        target = np.where(
+            draw_uniform(_SHORT) < short_seq_prob,
+            draw_integers(_TARGET, 2, max_num_tokens),
+            max_num_tokens,
+        )
+        document_end = stretch_end[stretch]
+        # Last sentence of the chunk: the first one at which the length reaches the target.
+        chunk_last = _first_reaching(token_offsets, token_offsets[position] + target) - 1
+        chunk_last = np.clip(chunk_last, position, document_end - 1)
+        chunk_size = chunk_last - position + 1
+        single = chunk_size == 1
+        a_end = position + np.where(
+            single, 1, draw_integers(_A_END, 1, np.maximum(chunk_size - 1, 1))
+        )
+        a_start_tok, a_stop_tok = token_offsets[position], token_offsets[a_end]
+        chunk_stop_tok = token_offsets[chunk_last + 1]
+        label = np.zeros(len(document), dtype=np.int64)
+        next_position = chunk_last + 1
+
+        if pair_task == "none":
+            b_start_tok = b_stop_tok = chunk_stop_tok
+            a_stop_tok = chunk_stop_tok
+        elif pair_task == "sop":
+            b_start_tok, b_stop_tok = a_stop_tok.copy(), chunk_stop_tok
+            # A one-sentence chunk is split inside the sentence. ALBERT takes B from a random
+            # document there, but then the "order" label would be decidable from topic alone,
+            # the shortcut SOP exists to remove; both halves of one sentence keep it about order.
+            sentence_length = chunk_stop_tok - a_start_tok
+            split = a_start_tok + draw_integers(_SPLIT, 1, np.maximum(sentence_length - 1, 1))
+            a_stop_tok = np.where(single, split, a_stop_tok)
+            b_start_tok = np.where(single, split, b_start_tok)
+            swap = draw_uniform(_COIN) < 0.5
+            a_start_tok, b_start_tok = (
+                np.where(swap, b_start_tok, a_start_tok),
+                np.where(swap, a_start_tok, b_start_tok),
+            )
+            a_stop_tok, b_stop_tok = (
+                np.where(swap, b_stop_tok, a_stop_tok),
+                np.where(swap, a_stop_tok, b_stop_tok),
+            )
+            label = swap.astype(np.int64)
+        else:  # nsp
+            random_next = single | (draw_uniform(_COIN) < 0.5)
+            # Another document, uniformly among the others: draw from len - 1 and skip our own.
+            if len(donors) > 1:
+                own = np.searchsorted(donors, document)
+                pick = draw_integers(_OTHER_DOC, 0, len(donors) - 2)
+                other = donors[pick + (pick >= own)]
+            else:  # a one-document split: nothing else to draw from, as in Google's fallback
+                other = document
+            other_start = doc_offsets[other] + draw_integers(
+                _OTHER_START, 0, num_sentences[other] - 1
+            )
+            target_b = np.maximum(target - (a_stop_tok - a_start_tok), 1)
+            other_last = _first_reaching(token_offsets, token_offsets[other_start] + target_b) - 1
+            other_last = np.clip(other_last, other_start, doc_offsets[other + 1] - 1)
+            b_start_tok = np.where(random_next, token_offsets[other_start], a_stop_tok)
+            b_stop_tok = np.where(random_next, token_offsets[other_last + 1], chunk_stop_tok)
+            next_position = np.where(random_next, a_end, next_position)  # put unused sentences back
+            label = random_next.astype(np.int64)
+
+        rounds.append((document, a_start_tok, a_stop_tok, b_start_tok, b_stop_tok, label, single))
+        active = next_position < document_end
+        stretch, position = stretch[active], next_position[active]
+        round_number += 1
+
+    plan = EpochPlan(*(np.concatenate(parts) for parts in zip(*rounds, strict=True)))
+    # Empty segments (empty sentences, one-token SOP sentences) make no instance.
+    keep = plan.a_stop > plan.a_start
+    if pair_task != "none":
+        keep &= plan.b_stop > plan.b_start
+    order = np.argsort(plan.document[keep], kind="stable")  # plan order: by document, then round
+    return EpochPlan(*(column[keep][order] for column in vars(plan).values()))
+
+
+def truncated_lengths(length_a: int, length_b: int, max_num_tokens: int) -> tuple[int, int]:
+    """Segment lengths after trimming the longer one (B on ties) a token at a time until they fit."""
+    excess = length_a + length_b - max_num_tokens
+    if excess <= 0:
+        return length_a, length_b
+    gap = abs(length_a - length_b)
+    if gap >= excess:
+        return (
+            (length_a - excess, length_b) if length_a > length_b else (length_a, length_b - excess)
+        )
+    short = min(length_a, length_b)  # both trimmed down to equal, then alternately, B first
+    rest = excess - gap
+    return short - rest // 2, short - (rest - rest // 2)
+
+
+def _trim(tokens: np.ndarray, length: int, key: int, counter_base: int) -> np.ndarray:
+    """Trim `tokens` to `length`, each removed token from the front or the back by a coin flip
+    (64 flips per hash; only the count of front trims matters)."""
+    removed = len(tokens) - length
+    if removed <= 0:
+        return tokens
+    front = 0
+    for block, first in enumerate(range(0, removed, 64)):
+        flips = min(64, removed - first)
+        bits = keyed_random.random_bits_int(key, counter_base + block)
+        front += (bits & ((1 << flips) - 1)).bit_count()
+    return tokens[front : front + length]
+
+
+class PretrainingInstances(torch.utils.data.Dataset):
+    """Map-style dataset of one epoch's pretraining instances for one DDP rank.
+
+    Instances come in a shuffled order, so reading indices 0..len-1 is one epoch and resuming
+    at index i needs no replay. Call `set_epoch` in the main process before iterating a
+    DataLoader (without `persistent_workers`, so that workers see the new plan).
+
+    Args:
+        dataset: documents, one row each: {"input_ids": list[list[int]]} (sentences of ids).
+        tokenizer: gives the [CLS] and [SEP] ids.
+        max_seq_length: length of an instance including its special tokens.
+        short_seq_prob: share of chunks whose target length is random in [2, max].
+        pair_task: "nsp", "sop" or "none" (one segment, no pair label).
+        seed, rank, world_size: the seed of all draws; this rank's share of the instances.
+    """
+
+    def __init__(
+        self,
+        dataset: datasets.Dataset,
+        tokenizer: Tokenizer,
+        max_seq_length: int = 128,
+        short_seq_prob: float = 0.1,
+        pair_task: str = "nsp",
+        seed: int = 42,
+        rank: int = 0,
+        world_size: int = 1,
+    ) -> None:
+        if pair_task not in PAIR_TASKS:
+            raise UserError(f"pair_task must be one of {', '.join(PAIR_TASKS)}, not {pair_task!r}")
+        minimum = 3 if pair_task == "none" else 5
+        if max_seq_length < minimum:
+            raise UserError(
+                f"max_seq_length must be at least {minimum} for pair_task {pair_task}, not {max_seq_length}"
+            )
+        if not 0.0 <= short_seq_prob <= 1.0:
+            raise UserError(f"short_seq_prob must be in [0, 1], not {short_seq_prob}")
+        if not 0 <= rank < world_size:
+            raise UserError(f"rank {rank} is outside world size {world_size}")
+        self.cls_token_id = _special_id(tokenizer, "[CLS]")
+        self.sep_token_id = _special_id(tokenizer, "[SEP]")
+        if dataset._indices is not None:  # noqa: SLF001 — a select()/shuffle() view: materialize once
+            dataset = dataset.flatten_indices()
+        self.dataset = dataset
+        self.max_seq_length = max_seq_length
+        self.short_seq_prob = short_seq_prob
+        self.pair_task = pair_task
+        self.seed = seed
+        self.rank = rank
+        self.world_size = world_size
+        self.index = index_sentences(dataset)
+        if self.index.sentence_token_offsets[-1] == 0:
+            raise UserError("the dataset has no tokens; tokenize a non-empty corpus")
+        self._chunk_tokens = [_flat_tokens(chunk) for chunk in _input_ids_chunks(dataset)]
+        self._chunk_starts = self.index.chunk_token_offsets[:-1].tolist()
+        self.set_epoch(0)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Plan the instances of `epoch` and this rank's share of them, in shuffled order."""
+        self.epoch = epoch
+        plan = plan_epoch(
+            self.index,
+            max_seq_length=self.max_seq_length,
+            short_seq_prob=self.short_seq_prob,
+            pair_task=self.pair_task,
+            seed=self.seed,
+            epoch=epoch,
+        )
+        rng = np.random.default_rng([self.seed & ((1 << 64) - 1), epoch, _INSTANCE_TAG])
+        order = rng.permutation(len(plan.document))
+        per_rank = len(order) // self.world_size  # equal steps on every rank: drop the remainder
+        mine = order[: per_rank * self.world_size][self.rank :: self.world_size]
+        # One row per instance in reading order, so that fetching one is a single row lookup.
+        self._rows = np.stack([column.astype(np.int64) for column in vars(plan).values()], axis=1)[
+            mine
+        ]
+        # Keyed by the instance's place in the plan: the same on every rank and worker.
+        self._seed_keys = keyed_random.derive_keys(
+            keyed_random.derive_key(self.seed, epoch, _INSTANCE_TAG), mine
+        )
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def _tokens(self, start: int, stop: int) -> np.ndarray:
+        chunk = bisect.bisect_right(self._chunk_starts, start) - 1
+        base = self._chunk_starts[chunk]
+        return self._chunk_tokens[chunk][start - base : stop - base]
+
+    def __getitem__(self, i: int) -> dict:
+        document, a_start, a_stop, b_start, b_stop, label, single = self._rows[i].tolist()
+        seed_key = int(self._seed_keys[i])
+        tokens_a = self._tokens(a_start, a_stop)
+        tokens_b = self._tokens(b_start, b_stop) if b_stop > b_start else tokens_a[:0]
+        max_num_tokens = self.max_seq_length - (2 if self.pair_task == "none" else 3)
+        length_a, length_b = truncated_lengths(len(tokens_a), len(tokens_b), max_num_tokens)
+        truncated = length_a < len(tokens_a) or length_b < len(tokens_b)
+        if truncated:
+            tokens_a = _trim(tokens_a, length_a, seed_key, 0)
+            tokens_b = _trim(tokens_b, length_b, seed_key, _B_COUNTER_BASE)
+        cls, sep = self.cls_token_id, self.sep_token_id
+        if self.pair_task == "none":
+            input_ids = [cls, *tokens_a.tolist(), sep]
+            token_type_ids = [0] * len(input_ids)
+        else:
+            input_ids = [cls, *tokens_a.tolist(), sep, *tokens_b.tolist(), sep]
+            token_type_ids = [0] * (length_a + 2) + [1] * (length_b + 1)
+        instance = {
+            "input_ids": input_ids,
+            "token_type_ids": token_type_ids,
+            "seed_key": seed_key,
+            "truncated": truncated,
+            "single_sentence_chunk": bool(single),
+            "document_index": document,
+        }
+        if self.pair_task != "none":  # no key, so the model computes no pair loss
+            instance["next_sentence_label"] = label
+        return instance
+
+    def __getstate__(self) -> dict:
+        # Token arrays are views of memory-mapped Arrow buffers; a pickled copy (spawned
+        # workers) reopens them from the dataset instead of copying the corpus.
+        state = dict(self.__dict__)
+        del state["_chunk_tokens"]
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._chunk_tokens = [_flat_tokens(chunk) for chunk in _input_ids_chunks(self.dataset)]
+
+
+def _special_id(tokenizer: Tokenizer, token: str) -> int:
+    token_id = tokenizer.token_to_id(token)
+    if token_id is None:
+        raise UserError(
+            f"the tokenizer has no {token} token; train or load a BERT WordPiece vocabulary"
+        )
+    return token_id

@@ -1,0 +1,88 @@
+"""bertpre.inspect and `bertpre inspect`: realized masking and pair statistics on a tiny DATA."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+
+import pytest
+from _tiny_data import build_tiny_data  # tests/ is on sys.path under pytest
+from typer.testing import CliRunner
+
+from bertpre.cli import app
+from bertpre.config import DataConfig
+from bertpre.data import load_data
+from bertpre.errors import UserError
+from bertpre.inspect import format_report, inspect_data
+
+
+@pytest.fixture(scope="module")
+def data_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tiny_data(tmp_path_factory.mktemp("inspect") / "data", documents=150)
+
+
+def sigma(p: float, trials: int) -> float:
+    return math.sqrt(p * (1 - p) / trials)
+
+
+def test_nsp_report_matches_the_recipe(data_folder):
+    report = inspect_data(load_data(data_folder), DataConfig(), batches=6, batch_size=32)
+    assert report.sequences == min(192, report.instances_per_epoch) > 100
+    assert (
+        report.predicted_tokens == report.masked_tokens + report.random_tokens + report.kept_tokens
+    )
+    # per-sequence rounding moves the rate by at most half a token a sequence
+    rate = report.predicted_tokens / report.eligible_tokens
+    assert abs(rate - 0.15) <= 0.5 * report.sequences / report.eligible_tokens
+    n = report.predicted_tokens
+    assert abs(report.masked_tokens / n - 0.8) <= 4.5 * sigma(0.8, n)
+    assert abs(report.random_tokens / n - 0.1) <= 4.5 * sigma(0.1, n)
+    # NSP: one-sentence chunks are always random-next; the others are a fair coin
+    assert report.label_one_in_single_sentence_chunks == report.single_sentence_chunks
+    others = report.sequences - report.single_sentence_chunks
+    random_in_others = report.label_one - report.single_sentence_chunks
+    assert abs(random_in_others / others - 0.5) <= 4.5 * sigma(0.5, others)
+    assert report.unknown_tokens == 0 and report.truncated < report.sequences
+    assert report.real_tokens / report.sequences > 20 and report.padded_positions > 0
+    table = format_report(report)
+    for line in (
+        "mask rate",
+        "predicted as [MASK]",
+        "label 1 (random next)",
+        "one-sentence chunks",
+        "padding share",
+    ):
+        assert line in table
+
+
+def test_sop_and_single_segment_reports(data_folder):
+    data = load_data(data_folder)
+    sop = inspect_data(
+        data, dataclasses.replace(DataConfig(), pair_task="sop", max_seq_length=32), batches=4
+    )
+    assert abs(sop.label_one / sop.sequences - 0.5) <= 4.5 * sigma(0.5, sop.sequences)
+    assert sop.truncated > 0
+    none = inspect_data(
+        data, dataclasses.replace(DataConfig(), pair_task="none"), batches=2, split="validation"
+    )
+    assert none.label_one == 0 and "label 1" not in format_report(none)
+
+
+def test_cli_prints_the_table_and_rejects_bad_input(data_folder, tmp_path):
+    runner = CliRunner()
+    result = runner.invoke(app, ["inspect", str(data_folder), "--batches", "2"])
+    assert result.exit_code == 0, result.output
+    assert "mask rate" in result.output and "train split, pair_task nsp" in result.output
+    config = tmp_path / "sop.yaml"
+    config.write_text("data:\n  pair_task: sop\ntrain:\n  micro_batch_size: 8\n  batch_size: 8\n")
+    result = runner.invoke(
+        app, ["inspect", str(data_folder), "--config", str(config), "--batches", "1"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "pair_task sop" in result.output and "label 1 (swapped)" in result.output
+    # bad input is a UserError, which `main()` turns into one line and exit code 2
+    result = runner.invoke(app, ["inspect", str(tmp_path / "missing")])
+    assert isinstance(result.exception, UserError)
+    result = runner.invoke(app, ["inspect", str(data_folder), "--split", "test"])
+    assert isinstance(result.exception, UserError)
