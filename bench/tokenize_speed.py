@@ -1,0 +1,186 @@
+"""MB/s of `bertpre tokenize`'s two heavy stages next to `tokenizers` called directly, same run.
+
+- vocab training: bertpre's `train_tokenizer` (character count, fixed alphabet and ## seeds
+  for determinism, WordPiece trainer; reading the spooled Arrow documents) next to
+  `Tokenizer.train_from_iterator` with a `WordPieceTrainer` on the same sentences in memory.
+- encode+write: bertpre's `datasets.map(batched, num_proc)` encoding, counting, split by
+  document and `save_to_disk`, next to `Tokenizer.encode_batch` over the same sentences (ids
+  collected in memory, nothing written).
+- end to end (bertpre only): `tokenize_corpus`, i.e. also reading, cleaning and splitting
+  sentences with data_prep.
+
+MB are the corpus files' bytes on disk. Rounds of the two alternate (and which goes first
+alternates too) so machine noise hits both alike; medians are compared (and, less sensitive to other load on the machine, the
+fastest rounds). Target: bertpre's overhead at most 20% (ratio <= 1.2).
+
+    .venv/bin/python bench/tokenize.py                    # wikitext-2 valid+test, 3 rounds
+    .venv/bin/python bench/tokenize.py --rounds 1         # shorter
+"""
+# ruff: noqa: E402  (imports follow the import-path fix below)
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+# This file shares its name with the standard library's `tokenize`, which other modules import:
+# take its folder off the import path (so they get the real one) and put the repository on it.
+_HERE = Path(__file__).resolve().parent
+sys.path[:] = [entry for entry in sys.path if Path(entry or ".").resolve() != _HERE]
+sys.path.insert(0, str(_HERE.parent))
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from datetime import date
+from functools import partial
+
+import datasets
+import tokenizers
+from tokenizers import Tokenizer, trainers
+
+import bertpre
+from bertpre import encoding
+from bertpre.tokenize_corpus import tokenize_corpus
+from bertpre.tokenizer import SPECIAL_TOKENS, build_tokenizer, train_tokenizer
+from data_prep import CorpusStats, read_documents
+
+CORPORA = Path(__file__).resolve().parents[2] / "shared" / "corpora"
+BATCH_DOCUMENTS = encoding.BATCH_DOCUMENTS
+
+
+def train_with_tokenizers(batches: list[list[str]], vocab_size: int) -> Tokenizer:
+    """The peer: the same BERT pipeline and WordPieceTrainer options, trained directly."""
+    tokenizer = build_tokenizer(None, lowercase=True)
+    trainer = trainers.WordPieceTrainer(
+        vocab_size=vocab_size, min_frequency=2, limit_alphabet=1000,
+        special_tokens=SPECIAL_TOKENS, continuing_subword_prefix="##", show_progress=False,
+    )
+    tokenizer.train_from_iterator(batches, trainer)
+    return tokenizer
+
+
+def encode_with_tokenizers(tokenizer: Tokenizer, batches: list[list[str]]) -> int:
+    tokens = 0
+    for batch in batches:
+        tokens += sum(len(encoding.ids) for encoding in tokenizer.encode_batch(batch, add_special_tokens=False))
+    return tokens
+
+
+def encode_and_write_with_bertpre(raw: datasets.Dataset, tokenizer: Tokenizer, num_proc: int, out: Path) -> int:
+    encoded, counts = encoding.encode_corpus(raw, tokenizer, num_proc, fingerprint="bench")
+    splits = encoding.split_by_document(encoded, 0.01, 42, fingerprint="bench")
+    splits.save_to_disk(str(out))
+    return counts["num_tokens"]
+
+
+def run_timed(times: dict[str, list[float]], swap: bool, calls: dict[str, Callable[[], object]]) -> dict:
+    """Run each call once (in reverse order when `swap`), adding its seconds to `times`."""
+    results = {}
+    for name in reversed(list(calls)) if swap else list(calls):
+        start = time.perf_counter()
+        results[name] = calls[name]()
+        times[name].append(time.perf_counter() - start)
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--corpora", nargs="*", type=Path, default=None,
+                        help="corpus files (default: ../shared/corpora/wikitext2-*.txt)")
+    parser.add_argument("--vocab-size", type=int, default=30522)
+    parser.add_argument("--num-proc", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--results", type=Path, default=Path(__file__).resolve().parent / "results")
+    args = parser.parse_args()
+
+    files = args.corpora or sorted(CORPORA.glob("wikitext2-*.txt"))
+    if not files or not all(path.is_file() for path in files):
+        print(f"no corpus to benchmark: {CORPORA}/wikitext2-*.txt is absent; pass --corpora FILE...")
+        return
+    megabytes = sum(path.stat().st_size for path in files) / 1e6
+    datasets.disable_progress_bars()
+
+    documents = list(read_documents(files, stats=CorpusStats()))
+    sentences = [sentence for document in documents for sentence in document]
+    # The same batches for both: a batch of documents' sentences at a time.
+    batches = [
+        [sentence for document in documents[start : start + BATCH_DOCUMENTS] for sentence in document]
+        for start in range(0, len(documents), BATCH_DOCUMENTS)
+    ]
+    times: dict[str, list[float]] = {name: [] for name in
+                                     ("train_bertpre", "train_tokenizers", "encode_bertpre",
+                                      "encode_tokenizers", "end_to_end_bertpre")}
+    with tempfile.TemporaryDirectory() as scratch:
+        scratch = Path(scratch)
+        raw, _ = encoding.spool_documents(documents, scratch / "documents.arrow", show_progress=False)
+        for round_index in range(args.rounds):
+            # Alternate who goes first, so a burst of load elsewhere does not always hit one side.
+            swap = round_index % 2 == 1
+            results = run_timed(times, swap, {
+                "train_bertpre": partial(train_tokenizer, encoding.SentenceBatches(raw, show_progress=False),
+                                         vocab_size=args.vocab_size),
+                "train_tokenizers": partial(train_with_tokenizers, batches, args.vocab_size),
+            })
+            tokenizer = results["train_bertpre"]
+            results = run_timed(times, swap, {
+                "encode_bertpre": partial(encode_and_write_with_bertpre, raw, tokenizer, args.num_proc,
+                                          scratch / f"dataset-{round_index}"),
+                "encode_tokenizers": partial(encode_with_tokenizers, tokenizer, batches),
+            })
+            assert results["encode_bertpre"] == results["encode_tokenizers"], results
+            run_timed(times, False, {"end_to_end_bertpre": partial(
+                tokenize_corpus, files, scratch / f"data-{round_index}", vocab_size=args.vocab_size,
+                num_proc=args.num_proc, show_progress=False)})
+
+    median = {name: statistics.median(values) for name, values in times.items()}
+    fastest = {name: min(values) for name, values in times.items()}
+    rows = [
+        ("vocab training", "train_bertpre", "train_tokenizers"),
+        ("encode+write", "encode_bertpre", "encode_tokenizers"),
+    ]
+    print(f"corpus: {', '.join(path.name for path in files)} ({megabytes:.2f} MB, {len(documents):,} "
+          f"documents, {len(sentences):,} sentences); vocab {args.vocab_size}; "
+          f"{args.num_proc} processes; median of {args.rounds} round(s)")
+    print(f"{'stage':<16}{'bertpre MB/s':>14}{'tokenizers MB/s':>17}{'time ratio':>12}"
+          f"{'ratio of fastest':>18}")
+    figures = {}
+    for name, our_key, peer_key in rows:
+        ours, peer = median[our_key], median[peer_key]
+        ratio_of_fastest = fastest[our_key] / fastest[peer_key]
+        print(f"{name:<16}{megabytes / ours:>14.2f}{megabytes / peer:>17.2f}{ours / peer:>12.2f}"
+              f"{ratio_of_fastest:>18.2f}")
+        figures[name] = {"bertpre_mb_per_s": megabytes / ours, "tokenizers_mb_per_s": megabytes / peer,
+                         "bertpre_seconds": ours, "tokenizers_seconds": peer, "ratio": ours / peer,
+                         "ratio_of_fastest_rounds": ratio_of_fastest}
+    end_to_end = megabytes / median["end_to_end_bertpre"]
+    print(f"{'end to end':<16}{end_to_end:>14.2f}{'-':>17}{'-':>12}   (bertpre tokenize, reading included)")
+    figures["end to end"] = {"bertpre_mb_per_s": end_to_end, "bertpre_seconds": median["end_to_end_bertpre"]}
+
+    record = {
+        "benchmark": "tokenize",
+        "date": date.today().isoformat(),
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "machine": {"platform": platform.platform(), "processor": platform.processor(),
+                    "cpu_count": os.cpu_count(), "python": platform.python_version()},
+        "versions": {"bertpre": bertpre.__version__, "tokenizers": tokenizers.__version__,
+                     "datasets": datasets.__version__},
+        "corpus": {"files": [path.name for path in files], "megabytes": megabytes,
+                   "documents": len(documents), "sentences": len(sentences)},
+        "settings": {"vocab_size": args.vocab_size, "num_proc": args.num_proc, "rounds": args.rounds},
+        "figures": figures,
+        "seconds": times,
+        "target": "bertpre time / tokenizers time <= 1.2 for vocab training and encode+write",
+    }
+    args.results.mkdir(parents=True, exist_ok=True)
+    path = args.results / f"tokenize-{record['date']}.json"
+    path.write_text(json.dumps(record, indent=2) + "\n")
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,286 @@
+"""The `bertpre tokenize` pipeline: raw corpus → WordPiece vocab → tokenized DATA folder, atomically."""
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import tempfile
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from itertools import chain
+from pathlib import Path
+
+from tokenizers import Tokenizer
+
+import bertpre
+from bertpre.data import DATASET_DIR, MANIFEST_FILE, TOKENIZER_DIR, TRAIN_SPLIT, VALIDATION_SPLIT
+from bertpre.errors import UserError
+from bertpre.tokenizer import (
+    MAX_INPUT_CHARS_PER_WORD,
+    SPECIAL_TOKENS,
+    TOKENIZER_FILE,
+    load_tokenizer,
+    save_tokenizer,
+    tokenizer_lowercases,
+    train_tokenizer,
+)
+from data_prep import CorpusStats, read_documents, resolve_paths
+
+
+@dataclass
+class TokenizeOptions:
+    """Everything that decides the contents of a DATA folder (recorded in its manifest).
+
+    The number of processes is not among them: DATA is the same for any --num-proc.
+    """
+
+    vocab_size: int = 30522
+    lowercase: bool | None = None  # None: True when training, the tokenizer's own when reusing
+    tokenizer_path: str | None = None
+    text_field: str = "text"
+    split_sentences: bool = True
+    validation_share: float = 0.01
+    min_frequency: int = 2
+    limit_alphabet: int = 1000
+    seed: int = 42
+
+
+def tokenize_corpus(
+    corpus_paths: Sequence[str | Path],
+    out: str | Path,
+    *,
+    vocab_size: int = 30522,
+    lowercase: bool | None = None,
+    tokenizer_path: str | Path | None = None,
+    text_field: str = "text",
+    split_sentences: bool = True,
+    validation_share: float = 0.01,
+    num_proc: int = 1,
+    min_frequency: int = 2,
+    limit_alphabet: int = 1000,
+    overwrite: bool = False,
+    seed: int = 42,
+    show_progress: bool = True,
+) -> dict:
+    """Read a corpus, train (or load) a WordPiece tokenizer, encode every sentence, write DATA.
+
+    DATA is built in a temporary folder beside `out` and renamed into place when complete, so
+    an interrupted run leaves nothing that looks like a DATA folder.
+
+    Returns:
+        The manifest written to DATA/manifest.json.
+
+    Raises:
+        UserError, CorpusError: bad options or corpus, reported before the slow work where possible.
+    """
+    options = TokenizeOptions(
+        vocab_size=vocab_size,
+        lowercase=lowercase,
+        tokenizer_path=None if tokenizer_path is None else str(tokenizer_path),
+        text_field=text_field,
+        split_sentences=split_sentences,
+        validation_share=validation_share,
+        min_frequency=min_frequency,
+        limit_alphabet=limit_alphabet,
+        seed=seed,
+    )
+    _check_options(options)
+    if num_proc < 1:
+        raise UserError(f"--num-proc {num_proc} must be 1 or more")
+    out = Path(out)
+    _check_out(out, overwrite)
+    files = resolve_paths(corpus_paths)
+    tokenizer = None
+    if tokenizer_path is not None:
+        tokenizer = load_tokenizer(tokenizer_path, lowercase=lowercase)
+
+    with _building_folder(out) as building:
+        stats = CorpusStats()
+        documents = read_documents(
+            files, text_field=text_field, split_sentences=split_sentences, stats=stats
+        )
+        # Reading up to the first document finds an empty, binary or malformed corpus before the
+        # slow stages, and before importing `datasets` (seconds), so such errors come at once.
+        first_document = next(documents, None)
+        if first_document is None:
+            raise UserError(f"the corpus {files[0]} holds no documents; check the corpus files")
+        from bertpre import encoding
+
+        with encoding.progress_bars(show_progress):
+            raw, character_counts = encoding.spool_documents(
+                chain([first_document], documents), building / "documents.arrow", show_progress
+            )
+            if tokenizer is None:
+                tokenizer = train_tokenizer(
+                    encoding.SentenceBatches(raw, show_progress),
+                    vocab_size=vocab_size,
+                    lowercase=True if lowercase is None else lowercase,
+                    min_frequency=min_frequency,
+                    limit_alphabet=limit_alphabet,
+                    length=len(raw),
+                    character_counts=character_counts,
+                )
+            save_tokenizer(tokenizer, building / TOKENIZER_DIR)
+            fingerprint = _fingerprint(options, stats, building / TOKENIZER_DIR / TOKENIZER_FILE)
+            encoded, counts = encoding.encode_corpus(raw, tokenizer, num_proc, fingerprint)
+            splits = encoding.split_by_document(encoded, validation_share, seed, fingerprint)
+            splits.save_to_disk(str(building / DATASET_DIR))
+        split_sizes = {name: len(split) for name, split in splits.items()}
+        manifest = _manifest(options, stats, tokenizer, building / TOKENIZER_DIR, split_sizes, counts)
+        (building / MANIFEST_FILE).write_text(
+            json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
+        )
+        # The spooled documents and datasets' map caches are not part of DATA.
+        del raw, encoded, splits
+        for scratch in building.glob("*.arrow"):
+            scratch.unlink()
+        _move_into_place(building, out)
+    return manifest
+
+
+def _check_options(options: TokenizeOptions) -> None:
+    if options.tokenizer_path is None and options.vocab_size <= len(SPECIAL_TOKENS):
+        raise UserError(
+            f"--vocab-size {options.vocab_size} is too small: it must exceed the "
+            f"{len(SPECIAL_TOKENS)} special tokens plus the corpus alphabet"
+        )
+    if not 0.0 <= options.validation_share < 1.0:
+        raise UserError(
+            f"--validation-share {options.validation_share} must be at least 0 and below 1 (e.g. 0.01)"
+        )
+    if options.min_frequency < 0:
+        raise UserError(f"--min-frequency {options.min_frequency} must be 0 or more")
+    if options.limit_alphabet < 1:
+        raise UserError(f"--limit-alphabet {options.limit_alphabet} must be 1 or more")
+    if not options.text_field:
+        raise UserError("--text-field must name a field, e.g. --text-field text")
+
+
+def _check_out(out: Path, overwrite: bool) -> None:
+    """Refuse an existing --out without --overwrite, and never replace a folder that isn't DATA."""
+    if not out.exists():
+        ancestor = next(parent for parent in out.absolute().parents if parent.exists())
+        if not ancestor.is_dir():
+            raise UserError(f"cannot write --out {out}: {ancestor} is a file, not a folder")
+        return
+    if not overwrite:
+        raise UserError(f"--out {out} already exists; pass --overwrite to replace it, or choose another --out")
+    is_data = out.is_dir() and (out / MANIFEST_FILE).is_file()
+    is_empty_dir = out.is_dir() and not any(out.iterdir())
+    if not (is_data or is_empty_dir):
+        raise UserError(
+            f"--out {out} exists and is not a DATA folder, so --overwrite will not replace it; "
+            "choose another --out"
+        )
+
+
+@contextmanager
+def _building_folder(out: Path) -> Iterator[Path]:
+    """A fresh `OUT.tmp-XXXX` folder beside `out`, removed unless the build moved it into place."""
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        building = Path(tempfile.mkdtemp(prefix=f"{out.name}.tmp-", dir=out.parent))
+    except OSError as error:
+        raise UserError(
+            f"cannot write --out {out}: {error.strerror or error}; choose a folder you can write to"
+        ) from None
+    try:
+        yield building
+    finally:
+        shutil.rmtree(building, ignore_errors=True)
+
+
+def _move_into_place(building: Path, out: Path) -> None:
+    """Rename the finished folder to `out`; an old `out` is moved aside first, deleted last."""
+    old = None
+    if out.exists():
+        old = Path(tempfile.mkdtemp(prefix=f"{out.name}.old-", dir=out.parent))
+        out.rename(old / out.name)
+    building.rename(out)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _fingerprint(options: TokenizeOptions, stats: CorpusStats, tokenizer_file: Path) -> str:
+    """A hash of everything that decides the dataset, standing in for datasets' own fingerprints
+    (which would hash the temporary folder's path and so differ from run to run)."""
+    recipe = {
+        "options": vars(options),
+        "sources": [source["sha256"] for source in stats.as_dict()["files"]],
+        "tokenizer": _sha256(tokenizer_file),
+        "bertpre": bertpre.__version__,
+    }
+    return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _manifest(
+    options: TokenizeOptions,
+    stats: CorpusStats,
+    tokenizer: Tokenizer,
+    tokenizer_dir: Path,
+    split_sizes: dict[str, int],
+    counts: dict[str, int],
+) -> dict:
+    """What DATA holds and how it was made; no timestamps or paths of the run, so it is
+    byte-identical for the same inputs and options."""
+    corpus = stats.as_dict()
+    documents = sum(split_sizes.values())
+    return {
+        "bertpre_version": bertpre.__version__,
+        "sources": corpus["files"],
+        "options": vars(options),
+        "counts": {
+            "documents": documents,
+            "train_documents": split_sizes[TRAIN_SPLIT],
+            "validation_documents": split_sizes[VALIDATION_SPLIT],
+            "sentences": counts["num_sentences"],
+            "tokens": counts["num_tokens"],
+            "unk_tokens": counts["num_unk_tokens"],
+            "unk_share": counts["num_unk_tokens"] / max(counts["num_tokens"], 1),
+            "long_words": counts["num_long_words"],
+            "characters": corpus["characters"],
+            "empty_documents_dropped": corpus["empty_documents_dropped"],
+            "duplicate_documents_dropped": corpus["duplicate_documents_dropped"],
+            "documents_without_tokens_dropped": corpus["documents"] - documents,
+            "sentences_without_tokens_dropped": corpus["sentences"] - counts["num_sentences"],
+            "invalid_utf8_replacements": corpus["invalid_utf8_replacements"],
+        },
+        "tokenizer": {
+            "trained": options.tokenizer_path is None,
+            "vocab_size": tokenizer.get_vocab_size(with_added_tokens=True),
+            "lowercase": tokenizer_lowercases(tokenizer),
+            "sha256": _sha256(tokenizer_dir / TOKENIZER_FILE),
+        },
+    }
+
+
+def format_summary(manifest: dict, out: str | Path) -> str:
+    """The end-of-run table the CLI prints."""
+    counts, tokenizer = manifest["counts"], manifest["tokenizer"]
+    total_bytes = sum(source["bytes"] for source in manifest["sources"])
+    asked = manifest["options"]["vocab_size"]
+    short = f" (asked {asked:,}: the corpus has too few subwords)" if (
+        tokenizer["trained"] and tokenizer["vocab_size"] < asked) else ""
+    rows = [
+        ("DATA folder", str(out)),
+        ("sources", f"{len(manifest['sources'])} file(s), {total_bytes / 1e6:.2f} MB"),
+        ("documents", f"{counts['documents']:,} ({counts['train_documents']:,} train, "
+                      f"{counts['validation_documents']:,} validation)"),
+        ("sentences", f"{counts['sentences']:,}"),
+        ("tokens", f"{counts['tokens']:,}"),
+        ("[UNK] share", f"{counts['unk_share']:.4%} ({counts['unk_tokens']:,} tokens)"),
+        (f"words over {MAX_INPUT_CHARS_PER_WORD} chars", f"{counts['long_words']:,}"),
+        ("duplicates dropped", f"{counts['duplicate_documents_dropped']:,} documents"),
+        ("empty dropped", f"{counts['empty_documents_dropped']:,} documents"),
+        ("invalid UTF-8 replaced", f"{counts['invalid_utf8_replacements']:,} times"),
+        ("vocab", f"{tokenizer['vocab_size']:,} tokens{short}, "
+                  f"{'lowercase' if tokenizer['lowercase'] else 'cased'}, "
+                  f"{'trained' if tokenizer['trained'] else 'reused'}"),
+    ]
+    width = max(len(name) for name, _ in rows)
+    return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
