@@ -1,0 +1,215 @@
+"""Checkpoints: write `RUN/checkpoints/step-NNNNNNNN/` atomically, find `latest`, load safely.
+
+A checkpoint folder holds the model (`config.json` + `model.safetensors`, from
+`save_pretrained`), `optimizer.pt`, `scaler.pt` (fp16 only), one `rng_state_<rank>.pt` per
+process and `trainer_state.json` (step, epoch, data position, skipped steps). Every `.pt` file
+loads with `torch.load(weights_only=True)`; anything else is refused.
+"""
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import random
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from bertpre.errors import UserError
+from bertpre.model import BertConfig
+from bertpre.runtime import Runtime, barrier
+
+LATEST = "latest"
+TRAINER_STATE = "trainer_state.json"
+# Fields that fix parameter shapes: a checkpoint must agree on all of them to be loaded.
+SHAPE_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                "intermediate_size", "max_position_embeddings", "type_vocab_size",
+                "embedding_size", "share_layers")
+
+
+def step_folder_name(step: int) -> str:
+    return f"step-{step:08d}"
+
+
+def _fsync_path(path: Path) -> None:
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+def _fsync_tree(folder: Path) -> None:
+    for path in folder.iterdir():
+        if path.is_file():
+            _fsync_path(path)
+    _fsync_path(folder)
+
+
+def capture_rng_state() -> dict[str, Any]:
+    """This process's RNG states (python, numpy, torch CPU and CUDA) as tensors."""
+    version, internal, gauss = random.getstate()
+    kind, keys, position, has_gauss, cached_gauss = np.random.get_state()
+    state = {
+        "python_version": torch.tensor(version),
+        "python": torch.tensor(internal, dtype=torch.int64),
+        "python_gauss": torch.tensor([float("nan") if gauss is None else gauss], dtype=torch.float64),
+        "numpy": torch.from_numpy(keys.astype(np.int64)),
+        "numpy_position": torch.tensor([position, has_gauss], dtype=torch.int64),
+        "numpy_gauss": torch.tensor([cached_gauss], dtype=torch.float64),
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def restore_rng_state(state: dict[str, Any]) -> None:
+    """Undo `capture_rng_state`: set this process's RNGs to the saved states."""
+    gauss = float(state["python_gauss"][0])
+    random.setstate((int(state["python_version"]), tuple(state["python"].tolist()),
+                     None if gauss != gauss else gauss))
+    position, has_gauss = state["numpy_position"].tolist()
+    np.random.set_state(("MT19937", state["numpy"].numpy().astype(np.uint32), position,
+                         has_gauss, float(state["numpy_gauss"][0])))
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def save_checkpoint(run_dir: Path, step: int, *, model: torch.nn.Module,
+                    optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler | None,
+                    trainer_state: dict[str, Any], runtime: Runtime, keep_last: int) -> Path:
+    """Write checkpoint `step` into `run_dir/checkpoints` and point `latest` at it.
+
+    All processes call this (each saves its RNG state); only the main process writes the rest.
+    The folder is complete and synced before it gets its final name; `latest` is written
+    after that, and old checkpoints beyond `keep_last` are removed last.
+    """
+    checkpoints = run_dir / "checkpoints"
+    name = step_folder_name(step)
+    staging = checkpoints / f".tmp-{name}"
+    final = checkpoints / name
+    if runtime.is_main:
+        checkpoints.mkdir(parents=True, exist_ok=True)
+        if staging.exists():
+            shutil.rmtree(staging)
+        staging.mkdir()
+    barrier(runtime)
+    torch.save(capture_rng_state(), staging / f"rng_state_{runtime.rank}.pt")
+    barrier(runtime)
+    if runtime.is_main:
+        model.save_pretrained(staging)
+        torch.save(optimizer.state_dict(), staging / "optimizer.pt")
+        if scaler is not None:
+            torch.save(scaler.state_dict(), staging / "scaler.pt")
+        state = dict(trainer_state, step=step, world_size=runtime.world_size)
+        (staging / TRAINER_STATE).write_text(json.dumps(state, indent=2), encoding="utf-8")
+        _fsync_tree(staging)
+        if final.exists():  # the same step saved again, e.g. after a resume at it
+            shutil.rmtree(final)
+        os.replace(staging, final)
+        _fsync_path(checkpoints)
+        pointer = checkpoints / f".{LATEST}.tmp"
+        pointer.write_text(name + "\n", encoding="utf-8")
+        _fsync_path(pointer)
+        os.replace(pointer, checkpoints / LATEST)
+        _fsync_path(checkpoints)
+        prune_checkpoints(checkpoints, keep_last)
+    barrier(runtime)
+    return final
+
+
+def prune_checkpoints(checkpoints: Path, keep_last: int) -> list[Path]:
+    """Remove the oldest `step-*` folders beyond `keep_last`, never the one `latest` names."""
+    latest = latest_checkpoint(checkpoints.parent)
+    folders = sorted(p for p in checkpoints.glob("step-*") if p.is_dir())
+    removed = []
+    for folder in folders[:-keep_last] if keep_last > 0 else []:
+        if latest is not None and folder.resolve() == latest.resolve():
+            continue
+        shutil.rmtree(folder)
+        removed.append(folder)
+    return removed
+
+
+def remove_partial_checkpoints(run_dir: Path) -> list[Path]:
+    """Delete `.tmp-step-*` folders a killed save left behind (never a finished checkpoint)."""
+    partial = sorted((run_dir / "checkpoints").glob(".tmp-step-*"))
+    for folder in partial:
+        shutil.rmtree(folder, ignore_errors=True)
+    return partial
+
+
+def latest_checkpoint(run_dir: Path) -> Path | None:
+    """The checkpoint folder `run_dir/checkpoints/latest` names, or None when there is none."""
+    pointer = run_dir / "checkpoints" / LATEST
+    if not pointer.is_file():
+        return None
+    folder = run_dir / "checkpoints" / pointer.read_text(encoding="utf-8").strip()
+    if not (folder / TRAINER_STATE).is_file():
+        raise UserError(f"{pointer} names {folder.name}, which is missing or incomplete; "
+                        "point it at a complete step-* folder or start with --no-resume")
+    return folder
+
+
+def load_safely(path: Path) -> Any:
+    """`torch.load(weights_only=True)` with errors for people; never runs pickled code."""
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError:
+        raise UserError(f"checkpoint file {path} is not safe to load (it holds more than tensors "
+                        "and plain data); delete it or resume from another checkpoint") from None
+    except (RuntimeError, EOFError, OSError) as error:
+        raise UserError(f"checkpoint file {path} cannot be read ({error}); it may be damaged") from None
+
+
+def read_model_config(folder: Path) -> BertConfig:
+    """The `BertConfig` stored in a checkpoint folder's `config.json`."""
+    path = folder / "config.json"
+    try:
+        return BertConfig.from_hf_dict(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, json.JSONDecodeError) as error:
+        raise UserError(f"{path} cannot be read as a model config ({error})") from None
+
+
+def check_same_shape(saved: BertConfig, current: BertConfig, folder: Path) -> None:
+    """Refuse a checkpoint whose parameters cannot fit the current model."""
+    for name in SHAPE_FIELDS:
+        if getattr(saved, name) != getattr(current, name):
+            raise UserError(
+                f"checkpoint {folder} is for a different model ({name} {getattr(saved, name)!r}, "
+                f"config has {getattr(current, name)!r}); use a new --out or --no-resume"
+            )
+
+
+def load_checkpoint(folder: Path, *, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                    scaler: torch.amp.GradScaler | None, runtime: Runtime) -> dict[str, Any]:
+    """Restore model, optimizer, scaler and this process's RNG from `folder`.
+
+    Every file is read (and refused if unsafe) before any state is changed.
+
+    Returns:
+        The trainer state (step, epoch, position, skipped steps, ...).
+    """
+    state = json.loads((folder / TRAINER_STATE).read_text(encoding="utf-8"))
+    check_same_shape(read_model_config(folder), model.config, folder)
+    # Every .pt file is checked, used or not: an unsafe file means the folder is not trusted.
+    loaded = {path.name: load_safely(path) for path in sorted(folder.glob("*.pt"))}
+    if "optimizer.pt" not in loaded:
+        raise UserError(f"checkpoint {folder} has no optimizer.pt; it is incomplete")
+    optimizer_state = loaded["optimizer.pt"]
+    scaler_state = loaded.get("scaler.pt")
+    rng_state = loaded.get(f"rng_state_{runtime.rank}.pt")
+
+    saved_model = type(model).from_pretrained(folder)
+    model.load_state_dict(saved_model.state_dict())
+    optimizer.load_state_dict(optimizer_state)
+    if scaler is not None and scaler_state is not None:
+        scaler.load_state_dict(scaler_state)
+    if rng_state is not None:
+        restore_rng_state(rng_state)
+    return state

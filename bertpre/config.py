@@ -1,0 +1,356 @@
+"""The pretraining config: YAML → typed, validated sections (model, data, optim, train)."""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import re
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from bertpre.errors import UserError
+from bertpre.model import BertConfig
+
+MAX_CONFIG_BYTES = 1_000_000
+# A config has no use for many aliases; refusing them stops "billion laughs" expansion.
+MAX_YAML_ALIASES = 16
+
+PAIR_TASKS = ("nsp", "sop", "none")
+SCHEDULES = ("linear", "cosine", "constant")
+PRECISIONS = ("fp32", "fp16", "bf16")
+_FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
+NULLABLE = ("warmup_steps", "warmup_ratio", "max_predictions_per_seq", "embedding_size")
+
+
+@dataclass
+class DataConfig:
+    """Which DATA folder, and how pairs and masks are drawn from it."""
+
+    path: str = "data/corpus"
+    max_seq_length: int = 128
+    short_seq_prob: float = 0.1
+    pair_task: str = "nsp"
+    mlm_probability: float = 0.15
+    mask_replace_prob: float = 0.8
+    random_replace_prob: float = 0.1
+    whole_word_mask: bool = False
+    max_predictions_per_seq: int | None = 20
+    num_workers: int = 2
+
+
+@dataclass
+class OptimConfig:
+    """The optimisation recipe: AdamW, warmup then decay, clipping."""
+
+    lr: float = 1.0e-4
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    eps: float = 1.0e-6
+    weight_decay: float = 0.01
+    warmup_steps: int | None = 10000
+    warmup_ratio: float | None = None
+    schedule: str = "linear"
+    max_grad_norm: float = 1.0
+    label_smoothing: float = 0.0
+
+
+@dataclass
+class TrainConfig:
+    """How to execute: batch sizes, length, precision, logging and checkpoint cadence."""
+
+    batch_size: int = 256
+    micro_batch_size: int = 32
+    max_steps: int = 1000000
+    precision: str = "fp16"
+    gradient_checkpointing: bool = False
+    compile: bool = False
+    seed: int = 42
+    log_every: int = 50
+    eval_every: int = 2000
+    save_every: int = 2000
+    keep_last: int = 3
+    out: str = "runs/base"
+
+
+@dataclass
+class Config:
+    """A whole pretraining config; `model` is the model's own `BertConfig`."""
+
+    model: BertConfig = field(default_factory=lambda: BertConfig(vocab_size="auto"))
+    data: DataConfig = field(default_factory=DataConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+    def to_dict(self) -> dict[str, dict[str, Any]]:
+        """The config as plain data, in the YAML layout."""
+        return {name: dataclasses.asdict(getattr(self, name)) for name in SECTIONS}
+
+    def save(self, path: Path) -> None:
+        """Write the config as YAML (the run's `config.yaml`)."""
+        path.write_text(yaml.safe_dump(self.to_dict(), sort_keys=False), encoding="utf-8")
+
+
+SECTIONS: dict[str, type] = {
+    "model": BertConfig,
+    "data": DataConfig,
+    "optim": OptimConfig,
+    "train": TrainConfig,
+}
+
+
+class _AliasLimitedLoader(yaml.SafeLoader):
+    """SafeLoader that refuses documents with more than MAX_YAML_ALIASES aliases."""
+
+    def compose_node(self, parent, index):  # PyYAML's signature
+        if self.check_event(yaml.AliasEvent):
+            self.alias_count = getattr(self, "alias_count", 0) + 1
+            if self.alias_count > MAX_YAML_ALIASES:
+                raise UserError(
+                    f"the config uses more than {MAX_YAML_ALIASES} YAML aliases; "
+                    "write the values out instead"
+                )
+        return super().compose_node(parent, index)
+
+
+def _read_yaml(path: Path) -> dict:
+    if not path.is_file():
+        what = "is a folder" if path.is_dir() else "does not exist"
+        raise UserError(f"config file {path} {what}; pass --config with a YAML file, e.g. configs/tiny.yaml")
+    if path.stat().st_size > MAX_CONFIG_BYTES:
+        raise UserError(f"config file {path} is over {MAX_CONFIG_BYTES} bytes; is it a config?")
+    try:
+        raw = yaml.load(path.read_text(encoding="utf-8"), Loader=_AliasLimitedLoader)  # a SafeLoader
+    except UnicodeDecodeError as error:
+        raise UserError(f"config file {path} is not UTF-8 text ({error.reason})") from None
+    except yaml.YAMLError as error:
+        where = getattr(error, "problem_mark", None)
+        line = f" at line {where.line + 1}" if where is not None else ""
+        raise UserError(f"config file {path} is not valid YAML{line}: {getattr(error, 'problem', error)}") from None
+    except RecursionError:
+        raise UserError(f"config file {path} is nested too deeply to be a config") from None
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise UserError(
+            f"config file {path} must be a mapping with sections model, data, optim, train; "
+            f"it holds a {type(raw).__name__}"
+        )
+    return raw
+
+
+def _unknown(kind: str, name: str, valid: list[str]) -> UserError:
+    close = difflib.get_close_matches(str(name), valid, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else f"; valid: {', '.join(valid)}"
+    return UserError(f"unknown {kind} {name!r}{hint}")
+
+
+def _key_names(section: str) -> list[str]:
+    return [f.name for f in fields(SECTIONS[section])]
+
+
+def _apply_override(raw: dict, override: str) -> None:
+    """Apply one `section.key=value` override (value parsed as a YAML scalar) to `raw`."""
+    dotted, sep, text = override.partition("=")
+    if not sep or "." not in dotted:
+        raise UserError(f"override {override!r} must look like section.key=value, e.g. train.max_steps=10")
+    section, key = dotted.strip().split(".", 1)
+    if section not in SECTIONS:
+        raise _unknown("config section", section, list(SECTIONS))
+    if key not in _key_names(section):
+        raise _unknown(f"key in {section}", key, _key_names(section))
+    try:
+        value = yaml.safe_load(text) if text.strip() else None
+    except yaml.YAMLError:
+        raise UserError(f"override {override!r}: the value is not a YAML scalar") from None
+    current = raw.setdefault(section, {})
+    if not isinstance(current, dict):
+        raise UserError(f"config section {section!r} must be a mapping")
+    current[key] = value
+
+
+def _check_type(section: str, name: str, value: Any, default: Any) -> Any:
+    """Return `value` converted to the type the field's default implies, or raise UserError."""
+    where = f"{section}.{name}"
+    if value is None:
+        if default is None or name in NULLABLE:
+            return None
+        raise UserError(f"{where} must not be null")
+    if isinstance(default, bool):
+        if not isinstance(value, bool):
+            raise UserError(f"{where} must be true or false, got {value!r}")
+        return value
+    if name == "vocab_size":
+        if value == "auto" or (isinstance(value, int) and not isinstance(value, bool)):
+            return value
+        raise UserError(f"{where} must be an integer or 'auto', got {value!r}")
+    if name == "betas":
+        if (not isinstance(value, list) or len(value) != 2
+                or not all(isinstance(b, (int, float)) and not isinstance(b, bool) for b in value)):
+            raise UserError(f"{where} must be a list of two numbers, e.g. [0.9, 0.999], got {value!r}")
+        return [float(b) for b in value]
+    expects_int = isinstance(default, int) or name in (
+        "max_predictions_per_seq", "embedding_size", "warmup_steps")
+    expects_float = isinstance(default, float) or name == "warmup_ratio"
+    if expects_int:
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise UserError(f"{where} must be an integer, got {value!r}")
+        return value
+    if expects_float:
+        if isinstance(value, str) and _FLOAT.fullmatch(value.strip()):
+            return float(value)  # PyYAML reads 1e-4 (no dot) as a string
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            raise UserError(f"{where} must be a number, got {value!r}")
+        return float(value)
+    if isinstance(default, str):
+        if not isinstance(value, str):
+            raise UserError(f"{where} must be a string, got {value!r}")
+        return value
+    return value
+
+
+def _build_section(section: str, values: Any) -> Any:
+    if values is None:
+        values = {}
+    if not isinstance(values, dict):
+        raise UserError(f"config section {section!r} must be a mapping of keys to values")
+    cls = SECTIONS[section]
+    defaults = cls(vocab_size="auto") if cls is BertConfig else cls()
+    names = _key_names(section)
+    converted = {}
+    for name, value in values.items():
+        if name not in names:
+            raise _unknown(f"key in {section}", name, names)
+        converted[name] = _check_type(section, name, value, getattr(defaults, name))
+    return dataclasses.replace(defaults, **converted)
+
+
+def _check_range(where: str, value: float, low: float, high: float, *, low_open: bool = False,
+                 high_open: bool = False) -> None:
+    too_low = value <= low if low_open else value < low
+    too_high = value >= high if high_open else value > high
+    if too_low or too_high:
+        left, right = "(" if low_open else "[", ")" if high_open else "]"
+        raise UserError(f"{where} must be in {left}{low}, {high}{right}, got {value!r}")
+
+
+def _check_choice(where: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise UserError(f"{where} is {value!r}; use one of {', '.join(choices)}")
+
+
+def _validate(config: Config, warmup_given: bool, ratio_given: bool) -> None:
+    """Every range, choice and contradiction that can be checked without data or devices."""
+    model, data, optim, train = config.model, config.data, config.optim, config.train
+    placeholder_vocab = model.pad_token_id + 1 if model.vocab_size == "auto" else model.vocab_size
+    dataclasses.replace(model, vocab_size=placeholder_vocab).validate()
+
+    if data.max_seq_length < 8:
+        raise UserError(f"data.max_seq_length must be at least 8, got {data.max_seq_length}")
+    if data.max_seq_length > model.max_position_embeddings:
+        raise UserError(
+            f"data.max_seq_length ({data.max_seq_length}) is larger than "
+            f"model.max_position_embeddings ({model.max_position_embeddings}); lower one or raise the other"
+        )
+    _check_choice("data.pair_task", data.pair_task, PAIR_TASKS)
+    if data.pair_task != "none" and model.type_vocab_size < 2:
+        raise UserError(f"data.pair_task {data.pair_task!r} needs model.type_vocab_size >= 2")
+    _check_range("data.short_seq_prob", data.short_seq_prob, 0.0, 1.0)
+    _check_range("data.mlm_probability", data.mlm_probability, 0.0, 1.0, low_open=True)
+    _check_range("data.mask_replace_prob", data.mask_replace_prob, 0.0, 1.0)
+    _check_range("data.random_replace_prob", data.random_replace_prob, 0.0, 1.0)
+    if data.mask_replace_prob + data.random_replace_prob > 1.0 + 1e-9:
+        raise UserError(
+            "data.mask_replace_prob + data.random_replace_prob must be at most 1 "
+            f"(got {data.mask_replace_prob} + {data.random_replace_prob})"
+        )
+    if data.max_predictions_per_seq is not None and data.max_predictions_per_seq < 1:
+        raise UserError("data.max_predictions_per_seq must be a positive integer or null")
+    if data.num_workers < 0:
+        raise UserError(f"data.num_workers must be 0 or more, got {data.num_workers}")
+
+    _check_range("optim.lr", optim.lr, 0.0, 1.0, low_open=True)
+    for index, beta in enumerate(optim.betas):
+        _check_range(f"optim.betas[{index}]", beta, 0.0, 1.0, high_open=True)
+    _check_range("optim.eps", optim.eps, 0.0, 1.0, low_open=True)
+    _check_range("optim.weight_decay", optim.weight_decay, 0.0, 1.0)
+    _check_choice("optim.schedule", optim.schedule, SCHEDULES)
+    if optim.max_grad_norm < 0:
+        raise UserError("optim.max_grad_norm must be 0 (no clipping) or more")
+    _check_range("optim.label_smoothing", optim.label_smoothing, 0.0, 1.0, high_open=True)
+    if warmup_given and ratio_given:
+        raise UserError("set optim.warmup_steps or optim.warmup_ratio, not both")
+    if optim.warmup_ratio is not None:
+        _check_range("optim.warmup_ratio", optim.warmup_ratio, 0.0, 1.0)
+        optim.warmup_steps = round(optim.warmup_ratio * train.max_steps)
+        optim.warmup_ratio = None
+    if optim.warmup_steps is None:
+        optim.warmup_steps = 0
+    if optim.warmup_steps < 0:
+        raise UserError(f"optim.warmup_steps must be 0 or more, got {optim.warmup_steps}")
+
+    for name in ("batch_size", "micro_batch_size", "max_steps", "log_every", "eval_every",
+                 "save_every", "keep_last"):
+        if getattr(train, name) < 1:
+            raise UserError(f"train.{name} must be a positive integer, got {getattr(train, name)}")
+    if train.batch_size % train.micro_batch_size != 0:
+        raise UserError(
+            f"train.batch_size ({train.batch_size}) is not divisible by "
+            f"train.micro_batch_size ({train.micro_batch_size})"
+        )
+    _check_choice("train.precision", train.precision, PRECISIONS)
+
+
+def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
+    """Read a YAML config, apply `section.key=value` overrides and validate everything.
+
+    Precedence: overrides > YAML > defaults. `path=None` starts from the defaults.
+    `optim.warmup_ratio` is turned into `optim.warmup_steps` here.
+    """
+    raw = _read_yaml(Path(path)) if path is not None else {}
+    for name in raw:
+        if name not in SECTIONS:
+            raise _unknown("config section", name, list(SECTIONS))
+    for override in overrides:
+        _apply_override(raw, override)
+    optim_raw = raw.get("optim") if isinstance(raw.get("optim"), dict) else {}
+    warmup_given = optim_raw.get("warmup_steps") is not None
+    ratio_given = optim_raw.get("warmup_ratio") is not None
+    config = Config(**{name: _build_section(name, raw.get(name)) for name in SECTIONS})
+    if ratio_given and not warmup_given:
+        config.optim.warmup_steps = None
+    _validate(config, warmup_given, ratio_given)
+    return config
+
+
+def check_world_size(config: Config, world_size: int) -> int:
+    """Return the gradient-accumulation steps for `world_size` processes, or raise UserError."""
+    per_step = config.train.micro_batch_size * world_size
+    if config.train.batch_size % per_step != 0:
+        raise UserError(
+            f"train.batch_size ({config.train.batch_size}) is not divisible by "
+            f"micro_batch_size × world size ({config.train.micro_batch_size} × {world_size})"
+        )
+    return config.train.batch_size // per_step
+
+
+def resolve(config: Config, tokenizer: Any) -> Config:
+    """Fill `model.vocab_size: auto` and `pad_token_id` from the tokenizer; check they fit.
+
+    Args:
+        tokenizer: a `tokenizers.Tokenizer`.
+    """
+    tokenizer_vocab = tokenizer.get_vocab_size(with_added_tokens=True)
+    model = config.model
+    if model.vocab_size == "auto":
+        model.vocab_size = tokenizer_vocab
+    elif model.vocab_size < tokenizer_vocab:
+        raise UserError(
+            f"model.vocab_size ({model.vocab_size}) is smaller than the tokenizer's vocabulary "
+            f"({tokenizer_vocab}); set it to 'auto' or at least {tokenizer_vocab}"
+        )
+    pad_id = tokenizer.token_to_id("[PAD]")
+    if pad_id is not None:
+        model.pad_token_id = pad_id
+    model.validate()
+    return config

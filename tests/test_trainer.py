@@ -1,0 +1,239 @@
+"""The Trainer on CPU with the tiny config: pinned losses, exact resume, accumulation, DDP, logs."""
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+import bertpre.trainer as trainer
+from bertpre.config import load_config
+from bertpre.errors import UserError
+from bertpre.trainer import TrainingDiverged, pretrain
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _tiny_data import build_tiny_data  # noqa: E402
+
+ROOT = Path(__file__).parents[1]
+TINY = ROOT / "configs" / "tiny.yaml"
+ENV = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+
+# Losses of the first 12 steps of configs/tiny.yaml (seed 42) on the tiny DATA below; CPU
+# fp32 is deterministic. Recompute by running the test with PIN=1 if the model, pairs or
+# masking change on purpose.
+PINNED_LOSSES = [
+    5.481937, 5.496292, 5.471887, 5.480410, 5.474408, 5.457548,
+    5.445353, 5.409536, 5.415277, 5.387641, 5.344693, 5.346063,
+]
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory) -> Path:
+    return build_tiny_data(tmp_path_factory.mktemp("data") / "data")
+
+
+def tiny_config(data_dir: Path, out: Path, *overrides: str):
+    return load_config(TINY, [f"data.path={data_dir}", f"train.out={out}", "train.log_every=1",
+                              "train.eval_every=1000", *overrides])
+
+
+def final_weights(run_dir: Path) -> dict[str, torch.Tensor]:
+    latest = (run_dir / "checkpoints" / "latest").read_text().strip()
+    return load_file(run_dir / "checkpoints" / latest / "model.safetensors")
+
+
+def test_pinned_losses_and_falling_mlm_loss(data_dir, tmp_path):
+    result = pretrain(tiny_config(data_dir, tmp_path / "run", "train.max_steps=40"))
+    if os.environ.get("PIN"):
+        print([round(x, 6) for x in result.losses[:12]])
+    assert result.step == 40 and len(result.losses) == 40
+    assert result.losses[:12] == pytest.approx(PINNED_LOSSES, abs=1e-5)
+    assert sum(result.losses[-5:]) / 5 < sum(result.losses[:5]) / 5 - 0.3
+
+
+def test_run_folder_layout_and_tensorboard_tags(data_dir, tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    run_dir = tmp_path / "run"
+    pretrain(tiny_config(data_dir, run_dir, "train.max_steps=4", "train.eval_every=2",
+                         "train.save_every=2"))
+    assert sorted(p.name for p in run_dir.iterdir()) == [
+        "checkpoints", "config.yaml", "metrics.jsonl", "tensorboard", "tokenizer"]
+    assert load_config(run_dir / "config.yaml").model.vocab_size == 120
+    accumulator = EventAccumulator(str(run_dir / "tensorboard"))
+    accumulator.Reload()
+    tags = set(accumulator.Tags()["scalars"])
+    expected = {"train/loss", "train/mlm_loss", "train/pair_loss", "train/mlm_acc", "train/pair_acc",
+                "train/lr", "train/grad_norm", "train/loss_scale", "train/skipped_steps",
+                "perf/tokens_per_s", "eval/mlm_loss", "eval/perplexity", "eval/mlm_acc",
+                "eval/mlm_acc_mask", "eval/mlm_acc_random", "eval/mlm_acc_kept", "eval/pair_acc"}
+    assert expected <= tags
+    assert [event.step for event in accumulator.Scalars("eval/mlm_loss")] == [2, 4]
+    assert [event.step for event in accumulator.Scalars("train/lr")] == [1, 2, 3, 4]
+    assert accumulator.Scalars("train/lr")[0].value == pytest.approx(1e-4)
+
+
+def test_accumulation_equals_one_big_micro_batch(data_dir, tmp_path):
+    no_dropout = ["model.hidden_dropout_prob=0.0", "model.attention_probs_dropout_prob=0.0",
+                  "train.batch_size=8", "train.max_steps=3"]
+    whole = pretrain(tiny_config(data_dir, tmp_path / "whole", *no_dropout, "train.micro_batch_size=8"))
+    split = pretrain(tiny_config(data_dir, tmp_path / "split", *no_dropout, "train.micro_batch_size=2"))
+    assert split.losses == pytest.approx(whole.losses, abs=1e-6)
+    a, b = final_weights(tmp_path / "whole"), final_weights(tmp_path / "split")
+    for name in a:
+        torch.testing.assert_close(a[name], b[name], atol=1e-6, rtol=0)
+
+
+KILLED_RUN = textwrap.dedent("""
+    import os, signal, sys
+    import bertpre.trainer as trainer
+    from bertpre.config import load_config
+    original = trainer.save_checkpoint
+
+    def save_then_die(run_dir, step, **kwargs):
+        folder = original(run_dir, step, **kwargs)
+        if step == int(sys.argv[2]):
+            os.kill(os.getpid(), signal.SIGKILL)
+        return folder
+
+    trainer.save_checkpoint = save_then_die
+    trainer.pretrain(load_config(sys.argv[1], sys.argv[3:]))
+""")
+
+
+def test_resume_after_sigkill_is_exact(data_dir, tmp_path):
+    steps = ["train.max_steps=8", "train.save_every=4"]
+    straight = pretrain(tiny_config(data_dir, tmp_path / "straight", *steps))
+
+    overrides = [f"data.path={data_dir}", f"train.out={tmp_path / 'resumed'}", "train.log_every=1",
+                 "train.eval_every=1000", *steps, "data.num_workers=1"]
+    killed = subprocess.run([sys.executable, "-c", KILLED_RUN, str(TINY), "4", *overrides],
+                            env=ENV, capture_output=True, text=True, timeout=120)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    assert (tmp_path / "resumed" / "checkpoints" / "latest").read_text().strip() == "step-00000004"
+
+    resumed = pretrain(load_config(TINY, overrides))
+    assert resumed.losses == straight.losses[4:]  # identical, not merely close
+    a, b = final_weights(tmp_path / "straight"), final_weights(tmp_path / "resumed")
+    for name in a:
+        assert torch.equal(a[name], b[name]), name
+    rows = [json.loads(line) for line in (tmp_path / "resumed" / "metrics.jsonl").read_text().splitlines()]
+    assert [row["step"] for row in rows if "train/loss" in row] == list(range(1, 9))
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_ddp_two_gloo_processes_equal_one_process_with_accumulation(data_dir, tmp_path):
+    common = ["model.hidden_dropout_prob=0.0", "model.attention_probs_dropout_prob=0.0",
+              "train.batch_size=16", "train.micro_batch_size=4", "train.max_steps=3"]
+    single = pretrain(tiny_config(data_dir, tmp_path / "single", *common))
+    port = str(free_port())
+    command = [sys.executable, "-m", "bertpre", "pretrain", "--config", str(TINY),
+               "--data", str(data_dir), "--out", str(tmp_path / "ddp"),
+               *[arg for item in common + ["train.log_every=1", "train.eval_every=1000"]
+                 for arg in ("--set", item)]]
+    processes = [subprocess.Popen(command, env=dict(ENV, RANK=str(rank), LOCAL_RANK=str(rank),
+                                                    WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
+                                                    MASTER_PORT=port),
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for rank in range(2)]
+    for process in processes:
+        _, stderr = process.communicate(timeout=120)
+        assert process.returncode == 0, stderr[-2000:]
+    rows = [json.loads(line) for line in (tmp_path / "ddp" / "metrics.jsonl").read_text().splitlines()]
+    ddp_losses = [row["train/loss"] for row in rows if "train/loss" in row]
+    assert ddp_losses == pytest.approx(single.losses, abs=1e-6)
+    a, b = final_weights(tmp_path / "single"), final_weights(tmp_path / "ddp")
+    for name in a:
+        torch.testing.assert_close(a[name], b[name], atol=1e-6, rtol=0)
+
+
+def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(data_dir, tmp_path, monkeypatch):
+    class PoisonedModel(trainer.BertForPreTraining):
+        calls = 0
+
+        def forward(self, *args, **kwargs):
+            out = super().forward(*args, **kwargs)
+            PoisonedModel.calls += 1
+            if PoisonedModel.calls > 3:
+                out.mlm_loss = out.mlm_loss * float("nan")
+            return out
+
+    monkeypatch.setattr(trainer, "BertForPreTraining", PoisonedModel)
+    run_dir = tmp_path / "run"
+    with pytest.raises(TrainingDiverged, match="diverged at step 4.*step-00000002"):
+        pretrain(tiny_config(data_dir, run_dir, "train.batch_size=8", "train.max_steps=6",
+                             "train.save_every=2"))
+    assert (run_dir / "checkpoints" / "latest").read_text().strip() == "step-00000002"
+    assert (run_dir / "checkpoints" / "step-00000002" / "model.safetensors").exists()
+
+
+def test_no_resume_refuses_a_run_with_checkpoints(data_dir, tmp_path):
+    pretrain(tiny_config(data_dir, tmp_path / "run", "train.max_steps=1"))
+    with pytest.raises(UserError, match="already holds checkpoints"):
+        pretrain(tiny_config(data_dir, tmp_path / "run", "train.max_steps=2"), resume=False)
+
+
+def fp16_on_cpu(monkeypatch, infinite_calls):
+    """Keep fp16 + GradScaler on CPU (normally replaced by fp32) and make chosen forwards overflow."""
+    from bertpre.runtime import Runtime
+
+    monkeypatch.setattr(trainer, "init_runtime",
+                        lambda precision: Runtime(device=torch.device("cpu"), precision="fp16"))
+
+    class OverflowingModel(trainer.BertForPreTraining):
+        calls = 0
+
+        def forward(self, *args, **kwargs):
+            out = super().forward(*args, **kwargs)
+            OverflowingModel.calls += 1
+            if self.training and infinite_calls(OverflowingModel.calls):
+                out.mlm_loss = out.mlm_loss * float("inf")
+            return out
+
+    monkeypatch.setattr(trainer, "BertForPreTraining", OverflowingModel)
+
+
+def test_fp16_skipped_steps_are_counted_and_do_not_advance_the_schedule(data_dir, tmp_path, monkeypatch):
+    fp16_on_cpu(monkeypatch, lambda call: call in (2, 3))
+    run_dir = tmp_path / "run"
+    result = pretrain(tiny_config(data_dir, run_dir, "train.batch_size=8", "train.max_steps=4",
+                                  "optim.warmup_steps=4"))
+    assert (result.step, result.skipped_steps, len(result.losses)) == (4, 2, 4)
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [row["train/lr"] for row in rows if "train/lr" in row] == pytest.approx(
+        [2.5e-4, 5e-4, 7.5e-4, 1e-3])
+    assert [row["train/skipped_steps"] for row in rows if "train/lr" in row] == [0, 2, 2, 2]
+    assert rows[1]["train/loss_scale"] == 65536.0 / 4
+
+
+def test_fp16_overflowing_every_step_stops_with_a_clear_message(data_dir, tmp_path, monkeypatch):
+    fp16_on_cpu(monkeypatch, lambda call: True)
+    with pytest.raises(TrainingDiverged, match="20 fp16 steps in a row overflowed"):
+        pretrain(tiny_config(data_dir, tmp_path / "run", "train.batch_size=8", "train.max_steps=4"))
+
+
+def test_data_made_by_another_tokenizer_is_refused(data_dir, tmp_path):
+    import shutil
+
+    other = build_tiny_data(tmp_path / "other", documents=30, seed=1)
+    run_dir = tmp_path / "run"
+    pretrain(tiny_config(data_dir, run_dir, "train.max_steps=1"))
+    with pytest.raises(UserError, match="made by another tokenizer than run"):
+        pretrain(tiny_config(other, run_dir, "train.max_steps=2"))
+
+    tampered = tmp_path / "tampered"
+    shutil.copytree(data_dir, tampered)
+    shutil.copy(other / "tokenizer" / "tokenizer.json", tampered / "tokenizer" / "tokenizer.json")
+    with pytest.raises(UserError, match="tokenizer other than the one its dataset was made with"):
+        pretrain(tiny_config(tampered, tmp_path / "run2", "train.max_steps=1"))
