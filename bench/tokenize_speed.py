@@ -13,8 +13,8 @@ MB are the corpus files' bytes on disk. Rounds of the two alternate (and which g
 alternates too) so machine noise hits both alike; medians are compared (and, less sensitive to other load on the machine, the
 fastest rounds). Target: bertpre's overhead at most 20% (ratio <= 1.2).
 
-    .venv/bin/python bench/tokenize.py                    # wikitext-2 valid+test, 3 rounds
-    .venv/bin/python bench/tokenize.py --rounds 1         # shorter
+    .venv/bin/python bench/tokenize_speed.py                    # wikitext-2 valid+test, 3 rounds
+    .venv/bin/python bench/tokenize_speed.py --rounds 1         # shorter
 """
 # ruff: noqa: E402  (imports follow the import-path fix below)
 from __future__ import annotations

@@ -18,17 +18,224 @@ app = typer.Typer(
 )
 
 EXIT_BAD_INPUT = 2
+EXIT_INTERRUPTED = 130
 
 
-def fail(message: str) -> typer.Exit:
-    """Print one line to stderr and return the exit for bad input (raise the result)."""
-    typer.echo(f"error: {message}", err=True)
-    return typer.Exit(EXIT_BAD_INPUT)
+# Each command is a thin wrapper: parse options, call one library function, print a summary.
+# Library code raises UserError (or CorpusError) for bad input; main() turns it into one line.
 
 
-# --- commands ------------------------------------------------------------------------------
-# Each command below is a thin wrapper: parse options, call the library, print a summary.
-# (sections are added per command; keep each self-contained)
+# --- pretrain ---
+@app.command()
+def pretrain(
+    config: Path = typer.Option(..., "--config", help="YAML config (see configs/)."),
+    data: Path | None = typer.Option(None, "--data", help="DATA folder; overrides data.path."),
+    out: Path | None = typer.Option(None, "--out", help="RUN folder; overrides train.out."),
+    overrides: list[str] | None = typer.Option(
+        None, "--set", help="Override a config key, e.g. --set train.max_steps=10 (repeatable)."),
+    resume: bool = typer.Option(True, "--resume/--no-resume",
+                                help="Continue from RUN/checkpoints/latest when there is one."),
+) -> None:
+    """Pretrain a BERT encoder; resumes from RUN/checkpoints/latest by default.
+
+    Exit codes: 0 done, 2 bad input or a diverged run, 130 after SIGINT and 143 after SIGTERM
+    (both once a checkpoint is saved).
+    """
+    from bertpre.config import load_config
+    from bertpre.trainer import pretrain as run_pretraining
+
+    cfg = load_config(config, list(overrides or []))
+    if data is not None:
+        cfg.data.path = str(data)
+    if out is not None:
+        cfg.train.out = str(out)
+    result = run_pretraining(cfg, resume=resume)
+    state = "stopped by signal" if result.exit_code else "done"
+    typer.echo(f"{state} at step {result.step}; skipped steps: {result.skipped_steps}; "
+               f"run folder: {result.run_dir}")
+    if result.exit_code:
+        raise typer.Exit(result.exit_code)
+
+
+# --- inspect ---
+@app.command("inspect")
+def inspect_command(
+    data: Path = typer.Argument(..., help="DATA folder written by `bertpre tokenize`."),
+    config: Path | None = typer.Option(
+        None, "--config", help="YAML config: its data: settings, train.micro_batch_size and train.seed (default: built-in defaults)."),
+    batches: int = typer.Option(20, "--batches", help="How many batches to sample."),
+    split: str = typer.Option("train", "--split", help="train or validation."),
+) -> None:
+    """Masking audit: realized mask rate and 80/10/10 split, pair label balance, truncation,
+    padding and [UNK] share over batches sampled as training would."""
+    from bertpre.config import load_config
+    from bertpre.data import load_data
+    from bertpre.inspect import format_report, inspect_data
+
+    cfg = load_config(config)
+    report = inspect_data(load_data(data), cfg.data, batches=batches,
+                          batch_size=cfg.train.micro_batch_size, seed=cfg.train.seed, split=split)
+    typer.echo(format_report(report))
+
+
+# --- export ---
+@app.command()
+def export(
+    source: Path = typer.Argument(..., help="RUN folder (uses checkpoints/latest) or a checkpoints/step-N folder."),
+    out: Path = typer.Option(..., "--out", help="Folder to write the Hugging Face layout to."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace --out if it already exists."),
+) -> None:
+    """Write a checkpoint and the run's tokenizer in the Hugging Face layout."""
+    from bertpre.hf import export as export_checkpoint
+
+    summary = export_checkpoint(source, out, overwrite=overwrite)
+    typer.echo(f"exported {summary.checkpoint} as {summary.architecture} "
+               f"({summary.parameters:,} parameters) with {', '.join(summary.tokenizer_files)} "
+               f"to {summary.out}")
+
+
+# --- info ---
+@app.command()
+def info(
+    config: Path = typer.Option(..., "--config", help="YAML config (see configs/)."),
+    overrides: list[str] | None = typer.Option(
+        None, "--set", help="Override a config key, e.g. --set model.num_hidden_layers=6 (repeatable)."),
+) -> None:
+    """Parameters by part, training FLOPs per token and a memory estimate for a config."""
+    from bertpre.config import load_config
+    from bertpre.info import format_info, model_info
+
+    cfg = load_config(config, list(overrides or []))
+    predicted_share = cfg.data.mlm_probability
+    if cfg.data.max_predictions_per_seq is not None:
+        predicted_share = min(predicted_share, cfg.data.max_predictions_per_seq / cfg.data.max_seq_length)
+    typer.echo(format_info(model_info(
+        cfg.model,
+        seq_length=cfg.data.max_seq_length,
+        predicted_share=predicted_share,
+        precision=cfg.train.precision,
+        micro_batch_size=cfg.train.micro_batch_size,
+    )))
+
+
+# --- tokenize ---
+@app.command()
+def tokenize(
+    corpus: list[str] = typer.Argument(
+        ..., help="Corpus files, folders or globs (.txt, .jsonl, .json, .parquet, also .gz/.bz2/.xz)."),
+    out: Path = typer.Option(..., "--out", help="DATA folder to write."),
+    vocab_size: int = typer.Option(30522, "--vocab-size", help="WordPiece vocab size to train."),
+    lowercase: bool | None = typer.Option(
+        None, "--lowercase/--cased",
+        help="Lowercase and strip accents (uncased BERT) or not. Default: lowercase when "
+             "training; a reused vocab.txt follows its tokenizer_config.json or its own tokens."),
+    tokenizer_path: Path | None = typer.Option(
+        None, "--tokenizer", help="Reuse this tokenizer.json, vocab.txt or tokenizer folder instead of training."),
+    text_field: str = typer.Option("text", "--text-field", help="JSON field / Parquet column holding the text."),
+    validation_share: float = typer.Option(
+        0.01, "--validation-share", help="Share of documents held out for validation (at least one)."),
+    num_proc: int = typer.Option(1, "--num-proc", help="Processes encoding the corpus (raise for large corpora)."),
+    min_frequency: int = typer.Option(2, "--min-frequency", help="Fewest occurrences for a merged subword."),
+    limit_alphabet: int = typer.Option(1000, "--limit-alphabet", help="Most distinct characters in the vocab."),
+    no_sentence_split: bool = typer.Option(
+        False, "--no-sentence-split", help="Take each line as one sentence (no sentence splitting)."),
+    seed: int = typer.Option(42, "--seed", help="Seed of the train/validation split."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace --out if it is already a DATA folder."),
+) -> None:
+    """Train a WordPiece vocab (or reuse one) and write a tokenized DATA folder.
+
+    Example: bertpre tokenize corpus/ more/*.jsonl.gz --out data/corpus --vocab-size 30522
+    """
+    from bertpre.tokenize_corpus import format_summary, tokenize_corpus
+
+    manifest = tokenize_corpus(
+        corpus, out,
+        vocab_size=vocab_size, lowercase=lowercase, tokenizer_path=tokenizer_path,
+        text_field=text_field, split_sentences=not no_sentence_split,
+        validation_share=validation_share, num_proc=num_proc, min_frequency=min_frequency,
+        limit_alphabet=limit_alphabet, overwrite=overwrite, seed=seed,
+        show_progress=sys.stderr.isatty(),  # bars only for people watching, not in logs
+    )
+    replaced = manifest["counts"]["invalid_utf8_replacements"]
+    if replaced:
+        typer.echo(f"warning: {replaced:,} invalid UTF-8 byte sequence(s) in the corpus were "
+                   "replaced with U+FFFD (counted in the manifest)", err=True)
+    typer.echo(format_summary(manifest, out))
+
+
+# --- fill-mask ---
+@app.command("fill-mask")
+def fill_mask_command(
+    source: Path = typer.Argument(..., help="EXPORT folder, RUN folder or checkpoints/step-N folder."),
+    texts: list[str] = typer.Argument(..., help="Text(s) with one or more [MASK] tokens."),
+    top_k: int = typer.Option(5, "--top-k", help="How many candidates to show for each [MASK]."),
+) -> None:
+    """Top-k predictions for each [MASK] in a text.
+
+    Example: bertpre fill-mask my-bert "The capital of France is [MASK]."
+    """
+    from bertpre.inference import fill_in, fill_mask, load_model_and_tokenizer
+
+    model, tokenizer = load_model_and_tokenizer(source)
+    for text in texts:
+        predictions = fill_mask(model, tokenizer, text, top_k=top_k)
+        typer.echo(f"{text}\n  → {fill_in(tokenizer, text, predictions)}")
+        for number, candidates in enumerate(predictions, start=1):
+            shown = "  ".join(f"{c.token} ({c.probability:.3f})" for c in candidates)
+            typer.echo(f"  [MASK] {number}: {shown}")
+
+
+# --- evaluate ---
+@app.command()
+def evaluate(
+    source: Path = typer.Argument(..., help="RUN folder, checkpoints/step-N folder or EXPORT folder."),
+    data: Path = typer.Option(..., "--data", help="DATA folder whose validation split to score."),
+    config: Path | None = typer.Option(
+        None, "--config",
+        help="Config whose data: settings to use (default: the run's config.yaml, else defaults)."),
+    micro_batch_size: int = typer.Option(32, "--micro-batch-size", help="Sequences per forward pass."),
+    seed: int = typer.Option(42, "--seed", help="Seed of the fixed validation pairs and masks."),
+) -> None:
+    """MLM loss, perplexity, MLM accuracy and pair accuracy on DATA's validation split.
+
+    Example: bertpre evaluate runs/base --data data/corpus
+    """
+    from bertpre.config import load_config
+    from bertpre.data import load_data
+    from bertpre.evaluation import evaluate as evaluate_model
+    from bertpre.inference import load_model_and_tokenizer
+
+    run_config = source / "config.yaml"
+    if config is None and run_config.is_file():
+        config = run_config
+    cfg = load_config(config)
+    model, tokenizer = load_model_and_tokenizer(source)
+    data_folder = load_data(data)
+    if data_folder.tokenizer.get_vocab() != tokenizer.get_vocab():
+        raise UserError(f"{data} was tokenized with another vocab than {source}'s; "
+                        "evaluate on DATA made with the model's tokenizer (bertpre tokenize --tokenizer)")
+    cfg.data.max_seq_length = min(cfg.data.max_seq_length, model.config.max_position_embeddings)
+    metrics = evaluate_model(model, data_folder, cfg.data, micro_batch_size=micro_batch_size, seed=seed)
+    for name, value in metrics.items():
+        typer.echo(f"{name:<16} {value:.4f}" if isinstance(value, float) else f"{name:<16} {value}")
+
+
+# --- demo ---
+@app.command()
+def demo(
+    out: Path = typer.Option(Path("demo"), "--out", help="Folder for everything the demo makes."),
+    config: Path | None = typer.Option(None, "--config", help="Config to train (default: configs/tiny.yaml)."),
+    max_steps: int | None = typer.Option(None, "--max-steps", help="Override the config's train.max_steps."),
+) -> None:
+    """The whole flow on the built-in sample corpus, on CPU: tokenize, pretrain, export, fill-mask.
+
+    Example: bertpre demo --out demo
+    """
+    from bertpre.demo import format_result, run_demo
+
+    result = run_demo(out, config_path=config, max_steps=max_steps,
+                      say=lambda line: typer.echo(line, err=True))
+    typer.echo(format_result(result))
 
 
 def main() -> None:
@@ -38,6 +245,7 @@ def main() -> None:
     except (UserError, CorpusError) as error:
         typer.echo(f"error: {error}", err=True)
         sys.exit(EXIT_BAD_INPUT)
-
-
-_ = Path  # used by the command sections
+    except KeyboardInterrupt:
+        # pretrain handles SIGINT itself (it checkpoints first); elsewhere nothing is half-written
+        typer.echo("interrupted", err=True)
+        sys.exit(EXIT_INTERRUPTED)

@@ -1,0 +1,144 @@
+"""`bertpre demo`: the whole flow on the built-in sample corpus, on CPU, in minutes."""
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow.compute as pc
+
+from bertpre.config import load_config
+from bertpre.data import DataFolder, load_data
+from bertpre.errors import UserError
+from bertpre.evaluation import evaluate
+from bertpre.hf import export
+from bertpre.inference import Prediction, fill_in, fill_mask, load_model_and_tokenizer
+from bertpre.tokenize_corpus import tokenize_corpus
+from bertpre.trainer import pretrain
+from data_prep.sample_corpus import write_sample_corpus
+
+TINY_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "tiny.yaml"
+MARKER = ".bertpre-demo"  # only a folder carrying this is replaced by the next demo
+DEMO_VOCAB_SIZE = 4000
+# The sample corpus is Python's own documentation, so these ask for words it teaches.
+DEMO_SENTENCES = (
+    "Return a new [MASK] containing the items of the iterable.",
+    "If the file does not exist, an [MASK] is raised.",
+    "The default value of this [MASK] is none.",
+)
+
+
+@dataclass
+class DemoResult:
+    """What the demo made and measured."""
+
+    out: Path
+    run_dir: Path
+    export_dir: Path
+    tensorboard_dir: Path
+    steps: int
+    evaluation: dict[str, float]
+    unigram_accuracy: float
+    predictions: list[tuple[str, str, list[list[Prediction]]]]  # (text, filled-in text, top-k)
+
+
+def run_demo(
+    out: str | Path,
+    *,
+    config_path: str | Path | None = None,
+    max_steps: int | None = None,
+    say: Callable[[str], None] = print,
+) -> DemoResult:
+    """Sample corpus → small vocab → `configs/tiny.yaml` → export → fill-mask, all under `out`."""
+    out = Path(out)
+    config_path = Path(config_path) if config_path else TINY_CONFIG
+    if not config_path.is_file():
+        raise UserError(f"{config_path} not found; run the demo from a bertpre checkout or pass --config")
+    prepare_folder(out)
+    data_dir, run_dir, export_dir = out / "data", out / "run", out / "model"
+
+    say("1/4  writing the built-in sample corpus (Python's own documentation)")
+    corpus = write_sample_corpus(out / "corpus")
+    say(f"2/4  training a {DEMO_VOCAB_SIZE}-token WordPiece vocab and tokenizing into {data_dir}")
+    tokenize_corpus([corpus], data_dir, vocab_size=DEMO_VOCAB_SIZE, lowercase=True)
+
+    overrides = [f"data.path={data_dir}", f"train.out={run_dir}"]
+    if max_steps is not None:
+        overrides.append(f"train.max_steps={max_steps}")
+    config = load_config(config_path, overrides=overrides)
+    say(f"3/4  pretraining {config_path.name} for {config.train.max_steps} steps into {run_dir}")
+    result = pretrain(config, resume=False)
+    if result.exit_code != 0:
+        raise UserError(f"the demo's training was interrupted (exit {result.exit_code})")
+
+    say(f"4/4  exporting to {export_dir} and filling masks")
+    export(run_dir, export_dir, overwrite=True)
+    model, tokenizer = load_model_and_tokenizer(export_dir)
+    data = load_data(data_dir)
+    evaluation = evaluate(model, data, config.data, micro_batch_size=config.train.micro_batch_size,
+                          seed=config.train.seed)
+    predictions = []
+    for text in DEMO_SENTENCES:
+        candidates = fill_mask(model, tokenizer, text, top_k=5)
+        predictions.append((text, fill_in(tokenizer, text, candidates), candidates))
+    return DemoResult(out=out, run_dir=run_dir, export_dir=export_dir,
+                      tensorboard_dir=run_dir / "tensorboard", steps=result.step,
+                      evaluation=evaluation, unigram_accuracy=unigram_accuracy(data),
+                      predictions=predictions)
+
+
+def prepare_folder(out: Path) -> None:
+    """Make `out` empty, replacing only a folder an earlier demo made."""
+    if out.exists():
+        if not (out / MARKER).is_file():
+            raise UserError(f"{out} exists and was not made by `bertpre demo`; choose another --out")
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    (out / MARKER).write_text("made by `bertpre demo`; the next demo replaces this folder\n")
+
+
+def unigram_accuracy(data: DataFolder) -> float:
+    """MLM accuracy of always guessing the train split's most frequent token, on validation.
+
+    Masked positions are drawn uniformly from the real tokens, so this is the validation share
+    of that token: the bar a model must clear to have learned anything beyond frequencies.
+    """
+    def token_ids(dataset) -> np.ndarray:
+        column = dataset.data.column("input_ids")
+        return pc.list_flatten(pc.list_flatten(column)).to_numpy()
+
+    train_ids = token_ids(data.train)
+    most_frequent = np.bincount(train_ids).argmax()
+    validation_ids = token_ids(data.validation)
+    return float((validation_ids == most_frequent).mean()) if validation_ids.size else float("nan")
+
+
+def format_result(result: DemoResult) -> str:
+    """The demo's closing summary: accuracy against the unigram guess, predictions, next steps."""
+    evaluation = result.evaluation
+    lines = [
+        "",
+        f"trained {result.steps} steps; validation MLM loss {evaluation['mlm_loss']:.3f}, "
+        f"perplexity {evaluation['perplexity']:.1f}",
+        f"MLM accuracy {evaluation['mlm_acc']:.1%} against {result.unigram_accuracy:.1%} for always "
+        "guessing the most frequent token",
+        f"pair accuracy {evaluation['pair_acc']:.1%} (chance: 50%)",
+        "",
+        "fill-mask:",
+    ]
+    for text, filled, candidates in result.predictions:
+        lines.append(f"  {text}")
+        lines.append(f"    → {filled}")
+        for choices in candidates:
+            shown = ", ".join(f"{c.token} {c.probability:.2f}" for c in choices)
+            lines.append(f"    top 5: {shown}")
+    lines += [
+        "",
+        f"TensorBoard logs: {result.tensorboard_dir}",
+        f"  view them with: tensorboard --logdir {result.tensorboard_dir}",
+        f"Hugging Face model: {result.export_dir}",
+        f"  try: bertpre fill-mask {result.export_dir} \"The [MASK] function returns a list.\"",
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,90 @@
+"""Use a trained model: load it with its tokenizer from an export, a run or a checkpoint; fill masks."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from tokenizers import Tokenizer
+
+from bertpre.errors import UserError
+from bertpre.hf import CONFIG_NAME, find_checkpoint, load_pretrained
+from bertpre.model import BertForPreTraining
+from bertpre.tokenizer import load_tokenizer
+
+MASK_TOKEN = "[MASK]"
+SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+
+
+@dataclass
+class Prediction:
+    """One candidate for a masked position."""
+
+    token: str
+    probability: float
+
+
+def load_model_and_tokenizer(source: str | Path) -> tuple[BertForPreTraining, Tokenizer]:
+    """The model (in eval mode) and its tokenizer from an EXPORT folder, a RUN or a step folder."""
+    source = Path(source)
+    has_tokenizer = any((source / name).is_file() for name in ("tokenizer.json", "vocab.txt"))
+    if (source / CONFIG_NAME).is_file() and has_tokenizer:
+        model_folder, tokenizer_folder = source, source  # an export holds both
+    else:
+        model_folder, tokenizer_folder = find_checkpoint(source)
+    model = load_pretrained(model_folder)
+    tokenizer = load_tokenizer(tokenizer_folder)
+    if tokenizer.get_vocab_size() > model.config.vocab_size:
+        raise UserError(
+            f"{tokenizer_folder}: tokenizer has {tokenizer.get_vocab_size()} tokens but the model "
+            f"only {model.config.vocab_size}; they do not belong together"
+        )
+    return model.eval(), tokenizer
+
+
+@torch.no_grad()
+def fill_mask(
+    model: BertForPreTraining, tokenizer: Tokenizer, text: str, top_k: int = 5
+) -> list[list[Prediction]]:
+    """The `top_k` most likely tokens for each `[MASK]` in `text`, in order of appearance.
+
+    Special tokens are never proposed: the model is never trained to predict them.
+    """
+    if MASK_TOKEN not in text:
+        raise UserError(f'the text has no {MASK_TOKEN}; write e.g. "The capital of France is {MASK_TOKEN}."')
+    if top_k < 1:
+        raise UserError(f"--top-k must be at least 1, not {top_k}")
+    ids = tokenizer.encode(text).ids  # [CLS] ... [SEP]
+    limit = model.config.max_position_embeddings
+    if len(ids) > limit:
+        raise UserError(f"the text is {len(ids)} tokens long; this model reads at most {limit}")
+    input_ids = torch.tensor([ids])  # (1, T)
+    mask_id = tokenizer.token_to_id(MASK_TOKEN)
+    positions = (input_ids[0] == mask_id).nonzero().flatten()
+    if positions.numel() == 0:
+        raise UserError(f"the tokenizer did not keep {MASK_TOKEN} as one token in {text!r}")
+
+    device = next(model.parameters()).device
+    logits = model(
+        input_ids.to(device),
+        attention_mask=torch.ones_like(input_ids, device=device),
+        token_type_ids=torch.zeros_like(input_ids, device=device),
+    ).prediction_logits[0]  # (T, V)
+    probabilities = logits[positions.to(device)].float().softmax(dim=-1)  # (M, V)
+    special = [tokenizer.token_to_id(token) for token in SPECIAL_TOKENS]
+    probabilities[:, [i for i in special if i is not None]] = 0.0
+    # Rows beyond the tokenizer's vocabulary (a padded embedding table) are never proposed either.
+    probabilities[:, tokenizer.get_vocab_size():] = 0.0
+    top = probabilities.topk(min(top_k, tokenizer.get_vocab_size()), dim=-1)
+    return [
+        [Prediction(tokenizer.id_to_token(int(i)), float(p)) for p, i in zip(values, indices, strict=True)]
+        for values, indices in zip(top.values.cpu(), top.indices.cpu(), strict=True)
+    ]
+
+
+def fill_in(tokenizer: Tokenizer, text: str, predictions: list[list[Prediction]]) -> str:
+    """`text` with each `[MASK]` replaced by its most likely token, decoded as words."""
+    ids = tokenizer.encode(text).ids
+    mask_id = tokenizer.token_to_id(MASK_TOKEN)
+    best = iter(tokenizer.token_to_id(candidates[0].token) for candidates in predictions)
+    return tokenizer.decode([next(best) if token == mask_id else token for token in ids])

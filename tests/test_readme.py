@@ -1,0 +1,67 @@
+"""The README stays true: its config reference matches the defaults, its commands exist."""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from bertpre.cli import app
+from bertpre.config import Config
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def parse_default(text: str):
+    """A README table cell (`auto`, 1e-4, [0.9, 0.999], `null` ...) as a Python value."""
+    text = text.strip().strip("`")
+    constants = {"null": None, "true": True, "false": False}
+    if text in constants:
+        return constants[text]
+    if text.startswith("["):
+        return json.loads(text)
+    for number in (int, float):
+        try:
+            return number(text)
+        except ValueError:
+            pass
+    return text
+
+
+def readme_config_reference() -> dict[str, dict]:
+    sections: dict[str, dict] = {}
+    current = None
+    for line in README.read_text(encoding="utf-8").splitlines():
+        header = re.match(r"\*\*(model|data|optim|train)\*\*", line)
+        if header:
+            current = sections.setdefault(header.group(1), {})
+            continue
+        row = re.match(r"\| `(\w+)` \| ([^|]+) \|", line)
+        if current is not None and row:
+            current[row.group(1)] = parse_default(row.group(2))
+    return sections
+
+
+def test_config_reference_lists_every_key_with_its_default():
+    documented = readme_config_reference()
+    defaults = Config().to_dict()
+    assert set(documented) == set(defaults)
+    for section, values in defaults.items():
+        assert documented[section] == values, section
+
+
+def test_every_bertpre_command_in_the_readme_exists():
+    registered = {command.name or command.callback.__name__ for command in app.registered_commands}
+    text = README.read_text(encoding="utf-8")
+    code = "\n".join(re.findall(r"^```[a-z]*\n(.*?)^```", text, re.M | re.S))
+    mentioned = set(re.findall(r"^\s*bertpre ([a-z-]+)", code, re.M))
+    mentioned |= set(re.findall(r"-m bertpre ([a-z-]+)", code))
+    mentioned |= set(re.findall(r"`bertpre ([a-z-]+)", text))
+    assert mentioned, "the README shows no bertpre command"
+    assert mentioned <= registered, mentioned - registered
+
+
+@pytest.mark.parametrize("command", ["make demo", "make test"])
+def test_readme_shows_the_two_commands(command):
+    assert command in README.read_text()
