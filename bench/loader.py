@@ -1,0 +1,211 @@
+"""Does data keep up? The training data loader's sequences/s next to the training step's.
+
+The loader is the trainer's own `BatchStream`: `PretrainingInstances` (NSP, length 128) and
+`MaskingCollator` (15%, at most 20 predictions) through a torch DataLoader with N worker
+processes, a fresh one each epoch as in training, epoch boundaries included in the timing.
+The first batch (worker start-up) is left out. Measured with 0 workers too: the rate of one
+core doing nothing else; with --pack also a lever: each batch leaves the worker as one tensor
+instead of six (each tensor crossing processes costs a shared-memory segment and a file
+descriptor). Settings alternate round by round; medians are compared.
+
+The consumer is one training step of BERT-base (fp16 autocast, fused AdamW, batch 256)
+measured on the GPU when there is one, or a figure given with --consumption. Target: loader
+>= 3x consumption, with the GPU machine's cores. On a machine without CUDA only the loader
+rate and its per-core rate are recorded.
+
+    .venv/bin/python bench/loader.py                       # N = all cores, ~1 min
+    .venv/bin/python bench/loader.py --batches 20          # shorter
+    .venv/bin/python bench/loader.py --consumption 2400    # compare with a known step rate
+    .venv/bin/python bench/loader.py --pack                # also measure one-tensor batches
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.common import use_repository_imports  # noqa: E402
+
+use_repository_imports()
+
+import argparse  # noqa: E402
+import os  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+
+from bench.common import RESULTS, median, write_result  # noqa: E402
+
+CORPORA = Path(__file__).resolve().parents[2] / "shared" / "corpora"
+MICRO_BATCH_SIZE = 32
+SEQ_LENGTH = 128
+
+
+def build_data(folder: Path, vocab_size: int) -> tuple[Path, str]:
+    """A DATA folder of wikitext-2 valid + test articles if present, else of the sample corpus.
+
+    WikiText separates paragraphs by blank lines, which would make every paragraph a document
+    (22% padding at 128 instead of ~4%): articles are written out as documents first.
+    """
+    from bench.create_instances import wikitext_documents, write_bert_format
+    from bertpre.tokenize_corpus import tokenize_corpus
+
+    corpora = [CORPORA / f"wikitext2-{split}.txt" for split in ("valid", "test")]
+    corpora = [path for path in corpora if path.exists()]
+    if corpora:
+        name = " + ".join(path.name for path in corpora) + " (articles as documents)"
+        documents = [document for path in corpora for document in wikitext_documents(path)]
+        corpus = write_bert_format(documents, folder / "corpus.txt")
+        tokenize_corpus([corpus], folder / "data", vocab_size=vocab_size, split_sentences=False,
+                        show_progress=False)
+    else:
+        from data_prep.sample_corpus import write_sample_corpus
+
+        name = "built-in sample corpus"
+        tokenize_corpus([write_sample_corpus(folder / "corpus")], folder / "data",
+                        vocab_size=vocab_size, show_progress=False)
+    return folder / "data", name
+
+
+class PackedCollate:
+    """The lever `--pack` measures: a batch crosses from worker to trainer as one tensor.
+
+    Each tensor a worker returns costs a shared-memory segment and a file descriptor passed
+    over a socket (~0.4 ms on a 2-core machine); the collator's batch holds six.
+    """
+
+    def __init__(self, collate) -> None:
+        self.collate = collate
+
+    def __call__(self, instances: list[dict]) -> tuple:
+        import torch
+
+        batch = self.collate(instances)
+        return tuple(batch), [t.shape for t in batch.values()], torch.cat([t.flatten() for t in batch.values()])
+
+
+def unpack(packed: tuple) -> dict:
+    """The batch dict back from `PackedCollate`'s (names, shapes, flat tensor): views, no copy."""
+    names, shapes, flat = packed
+    parts = flat.split([shape.numel() for shape in shapes])
+    return {name: part.view(shape) for name, part, shape in zip(names, parts, shapes, strict=True)}
+
+
+def loader_rate(data_path: Path, num_workers: int, batches: int, pin_memory: bool,
+                micro_batch_size: int = MICRO_BATCH_SIZE, pack: bool = False) -> dict:
+    """Sequences/s of the trainer's batch stream over `batches` micro-batches after the first."""
+    from bertpre.collator import MaskingCollator
+    from bertpre.data import load_data
+    from bertpre.pairs import PretrainingInstances
+    from bertpre.trainer import BatchStream
+
+    data = load_data(data_path)
+    instances = PretrainingInstances(data.train, data.tokenizer, max_seq_length=SEQ_LENGTH,
+                                     pair_task="nsp", seed=1)
+    # Fixed-shape batches, as a compiled or CUDA-graphed step wants them.
+    collate = MaskingCollator(data.tokenizer, max_predictions_per_seq=20, seed=1,
+                              pad_to_length=SEQ_LENGTH)
+    stream = BatchStream(instances, PackedCollate(collate) if pack else collate,
+                         micro_batch_size=micro_batch_size,
+                         num_workers=num_workers, pin_memory=pin_memory, seed=1)
+    start = time.perf_counter()
+    stream.next()
+    first_batch = time.perf_counter() - start
+    start = time.perf_counter()
+    epochs_before = stream.epoch
+    for _ in range(batches):
+        batch = stream.next()
+        if pack:
+            unpack(batch)
+    seconds = time.perf_counter() - start
+    return {"num_workers": num_workers, "batches": batches, "seconds": seconds,
+            "sequences_per_s": batches * micro_batch_size / seconds, "first_batch_s": first_batch,
+            "epoch_boundaries_crossed": stream.epoch - epochs_before,
+            "instances_per_epoch": len(instances)}
+
+
+def training_rate(steps: int) -> dict:
+    """Sequences/s of BERT-base training steps on the GPU (fp16 autocast, fused AdamW, batch 256)."""
+    from bench.gpu import measure_step_rate
+
+    return measure_step_rate("base", seq_length=SEQ_LENGTH, micro_batch_size=256, batch_size=256,
+                             steps=steps, peer=False)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", type=Path, default=None, help="DATA folder (default: built here)")
+    parser.add_argument("--workers", type=int, default=os.cpu_count(),
+                        help="DataLoader workers (default: all cores)")
+    parser.add_argument("--batches", type=int, default=400,
+                        help="timed micro-batches per setting (an epoch of wikitext-2 is ~220)")
+    parser.add_argument("--micro-batch-size", type=int, default=MICRO_BATCH_SIZE)
+    parser.add_argument("--pack", action="store_true",
+                        help="also measure the lever: each batch sent from the workers as one tensor")
+    parser.add_argument("--rounds", type=int, default=2, help="alternating rounds per setting")
+    parser.add_argument("--consumption", type=float, default=None,
+                        help="training step's sequences/s to compare with (default: measured on GPU)")
+    parser.add_argument("--steps", type=int, default=30, help="timed GPU training steps")
+    parser.add_argument("--vocab-size", type=int, default=8000)
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+    import torch
+
+    torch.set_num_threads(1)  # the main process only waits; workers set one thread each
+    cuda = torch.cuda.is_available()
+
+    with tempfile.TemporaryDirectory() as scratch:
+        data_path, corpus = (args.data, str(args.data)) if args.data else build_data(Path(scratch), args.vocab_size)
+        # (workers, packed): the trainer's way with 0 and N workers, and the lever when asked.
+        settings = [(0, False), (args.workers, False)] if args.workers else [(0, False)]
+        settings += [(args.workers, True)] if args.pack else []
+        runs: dict[tuple, list[dict]] = {setting: [] for setting in settings}
+        for round_index in range(args.rounds):
+            for workers, pack in settings if round_index % 2 == 0 else reversed(settings):
+                runs[workers, pack].append(loader_rate(
+                    data_path, workers, args.batches, pin_memory=cuda,
+                    micro_batch_size=args.micro_batch_size, pack=pack))
+
+    rates = {setting: median([run["sequences_per_s"] for run in runs[setting]]) for setting in settings}
+    labels = {setting: f"{setting[0]} workers" + (", packed" if setting[1] else "") for setting in settings}
+    loader = rates[args.workers, False]
+    consumption, consumer = args.consumption, None
+    if consumption is None and cuda:
+        consumer = training_rate(args.steps)
+        consumption = consumer["bertpre"]["sequences_per_s"]
+    ratio = loader / consumption if consumption else None
+
+    print(f"corpus {corpus}; micro-batch {args.micro_batch_size}, length {SEQ_LENGTH}, NSP, 15% masked")
+    print(f"{'sequences/s':<36}{'value':>12}")
+    for setting in settings:
+        print(f"{'loader, ' + labels[setting]:<36}{rates[setting]:>12,.1f}")
+    per_core = loader / max(args.workers, 1)
+    print(f"{'loader per core':<36}{per_core:>12,.1f}")
+    if consumption:
+        print(f"{'training step consumes':<36}{consumption:>12,.1f}")
+        print(f"loader / consumption: {ratio:.2f}x (target >= 3x)")
+    else:
+        print("no CUDA device and no --consumption: loader rate recorded only")
+
+    name = "loader" if args.workers == os.cpu_count() else f"loader-workers{args.workers}"
+    path = write_result(name, {
+        "settings": {"corpus": corpus, "micro_batch_size": args.micro_batch_size, "seq_length": SEQ_LENGTH,
+                     "pair_task": "nsp", "max_predictions_per_seq": 20, "workers": args.workers,
+                     "batches": args.batches, "rounds": args.rounds, "pin_memory": cuda,
+                     "packed": args.pack},
+        "bertpre": {"loader_sequences_per_s": loader, "per_core_sequences_per_s": per_core,
+                    "by_setting": {labels[s]: rates[s] for s in settings},
+                    "runs": {labels[s]: runs[s] for s in settings}},
+        "peer": {"name": "training step consumption (bertpre BERT-base, fp16, batch 256)",
+                 "sequences_per_s": consumption,
+                 "source": "measured" if consumer else ("given" if consumption else None),
+                 "measurement": consumer},
+        "ratio": ratio,
+        "ratio_meaning": "loader sequences/s / training step sequences/s",
+        "target_ratio": 3.0,
+    }, args.out, argv, versions=("torch", "datasets", "numpy"), torch_threads=1)
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,163 @@
+"""bench/ scripts: argument parsing, their exact helpers, and a tiny run of each CPU bench."""
+import importlib.util
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).parent))
+from _tiny_data import build_tiny_data  # noqa: E402
+
+WIKITEXT = "\n".join([" ", " = First Article = ", " ", " One sentence here . Another one there . ",
+                      " ", " = = A Section = = ", " ", " A third sentence . ", " ",
+                      " = Second Article = ", " ", " Only this . ", ""])
+
+
+def load_bench(name: str):
+    """Import bench/NAME.py as a module (bench/ is not a package)."""
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "bench" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def private_tmp(tmp_path, monkeypatch):
+    """Scratch folders the benches make go under tmp_path."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    return tmp_path
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the behaviour without CUDA")
+@pytest.mark.parametrize("command", [["throughput"], ["checkpointing", "--model", "large"], ["matmul"]])
+def test_gpu_without_cuda_says_so_and_exits_0(command, tmp_path, capsys):
+    gpu = load_bench("gpu")
+    assert gpu.main(["--out", str(tmp_path), *command]) == 0
+    assert capsys.readouterr().out.strip() == "no CUDA device: skipping"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_gpu_arguments():
+    gpu = load_bench("gpu")
+    args = gpu.parse_args(["throughput", "--model", "large", "--seq-length", "512",
+                           "--micro-batch-size", "64", "--compile"])
+    assert (args.model, args.seq_length, args.batch_size, args.micro_batch_size, args.compile) == \
+        ("large", 512, 256, 64, True)
+    args = gpu.parse_args(["checkpointing"])
+    assert (args.model, args.seq_length, args.micro_batch_size, args.granularity) == ("base", 128, 64, 8)
+    with pytest.raises(SystemExit):
+        gpu.parse_args(["throughput", "--model", "huge"])
+
+
+def test_gpu_batches_have_exact_predictions_and_segments():
+    gpu = load_bench("gpu")
+    assert [gpu.predictions_per_row(s) for s in (128, 512, 64)] == [19, 76, 9]
+    batch = gpu.make_batch(4, 128, torch.device("cpu"))
+    labels, input_ids = batch["labels"], batch["input_ids"]
+    predicted = labels != -100
+    assert predicted.sum(dim=1).tolist() == [19] * 4
+    assert not predicted[:, [0, 64, 127]].any()  # [CLS] and the two [SEP] are never predicted
+    assert (input_ids[predicted] == 4).all() and (labels[predicted] >= 5).all()
+    assert input_ids[:, 0].tolist() == [2] * 4 and input_ids[:, 127].tolist() == [3] * 4
+    assert batch["token_type_ids"].sum(dim=1).tolist() == [63] * 4
+
+
+def test_gpu_short_rows_are_padded_and_masked_within_their_length():
+    gpu = load_bench("gpu")
+    batch = gpu.make_batch(64, 128, torch.device("cpu"), seed=3, short_rows=0.5)
+    lengths = batch["attention_mask"].sum(dim=1)
+    assert 0 < int((lengths < 128).sum()) < 64 and int(lengths.min()) >= 16
+    for row, length in enumerate(lengths.tolist()):
+        assert batch["attention_mask"][row, :length].all() and not batch["attention_mask"][row, length:].any()
+        assert (batch["input_ids"][row, length:] == 0).all()
+        assert batch["input_ids"][row, length - 1] == 3 and batch["input_ids"][row, length // 2] == 3
+        predicted = batch["labels"][row] != -100
+        assert int(predicted.sum()) == gpu.predictions_per_row(length, 128)
+        assert not predicted[length - 1:].any() and not predicted[0]
+        assert int(batch["token_type_ids"][row].sum()) == length - length // 2 - 1
+
+
+def test_gpu_largest_micro_batch_search(monkeypatch):
+    gpu = load_bench("gpu")
+    tried = []
+
+    def fits(stepper, micro_batch_size, seq_length, device):
+        tried.append(micro_batch_size)
+        return micro_batch_size <= 100
+
+    monkeypatch.setattr(gpu, "fits", fits)
+    assert gpu.largest_micro_batch(None, 128, None, start=64, granularity=8, limit=8192) == 96
+    assert tried == [64, 128, 96, 112, 104]
+    monkeypatch.setattr(gpu, "fits", lambda *args: True)
+    assert gpu.largest_micro_batch(None, 128, None, start=64, granularity=8, limit=512) == 512
+
+
+def test_run_cpu_lists_every_cpu_bench(capsys):
+    run_cpu = load_bench("run_cpu")
+    assert run_cpu.main(["--dry-run"]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("== ")]
+    assert [line.split(":")[0][3:] for line in lines] == list(run_cpu.BENCHMARKS)
+    assert all("skipped" not in line for line in lines)
+    assert run_cpu.command_for("tokenize", Path("/r"))[-2:] == ["--results", "/r"]
+
+
+def test_create_instances_reads_wikitext_and_writes_bert_format(tmp_path):
+    bench = load_bench("create_instances")
+    path = tmp_path / "wiki.txt"
+    path.write_text(WIKITEXT, encoding="utf-8")
+    documents = bench.wikitext_documents(path)
+    assert documents == [["One sentence here .", "Another one there .", "A third sentence ."],
+                         ["Only this ."]]
+    out = bench.write_bert_format(documents, tmp_path / "bert.txt")
+    assert out.read_text(encoding="utf-8") == (
+        "One sentence here .\nAnother one there .\nA third sentence .\n\nOnly this .\n\n")
+
+
+def test_create_instances_tiny_run(private_tmp, capsys):
+    bench = load_bench("create_instances")
+    corpus = private_tmp / "wiki.txt"
+    def sentences(d: int) -> str:
+        return " . ".join(f"the cat number {i} sat on mat {d} near door {i % 7}" for i in range(40))
+
+    corpus.write_text("".join(f" = Title {d} = \n\n {sentences(d)} . \n\n" for d in range(4)),
+                      encoding="utf-8")
+    out = private_tmp / "results"
+    assert bench.main(["--corpus", str(corpus), "--rounds", "1", "--vocab-size", "120",
+                       "--out", str(out)]) == 0
+    [path] = out.iterdir()
+    result = json.loads(path.read_text())
+    assert result["benchmark"] == "create_instances" and result["settings"]["documents"] == 4
+    assert result["bertpre"]["instances"] > 0
+    assert set(result["bertpre"]["median_seconds"]) == {"tokenize", "plan", "collate", "total"}
+    if result["peer"]["installed"]:
+        assert result["peer"]["instances"] > 0 and result["ratio"] > 0
+    else:
+        assert "pip install --no-deps bert-tensorflow" in capsys.readouterr().out
+
+
+def test_loader_tiny_run_without_cuda(private_tmp, capsys):
+    loader = load_bench("loader")
+    data = build_tiny_data(private_tmp / "data", documents=60)
+    out = private_tmp / "results"
+    assert loader.main(["--data", str(data), "--workers", "0", "--batches", "3", "--rounds", "1",
+                        "--out", str(out)]) == 0
+    [path] = out.iterdir()
+    result = json.loads(path.read_text())
+    assert result["settings"]["workers"] == 0 and result["bertpre"]["loader_sequences_per_s"] > 0
+    if not torch.cuda.is_available():
+        assert result["ratio"] is None
+        assert "no CUDA device and no --consumption" in capsys.readouterr().out
+
+
+def test_loader_packed_batch_round_trips():
+    loader = load_bench("loader")
+    batch = {"input_ids": torch.arange(12).view(3, 4), "labels": torch.full((3, 4), -100),
+             "next_sentence_label": torch.tensor([0, 1, 1])}
+    unpacked = loader.unpack(loader.PackedCollate(lambda items: batch)([{}]))
+    assert list(unpacked) == list(batch)
+    for name, tensor in batch.items():
+        assert torch.equal(unpacked[name], tensor)
