@@ -22,6 +22,7 @@ from data_prep.sample_corpus import write_sample_corpus
 TINY_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "tiny.yaml"
 MARKER = ".bertpre-demo"  # only a folder carrying this is replaced by the next demo
 DEMO_VOCAB_SIZE = 4000
+DEMO_VALIDATION_SHARE = 0.05  # 26 documents: enough for a steady accuracy figure
 # The sample corpus is Python's own documentation, so these ask for words it teaches.
 DEMO_SENTENCES = (
     "Return a new [MASK] containing the items of the iterable.",
@@ -56,13 +57,16 @@ def run_demo(
     config_path = Path(config_path) if config_path else TINY_CONFIG
     if not config_path.is_file():
         raise UserError(f"{config_path} not found; run the demo from a bertpre checkout or pass --config")
+    # A bad config or --max-steps fails now, before anything is written or minutes are spent.
+    load_config(config_path, overrides=[] if max_steps is None else [f"train.max_steps={max_steps}"])
     prepare_folder(out)
     data_dir, run_dir, export_dir = out / "data", out / "run", out / "model"
 
     say("1/4  writing the built-in sample corpus (Python's own documentation)")
     corpus = write_sample_corpus(out / "corpus")
     say(f"2/4  training a {DEMO_VOCAB_SIZE}-token WordPiece vocab and tokenizing into {data_dir}")
-    tokenize_corpus([corpus], data_dir, vocab_size=DEMO_VOCAB_SIZE, lowercase=True)
+    tokenize_corpus([corpus], data_dir, vocab_size=DEMO_VOCAB_SIZE, lowercase=True,
+                    validation_share=DEMO_VALIDATION_SHARE)
 
     overrides = [f"data.path={data_dir}", f"train.out={run_dir}"]
     if max_steps is not None:

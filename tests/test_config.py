@@ -25,7 +25,7 @@ def test_every_shipped_config_loads(path):
 
 def test_tiny_config_values():
     config = load_config(CONFIGS[0].parent / "tiny.yaml")
-    assert (config.model.hidden_size, config.model.num_hidden_layers) == (32, 2)
+    assert (config.model.hidden_size, config.model.num_hidden_layers) == (64, 2)
     assert config.model.vocab_size == "auto"
     assert config.train.precision == "fp32"
 
