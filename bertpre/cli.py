@@ -25,99 +25,6 @@ EXIT_INTERRUPTED = 130
 # Library code raises UserError (or CorpusError) for bad input; main() turns it into one line.
 
 
-# --- pretrain ---
-@app.command()
-def pretrain(
-    config: Path = typer.Option(..., "--config", help="YAML config (see configs/)."),
-    data: Path | None = typer.Option(None, "--data", help="DATA folder; overrides data.path."),
-    out: Path | None = typer.Option(None, "--out", help="RUN folder; overrides train.out."),
-    overrides: list[str] | None = typer.Option(
-        None, "--set", help="Override a config key, e.g. --set train.max_steps=10 (repeatable)."),
-    resume: bool = typer.Option(True, "--resume/--no-resume",
-                                help="Continue from RUN/checkpoints/latest when there is one."),
-) -> None:
-    """Pretrain a BERT encoder; resumes from RUN/checkpoints/latest by default.
-
-    Exit codes: 0 done, 2 bad input or a diverged run, 130 after SIGINT and 143 after SIGTERM
-    (both once a checkpoint is saved).
-    """
-    from bertpre.config import load_config
-    from bertpre.trainer import pretrain as run_pretraining
-
-    cfg = load_config(config, list(overrides or []))
-    if data is not None:
-        cfg.data.path = str(data)
-    if out is not None:
-        cfg.train.out = str(out)
-    result = run_pretraining(cfg, resume=resume)
-    state = "stopped by signal" if result.exit_code else "done"
-    typer.echo(f"{state} at step {result.step}; skipped steps: {result.skipped_steps}; "
-               f"run folder: {result.run_dir}")
-    if result.exit_code:
-        raise typer.Exit(result.exit_code)
-
-
-# --- inspect ---
-@app.command("inspect")
-def inspect_command(
-    data: Path = typer.Argument(..., help="DATA folder written by `bertpre tokenize`."),
-    config: Path | None = typer.Option(
-        None, "--config", help="YAML config: its data: settings, train.micro_batch_size and train.seed (default: built-in defaults)."),
-    batches: int = typer.Option(20, "--batches", help="How many batches to sample."),
-    split: str = typer.Option("train", "--split", help="train or validation."),
-) -> None:
-    """Masking audit: realized mask rate and 80/10/10 split, pair label balance, truncation,
-    padding and [UNK] share over batches sampled as training would."""
-    from bertpre.config import load_config
-    from bertpre.data import load_data
-    from bertpre.inspect import format_report, inspect_data
-
-    cfg = load_config(config)
-    report = inspect_data(load_data(data), cfg.data, batches=batches,
-                          batch_size=cfg.train.micro_batch_size, seed=cfg.train.seed, split=split)
-    typer.echo(format_report(report))
-
-
-# --- export ---
-@app.command()
-def export(
-    source: Path = typer.Argument(..., help="RUN folder (uses checkpoints/latest) or a checkpoints/step-N folder."),
-    out: Path = typer.Option(..., "--out", help="Folder to write the Hugging Face layout to."),
-    overwrite: bool = typer.Option(False, "--overwrite", help="Replace --out if it already exists."),
-) -> None:
-    """Write a checkpoint and the run's tokenizer in the Hugging Face layout."""
-    from bertpre.hf import export as export_checkpoint
-
-    summary = export_checkpoint(source, out, overwrite=overwrite)
-    typer.echo(f"exported {summary.checkpoint} as {summary.architecture} "
-               f"({summary.parameters:,} parameters) with {', '.join(summary.tokenizer_files)} "
-               f"to {summary.out}")
-
-
-# --- info ---
-@app.command()
-def info(
-    config: Path = typer.Option(..., "--config", help="YAML config (see configs/)."),
-    overrides: list[str] | None = typer.Option(
-        None, "--set", help="Override a config key, e.g. --set model.num_hidden_layers=6 (repeatable)."),
-) -> None:
-    """Parameters by part, training FLOPs per token and a memory estimate for a config."""
-    from bertpre.config import load_config
-    from bertpre.info import format_info, model_info
-
-    cfg = load_config(config, list(overrides or []))
-    predicted_share = cfg.data.mlm_probability
-    if cfg.data.max_predictions_per_seq is not None:
-        predicted_share = min(predicted_share, cfg.data.max_predictions_per_seq / cfg.data.max_seq_length)
-    typer.echo(format_info(model_info(
-        cfg.model,
-        seq_length=cfg.data.max_seq_length,
-        predicted_share=predicted_share,
-        precision=cfg.train.precision,
-        micro_batch_size=cfg.train.micro_batch_size,
-    )))
-
-
 # --- tokenize ---
 @app.command()
 def tokenize(
@@ -161,6 +68,128 @@ def tokenize(
         typer.echo(f"warning: {replaced:,} invalid UTF-8 byte sequence(s) in the corpus were "
                    "replaced with U+FFFD (counted in the manifest)", err=True)
     typer.echo(format_summary(manifest, out))
+
+
+# --- pretrain ---
+@app.command()
+def pretrain(
+    config: Path = typer.Option(..., "--config", help="YAML config (see configs/)."),
+    data: Path | None = typer.Option(None, "--data", help="DATA folder; overrides data.path."),
+    out: Path | None = typer.Option(None, "--out", help="RUN folder; overrides train.out."),
+    overrides: list[str] | None = typer.Option(
+        None, "--set", help="Override a config key, e.g. --set train.max_steps=10 (repeatable)."),
+    resume: bool = typer.Option(True, "--resume/--no-resume",
+                                help="Continue from RUN/checkpoints/latest when there is one."),
+) -> None:
+    """Pretrain a BERT encoder; resumes from RUN/checkpoints/latest by default.
+
+    Example: bertpre pretrain --config configs/base.yaml --data data/corpus --out runs/base
+
+    Exit codes: 0 done, 2 bad input or a diverged run, 130 after SIGINT and 143 after SIGTERM
+    (both once a checkpoint is saved).
+    """
+    from bertpre.config import load_config
+    from bertpre.trainer import pretrain as run_pretraining
+
+    cfg = load_config(config, list(overrides or []))
+    if data is not None:
+        cfg.data.path = str(data)
+    if out is not None:
+        cfg.train.out = str(out)
+    result = run_pretraining(cfg, resume=resume)
+    state = "stopped by signal" if result.exit_code else "done"
+    typer.echo(f"{state} at step {result.step}; skipped steps: {result.skipped_steps}; "
+               f"run folder: {result.run_dir}")
+    if result.exit_code:
+        raise typer.Exit(result.exit_code)
+
+
+# --- export ---
+@app.command()
+def export(
+    source: Path = typer.Argument(..., help="RUN folder (uses checkpoints/latest) or a checkpoints/step-N folder."),
+    out: Path = typer.Option(..., "--out", help="Folder to write the Hugging Face layout to."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace --out if it already exists."),
+) -> None:
+    """Write a checkpoint and the run's tokenizer in the Hugging Face layout.
+
+    Example: bertpre export runs/base --out my-bert
+    """
+    from bertpre.hf import export as export_checkpoint
+
+    summary = export_checkpoint(source, out, overwrite=overwrite)
+    typer.echo(f"exported {summary.checkpoint} as {summary.architecture} "
+               f"({summary.parameters:,} parameters) with {', '.join(summary.tokenizer_files)} "
+               f"to {summary.out}")
+
+
+# --- demo ---
+@app.command()
+def demo(
+    out: Path = typer.Option(Path("demo"), "--out", help="Folder for everything the demo makes."),
+    config: Path | None = typer.Option(None, "--config", help="Config to train (default: configs/tiny.yaml)."),
+    max_steps: int | None = typer.Option(None, "--max-steps", help="Override the config's train.max_steps."),
+) -> None:
+    """The whole flow on the built-in sample corpus, on CPU: tokenize, pretrain, export, fill-mask.
+
+    Example: bertpre demo --out demo
+    """
+    from bertpre.demo import format_result, run_demo
+
+    result = run_demo(out, config_path=config, max_steps=max_steps,
+                      say=lambda line: typer.echo(line, err=True))
+    typer.echo(format_result(result))
+
+
+# --- info ---
+@app.command()
+def info(
+    config: Path = typer.Option(..., "--config", help="YAML config (see configs/)."),
+    overrides: list[str] | None = typer.Option(
+        None, "--set", help="Override a config key, e.g. --set model.num_hidden_layers=6 (repeatable)."),
+) -> None:
+    """Parameters by part, training FLOPs per token and a memory estimate for a config.
+
+    Example: bertpre info --config configs/base.yaml --set model.num_hidden_layers=6
+    """
+    from bertpre.config import load_config
+    from bertpre.info import format_info, model_info
+
+    cfg = load_config(config, list(overrides or []))
+    predicted_share = cfg.data.mlm_probability
+    if cfg.data.max_predictions_per_seq is not None:
+        predicted_share = min(predicted_share, cfg.data.max_predictions_per_seq / cfg.data.max_seq_length)
+    typer.echo(format_info(model_info(
+        cfg.model,
+        seq_length=cfg.data.max_seq_length,
+        predicted_share=predicted_share,
+        precision=cfg.train.precision,
+        micro_batch_size=cfg.train.micro_batch_size,
+    )))
+
+
+# --- inspect ---
+@app.command("inspect")
+def inspect_command(
+    data: Path = typer.Argument(..., help="DATA folder written by `bertpre tokenize`."),
+    config: Path | None = typer.Option(
+        None, "--config", help="YAML config: its data: settings, train.micro_batch_size and train.seed (default: built-in defaults)."),
+    batches: int = typer.Option(20, "--batches", help="How many batches to sample."),
+    split: str = typer.Option("train", "--split", help="train or validation."),
+) -> None:
+    """Masking audit: realized mask rate and 80/10/10 split, pair label balance, truncation,
+    padding and [UNK] share over batches sampled as training would.
+
+    Example: bertpre inspect data/corpus --config configs/base.yaml
+    """
+    from bertpre.config import load_config
+    from bertpre.data import load_data
+    from bertpre.inspect import format_report, inspect_data
+
+    cfg = load_config(config)
+    report = inspect_data(load_data(data), cfg.data, batches=batches,
+                          batch_size=cfg.train.micro_batch_size, seed=cfg.train.seed, split=split)
+    typer.echo(format_report(report))
 
 
 # --- fill-mask ---
@@ -218,24 +247,6 @@ def evaluate(
     metrics = evaluate_model(model, data_folder, cfg.data, micro_batch_size=micro_batch_size, seed=seed)
     for name, value in metrics.items():
         typer.echo(f"{name:<16} {value:.4f}" if isinstance(value, float) else f"{name:<16} {value}")
-
-
-# --- demo ---
-@app.command()
-def demo(
-    out: Path = typer.Option(Path("demo"), "--out", help="Folder for everything the demo makes."),
-    config: Path | None = typer.Option(None, "--config", help="Config to train (default: configs/tiny.yaml)."),
-    max_steps: int | None = typer.Option(None, "--max-steps", help="Override the config's train.max_steps."),
-) -> None:
-    """The whole flow on the built-in sample corpus, on CPU: tokenize, pretrain, export, fill-mask.
-
-    Example: bertpre demo --out demo
-    """
-    from bertpre.demo import format_result, run_demo
-
-    result = run_demo(out, config_path=config, max_steps=max_steps,
-                      say=lambda line: typer.echo(line, err=True))
-    typer.echo(format_result(result))
 
 
 def main() -> None:

@@ -1,0 +1,21 @@
+"""The command line's shape: every command has help with an example; user errors are one line."""
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from bertpre.cli import app
+
+COMMANDS = ["tokenize", "pretrain", "export", "demo", "info", "inspect", "fill-mask", "evaluate"]
+
+
+def test_every_command_is_registered_in_the_order_of_the_flow():
+    names = [command.name or command.callback.__name__ for command in app.registered_commands]
+    assert names == COMMANDS
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_command_has_an_example_in_its_help(command):
+    result = CliRunner().invoke(app, [command, "--help"], terminal_width=120)
+    assert result.exit_code == 0
+    assert f"Example: bertpre {command}" in result.output
