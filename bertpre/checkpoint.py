@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from bertpre.bert_config import BertConfig
 from bertpre.errors import UserError
-from bertpre.model import BertConfig
 from bertpre.runtime import Runtime, barrier
 
 LATEST = "latest"

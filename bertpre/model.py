@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
@@ -11,116 +11,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from bertpre.bert_config import HIDDEN_ACTS, BertConfig
 from bertpre.errors import UserError
-
-HIDDEN_ACTS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu", "swish")
-
-
-@dataclass
-class BertConfig:
-    """The model's shape; field names and meanings are those of Hugging Face's `BertConfig`.
-
-    `vocab_size` may be the string "auto" until it is resolved from the tokenizer.
-    `embedding_size` (ALBERT factorized embeddings) and `share_layers` (ALBERT cross-layer
-    sharing) are bertpre's additions; `None` / `False` give plain BERT.
-    """
-
-    vocab_size: int | str = 30522
-    hidden_size: int = 768
-    num_hidden_layers: int = 12
-    num_attention_heads: int = 12
-    intermediate_size: int = 3072
-    hidden_act: str = "gelu"
-    hidden_dropout_prob: float = 0.1
-    attention_probs_dropout_prob: float = 0.1
-    max_position_embeddings: int = 512
-    type_vocab_size: int = 2
-    layer_norm_eps: float = 1e-12
-    initializer_range: float = 0.02
-    pad_token_id: int = 0
-    embedding_size: int | None = None
-    share_layers: bool = False
-
-    def validate(self) -> None:
-        """Raise UserError naming the first field that cannot build a model."""
-        if not isinstance(self.vocab_size, int) or isinstance(self.vocab_size, bool):
-            raise UserError(
-                f"model.vocab_size is {self.vocab_size!r}; resolve it to an integer "
-                "(from the tokenizer) before building the model"
-            )
-        for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-                     "intermediate_size", "max_position_embeddings", "type_vocab_size"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise UserError(f"model.{name} must be a positive integer, got {value!r}")
-        if self.hidden_size % self.num_attention_heads != 0:
-            raise UserError(
-                f"model.hidden_size ({self.hidden_size}) must be divisible by "
-                f"model.num_attention_heads ({self.num_attention_heads})"
-            )
-        if self.hidden_act not in HIDDEN_ACTS:
-            raise UserError(
-                f"model.hidden_act {self.hidden_act!r} is not supported; use one of "
-                + ", ".join(HIDDEN_ACTS)
-            )
-        for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
-            value = getattr(self, name)
-            if not 0.0 <= float(value) < 1.0:
-                raise UserError(f"model.{name} must be in [0, 1), got {value!r}")
-        if not 0 <= self.pad_token_id < self.vocab_size:
-            raise UserError(
-                f"model.pad_token_id ({self.pad_token_id}) must be below vocab_size ({self.vocab_size})"
-            )
-        if self.embedding_size is not None and (
-            not isinstance(self.embedding_size, int) or self.embedding_size < 1
-        ):
-            raise UserError(
-                f"model.embedding_size must be a positive integer or null, got {self.embedding_size!r}"
-            )
-
-    @property
-    def is_albert(self) -> bool:
-        """Whether an ALBERT option (factorized embeddings or shared layers) is on."""
-        return self.embedding_size is not None or self.share_layers
-
-    def to_dict(self) -> dict:
-        """The fields as a plain dict (YAML/JSON friendly)."""
-        return asdict(self)
-
-    def to_hf_dict(self) -> dict:
-        """config.json content for Hugging Face `BertConfig` / `BertForPreTraining`."""
-        hf = {"architectures": ["BertForPreTraining"], "model_type": "bert"}
-        hf.update({f.name: getattr(self, f.name) for f in fields(self)
-                   if f.name not in ("embedding_size", "share_layers")})
-        hf.update(position_embedding_type="absolute", tie_word_embeddings=True)
-        # Kept (harmless to transformers, which stores unknown keys) so a round trip is exact.
-        if self.is_albert:
-            hf.update(embedding_size=self.embedding_size, share_layers=self.share_layers)
-        return hf
-
-    @classmethod
-    def from_hf_dict(cls, hf: dict) -> BertConfig:
-        """Build from a Hugging Face BERT config.json dict; unknown keys are ignored."""
-        model_type = hf.get("model_type", "bert")
-        if model_type != "bert":
-            raise UserError(
-                f"config.json has model_type {model_type!r}; bertpre reads BERT checkpoints "
-                "(model_type 'bert')"
-            )
-        embedding_type = hf.get("position_embedding_type", "absolute")
-        if embedding_type != "absolute":
-            raise UserError(
-                f"config.json has position_embedding_type {embedding_type!r}; bertpre supports "
-                "only 'absolute'"
-            )
-        known = {f.name for f in fields(cls)}
-        values = {k: v for k, v in hf.items() if k in known}
-        if values.get("pad_token_id") is None:
-            values["pad_token_id"] = 0
-        config = cls(**values)
-        config.validate()
-        return config
-
 
 # --- the network ---------------------------------------------------------------------------
 
