@@ -13,22 +13,18 @@ of the two alternate so that machine noise hits both alike; medians are compared
 
 from __future__ import annotations
 
-# ruff: noqa: E402 — sys.path is fixed before the other imports, see below
+# ruff: noqa: E402 — imports follow the import-path fix below
 import sys
 from pathlib import Path
 
-# Put the repository root where Python put bench/: a bench/tokenize.py would otherwise shadow
-# the standard library's `tokenize`, which `datasets` imports on the way.
-sys.path[0] = str(Path(__file__).resolve().parents[1])
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.common import use_repository_imports
+
+use_repository_imports()
 
 import argparse
-import json
-import os
-import platform
-import statistics
 import tempfile
 import time
-from datetime import date
 
 import datasets
 import numpy as np
@@ -37,6 +33,7 @@ import tokenizers
 import torch
 import transformers
 
+from bench.common import RESULTS, median, write_result
 from bertpre.collator import MaskingCollator
 from bertpre.pairs import PretrainingInstances
 from bertpre.tokenizer import save_tokenizer, train_tokenizer
@@ -128,7 +125,7 @@ def time_planning(documents: int, tokenizer: tokenizers.Tokenizer) -> dict:
     }
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=7, help="alternating timed epochs per side")
     parser.add_argument(
@@ -140,8 +137,8 @@ def main() -> None:
         default=0,
         help="also time planning an epoch of a synthetic corpus this large (e.g. 1000000)",
     )
-    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
-    args = parser.parse_args()
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
     torch.set_num_threads(1)
 
     if args.corpus.exists():
@@ -173,7 +170,7 @@ def main() -> None:
         bertpre_rates.append(sequences / seconds)
         sequences, seconds = peer_round(examples, peer_collate)
         peer_rates.append(sequences / seconds)
-    ours, peer = statistics.median(bertpre_rates), statistics.median(peer_rates)
+    ours, peer = median(bertpre_rates), median(peer_rates)
 
     print(
         f"corpus {corpus_name}: {len(documents):,} documents, {len(instances):,} NSP instances of <= {SEQ_LENGTH} tokens"
@@ -189,24 +186,7 @@ def main() -> None:
             f"next epoch {planning['set_epoch_1_s']:.2f} s"
         )
 
-    result = {
-        "benchmark": "collate",
-        "date": date.today().isoformat(),
-        "command": " ".join([Path(sys.executable).name, *sys.argv]),
-        "machine": {
-            "platform": platform.platform(),
-            "processor": platform.processor(),
-            "cpu_count": os.cpu_count(),
-            "torch_threads": torch.get_num_threads(),
-        },
-        "versions": {
-            "python": platform.python_version(),
-            "torch": torch.__version__,
-            "numpy": np.__version__,
-            "tokenizers": tokenizers.__version__,
-            "datasets": datasets.__version__,
-            "transformers": transformers.__version__,
-        },
+    path = write_result("collate", {
         "settings": {
             "corpus": corpus_name,
             "documents": len(documents),
@@ -231,12 +211,11 @@ def main() -> None:
         "ratio": ours / peer,
         "planning": planning,
         "target_ratio": 2.0,
-    }
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"collate-{date.today().isoformat()}.json"
-    path.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    }, args.out, argv, versions=("torch", "numpy", "tokenizers", "datasets", "transformers"),
+        torch_threads=torch.get_num_threads())
     print(f"wrote {path}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -79,18 +79,23 @@ def median(values: list[float]) -> float:
 
 
 def write_result(name: str, result: dict, out: Path, argv: list[str] | None,
-                 versions: tuple[str, ...] = ("torch",), torch_threads: int | None = None) -> Path:
+                 versions: tuple[str, ...] = ("torch",), torch_threads: int | None = None, *,
+                 benchmark: str | None = None, machine: dict | None = None) -> Path:
     """Write `out/NAME-DATE.json` with the date, command, machine and versions around `result`.
+
+    Args:
+        benchmark: the `benchmark` field, where it says more than NAME (default NAME).
+        machine: fields added to `machine_info()`'s, e.g. the device a run used.
 
     Returns:
         The path written.
     """
     today = date.today().isoformat()
     document = {
-        "benchmark": name,
+        "benchmark": name if benchmark is None else benchmark,
         "date": today,
         "command": command_line(argv),
-        "machine": machine_info(torch_threads),
+        "machine": {**machine_info(torch_threads), **(machine or {})},
         "versions": library_versions(*versions),
         **result,
     }

@@ -12,23 +12,18 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-# bench/ holds scripts named like standard modules (tokenize.py): keep it off the import path,
-# and put the repository on it instead.
-HERE = Path(__file__).resolve().parent
-sys.path[:] = [str(HERE.parent)] + [p for p in sys.path if Path(p or ".").resolve() != HERE]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.common import use_repository_imports  # noqa: E402
+
+use_repository_imports()
 
 import argparse  # noqa: E402
-import json  # noqa: E402
-import os  # noqa: E402
-import platform  # noqa: E402
-import statistics  # noqa: E402
 import time  # noqa: E402
-from datetime import date  # noqa: E402
 
 import torch  # noqa: E402
 import transformers  # noqa: E402
 
-import bertpre  # noqa: E402
+from bench.common import RESULTS, median, write_result  # noqa: E402
 from bertpre.model import BertConfig, BertForPreTraining  # noqa: E402
 
 SHAPE = dict(vocab_size=30522, hidden_size=256, num_hidden_layers=4, num_attention_heads=4,
@@ -66,7 +61,7 @@ def training_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batc
     return time.perf_counter() - start
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=20, help="timed steps per model")
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps per model first")
@@ -75,8 +70,8 @@ def main() -> None:
     parser.add_argument("--predicted-share", type=float, default=0.15)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    parser.add_argument("--out", type=Path, default=HERE / "results")
-    args = parser.parse_args()
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
 
     torch.manual_seed(0)
@@ -98,43 +93,31 @@ def main() -> None:
             if step >= args.warmup:
                 times[name].append(seconds)
 
-    median = {name: statistics.median(values) for name, values in times.items()}
-    throughput = {name: args.batch_size / seconds for name, seconds in median.items()}
+    median_step = {name: median(values) for name, values in times.items()}
+    throughput = {name: args.batch_size / seconds for name, seconds in median_step.items()}
     ratio = throughput["bertpre"] / throughput["transformers"]
     print(f"{'model':<14}{'median step (s)':>17}{'sequences/s':>14}")
     for name in models:
-        print(f"{name:<14}{median[name]:>17.4f}{throughput[name]:>14.2f}")
+        print(f"{name:<14}{median_step[name]:>17.4f}{throughput[name]:>14.2f}")
     print(f"ratio bertpre / transformers: {ratio:.2f}x (target >= 1.3x)")
 
-    result = {
-        "benchmark": "model training step (forward, backward, AdamW)",
-        "date": date.today().isoformat(),
-        "command": " ".join([sys.executable.split("/")[-1], *sys.argv]),
-        "machine": {
-            "platform": platform.platform(),
-            "processor": platform.processor(),
-            "cpu_count": os.cpu_count(),
-            "torch_threads": args.threads,
-            "device": args.device if args.device == "cpu" else torch.cuda.get_device_name(),
-        },
-        "versions": {"bertpre": bertpre.__version__, "torch": torch.__version__,
-                     "transformers": transformers.__version__, "python": platform.python_version()},
+    suffix = ("" if args.device == "cpu" else f"-{args.device}") + \
+        ("" if args.threads == 2 else f"-threads{args.threads}")
+    path = write_result(f"model{suffix}", {
         "settings": {**SHAPE, "batch_size": args.batch_size, "seq_length": args.seq_length,
                      "predicted_share": args.predicted_share, "steps": args.steps, "warmup": args.warmup,
                      "peer_attention": peer.config._attn_implementation},
-        "bertpre": {"median_step_s": median["bertpre"], "sequences_per_s": throughput["bertpre"],
+        "bertpre": {"median_step_s": median_step["bertpre"], "sequences_per_s": throughput["bertpre"],
                     "step_s": times["bertpre"]},
-        "peer": {"name": "transformers.BertForPreTraining", "median_step_s": median["transformers"],
+        "peer": {"name": "transformers.BertForPreTraining", "median_step_s": median_step["transformers"],
                  "sequences_per_s": throughput["transformers"], "step_s": times["transformers"]},
         "ratio": ratio,
-    }
-    args.out.mkdir(parents=True, exist_ok=True)
-    suffix = ("" if args.device == "cpu" else f"-{args.device}") + \
-        ("" if args.threads == 2 else f"-threads{args.threads}")
-    path = args.out / f"model{suffix}-{date.today().isoformat()}.json"
-    path.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    }, args.out, argv, versions=("torch", "transformers"), torch_threads=args.threads,
+        benchmark="model training step (forward, backward, AdamW)",
+        machine={"device": args.device if args.device == "cpu" else torch.cuda.get_device_name()})
     print(f"wrote {path}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -12,28 +12,28 @@ Tokens/s are non-padding tokens; the medians over steps after the warmup are com
 """
 from __future__ import annotations
 
-import argparse
-import json
-import os
-import platform
-import statistics
 import sys
-import tempfile
-import time
-from datetime import date
 from pathlib import Path
 
-import torch
-import transformers
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import bertpre  # noqa: E402
+from bench.common import use_repository_imports  # noqa: E402
+
+use_repository_imports()
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+
+import torch  # noqa: E402
+import transformers  # noqa: E402
+
+from bench.common import RESULTS, ROOT, median, write_result  # noqa: E402
 from bertpre.config import check_world_size, load_config, resolve  # noqa: E402
 from bertpre.data import load_data  # noqa: E402
 from bertpre.evaluation import build_instances  # noqa: E402
 from bertpre.trainer import pretrain  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def sample_data(folder: Path) -> Path:
@@ -120,7 +120,7 @@ def run_peer(config, data_path: Path, device: torch.device) -> list[float]:
     return rates
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", type=Path, default=ROOT / "configs" / "tiny.yaml")
     parser.add_argument("--data", type=Path, default=None, help="DATA folder (default: sample corpus)")
@@ -128,8 +128,8 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=5, help="first steps left out of the median")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--set", dest="overrides", action="append", default=[])
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
-    args = parser.parse_args()
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     load_before = os.getloadavg()  # other processes on a shared machine skew both figures
@@ -144,43 +144,38 @@ def main() -> None:
         ours = run_bertpre(config)
         peer = run_peer(config, data_path, device)
 
-    median = {"bertpre": statistics.median(ours[args.warmup:]),
-              "transformers loop": statistics.median(peer[args.warmup:])}
-    ratio = median["bertpre"] / median["transformers loop"]
+    median_rate = {"bertpre": median(ours[args.warmup:]),
+                   "transformers loop": median(peer[args.warmup:])}
+    ratio = median_rate["bertpre"] / median_rate["transformers loop"]
     print(f"{'trainer':<20}{'median tokens/s':>16}")
-    for name, value in median.items():
+    for name, value in median_rate.items():
         print(f"{name:<20}{value:>16,.0f}")
     print(f"ratio bertpre / transformers loop: {ratio:.2f}x")
 
     result = {
-        "benchmark": "pretraining throughput, whole loop (data, forward, backward, AdamW, logging)",
-        "date": date.today().isoformat(),
-        "command": " ".join([sys.executable.split("/")[-1], *sys.argv]),
-        "machine": {"platform": platform.platform(), "processor": platform.processor(),
-                    "cpu_count": os.cpu_count(), "torch_threads": args.threads,
-                    "load_average_1_5_15_min": {"before": load_before, "after": os.getloadavg()},
-                    "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu"},
-        "versions": {"bertpre": bertpre.__version__, "torch": torch.__version__,
-                     "transformers": transformers.__version__, "python": platform.python_version()},
         "settings": {"config": str(args.config), "overrides": args.overrides, "steps": args.steps,
                      "warmup": args.warmup, "batch_size": config.train.batch_size,
                      "micro_batch_size": config.train.micro_batch_size,
                      "max_seq_length": config.data.max_seq_length,
                      "precision": config.train.precision if device.type == "cuda" else "fp32",
                      "data": str(args.data) if args.data else "built-in sample corpus, vocab 8000"},
-        "bertpre": {"median_tokens_per_s": median["bertpre"], "tokens_per_s": ours},
+        "bertpre": {"median_tokens_per_s": median_rate["bertpre"], "tokens_per_s": ours},
         "peer": {"name": "hand-written transformers.BertForPreTraining loop",
-                 "median_tokens_per_s": median["transformers loop"], "tokens_per_s": peer},
+                 "median_tokens_per_s": median_rate["transformers loop"], "tokens_per_s": peer},
         "ratio": ratio,
     }
     if device.type == "cuda":
         result["bertpre"]["peak_memory_gib"] = torch.cuda.max_memory_allocated() / 2**30
-    args.out.mkdir(parents=True, exist_ok=True)
     suffix = "" if device.type == "cpu" else "-cuda"
-    path = args.out / f"pretrain{suffix}-{date.today().isoformat()}.json"
-    path.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    path = write_result(
+        f"pretrain{suffix}", result, args.out, argv, versions=("torch", "transformers"),
+        torch_threads=args.threads,
+        benchmark="pretraining throughput, whole loop (data, forward, backward, AdamW, logging)",
+        machine={"load_average_1_5_15_min": {"before": load_before, "after": os.getloadavg()},
+                 "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu"})
     print(f"wrote {path}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

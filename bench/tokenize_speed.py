@@ -22,28 +22,21 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-# This file shares its name with the standard library's `tokenize`, which other modules import:
-# take its folder off the import path (so they get the real one) and put the repository on it.
-_HERE = Path(__file__).resolve().parent
-sys.path[:] = [entry for entry in sys.path if Path(entry or ".").resolve() != _HERE]
-sys.path.insert(0, str(_HERE.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.common import use_repository_imports
+
+use_repository_imports()
 
 import argparse
-import json
-import os
-import platform
-import statistics
 import tempfile
 import time
 from collections.abc import Callable
-from datetime import date
 from functools import partial
 
 import datasets
-import tokenizers
 from tokenizers import Tokenizer, trainers
 
-import bertpre
+from bench.common import RESULTS, median, write_result
 from bertpre import encoding
 from bertpre.tokenize_corpus import tokenize_corpus
 from bertpre.tokenizer import SPECIAL_TOKENS, build_tokenizer, train_tokenizer
@@ -88,20 +81,20 @@ def run_timed(times: dict[str, list[float]], swap: bool, calls: dict[str, Callab
     return results
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--corpora", nargs="*", type=Path, default=None,
                         help="corpus files (default: ../shared/corpora/wikitext2-*.txt)")
     parser.add_argument("--vocab-size", type=int, default=30522)
     parser.add_argument("--num-proc", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--results", type=Path, default=Path(__file__).resolve().parent / "results")
-    args = parser.parse_args()
+    parser.add_argument("--results", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
 
     files = args.corpora or sorted(CORPORA.glob("wikitext2-*.txt"))
     if not files or not all(path.is_file() for path in files):
         print(f"no corpus to benchmark: {CORPORA}/wikitext2-*.txt is absent; pass --corpora FILE...")
-        return
+        return 0
     megabytes = sum(path.stat().st_size for path in files) / 1e6
     datasets.disable_progress_bars()
 
@@ -137,7 +130,7 @@ def main() -> None:
                 tokenize_corpus, files, scratch / f"data-{round_index}", vocab_size=args.vocab_size,
                 num_proc=args.num_proc, show_progress=False)})
 
-    median = {name: statistics.median(values) for name, values in times.items()}
+    median_seconds = {name: median(values) for name, values in times.items()}
     fastest = {name: min(values) for name, values in times.items()}
     rows = [
         ("vocab training", "train_bertpre", "train_tokenizers"),
@@ -150,37 +143,28 @@ def main() -> None:
           f"{'ratio of fastest':>18}")
     figures = {}
     for name, our_key, peer_key in rows:
-        ours, peer = median[our_key], median[peer_key]
+        ours, peer = median_seconds[our_key], median_seconds[peer_key]
         ratio_of_fastest = fastest[our_key] / fastest[peer_key]
         print(f"{name:<16}{megabytes / ours:>14.2f}{megabytes / peer:>17.2f}{ours / peer:>12.2f}"
               f"{ratio_of_fastest:>18.2f}")
         figures[name] = {"bertpre_mb_per_s": megabytes / ours, "tokenizers_mb_per_s": megabytes / peer,
                          "bertpre_seconds": ours, "tokenizers_seconds": peer, "ratio": ours / peer,
                          "ratio_of_fastest_rounds": ratio_of_fastest}
-    end_to_end = megabytes / median["end_to_end_bertpre"]
+    end_to_end = megabytes / median_seconds["end_to_end_bertpre"]
     print(f"{'end to end':<16}{end_to_end:>14.2f}{'-':>17}{'-':>12}   (bertpre tokenize, reading included)")
-    figures["end to end"] = {"bertpre_mb_per_s": end_to_end, "bertpre_seconds": median["end_to_end_bertpre"]}
+    figures["end to end"] = {"bertpre_mb_per_s": end_to_end, "bertpre_seconds": median_seconds["end_to_end_bertpre"]}
 
-    record = {
-        "benchmark": "tokenize",
-        "date": date.today().isoformat(),
-        "command": " ".join([Path(sys.executable).name, *sys.argv]),
-        "machine": {"platform": platform.platform(), "processor": platform.processor(),
-                    "cpu_count": os.cpu_count(), "python": platform.python_version()},
-        "versions": {"bertpre": bertpre.__version__, "tokenizers": tokenizers.__version__,
-                     "datasets": datasets.__version__},
+    path = write_result("tokenize", {
         "corpus": {"files": [path.name for path in files], "megabytes": megabytes,
                    "documents": len(documents), "sentences": len(sentences)},
         "settings": {"vocab_size": args.vocab_size, "num_proc": args.num_proc, "rounds": args.rounds},
         "figures": figures,
         "seconds": times,
         "target": "bertpre time / tokenizers time <= 1.2 for vocab training and encode+write",
-    }
-    args.results.mkdir(parents=True, exist_ok=True)
-    path = args.results / f"tokenize-{record['date']}.json"
-    path.write_text(json.dumps(record, indent=2) + "\n")
+    }, args.results, argv, versions=("tokenizers", "datasets"))
     print(f"wrote {path}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

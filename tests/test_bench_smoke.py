@@ -161,3 +161,78 @@ def test_loader_packed_batch_round_trips():
     assert list(unpacked) == list(batch)
     for name, tensor in batch.items():
         assert torch.equal(unpacked[name], tensor)
+
+
+@pytest.fixture
+def keep_torch_threads():
+    """The benches set torch's thread count for the whole process: put it back afterwards."""
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
+
+
+def read_only_result(out: Path) -> dict:
+    [path] = out.iterdir()
+    return json.loads(path.read_text())
+
+
+RECORD_KEYS = ["benchmark", "date", "command", "machine", "versions"]
+
+
+def test_model_tiny_run(private_tmp, keep_torch_threads, capsys):
+    model = load_bench("model")
+    out = private_tmp / "results"
+    assert model.main(["--steps", "1", "--warmup", "0", "--batch-size", "2", "--seq-length", "16",
+                       "--threads", "1", "--out", str(out)]) == 0
+    assert "ratio bertpre / transformers:" in capsys.readouterr().out
+    [path] = out.iterdir()
+    assert path.name.startswith("model-threads1-")
+    result = json.loads(path.read_text())
+    assert list(result) == [*RECORD_KEYS, "settings", "bertpre", "peer", "ratio"]
+    assert result["benchmark"] == "model training step (forward, backward, AdamW)"
+    assert result["machine"]["device"] == "cpu" and result["machine"]["torch_threads"] == 1
+    assert set(result["versions"]) == {"python", "bertpre", "torch", "transformers"}
+    assert len(result["bertpre"]["step_s"]) == 1 and result["ratio"] > 0
+
+
+def test_collate_tiny_run(private_tmp, keep_torch_threads):
+    collate = load_bench("collate")
+    corpus = private_tmp / "wiki.txt"
+    corpus.write_text(WIKITEXT * 20, encoding="utf-8")
+    out = private_tmp / "results"
+    assert collate.main(["--rounds", "1", "--corpus", str(corpus), "--out", str(out)]) == 0
+    result = read_only_result(out)
+    assert list(result) == [*RECORD_KEYS, "settings", "bertpre", "peer", "ratio", "planning",
+                            "target_ratio"]
+    assert result["benchmark"] == "collate" and result["settings"]["corpus"] == "wiki.txt"
+    assert result["machine"]["torch_threads"] == 1 and result["planning"] is None
+    assert len(result["bertpre"]["rounds"]) == 1 and result["ratio"] > 0
+
+
+def test_tokenize_speed_tiny_run(private_tmp):
+    tokenize_speed = load_bench("tokenize_speed")
+    corpus = private_tmp / "wiki.txt"
+    corpus.write_text(WIKITEXT * 20, encoding="utf-8")
+    out = private_tmp / "results"
+    assert tokenize_speed.main(["--corpora", str(corpus), "--vocab-size", "200", "--num-proc", "1",
+                                "--rounds", "1", "--results", str(out)]) == 0
+    [path] = out.iterdir()
+    assert path.name.startswith("tokenize-")
+    result = json.loads(path.read_text())
+    assert list(result) == [*RECORD_KEYS, "corpus", "settings", "figures", "seconds", "target"]
+    assert result["benchmark"] == "tokenize" and result["corpus"]["files"] == ["wiki.txt"]
+    assert set(result["figures"]) == {"vocab training", "encode+write", "end to end"}
+
+
+def test_pretrain_tiny_run(private_tmp, keep_torch_threads):
+    pretrain = load_bench("pretrain")
+    data = build_tiny_data(private_tmp / "data", documents=60)
+    out = private_tmp / "results"
+    assert pretrain.main(["--data", str(data), "--steps", "2", "--warmup", "0", "--threads", "1",
+                          "--set", "train.batch_size=8", "--set", "train.micro_batch_size=8",
+                          "--out", str(out)]) == 0
+    result = read_only_result(out)
+    assert list(result) == [*RECORD_KEYS, "settings", "bertpre", "peer", "ratio"]
+    assert result["benchmark"].startswith("pretraining throughput, whole loop")
+    assert set(result["machine"]["load_average_1_5_15_min"]) == {"before", "after"}
+    assert len(result["bertpre"]["tokens_per_s"]) == len(result["peer"]["tokens_per_s"]) == 2
