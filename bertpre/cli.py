@@ -6,6 +6,11 @@ from pathlib import Path
 
 import typer
 
+try:  # recent typer vendors its own Click
+    from typer._click.exceptions import NoArgsIsHelpError, UsageError
+except ImportError:  # older typer runs on Click itself
+    from click.exceptions import NoArgsIsHelpError, UsageError
+
 from bertpre.errors import UserError
 from data_prep.errors import CorpusError
 
@@ -250,13 +255,22 @@ def evaluate(
 
 
 def main() -> None:
-    """Console-script entry point: user errors become one line on stderr and exit code 2."""
+    """Console-script entry point: usage and user errors become one line on stderr, exit code 2."""
+    command = typer.main.get_command(app)
     try:
-        app()
+        # Not standalone: Click hands usage errors back instead of printing its usage box.
+        code = command.main(prog_name="bertpre", standalone_mode=False)
+    except NoArgsIsHelpError:
+        code = command.main(["--help"], prog_name="bertpre", standalone_mode=False)
+    except UsageError as error:
+        hint = f" (see: {error.ctx.command_path} --help)" if error.ctx else ""
+        typer.echo(f"error: {error.format_message()}{hint}", err=True)
+        sys.exit(EXIT_BAD_INPUT)
     except (UserError, CorpusError) as error:
         typer.echo(f"error: {error}", err=True)
         sys.exit(EXIT_BAD_INPUT)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, typer.Abort):
         # pretrain handles SIGINT itself (it checkpoints first); elsewhere nothing is half-written
         typer.echo("interrupted", err=True)
         sys.exit(EXIT_INTERRUPTED)
+    sys.exit(code if isinstance(code, int) else 0)

@@ -28,8 +28,11 @@ class MetricsWriter:
 
         if purge_after is not None and self.jsonl_path.exists():
             kept = [line for line in self.jsonl_path.read_text(encoding="utf-8").splitlines()
-                    if line.strip() and json.loads(line).get("step", 0) <= purge_after]
-            self.jsonl_path.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+                    if (step := _row_step(line)) is not None and step <= purge_after]
+            # Written aside and renamed: a kill during the rewrite must not lose the kept rows.
+            staging = self.jsonl_path.with_name(self.jsonl_path.name + ".tmp")
+            staging.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+            staging.replace(self.jsonl_path)
         elif purge_after is None:  # a fresh start: logs of an attempt that saved nothing go
             self.jsonl_path.unlink(missing_ok=True)
             shutil.rmtree(run_dir / "tensorboard", ignore_errors=True)
@@ -59,6 +62,14 @@ class MetricsWriter:
             self._tensorboard.close()
             self._jsonl.close()
             self.enabled = False
+
+
+def _row_step(line: str) -> int | None:
+    """The step of a metrics.jsonl row; None for a blank line or a row torn by a kill mid-write."""
+    try:
+        return json.loads(line).get("step", 0) if line.strip() else None
+    except json.JSONDecodeError:
+        return None
 
 
 class ProgressBar:

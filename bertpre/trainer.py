@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import math
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import SafetensorError
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, Subset
 
@@ -40,6 +42,9 @@ from bertpre.runtime import (
 )
 from bertpre.schedule import learning_rate
 
+# Write failures that mean the disk, not the program, is at fault: the run stops with one line.
+DISK_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO,
+               errno.EFBIG}
 MAX_CONSECUTIVE_SKIPS = 20  # fp16 overflow skips in a row before the run is declared diverged
 SIGNAL_EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}
 # Per-step sums reduced over micro-batches and processes, in this order.
@@ -163,6 +168,10 @@ def pretrain(config: Config, *, resume: bool = True) -> TrainResult:
     runtime = init_runtime(config.train.precision)
     try:
         return _pretrain(config, runtime, resume)
+    except OSError as error:  # a log or config write on a full or read-only disk
+        if error.errno not in DISK_ERRNOS:
+            raise
+        raise write_failed(error, "to the run folder", Path(config.train.out)) from None
     finally:
         shutdown(runtime)
 
@@ -205,7 +214,12 @@ def _pretrain(config: Config, runtime: Runtime, resume: bool) -> TrainResult:
         remove_partial_checkpoints(run_dir)
         config.save(run_dir / "config.yaml")
         if not (run_dir / "tokenizer").exists():
-            shutil.copytree(data.path / "tokenizer", run_dir / "tokenizer")
+            # Copied aside and renamed: a kill mid-copy must not leave a torn tokenizer that
+            # every later resume would refuse.
+            staging = run_dir / ".tokenizer.tmp"
+            shutil.rmtree(staging, ignore_errors=True)
+            shutil.copytree(data.path / "tokenizer", staging)
+            staging.replace(run_dir / "tokenizer")
     trained_model = model
     if train.compile:
         trained_model = torch.compile(trained_model)
@@ -228,10 +242,16 @@ def _pretrain(config: Config, runtime: Runtime, resume: bool) -> TrainResult:
     window_start, consecutive_skips, logged_step = time.perf_counter(), 0, step
 
     def save() -> None:
-        save_checkpoint(run_dir, step, model=model, optimizer=optimizer, scaler=scaler,
-                        runtime=runtime, keep_last=train.keep_last,
-                        trainer_state={"epoch": stream.epoch, "position": stream.position,
-                                       "skipped_steps": result.skipped_steps})
+        try:
+            save_checkpoint(run_dir, step, model=model, optimizer=optimizer, scaler=scaler,
+                            runtime=runtime, keep_last=train.keep_last,
+                            trainer_state={"epoch": stream.epoch, "position": stream.position,
+                                           "skipped_steps": result.skipped_steps})
+        # On a full disk torch.save raises RuntimeError and safetensors SafetensorError.
+        except (OSError, RuntimeError, SafetensorError) as error:
+            if isinstance(error, OSError) and error.errno not in DISK_ERRNOS:
+                raise
+            raise write_failed(error, f"checkpoint step-{step:08d}", run_dir) from None
 
     with StopSignals() as signals, contextlib.closing(metrics), contextlib.closing(progress):
         while step < train.max_steps:
@@ -401,10 +421,25 @@ def step_scalars(window: torch.Tensor, *, lr: float, grad_norm: float,
     return scalars
 
 
-def diverged_message(step: int, loss: float, grad_norm: float, run_dir: Path, skips: int = 0) -> str:
+def kept_checkpoint(run_dir: Path) -> str:
+    """Which checkpoint a stopped run can resume from, said for people."""
     latest = run_dir / "checkpoints" / "latest"
-    kept = (f"the last good checkpoint is {json.dumps(latest.read_text().strip())}" if latest.exists()
+    return (f"the last good checkpoint is {json.dumps(latest.read_text().strip())}" if latest.exists()
             else "no checkpoint was written yet")
+
+
+def write_failed(error: Exception, what: str, run_dir: Path) -> UserError:
+    """The one line for a write the disk refused (full, read-only): what, why, what is kept."""
+    reason = (f"{error.strerror}: {error.filename}" if isinstance(error, OSError)
+              else (str(error).splitlines() or [type(error).__name__])[0])
+    with contextlib.suppress(OSError):  # torch.save's own message does not say "disk full"
+        reason += f"; {shutil.disk_usage(run_dir).free / 2**20:.1f} MiB free there"
+    return UserError(f"cannot write {what} ({reason}); {kept_checkpoint(run_dir)}; free disk space "
+                     f"or make {run_dir} writable, then run the same command again to resume")
+
+
+def diverged_message(step: int, loss: float, grad_norm: float, run_dir: Path, skips: int = 0) -> str:
+    kept = kept_checkpoint(run_dir)
     what = (f"{skips} fp16 steps in a row overflowed" if skips
             else f"loss {loss} / gradient norm {grad_norm} is not finite")
     return (f"training diverged at step {step + 1}: {what}; {kept}; "

@@ -1,0 +1,112 @@
+"""Run the bertpre CLI with one fault injected from outside: `python _fault_runner.py ARGS...`.
+
+`BERTPRE_FAULT=name:n` picks the fault; the n-th matching event (1-based) triggers it:
+
+- `enospc_checkpoint:n` / `erofs_checkpoint:n`: the n-th model.safetensors write fails with
+  ENOSPC / EROFS (the disk fills up / the folder turns read-only mid-run).
+- `erofs_metrics:n`: the n-th metrics.jsonl row write fails with EROFS.
+- `kill_in_checkpoint:n`: SIGKILL while the n-th model.safetensors is half written.
+- `kill_in_metrics:n`: SIGKILL while the n-th metrics.jsonl row is half written.
+- `kill_in_tokenizer_copy:n`: SIGKILL while copying the n-th file of RUN/tokenizer.
+- `nan_loss:n` / `inf_loss:n`: the n-th training forward pass returns a NaN / inf MLM loss.
+"""
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import sys
+
+
+def _die() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _nth(n: int):
+    """A callable that is True exactly on its n-th call."""
+    calls = [0]
+
+    def hit() -> bool:
+        calls[0] += 1
+        return calls[0] == n
+
+    return hit
+
+
+def install(fault: str) -> None:
+    name, _, count = fault.partition(":")
+    hit = _nth(int(count or 1))
+
+    if name in ("enospc_checkpoint", "erofs_checkpoint", "kill_in_checkpoint"):
+        from bertpre import hf
+
+        real_save_file = hf.save_file
+
+        def save_file(tensors, path, metadata=None):
+            if hit():
+                if name == "kill_in_checkpoint":
+                    with open(path, "wb") as handle:  # a torn file, as a kill mid-write leaves
+                        handle.write(b"\x00" * 100)
+                        handle.flush()
+                    _die()
+                code = errno.ENOSPC if name == "enospc_checkpoint" else errno.EROFS
+                raise OSError(code, os.strerror(code), str(path))
+            return real_save_file(tensors, path, metadata=metadata)
+
+        hf.save_file = save_file
+    elif name in ("erofs_metrics", "kill_in_metrics"):
+        from bertpre import metrics
+
+        real_log = metrics.MetricsWriter.log
+
+        def log(self, step, scalars):
+            if self.enabled and hit():
+                if name == "kill_in_metrics":
+                    self._jsonl.write(f'{{"step": {step}, "train/lo')
+                    self._jsonl.flush()
+                    _die()
+                raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(self.jsonl_path))
+            return real_log(self, step, scalars)
+
+        metrics.MetricsWriter.log = log
+    elif name == "kill_in_tokenizer_copy":
+        import shutil
+
+        real_copytree = shutil.copytree
+
+        def copy2(src, dst, *args, **kwargs):
+            if hit():
+                with open(src, "rb") as source, open(dst, "wb") as handle:
+                    handle.write(source.read()[:10])
+                _die()
+            return shutil.copy2(src, dst, *args, **kwargs)
+
+        def copytree(src, dst, *args, **kwargs):
+            return real_copytree(src, dst, *args, **dict(kwargs, copy_function=copy2))
+
+        shutil.copytree = copytree
+    elif name in ("nan_loss", "inf_loss"):
+        from bertpre.model import BertForPreTraining
+
+        real_forward = BertForPreTraining.forward
+        bad = float("nan") if name == "nan_loss" else float("inf")
+
+        def forward(self, *args, **kwargs):
+            out = real_forward(self, *args, **kwargs)
+            if self.training and hit():
+                out.mlm_loss = out.mlm_loss * bad
+                out.loss = out.loss * bad
+            return out
+
+        BertForPreTraining.forward = forward
+    else:
+        raise SystemExit(f"unknown BERTPRE_FAULT {fault!r}")
+
+
+if __name__ == "__main__":
+    if os.environ.get("BERTPRE_FAULT"):
+        install(os.environ["BERTPRE_FAULT"])
+    from bertpre.cli import main
+
+    sys.argv = ["bertpre", *sys.argv[1:]]
+    main()

@@ -1,0 +1,324 @@
+"""Bad input over every command: exit 2, one stderr line naming the problem, no traceback, and
+nothing written or overwritten anywhere (every path's size and mtime compared before/after).
+
+Most cases run `bertpre.cli.main` in this process (a subprocess costs seconds of imports);
+those marked `subprocess` run the real `python -m bertpre` to catch what only a fresh
+process would print (warnings, logging set up at import).
+"""
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch
+from _reliability_harness import ENV, TINY_CONFIG, bertpre_command, folder_state, run_cli
+
+
+@dataclass
+class World:
+    """What a case may build its input from; `tmp` is the case's own folder."""
+
+    tmp: Path
+    data: Path
+    config: Path
+    reference: Path
+
+    def write(self, name: str, content: str | bytes) -> Path:
+        path = self.tmp / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            path.write_text(content, encoding="utf-8")
+        return path
+
+    def config_with(self, old: str, new: str) -> Path:
+        assert old in TINY_CONFIG
+        return self.write("bad.yaml", TINY_CONFIG.replace(old, new))
+
+    def folder(self, name: str) -> Path:
+        path = self.tmp / name
+        path.mkdir(parents=True)
+        return path
+
+    def run_copy(self) -> Path:
+        target = self.tmp / "run"
+        shutil.copytree(self.reference, target)
+        return target
+
+    def latest(self, run: Path) -> Path:
+        return run / "checkpoints" / (run / "checkpoints" / "latest").read_text().strip()
+
+    def pretrain(self, *extra: str | Path, config: Path | None = None, data: Path | None = None,
+                 out: Path | None = None) -> list[str | Path]:
+        return ["pretrain", "--config", config or self.config, "--data", data or self.data,
+                "--out", out or self.tmp / "run", *extra]
+
+
+def truncate(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+class Payload:
+    """Unpickling this would create a file: proof that code ran."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.touch, (self.marker,))
+
+
+CASES: dict[str, tuple[Callable[[World], list], str, bool]] = {}
+
+
+def case(name: str, expected: str, *, in_subprocess: bool = False):
+    """Register a case: `build(world)` makes its input and returns the command line."""
+    def register(build: Callable[[World], list]) -> Callable[[World], list]:
+        CASES[name] = (build, expected, in_subprocess)
+        return build
+    return register
+
+
+def tokenize(world: World, corpus: Path | str, *extra: str) -> list:
+    return ["tokenize", corpus, "--out", world.tmp / "data", "--vocab-size", "150", *extra]
+
+
+# --- bad corpora (tokenize) ---
+case("corpus-missing", "no such file or folder", in_subprocess=True)(
+    lambda w: tokenize(w, w.tmp / "nowhere.txt"))
+case("corpus-empty", "the corpus is empty")(lambda w: tokenize(w, w.write("empty.txt", "")))
+case("corpus-blank-lines", "the corpus is empty")(lambda w: tokenize(w, w.write("blank.txt", "\n \n\t\n")))
+case("corpus-binary", "looks binary")(
+    lambda w: tokenize(w, w.write("photo.txt", bytes(range(256)) * 40)))
+case("corpus-invalid-utf8-only", "the corpus has no text")(
+    lambda w: tokenize(w, w.write("latin1.txt", b"\xe9\xe8\xe0 \xe7\xf9\n" * 300)))
+case("corpus-huge-single-line", "is over 1 MiB")(
+    lambda w: tokenize(w, w.write("one-line.txt", "word " * 300_000)))
+case("corpus-wrong-json-field", "no 'text' field", in_subprocess=True)(
+    lambda w: tokenize(w, w.write("docs.jsonl", '{"body": "a cat sat"}\n{"body": "a dog ran"}\n')))
+case("corpus-broken-json", "not valid JSON")(
+    lambda w: tokenize(w, w.write("docs.jsonl", '{"text": "a cat sat"\n')))
+case("corpus-unknown-extension", "unknown corpus file type")(
+    lambda w: tokenize(w, w.write("report.docx", "a cat sat\n")))
+case("corpus-empty-folder", "no corpus files")(lambda w: tokenize(w, w.folder("empty-dir")))
+case("corpus-glob-matches-nothing", "no files match this pattern")(lambda w: tokenize(w, str(w.tmp / "*.jsonl")))
+case("tokenize-out-is-data-folder", "already exists; pass --overwrite")(
+    lambda w: ["tokenize", w.write("c.txt", "a cat sat.\n"), "--out", w.data])
+case("tokenize-vocab-size-zero", "--vocab-size 0 is too small")(lambda w: tokenize(w, w.write("c.txt", "a cat.\n"), "--vocab-size", "0"))
+case("tokenize-validation-share-over-1", "--validation-share 1.5 must be")(
+    lambda w: tokenize(w, w.write("c.txt", "a cat.\n"), "--validation-share", "1.5"))
+case("tokenize-tokenizer-not-a-tokenizer", "is not a Hugging Face tokenizer.json")(
+    lambda w: tokenize(w, w.write("c.txt", "a cat.\n"), "--tokenizer", w.write("vocab.json", "{}")))
+
+# --- config problems (pretrain, info) ---
+case("config-missing", "does not exist", in_subprocess=True)(
+    lambda w: w.pretrain(config=w.tmp / "nowhere.yaml"))
+case("config-typo-key", "did you mean 'max_steps'")(
+    lambda w: w.pretrain(config=w.config_with("max_steps: 36", "max_step: 36")))
+case("config-typo-section", "did you mean 'optim'")(
+    lambda w: w.pretrain(config=w.config_with("optim:", "optimizer:")))
+case("config-wrong-type", "train.batch_size must be an integer")(
+    lambda w: w.pretrain(config=w.config_with("batch_size: 8", "batch_size: eight")))
+case("config-negative-size", "model.hidden_size must be a positive integer, got -32")(
+    lambda w: w.pretrain(config=w.config_with("hidden_size: 32", "hidden_size: -32")))
+case("config-zero-size", "train.micro_batch_size must be a positive integer")(
+    lambda w: w.pretrain(config=w.config_with("micro_batch_size: 4", "micro_batch_size: 0")))
+case("config-heads-do-not-divide", "must be divisible by model.num_attention_heads (5)")(
+    lambda w: w.pretrain(config=w.config_with("num_attention_heads: 4", "num_attention_heads: 5")))
+case("config-batch-not-divisible", "not divisible")(
+    lambda w: w.pretrain(config=w.config_with("micro_batch_size: 4", "micro_batch_size: 3")))
+case("config-seq-longer-than-positions", "larger than model.max_position_embeddings")(
+    lambda w: w.pretrain(config=w.config_with("max_seq_length: 32", "max_seq_length: 64")))
+case("config-vocab-smaller-than-data", "smaller than the tokenizer's vocabulary")(
+    lambda w: w.pretrain(config=w.config_with("hidden_size: 32", "hidden_size: 32\n  vocab_size: 50")))
+case("config-probabilities-contradict", "at most 1")(
+    lambda w: w.pretrain("--set", "data.mask_replace_prob=0.9", "--set", "data.random_replace_prob=0.2"))
+case("config-not-yaml", "is not valid YAML", in_subprocess=True)(
+    lambda w: w.pretrain(config=w.write("bad.yaml", "model: [hidden_size: 32\ntrain: {")))
+case("config-a-list", "must be a mapping")(lambda w: w.pretrain(config=w.write("bad.yaml", "- 1\n- 2\n")))
+case("config-binary", "not UTF-8")(lambda w: w.pretrain(config=w.write("bad.yaml", b"\xff\xfe\x00model")))
+case("config-yaml-bomb", "YAML aliases")(lambda w: w.pretrain(config=w.write("bomb.yaml", "\n".join(
+    ["a: &a [x, x, x, x, x, x, x, x, x]"]
+    + [f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 9)}]" for i in range(8)]))))
+case("info-bad-config", "model.num_hidden_layers must be a positive integer")(
+    lambda w: ["info", "--config", w.config_with("num_hidden_layers: 2", "num_hidden_layers: 0")])
+case("set-unknown-key", "did you mean 'max_steps'", in_subprocess=True)(
+    lambda w: w.pretrain("--set", "train.max_stepz=3"))
+case("set-unknown-section", "unknown config section")(lambda w: w.pretrain("--set", "trian.max_steps=3"))
+case("set-not-key-value", "must look like section.key=value")(lambda w: w.pretrain("--set", "train.max_steps"))
+case("set-wrong-type", "must be an integer")(lambda w: w.pretrain("--set", "train.max_steps=ten"))
+case("info-set-unknown-key", "did you mean")(
+    lambda w: ["info", "--config", w.config, "--set", "model.hidden_sise=64"])
+
+# --- bad data and checkpoints ---
+case("data-missing", "does not exist")(lambda w: w.pretrain(data=w.tmp / "no-data"))
+case("data-not-a-data-folder", "is not a DATA folder")(lambda w: w.pretrain(data=w.folder("plain")))
+
+
+@case("data-manifest-damaged", "manifest.json is not valid JSON")
+def damaged_manifest(w: World) -> list:
+    shutil.copytree(w.data, w.tmp / "data")
+    (w.tmp / "data" / "manifest.json").write_text("{")
+    return w.pretrain(data=w.tmp / "data")
+
+
+@case("data-from-another-tokenizer", "was made by another tokenizer than run")
+def resume_with_another_tokenizer(w: World) -> list:
+    tokenizer = w.run_copy() / "tokenizer"  # the run's tokenizer becomes another vocabulary
+    (tokenizer / "tokenizer.json").unlink()
+    (tokenizer / "vocab.txt").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nzebra\n")
+    return w.pretrain("--set", "train.max_steps=40")
+
+
+@case("checkpoint-other-model-size", "is for a different model", in_subprocess=True)
+def resume_with_another_size(w: World) -> list:
+    w.run_copy()
+    return w.pretrain("--set", "model.hidden_size=64", "--set", "train.max_steps=40")
+
+
+@case("checkpoint-truncated-safetensors", "model.safetensors: not a readable safetensors file")
+def resume_truncated_weights(w: World) -> list:
+    truncate(w.latest(w.run_copy()) / "model.safetensors")
+    return w.pretrain("--set", "train.max_steps=40")
+
+
+@case("checkpoint-pickle-payload", "is not safe to load")
+def resume_pickle_payload(w: World) -> list:
+    torch.save({"state": Payload(w.tmp / "payload-ran")}, w.latest(w.run_copy()) / "optimizer.pt")
+    return w.pretrain("--set", "train.max_steps=40")
+
+
+@case("checkpoint-latest-names-missing-folder", "missing or incomplete")
+def resume_dangling_latest(w: World) -> list:
+    (w.run_copy() / "checkpoints" / "latest").write_text("step-00000099\n")
+    return w.pretrain("--set", "train.max_steps=40")
+
+
+@case("pretrain-no-resume-over-a-run", "already holds checkpoints")
+def no_resume_over_a_run(w: World) -> list:
+    w.run_copy()
+    return w.pretrain("--no-resume")
+
+
+case("inspect-not-a-data-folder", "is not a DATA folder")(lambda w: ["inspect", w.folder("plain")])
+case("inspect-bad-split", "split must be train or validation")(lambda w: ["inspect", w.data, "--split", "test"])
+
+
+@case("export-truncated-safetensors", "not a readable safetensors file")
+def export_truncated_weights(w: World) -> list:
+    truncate(w.latest(w.run_copy()) / "model.safetensors")
+    return ["export", w.tmp / "run", "--out", w.tmp / "export"]
+
+
+@case("export-out-not-empty", "already exists and is not empty")
+def export_over_a_folder(w: World) -> list:
+    w.write("export/keep.txt", "mine")
+    return ["export", w.reference, "--out", w.tmp / "export"]
+
+
+case("export-not-a-run", "neither a RUN folder")(
+    lambda w: ["export", w.folder("plain"), "--out", w.tmp / "export"])
+case("fill-mask-no-mask", "the text has no [MASK]", in_subprocess=True)(
+    lambda w: ["fill-mask", w.reference, "the cat sees the river ."])
+case("fill-mask-top-k-zero", "--top-k must be at least 1")(
+    lambda w: ["fill-mask", w.reference, "the cat [MASK] the river .", "--top-k", "0"])
+case("fill-mask-not-a-model", "no such folder")(lambda w: ["fill-mask", w.tmp / "nowhere", "a [MASK] ."])
+
+
+@case("evaluate-other-tokenizer-data", "another vocab")
+def evaluate_on_other_data(w: World) -> list:
+    shutil.copytree(w.data, w.tmp / "data2")
+    (w.tmp / "data2" / "tokenizer" / "tokenizer.json").unlink()
+    (w.tmp / "data2" / "tokenizer" / "vocab.txt").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nzebra\n")
+    return ["evaluate", w.reference, "--data", w.tmp / "data2"]
+
+
+case("evaluate-missing-source", "no such folder")(
+    lambda w: ["evaluate", w.tmp / "nowhere", "--data", w.data])
+case("demo-config-missing", "not found")(
+    lambda w: ["demo", "--out", w.tmp / "demo", "--config", w.tmp / "nowhere.yaml"])
+case("demo-bad-config", "did you mean 'max_steps'")(
+    lambda w: ["demo", "--out", w.tmp / "demo", "--config", w.config_with("max_steps: 36", "max_step: 36")])
+case("demo-max-steps-zero", "train.max_steps must be a positive integer")(
+    lambda w: ["demo", "--out", w.tmp / "demo", "--max-steps", "0"])
+
+
+@case("demo-out-is-not-a-demo", "was not made by `bertpre demo`")
+def demo_over_a_folder(w: World) -> list:
+    w.write("mine/notes.txt", "keep me")
+    return ["demo", "--out", w.tmp / "mine"]
+
+
+def run_in_process(args: list, monkeypatch, capsys) -> tuple[int, str]:
+    """`bertpre ARGS` through `bertpre.cli.main`, as the console script runs it."""
+    from bertpre.cli import main
+
+    monkeypatch.setattr(sys, "argv", ["bertpre", *map(str, args)])
+    capsys.readouterr()
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")  # a warning must not hide behind an earlier case's
+        try:
+            main()
+            code = 0
+        except SystemExit as exit:
+            code = exit.code if isinstance(exit.code, int) else int(exit.code is not None)
+    return code, capsys.readouterr().err
+
+
+def test_the_matrix_is_large_and_covers_every_command(tmp_path, data_dir, tiny_config, reference_run):
+    commands = []
+    for index, (build, _, _) in enumerate(CASES.values()):
+        world = World(tmp_path / str(index), data_dir, tiny_config, reference_run)
+        world.tmp.mkdir()
+        commands.append(str(build(world)[0]))
+    assert len(CASES) >= 30
+    assert set(commands) == {"tokenize", "pretrain", "inspect", "export", "info", "fill-mask",
+                             "evaluate", "demo"}
+    assert sum(in_subprocess for _, _, in_subprocess in CASES.values()) >= 5
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_bad_input_exits_2_with_one_line_and_writes_nothing(
+        name, tmp_path, data_dir, tiny_config, reference_run, monkeypatch, capsys):
+    build, expected, in_subprocess = CASES[name]
+    world = World(tmp_path / "case", data_dir, tiny_config, reference_run)
+    world.tmp.mkdir()
+    monkeypatch.chdir(world.tmp)  # a stray relative write would land here and be seen
+    args = build(world)
+    watched = [world.tmp, data_dir, reference_run]
+    before = [folder_state(folder) for folder in watched]
+
+    if in_subprocess:
+        result = run_cli(*args)
+        code, stderr = result.returncode, result.stderr
+    else:
+        code, stderr = run_in_process(args, monkeypatch, capsys)
+
+    assert code == 2, stderr[-3000:]
+    lines = stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), stderr[-3000:]
+    assert expected in lines[0], lines[0]
+    assert [folder_state(folder) for folder in watched] == before
+    assert not (world.tmp / "payload-ran").exists()
+
+
+@pytest.mark.parametrize(("args", "named"), [
+    (["pretrain", "--data", "x"], "--config"),  # --config missing
+    (["tokenize", "c.txt", "--out", "o", "--vocab-size", "many"], "--vocab-size"),
+    (["pretrian", "--config", "c.yaml"], "pretrian"),  # a typo'd command
+])
+def test_command_line_usage_errors_are_one_line(args, named, tmp_path):
+    # Click's usage errors are caught in main() and said in one line, like every other bad input.
+    result = subprocess.run(bertpre_command(*args), env=ENV, cwd=tmp_path, capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 2
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and named in lines[0], result.stderr
+    assert list(tmp_path.iterdir()) == []
