@@ -163,9 +163,9 @@ def test_loader_packed_batch_round_trips():
         assert torch.equal(unpacked[name], tensor)
 
 
-@pytest.fixture
+@pytest.fixture(autouse=True)
 def keep_torch_threads():
-    """The benches set torch's thread count for the whole process: put it back afterwards."""
+    """The benches set torch's thread count for the whole process: put it back after each test."""
     threads = torch.get_num_threads()
     yield
     torch.set_num_threads(threads)

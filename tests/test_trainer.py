@@ -23,9 +23,7 @@ from _tiny_data import build_tiny_data  # noqa: E402
 
 ROOT = Path(__file__).parents[1]
 TINY = ROOT / "configs" / "tiny.yaml"
-# Subprocesses use this process's thread count: float sums must split the same way for
-# results to be bit-identical across the in-process and subprocess parts of a test.
-ENV = dict(os.environ, OMP_NUM_THREADS=str(torch.get_num_threads()), PYTHONPATH=str(ROOT))
+ENV = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
 
 # Losses of the first 12 steps of configs/tiny.yaml (seed 42) on the tiny DATA below; CPU
 # fp32 is deterministic. Recompute by running the test with PIN=1 if the model, pairs or
@@ -113,14 +111,23 @@ KILLED_RUN = textwrap.dedent("""
 """)
 
 
-def test_resume_after_sigkill_is_exact(data_dir, tmp_path):
+@pytest.fixture
+def one_thread():
+    """One torch thread here and in subprocesses: float sums then split the same way everywhere."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield dict(ENV, OMP_NUM_THREADS="1")
+    torch.set_num_threads(threads)
+
+
+def test_resume_after_sigkill_is_exact(data_dir, tmp_path, one_thread):
     steps = ["train.max_steps=8", "train.save_every=4"]
     straight = pretrain(tiny_config(data_dir, tmp_path / "straight", *steps))
 
     overrides = [f"data.path={data_dir}", f"train.out={tmp_path / 'resumed'}", "train.log_every=1",
                  "train.eval_every=1000", *steps, "data.num_workers=1"]
     killed = subprocess.run([sys.executable, "-c", KILLED_RUN, str(TINY), "4", *overrides],
-                            env=ENV, capture_output=True, text=True, timeout=120)
+                            env=one_thread, capture_output=True, text=True, timeout=120)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     assert (tmp_path / "resumed" / "checkpoints" / "latest").read_text().strip() == "step-00000004"
 
