@@ -9,16 +9,20 @@ from pathlib import Path
 
 import datasets
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 from datasets.arrow_writer import ArrowWriter
 from tokenizers import Tokenizer
 from tqdm import tqdm
 
 from bertpre.alphabet import CharacterCounts
+from bertpre.chunk_cache import ChunkEncoder, sum_per_group
 from bertpre.data import TRAIN_SPLIT, VALIDATION_SPLIT
 from bertpre.errors import UserError
-from bertpre.tokenizer import MAX_INPUT_CHARS_PER_WORD, UNK_TOKEN, build_tokenizer
+from bertpre.tokenizer import build_tokenizer
 
 DOCUMENTS_FEATURES = datasets.Features({"sentences": datasets.List(datasets.Value("string"))})
+DOCUMENTS_TYPE = DOCUMENTS_FEATURES.arrow_schema.field("sentences").type
 COUNT_COLUMNS = ["num_sentences", "num_tokens", "num_unk_tokens", "num_long_words"]
 ENCODED_FEATURES = datasets.Features(
     {
@@ -47,25 +51,32 @@ def progress_bars(show: bool) -> Iterator[None]:
 
 
 def spool_documents(
-    documents: Iterable[list[str]], path: Path, show_progress: bool
-) -> tuple[datasets.Dataset, CharacterCounts]:
+    documents: Iterable[list[str]], path: Path, show_progress: bool, count_characters: bool = True
+) -> tuple[datasets.Dataset, CharacterCounts | None]:
     """Write documents to an Arrow file and memory-map it, so no later stage holds them in RAM.
 
     Returns:
-        The documents (column `sentences`), and their character counts (for the vocab's alphabet).
+        The documents (column `sentences`), and their character counts for the vocab's alphabet
+        (None unless `count_characters`: a reused vocab needs none).
     """
     # Which characters separate words is the same for cased and uncased BERT tokenizers.
-    char_counts = CharacterCounts(build_tokenizer(None, lowercase=True))
-    pending: list[str] = []
-    with ArrowWriter(features=DOCUMENTS_FEATURES, path=str(path), writer_batch_size=BATCH_DOCUMENTS) as writer:
-        for index, document in enumerate(tqdm(documents, desc="Reading corpus", unit=" docs",
-                                              file=sys.stderr, disable=not show_progress), 1):
-            writer.write({"sentences": document})
-            pending.extend(document)
-            if index % BATCH_DOCUMENTS == 0:
-                char_counts.update(pending)
-                pending.clear()
-        char_counts.update(pending)
+    char_counts = CharacterCounts(build_tokenizer(None, lowercase=True)) if count_characters else None
+    pending: list[list[str]] = []
+
+    def write_pending() -> None:
+        writer.write_table(pa.table({"sentences": pa.array(pending, DOCUMENTS_TYPE)}))
+        if char_counts is not None:
+            char_counts.update(sentence for document in pending for sentence in document)
+        pending.clear()
+
+    with ArrowWriter(features=DOCUMENTS_FEATURES, path=str(path)) as writer:
+        for document in tqdm(documents, desc="Reading corpus", unit=" docs", file=sys.stderr,
+                             disable=not show_progress):
+            pending.append(document)
+            if len(pending) == BATCH_DOCUMENTS:
+                write_pending()
+        if pending:
+            write_pending()
         writer.finalize()
     return datasets.Dataset.from_file(str(path)), char_counts
 
@@ -89,49 +100,32 @@ class SentenceBatches:
                 yield [sentence for document in batch["sentences"] for sentence in document]
 
 
-def encode_documents(batch: dict, tokenizer: Tokenizer, unk_id: int) -> dict:
-    """Encode a batch of documents' sentences in one batch call, counting as it goes.
+def encode_documents(batch: pa.Table, encoder: ChunkEncoder) -> pa.Table:
+    """Encode a batch of documents' sentences in one call, counting as it goes.
 
     Sentences without tokens (only characters the normalizer removes) are dropped, and so are
     documents left without sentences: pair sampling could draw nothing from them.
     """
-    documents = batch["sentences"]
-    sentences = [sentence for document in documents for sentence in document]
-    # The fast variant skips offsets; the rare sentences with [UNK] are encoded again for them.
-    encodings = tokenizer.encode_batch_fast(sentences, add_special_tokens=False)
-    columns: dict[str, list] = {"input_ids": [], **{name: [] for name in COUNT_COLUMNS}}
-    start = 0
-    for document in documents:
-        input_ids, num_tokens, num_unk, num_long = [], 0, 0, 0
-        for sentence, encoding in zip(document, encodings[start : start + len(document)], strict=True):
-            ids = encoding.ids
-            if not ids:
-                continue
-            input_ids.append(ids)
-            num_tokens += len(ids)
-            unk_here = ids.count(unk_id)
-            if unk_here:
-                num_unk += unk_here
-                num_long += count_long_words(tokenizer, sentence, unk_id)
-        start += len(document)
-        if not input_ids:
-            continue
-        columns["input_ids"].append(input_ids)
-        columns["num_sentences"].append(len(input_ids))
-        columns["num_tokens"].append(num_tokens)
-        columns["num_unk_tokens"].append(num_unk)
-        columns["num_long_words"].append(num_long)
-    return columns
-
-
-def count_long_words(tokenizer: Tokenizer, sentence: str, unk_id: int) -> int:
-    """[UNK] tokens standing for a whole word over WordPiece's character limit."""
-    encoding = tokenizer.encode(sentence, add_special_tokens=False)
-    return sum(
-        1
-        for token_id, (begin, end) in zip(encoding.ids, encoding.offsets, strict=True)
-        if token_id == unk_id and end - begin > MAX_INPUT_CHARS_PER_WORD
-    )
+    documents = batch.column("sentences").combine_chunks()
+    sentences_per_document = pc.list_value_length(documents).to_numpy(zero_copy_only=False)
+    encoded = encoder.encode(documents.flatten())
+    kept = encoded.lengths > 0
+    document_ends = np.cumsum(sentences_per_document)
+    kept_per_document = sum_per_group(kept.astype(np.int64), document_ends)
+    has_sentences = kept_per_document > 0
+    # Dropped sentences hold no ids, so the flat ids stand as they are; only offsets change.
+    sentence_offsets = np.concatenate([[0], np.cumsum(encoded.lengths[kept])]).astype(np.int32)
+    document_offsets = np.concatenate([[0], np.cumsum(kept_per_document[has_sentences])]).astype(np.int32)
+    sentences = pa.ListArray.from_arrays(sentence_offsets, pa.array(encoded.ids, pa.int32()))
+    columns = {
+        "input_ids": pa.ListArray.from_arrays(document_offsets, sentences),
+        "num_sentences": kept_per_document,
+        "num_tokens": sum_per_group(encoded.lengths, document_ends),
+        "num_unk_tokens": sum_per_group(encoded.unk_tokens, document_ends),
+        "num_long_words": sum_per_group(encoded.long_words, document_ends),
+    }
+    return pa.table({name: column if name == "input_ids" else pa.array(column[has_sentences], pa.int64())
+                     for name, column in columns.items()})
 
 
 def encode_corpus(
@@ -143,20 +137,21 @@ def encode_corpus(
     differ from run to run (and with it DATA's state.json).
     """
     with _single_threaded_tokenizers_in_workers(num_proc):
-        encoded = documents.map(
+        encoded = documents.with_format("arrow").map(
             encode_documents,
             batched=True,
             batch_size=BATCH_DOCUMENTS,
             num_proc=num_proc if num_proc > 1 else None,
             remove_columns=["sentences"],
             features=ENCODED_FEATURES,
-            fn_kwargs={"tokenizer": tokenizer, "unk_id": tokenizer.token_to_id(UNK_TOKEN)},
+            fn_kwargs={"encoder": ChunkEncoder(tokenizer)},
             new_fingerprint=f"{fingerprint}-encoded",
             load_from_cache_file=False,
             desc="Encoding sentences",
         )
     counts = {name: int(encoded.data.column(name).to_numpy().sum()) for name in COUNT_COLUMNS}
-    return encoded.remove_columns(COUNT_COLUMNS, new_fingerprint=f"{fingerprint}-ids"), counts
+    encoded = encoded.with_format(None).remove_columns(COUNT_COLUMNS, new_fingerprint=f"{fingerprint}-ids")
+    return encoded, counts
 
 
 @contextmanager

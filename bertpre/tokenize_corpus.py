@@ -109,7 +109,8 @@ def tokenize_corpus(
 
         with encoding.progress_bars(show_progress):
             raw, character_counts = encoding.spool_documents(
-                chain([first_document], documents), building / "documents.arrow", show_progress
+                chain([first_document], documents), building / "documents.arrow", show_progress,
+                count_characters=tokenizer is None,
             )
             if tokenizer is None:
                 tokenizer = train_tokenizer(
