@@ -33,10 +33,10 @@ import tokenizers
 import torch
 import transformers
 
-from bench.common import RESULTS, median, write_result
+from bench.common import RESULTS, median, transformers_bert_tokenizer, write_result
 from bertpre.collator import MaskingCollator
 from bertpre.pairs import PretrainingInstances
-from bertpre.tokenizer import save_tokenizer, train_tokenizer
+from bertpre.tokenizer import save_tokenizer, tokenizer_lowercases, train_tokenizer
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpora" / "wikitext2-valid.txt"
 SEQ_LENGTH = 128
@@ -79,7 +79,7 @@ def bertpre_round(
     start = time.perf_counter()
     instances.set_epoch(epoch)
     for first in range(0, len(instances), BATCH_SIZE):
-        collate([instances[i] for i in range(first, min(first + BATCH_SIZE, len(instances)))])
+        collate(instances.__getitems__(range(first, min(first + BATCH_SIZE, len(instances)))))
     return len(instances), time.perf_counter() - start
 
 
@@ -158,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
 
     with tempfile.TemporaryDirectory() as folder:
         save_tokenizer(tokenizer, folder)
-        hf_tokenizer = transformers.BertTokenizerFast(vocab_file=str(Path(folder) / "vocab.txt"))
+        hf_tokenizer = transformers_bert_tokenizer(Path(folder) / "vocab.txt", tokenizer_lowercases(tokenizer))
     peer_collate = transformers.DataCollatorForLanguageModeling(hf_tokenizer, mlm_probability=0.15)
     examples = [{"input_ids": instances[i]["input_ids"]} for i in range(len(instances))]
 

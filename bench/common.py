@@ -113,3 +113,12 @@ def print_table(rows: list[tuple[str, float, float | None]], unit: str, peer_nam
         peer_text = f"{peer:>16,.1f}" if peer is not None else f"{'-':>16}"
         ratio = f"{ours / peer:>8.2f}" if peer else f"{'-':>8}"
         print(f"{what:<{width}}{ours:>14,.1f}{peer_text}{ratio}")
+
+
+def transformers_bert_tokenizer(vocab_file: Path, lowercase: bool):
+    """transformers' BertTokenizerFast on a vocab.txt. Version 5 reads `vocab=` and silently
+    ignores `vocab_file=` (every id would be [UNK]); version 4 wants `vocab_file=`."""
+    import transformers
+
+    argument = "vocab" if int(transformers.__version__.split(".")[0]) >= 5 else "vocab_file"
+    return transformers.BertTokenizerFast(**{argument: str(vocab_file)}, do_lower_case=lowercase)

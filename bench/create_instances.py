@@ -138,7 +138,7 @@ def bertpre_round(corpus: Path, vocab: Path, out: Path, num_proc: int) -> tuple[
                               max_predictions_per_seq=SETTINGS["max_predictions_per_seq"], seed=1)
     for instances in epochs:
         for first in range(0, len(instances), BATCH_SIZE):
-            collate([instances[i] for i in range(first, min(first + BATCH_SIZE, len(instances)))])
+            collate(instances.__getitems__(range(first, min(first + BATCH_SIZE, len(instances)))))
     collated = time.perf_counter()
     seconds = {"tokenize": tokenized - start, "plan": planned - tokenized,
                "collate": collated - planned, "total": collated - start}
@@ -147,8 +147,9 @@ def bertpre_round(corpus: Path, vocab: Path, out: Path, num_proc: int) -> tuple[
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--corpus", type=Path, default=CORPUS,
-                        help="WikiText-style file (default wikitext-2 valid; the sample corpus if absent)")
+    parser.add_argument("--corpus", type=Path, nargs="+", default=[CORPUS],
+                        help="WikiText-style files, read as one corpus (default wikitext-2 valid; the "
+                             "sample corpus if absent)")
     parser.add_argument("--rounds", type=int, default=3, help="alternating timed rounds per side")
     parser.add_argument("--vocab-size", type=int, default=8000)
     parser.add_argument("--threads", type=int, default=1,
@@ -168,8 +169,9 @@ def main(argv: list[str] | None = None) -> int:
 
     with tempfile.TemporaryDirectory() as scratch:
         scratch = Path(scratch)
-        if args.corpus.exists():
-            documents, corpus_name = wikitext_documents(args.corpus), args.corpus.name
+        if all(path.exists() for path in args.corpus):
+            documents = [document for path in args.corpus for document in wikitext_documents(path)]
+            corpus_name = " + ".join(path.name for path in args.corpus)
         else:
             documents, corpus_name = sample_documents(scratch), "built-in sample corpus"
         corpus = write_bert_format(documents, scratch / "corpus.txt")
@@ -184,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
             sides = ["bertpre", "google"] if round_index % 2 == 0 else ["google", "bertpre"]
             for side in sides:
                 if side == "bertpre":
-                    counts["bertpre"], seconds = bertpre_round(corpus, vocab, scratch / "data", args.threads)
+                    counts["bertpre"], seconds = bertpre_round(corpus, vocab, scratch / "data", num_proc=1)
                     ours.append(seconds)
                 elif google is not None:
                     counts["google"], seconds = google_round(google, corpus, vocab)
@@ -203,6 +205,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"speed-up bertpre vs google: {ratio:.1f}x (target >= 20x)")
 
     name = "create_instances" if args.threads == 1 else f"create_instances-threads{args.threads}"
+    if args.corpus != [CORPUS]:
+        name += "-" + "-".join(path.stem for path in args.corpus)
     path = write_result(name, {
         "settings": {**SETTINGS, "corpus": corpus_name, "corpus_bytes": corpus_bytes,
                      "documents": len(documents), "vocab_size": args.vocab_size,

@@ -29,10 +29,11 @@ import time  # noqa: E402
 import torch  # noqa: E402
 import transformers  # noqa: E402
 
-from bench.common import RESULTS, ROOT, median, write_result  # noqa: E402
+from bench.common import RESULTS, ROOT, median, transformers_bert_tokenizer, write_result  # noqa: E402
 from bertpre.config import check_world_size, load_config, resolve  # noqa: E402
 from bertpre.data import load_data  # noqa: E402
 from bertpre.evaluation import build_instances  # noqa: E402
+from bertpre.tokenizer import tokenizer_lowercases  # noqa: E402
 from bertpre.trainer import pretrain  # noqa: E402
 
 
@@ -56,13 +57,15 @@ def run_bertpre(config) -> list[float]:
 def run_peer(config, data_path: Path, device: torch.device) -> list[float]:
     """Tokens/s of each step of a hand-written transformers loop with the same settings."""
     data = load_data(data_path)
-    tokenizer = transformers.BertTokenizerFast(vocab_file=str(data_path / "tokenizer" / "vocab.txt"))
+    tokenizer = transformers_bert_tokenizer(data_path / "tokenizer" / "vocab.txt",
+                                            tokenizer_lowercases(data.tokenizer))
     collate_mlm = transformers.DataCollatorForLanguageModeling(
         tokenizer, mlm_probability=config.data.mlm_probability, return_tensors="pt")
     instances = build_instances(data.train, data.tokenizer, config.data, seed=config.train.seed)
 
-    def collate(items: list[dict]) -> dict:
+    def collate(items) -> dict:  # a DataLoader over the instances hands over one InstanceBatch
         keys = ("input_ids", "token_type_ids", "next_sentence_label")
+        items = [items.instance(k) for k in range(len(items))]
         return collate_mlm([{k: item[k] for k in keys if k in item} for item in items])
 
     model_config = config.model

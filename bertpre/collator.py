@@ -20,7 +20,6 @@ Choices, where BERT's recipe leaves room:
 
 from __future__ import annotations
 
-import itertools
 import re
 from collections.abc import Sequence
 
@@ -30,6 +29,7 @@ from tokenizers import Tokenizer
 
 from bertpre import keyed_random
 from bertpre.errors import UserError
+from bertpre.instance_batch import InstanceBatch
 
 IGNORE_INDEX = -100
 NO_ACTION, MASKED, RANDOM_TOKEN, KEPT = 0, 1, 2, 3
@@ -131,13 +131,14 @@ class MaskingCollator:
             (t.startswith(prefix) for t in tokens), bool, self.vocab_size
         )
 
-    def __call__(self, instances: Sequence[dict]) -> dict[str, torch.Tensor]:
-        if not instances:
+    def __call__(self, instances: Sequence[dict] | InstanceBatch) -> dict[str, torch.Tensor]:
+        if not len(instances):
             raise ValueError("cannot collate an empty list of instances")
+        if not isinstance(instances, InstanceBatch):
+            instances = InstanceBatch.from_instances(instances)
         input_ids, attention_mask, token_type_ids = self._pad(instances)
-        labels, mask_action, masked_ids = self.mask_tokens(
-            input_ids, attention_mask, self._row_keys(instances)
-        )
+        row_keys = keyed_random.mix64(instances.seed_keys ^ np.uint64(self.seed_key))
+        labels, mask_action, masked_ids = self.mask_tokens(input_ids, attention_mask, row_keys)
         batch = {
             "input_ids": torch.from_numpy(masked_ids),
             "token_type_ids": torch.from_numpy(token_type_ids),
@@ -145,17 +146,13 @@ class MaskingCollator:
             "labels": torch.from_numpy(labels),
             "mask_action": torch.from_numpy(mask_action),
         }
-        if all("next_sentence_label" in instance for instance in instances):
-            batch["next_sentence_label"] = torch.tensor(
-                [int(instance["next_sentence_label"]) for instance in instances], dtype=torch.long
-            )
+        if instances.next_sentence_label is not None:
+            batch["next_sentence_label"] = torch.from_numpy(instances.next_sentence_label.astype(np.int64))
         return batch
 
-    def _pad(self, instances: Sequence[dict]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _pad(self, instances: InstanceBatch) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(B, T) input ids, attention mask (bool) and token type ids, padded with [PAD] / 0."""
-        lengths = np.fromiter(
-            (len(instance["input_ids"]) for instance in instances), np.int64, len(instances)
-        )
+        lengths = instances.lengths
         longest = int(lengths.max())
         length = longest
         if self.pad_to_length is not None:
@@ -167,42 +164,17 @@ class MaskingCollator:
             length = self.pad_to_length
         elif self.pad_to_multiple_of is not None:
             length = -(-longest // self.pad_to_multiple_of) * self.pad_to_multiple_of
-        positions = np.arange(length)
-        attention_mask = positions[None, :] < lengths[:, None]  # (B, T)
-
-        def scatter(key: str, fill: int) -> np.ndarray:
-            grid = np.full((len(instances), length), fill, dtype=np.int64)
-            total = int(lengths.sum())
-            grid[attention_mask] = np.fromiter(
-                itertools.chain.from_iterable(instance[key] for instance in instances),
-                np.int64,
-                total,
-            )
-            return grid
-
-        input_ids = scatter("input_ids", self.pad_token_id)
+        attention_mask = np.arange(length)[None, :] < lengths[:, None]  # (B, T)
+        input_ids = np.full((len(lengths), length), self.pad_token_id, dtype=np.int64)
+        input_ids[attention_mask] = instances.input_ids
         if input_ids.min() < 0 or input_ids.max() >= self.vocab_size:
             raise UserError(
                 f"token id {int(input_ids.max())} is outside the tokenizer's vocabulary of "
                 f"{self.vocab_size}; the data was tokenized with another tokenizer"
             )
-        if all("token_type_ids" in instance for instance in instances):
-            token_type_ids = scatter("token_type_ids", 0)
-        else:
-            token_type_ids = np.zeros_like(input_ids)
+        token_type_ids = np.zeros_like(input_ids)
+        token_type_ids[attention_mask] = instances.token_type_ids
         return input_ids, attention_mask, token_type_ids
-
-    def _row_keys(self, instances: Sequence[dict]) -> np.ndarray:
-        """(B,) uint64 keys: the collator's seed mixed with each instance's seed_key."""
-        # Without a seed_key, hash the ids (Python's int/tuple hash is not salted per process).
-        keys = [
-            int(instance["seed_key"])
-            if "seed_key" in instance
-            else hash(tuple(instance["input_ids"]))
-            for instance in instances
-        ]
-        instance_keys = np.array([key & ((1 << 64) - 1) for key in keys], dtype=np.uint64)
-        return keyed_random.mix64(instance_keys ^ np.uint64(self.seed_key))
 
     def mask_tokens(
         self, input_ids: np.ndarray, attention_mask: np.ndarray, row_keys: np.ndarray

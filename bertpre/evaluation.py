@@ -65,8 +65,7 @@ def evaluate(model: torch.nn.Module, data_folder: DataFolder, data_config: DataC
     for batch_index, start in enumerate(range(0, len(instances), micro_batch_size)):
         if max_batches is not None and batch_index >= max_batches:
             break
-        batch = collate([instances[i] for i in range(start, min(start + micro_batch_size,
-                                                                 len(instances)))])
+        batch = collate(instances.__getitems__(range(start, min(start + micro_batch_size, len(instances)))))
         labels = batch["labels"].to(device)
         pair_labels = batch.get("next_sentence_label")
         pair_labels = (torch.full_like(labels[:, 0], -100) if pair_labels is None

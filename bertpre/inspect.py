@@ -175,7 +175,7 @@ def inspect_data(
     )  # fmt: skip
     sequences = min(len(instances), batches * batch_size)
     for start in range(0, sequences, batch_size):
-        rows = [instances[i] for i in range(start, min(start + batch_size, sequences))]
+        rows = instances.__getitems__(range(start, min(start + batch_size, sequences)))
         batch = collate(rows)
         real = batch["attention_mask"].numpy().astype(bool)
         labels, action = batch["labels"].numpy(), batch["mask_action"].numpy()
@@ -190,12 +190,11 @@ def inspect_data(
         text = real & ~np.isin(original, boundary_ids)
         counts["text"] += int(text.sum())
         counts["unknown"] += int((text & (original == unk_id)).sum())
-        for row in rows:
-            label = row.get("next_sentence_label", 0)
-            counts["label_one"] += label
-            counts["single"] += row["single_sentence_chunk"]
-            counts["single_one"] += label * row["single_sentence_chunk"]
-            counts["truncated"] += row["truncated"]
+        label = rows.next_sentence_label if rows.next_sentence_label is not None else np.zeros(len(rows), np.int64)
+        counts["label_one"] += int(label.sum())
+        counts["single"] += int(rows.single_sentence_chunk.sum())
+        counts["single_one"] += int((label * rows.single_sentence_chunk).sum())
+        counts["truncated"] += int(rows.truncated.sum())
     return InspectReport(
         split=split,
         pair_task=data_config.pair_task,

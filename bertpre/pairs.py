@@ -15,6 +15,7 @@ instance is fetched, straight from the memory-mapped Arrow buffers.
 from __future__ import annotations
 
 import bisect
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import datasets
@@ -26,6 +27,7 @@ from tokenizers import Tokenizer
 
 from bertpre import keyed_random
 from bertpre.errors import UserError
+from bertpre.instance_batch import InstanceBatch
 
 PAIR_TASKS = ("nsp", "sop", "none")
 
@@ -249,33 +251,30 @@ def plan_epoch(
     return EpochPlan(*(column[keep][order] for column in vars(plan).values()))
 
 
-def truncated_lengths(length_a: int, length_b: int, max_num_tokens: int) -> tuple[int, int]:
-    """Segment lengths after trimming the longer one (B on ties) a token at a time until they fit."""
-    excess = length_a + length_b - max_num_tokens
-    if excess <= 0:
-        return length_a, length_b
-    gap = abs(length_a - length_b)
-    if gap >= excess:
-        return (
-            (length_a - excess, length_b) if length_a > length_b else (length_a, length_b - excess)
-        )
-    short = min(length_a, length_b)  # both trimmed down to equal, then alternately, B first
+def truncated_lengths(length_a, length_b, max_num_tokens: int) -> tuple:
+    """Segment lengths after trimming the longer one (B on ties) a token at a time until they
+    fit; element-wise over arrays."""
+    excess = np.maximum(np.asarray(length_a) + length_b - max_num_tokens, 0)
+    gap = np.abs(np.asarray(length_a) - length_b)
+    a_longer = np.asarray(length_a) > length_b
+    short = np.minimum(length_a, length_b)  # both trimmed down to equal, then alternately, B first
     rest = excess - gap
-    return short - rest // 2, short - (rest - rest // 2)
+    one_side = gap >= excess
+    return (
+        np.where(one_side, np.where(a_longer, length_a - excess, length_a), short - rest // 2),
+        np.where(one_side, np.where(a_longer, length_b, length_b - excess), short - (rest - rest // 2)),
+    )
 
 
-def _trim(tokens: np.ndarray, length: int, key: int, counter_base: int) -> np.ndarray:
-    """Trim `tokens` to `length`, each removed token from the front or the back by a coin flip
-    (64 flips per hash; only the count of front trims matters)."""
-    removed = len(tokens) - length
-    if removed <= 0:
-        return tokens
+def _front_trims(removed: int, key: int, counter_base: int) -> int:
+    """How many of `removed` trimmed tokens come off the front: a coin flip each (64 flips per
+    hash; only the count matters)."""
     front = 0
     for block, first in enumerate(range(0, removed, 64)):
         flips = min(64, removed - first)
         bits = keyed_random.random_bits_int(key, counter_base + block)
         front += (bits & ((1 << flips) - 1)).bit_count()
-    return tokens[front : front + length]
+    return front
 
 
 class PretrainingInstances(torch.utils.data.Dataset):
@@ -367,34 +366,44 @@ class PretrainingInstances(torch.utils.data.Dataset):
         return self._chunk_tokens[chunk][start - base : stop - base]
 
     def __getitem__(self, i: int) -> dict:
-        document, a_start, a_stop, b_start, b_stop, label, single = self._rows[i].tolist()
-        seed_key = int(self._seed_keys[i])
-        tokens_a = self._tokens(a_start, a_stop)
-        tokens_b = self._tokens(b_start, b_stop) if b_stop > b_start else tokens_a[:0]
-        max_num_tokens = self.max_seq_length - (2 if self.pair_task == "none" else 3)
-        length_a, length_b = truncated_lengths(len(tokens_a), len(tokens_b), max_num_tokens)
-        truncated = length_a < len(tokens_a) or length_b < len(tokens_b)
-        if truncated:
-            tokens_a = _trim(tokens_a, length_a, seed_key, 0)
-            tokens_b = _trim(tokens_b, length_b, seed_key, _B_COUNTER_BASE)
-        cls, sep = self.cls_token_id, self.sep_token_id
-        if self.pair_task == "none":
-            input_ids = [cls, *tokens_a.tolist(), sep]
-            token_type_ids = [0] * len(input_ids)
-        else:
-            input_ids = [cls, *tokens_a.tolist(), sep, *tokens_b.tolist(), sep]
-            token_type_ids = [0] * (length_a + 2) + [1] * (length_b + 1)
-        instance = {
-            "input_ids": input_ids,
-            "token_type_ids": token_type_ids,
-            "seed_key": seed_key,
-            "truncated": truncated,
-            "single_sentence_chunk": bool(single),
-            "document_index": document,
-        }
-        if self.pair_task != "none":  # no key, so the model computes no pair loss
-            instance["next_sentence_label"] = label
-        return instance
+        return self.__getitems__([i]).instance(0)
+
+    def __getitems__(self, indices: Sequence[int]) -> InstanceBatch:
+        """Instances `indices` as one batch: [CLS] A [SEP] B [SEP] (or [CLS] A [SEP]), each
+        segment trimmed by keyed coin flips until the pair fits."""
+        rows = self._rows[np.asarray(indices, dtype=np.int64)]
+        document, a_start, a_stop, b_start, b_stop, label, single = rows.T
+        seed_keys = self._seed_keys[np.asarray(indices, dtype=np.int64)]
+        pair = self.pair_task != "none"
+        num_special = 3 if pair else 2
+        length_a, length_b = truncated_lengths(a_stop - a_start, b_stop - b_start,
+                                               self.max_seq_length - num_special)
+        truncated = (length_a < a_stop - a_start) | (length_b < b_stop - b_start)
+        a_from, b_from = a_start.copy(), b_start.copy()
+        for i in np.flatnonzero(truncated).tolist():
+            key = int(seed_keys[i])
+            a_from[i] += _front_trims(int(a_stop[i] - a_start[i] - length_a[i]), key, 0)
+            b_from[i] += _front_trims(int(b_stop[i] - b_start[i] - length_b[i]), key, _B_COUNTER_BASE)
+        cls, sep = np.array([self.cls_token_id]), np.array([self.sep_token_id])
+        pieces = []
+        for a, a_length, b, b_length in zip(a_from.tolist(), length_a.tolist(), b_from.tolist(),
+                                            length_b.tolist(), strict=True):
+            pieces += (cls, self._tokens(a, a + a_length), sep)
+            if pair:
+                pieces += (self._tokens(b, b + b_length), sep)
+        lengths = length_a + length_b + num_special
+        first_segment = length_a + 2 if pair else lengths
+        position = np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+        return InstanceBatch(
+            input_ids=np.concatenate(pieces).astype(np.int64),
+            token_type_ids=(position >= np.repeat(first_segment, lengths)).astype(np.int64),
+            lengths=lengths,
+            seed_keys=seed_keys,
+            next_sentence_label=label if pair else None,  # none: the model computes no pair loss
+            truncated=truncated,
+            single_sentence_chunk=single.astype(bool),
+            document_index=document,
+        )
 
     def __getstate__(self) -> dict:
         # Token arrays are views of memory-mapped Arrow buffers; a pickled copy (spawned

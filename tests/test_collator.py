@@ -242,6 +242,26 @@ def test_same_batches_with_zero_and_two_workers_and_new_ones_next_epoch(tokenize
     assert not again or any(not torch.equal(x, y) for x, y in again)
 
 
+@pytest.mark.parametrize("pair_task", ["nsp", "sop", "none"])
+def test_a_batch_fetched_as_one_collates_like_its_instances_one_by_one(tokenizer, pair_task):
+    rng = np.random.default_rng(1)
+    word_ids = [tokenizer.token_to_id(t) for t in WORDS]
+    documents = [[rng.choice(word_ids, size=int(rng.integers(1, 30))).tolist()
+                  for _ in range(int(rng.integers(1, 6)))] for _ in range(40)]
+    instances = PretrainingInstances(datasets.Dataset.from_dict({"input_ids": documents}), tokenizer,
+                                     max_seq_length=24, pair_task=pair_task, seed=5)
+    collate = MaskingCollator(tokenizer, pad_to_multiple_of=8)
+    indices = [7, 0, 3, 3, len(instances) - 1, 12, 5]
+    fetched = instances.__getitems__(indices)
+    one_by_one = [instances[i] for i in indices]
+    assert fetched.truncated.any() and not fetched.truncated.all()
+    assert [fetched.instance(k) for k in range(len(indices))] == one_by_one
+    together, separately = collate(fetched), collate(one_by_one)
+    assert set(together) == set(separately)
+    assert all(torch.equal(together[key], separately[key]) for key in together)
+    assert ("next_sentence_label" in together) == (pair_task != "none")
+
+
 def test_every_eligible_position_is_equally_likely_to_be_chosen(tokenizer):
     cls, sep = ids_of(tokenizer, "[CLS]", "[SEP]")
     word = tokenizer.token_to_id("w1")

@@ -1,0 +1,73 @@
+"""A batch of pretraining instances as flat arrays: what pair sampling hands the masking collator."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import chain
+
+import numpy as np
+
+_KEY_MASK = (1 << 64) - 1
+
+
+@dataclass
+class InstanceBatch:
+    """Instances side by side, without padding: instance i's tokens are
+    `input_ids[starts[i] : starts[i] + lengths[i]]`, and likewise its token types.
+
+    Fetching a batch as one (`PretrainingInstances.__getitems__`, which DataLoader calls) and
+    padding it in one scatter costs a fraction of building a dict of lists per instance.
+    """
+
+    input_ids: np.ndarray  # (total,) int64
+    token_type_ids: np.ndarray  # (total,) int64
+    lengths: np.ndarray  # (B,) int64
+    seed_keys: np.ndarray  # (B,) uint64: the key of each instance's masking draws
+    next_sentence_label: np.ndarray | None = None  # (B,) int64; None: no pair task
+    # Where the instance came from, for `inspect` and tests; None when built from dicts.
+    truncated: np.ndarray | None = None  # (B,) bool
+    single_sentence_chunk: np.ndarray | None = None  # (B,) bool
+    document_index: np.ndarray | None = None  # (B,) int64
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    @property
+    def starts(self) -> np.ndarray:
+        return np.cumsum(self.lengths) - self.lengths
+
+    @classmethod
+    def from_instances(cls, instances: Sequence[dict]) -> InstanceBatch:
+        """From dicts with `input_ids` and optionally `token_type_ids` (default 0),
+        `next_sentence_label` (kept when every instance has one) and `seed_key` (default: a
+        hash of the ids; Python's int/tuple hash is not salted per process)."""
+        lengths = np.fromiter((len(instance["input_ids"]) for instance in instances), np.int64, len(instances))
+        total = int(lengths.sum())
+        input_ids = np.fromiter(chain.from_iterable(instance["input_ids"] for instance in instances),
+                                np.int64, total)
+        if all("token_type_ids" in instance for instance in instances):
+            token_type_ids = np.fromiter(
+                chain.from_iterable(instance["token_type_ids"] for instance in instances), np.int64, total)
+        else:
+            token_type_ids = np.zeros(total, np.int64)
+        keys = [int(instance["seed_key"]) if "seed_key" in instance else hash(tuple(instance["input_ids"]))
+                for instance in instances]
+        labels = None
+        if all("next_sentence_label" in instance for instance in instances):
+            labels = np.array([int(instance["next_sentence_label"]) for instance in instances], np.int64)
+        return cls(input_ids, token_type_ids, lengths, np.array([key & _KEY_MASK for key in keys], np.uint64),
+                   labels)
+
+    def instance(self, i: int) -> dict:
+        """Instance i as a dict of Python values (the form `PretrainingInstances[i]` gives)."""
+        start, stop = int(self.starts[i]), int(self.starts[i] + self.lengths[i])
+        instance = {
+            "input_ids": self.input_ids[start:stop].tolist(),
+            "token_type_ids": self.token_type_ids[start:stop].tolist(),
+            "seed_key": int(self.seed_keys[i]),
+        }
+        for name in ("truncated", "single_sentence_chunk", "document_index", "next_sentence_label"):
+            column = getattr(self, name)
+            if column is not None:
+                instance[name] = column[i].item()
+        return instance
