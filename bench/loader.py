@@ -4,9 +4,9 @@ The loader is the trainer's own `BatchStream`: `PretrainingInstances` (NSP, leng
 `MaskingCollator` (15%, at most 20 predictions) through a torch DataLoader with N worker
 processes, a fresh one each epoch as in training, epoch boundaries included in the timing.
 The first batch (worker start-up) is left out. Measured with 0 workers too: the rate of one
-core doing nothing else; with --pack also a lever: each batch leaves the worker as one tensor
-instead of six (each tensor crossing processes costs a shared-memory segment and a file
-descriptor). Settings alternate round by round; medians are compared.
+core doing nothing else. Batches are fetched whole (`PretrainingInstances.__getitems__`) and
+leave a worker as one tensor (`bertpre.batch_stream`). Settings alternate round by round;
+medians are compared.
 
 The consumer is one training step of BERT-base (fp16 autocast, fused AdamW, batch 256)
 measured on the GPU when there is one, or a figure given with --consumption. Target: loader
@@ -16,7 +16,6 @@ rate and its per-core rate are recorded.
     .venv/bin/python bench/loader.py                       # N = all cores, ~1 min
     .venv/bin/python bench/loader.py --batches 20          # shorter
     .venv/bin/python bench/loader.py --consumption 2400    # compare with a known step rate
-    .venv/bin/python bench/loader.py --pack                # also measure one-tensor batches
 """
 from __future__ import annotations
 
@@ -66,37 +65,13 @@ def build_data(folder: Path, vocab_size: int) -> tuple[Path, str]:
     return folder / "data", name
 
 
-class PackedCollate:
-    """The lever `--pack` measures: a batch crosses from worker to trainer as one tensor.
-
-    Each tensor a worker returns costs a shared-memory segment and a file descriptor passed
-    over a socket (~0.4 ms on a 2-core machine); the collator's batch holds six.
-    """
-
-    def __init__(self, collate) -> None:
-        self.collate = collate
-
-    def __call__(self, instances: list[dict]) -> tuple:
-        import torch
-
-        batch = self.collate(instances)
-        return tuple(batch), [t.shape for t in batch.values()], torch.cat([t.flatten() for t in batch.values()])
-
-
-def unpack(packed: tuple) -> dict:
-    """The batch dict back from `PackedCollate`'s (names, shapes, flat tensor): views, no copy."""
-    names, shapes, flat = packed
-    parts = flat.split([shape.numel() for shape in shapes])
-    return {name: part.view(shape) for name, part, shape in zip(names, parts, shapes, strict=True)}
-
-
 def loader_rate(data_path: Path, num_workers: int, batches: int, pin_memory: bool,
-                micro_batch_size: int = MICRO_BATCH_SIZE, pack: bool = False) -> dict:
+                micro_batch_size: int = MICRO_BATCH_SIZE) -> dict:
     """Sequences/s of the trainer's batch stream over `batches` micro-batches after the first."""
+    from bertpre.batch_stream import BatchStream
     from bertpre.collator import MaskingCollator
     from bertpre.data import load_data
     from bertpre.pairs import PretrainingInstances
-    from bertpre.trainer import BatchStream
 
     data = load_data(data_path)
     instances = PretrainingInstances(data.train, data.tokenizer, max_seq_length=SEQ_LENGTH,
@@ -104,7 +79,7 @@ def loader_rate(data_path: Path, num_workers: int, batches: int, pin_memory: boo
     # Fixed-shape batches, as a compiled or CUDA-graphed step wants them.
     collate = MaskingCollator(data.tokenizer, max_predictions_per_seq=20, seed=1,
                               pad_to_length=SEQ_LENGTH)
-    stream = BatchStream(instances, PackedCollate(collate) if pack else collate,
+    stream = BatchStream(instances, collate,
                          micro_batch_size=micro_batch_size,
                          num_workers=num_workers, pin_memory=pin_memory, seed=1)
     start = time.perf_counter()
@@ -113,9 +88,7 @@ def loader_rate(data_path: Path, num_workers: int, batches: int, pin_memory: boo
     start = time.perf_counter()
     epochs_before = stream.epoch
     for _ in range(batches):
-        batch = stream.next()
-        if pack:
-            unpack(batch)
+        stream.next()
     seconds = time.perf_counter() - start
     return {"num_workers": num_workers, "batches": batches, "seconds": seconds,
             "sequences_per_s": batches * micro_batch_size / seconds, "first_batch_s": first_batch,
@@ -139,8 +112,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batches", type=int, default=400,
                         help="timed micro-batches per setting (an epoch of wikitext-2 is ~220)")
     parser.add_argument("--micro-batch-size", type=int, default=MICRO_BATCH_SIZE)
-    parser.add_argument("--pack", action="store_true",
-                        help="also measure the lever: each batch sent from the workers as one tensor")
     parser.add_argument("--rounds", type=int, default=2, help="alternating rounds per setting")
     parser.add_argument("--consumption", type=float, default=None,
                         help="training step's sequences/s to compare with (default: measured on GPU)")
@@ -155,19 +126,16 @@ def main(argv: list[str] | None = None) -> int:
 
     with tempfile.TemporaryDirectory() as scratch:
         data_path, corpus = (args.data, str(args.data)) if args.data else build_data(Path(scratch), args.vocab_size)
-        # (workers, packed): the trainer's way with 0 and N workers, and the lever when asked.
-        settings = [(0, False), (args.workers, False)] if args.workers else [(0, False)]
-        settings += [(args.workers, True)] if args.pack else []
-        runs: dict[tuple, list[dict]] = {setting: [] for setting in settings}
+        settings = [0, args.workers] if args.workers else [0]  # the trainer's way, 0 and N workers
+        runs: dict[int, list[dict]] = {setting: [] for setting in settings}
         for round_index in range(args.rounds):
-            for workers, pack in settings if round_index % 2 == 0 else reversed(settings):
-                runs[workers, pack].append(loader_rate(
-                    data_path, workers, args.batches, pin_memory=cuda,
-                    micro_batch_size=args.micro_batch_size, pack=pack))
+            for workers in settings if round_index % 2 == 0 else reversed(settings):
+                runs[workers].append(loader_rate(data_path, workers, args.batches, pin_memory=cuda,
+                                                 micro_batch_size=args.micro_batch_size))
 
     rates = {setting: median([run["sequences_per_s"] for run in runs[setting]]) for setting in settings}
-    labels = {setting: f"{setting[0]} workers" + (", packed" if setting[1] else "") for setting in settings}
-    loader = rates[args.workers, False]
+    labels = {setting: f"{setting} workers" for setting in settings}
+    loader = rates[args.workers]
     consumption, consumer = args.consumption, None
     if consumption is None and cuda:
         consumer = training_rate(args.steps)
@@ -191,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         "settings": {"corpus": corpus, "micro_batch_size": args.micro_batch_size, "seq_length": SEQ_LENGTH,
                      "pair_task": "nsp", "max_predictions_per_seq": 20, "workers": args.workers,
                      "batches": args.batches, "rounds": args.rounds, "pin_memory": cuda,
-                     "packed": args.pack},
+                     "one_tensor_batches_from_workers": True},
         "bertpre": {"loader_sequences_per_s": loader, "per_core_sequences_per_s": per_core,
                     "by_setting": {labels[s]: rates[s] for s in settings},
                     "runs": {labels[s]: runs[s] for s in settings}},

@@ -23,7 +23,7 @@ BENCHMARKS: dict[str, tuple[str, list[str], str]] = {
     "collate": ("collate.py", ["--rounds", "3"], "--out"),
     "tokenize": ("tokenize_speed.py", ["--rounds", "1"], "--results"),
     "create_instances": ("create_instances.py", ["--rounds", "3"], "--out"),
-    "loader": ("loader.py", ["--batches", "300", "--rounds", "3", "--pack"], "--out"),
+    "loader": ("loader.py", ["--batches", "300", "--rounds", "3"], "--out"),
     "pretrain": ("pretrain.py", ["--steps", "12", "--warmup", "4"], "--out"),
 }
 

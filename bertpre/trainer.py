@@ -18,8 +18,8 @@ from typing import Any
 import torch
 from safetensors import SafetensorError
 from torch.nn.parallel import DistributedDataParallel
-from torch.utils.data import DataLoader, Subset
 
+from bertpre.batch_stream import BatchStream
 from bertpre.checkpoint import (
     latest_checkpoint,
     load_checkpoint,
@@ -65,46 +65,6 @@ class TrainResult:
     skipped_steps: int = 0
     exit_code: int = 0  # 130 after SIGINT, 143 after SIGTERM
     notes: list[str] = field(default_factory=list)
-
-
-class BatchStream:
-    """This process's micro-batches from (epoch, position) on, epoch after epoch, no replay."""
-
-    def __init__(self, instances: Any, collate: Any, *, micro_batch_size: int, num_workers: int,
-                 pin_memory: bool, seed: int, epoch: int = 0, position: int = 0):
-        self.instances, self.collate = instances, collate
-        self.micro_batch_size, self.num_workers, self.pin_memory = micro_batch_size, num_workers, pin_memory
-        self.seed, self.epoch, self.position = seed, epoch, position
-        self._batches = None
-
-    def _start_epoch(self) -> None:
-        self.instances.set_epoch(self.epoch)
-        if len(self.instances) < self.micro_batch_size:
-            raise UserError(
-                f"epoch {self.epoch} has {len(self.instances)} training instances per process, fewer "
-                f"than train.micro_batch_size ({self.micro_batch_size}); use more data or a smaller batch"
-            )
-        loader = DataLoader(
-            Subset(self.instances, range(self.position, len(self.instances))),
-            batch_size=self.micro_batch_size, drop_last=True, collate_fn=self.collate,
-            num_workers=self.num_workers, pin_memory=self.pin_memory,
-            prefetch_factor=2 if self.num_workers > 0 else None,
-            # Its own generator: creating a loader must not draw from the global RNG that
-            # dropout uses, or a resumed run would diverge from an uninterrupted one.
-            generator=torch.Generator().manual_seed(self.seed),
-        )
-        self._batches = iter(loader)
-
-    def next(self) -> dict[str, torch.Tensor]:
-        if self._batches is None:
-            self._start_epoch()
-        batch = next(self._batches, None)
-        if batch is None:
-            self.epoch, self.position = self.epoch + 1, 0
-            self._start_epoch()
-            batch = next(self._batches)
-        self.position += self.micro_batch_size
-        return batch
 
 
 def build_optimizer(model: torch.nn.Module, config: Config, device: torch.device) -> torch.optim.AdamW:
