@@ -9,13 +9,16 @@ tokens with 15% masked (at most 20 a sequence), short_seq_prob 0.1, one pass (du
   touched on this path); FullTokenizer built inside the timing. TFRecord writing is not timed.
 - bertpre: `tokenize_corpus` reusing the vocab.txt (DATA folder on disk), then
   `PretrainingInstances` epoch 0 over train and validation, then every instance through
-  `MaskingCollator` in batches of 32. Reported per stage: tokenize, plan, collate.
+  `MaskingCollator` in batches of 32 (fetched a batch at a time, as the DataLoader does).
+  Reported per stage: tokenize, plan, collate. One process; --threads sets tokenizers' threads.
 
 Rounds of the two sides alternate so that other load on the machine hits both alike; medians
 are compared. Target: bertpre >= 20x faster.
 
     .venv/bin/python bench/create_instances.py                # wikitext-2 valid if present, 3 rounds
     .venv/bin/python bench/create_instances.py --rounds 1     # shorter
+    .venv/bin/python bench/create_instances.py --threads 2    # bertpre on two threads
+    .venv/bin/python bench/create_instances.py --corpus ../shared/corpora/wikitext2-{valid,test}.txt
     .venv/bin/pip install --no-deps bert-tensorflow           # the peer, if missing
 """
 from __future__ import annotations

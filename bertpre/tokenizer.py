@@ -309,7 +309,7 @@ def load_tokenizer(path: str | Path, lowercase: bool | None = None) -> Tokenizer
 
 def tokenizer_lowercases(tokenizer: Tokenizer) -> bool:
     """Whether the tokenizer's BERT normalizer lowercases (False when it has none)."""
-    normalizer = json.loads(tokenizer.to_str()).get("normalizer") or {}
+    normalizer = json.loads(tokenizer.normalizer.__getstate__()) if tokenizer.normalizer is not None else {}
     stack = [normalizer]
     while stack:
         node = stack.pop()

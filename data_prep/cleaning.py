@@ -62,6 +62,6 @@ def clean_text(text: str) -> str:
         text = _INVISIBLE.sub("", text)
         text = " ".join(text.split())
         return unicodedata.normalize("NFC", text)
-    if text.isprintable() and "  " not in text and text[:1] != " " and text[-1:] != " ":
-        return text  # the common case: one clean line of ASCII prose
+    if text.isprintable() and "  " not in text:
+        return text.strip(" ")  # the common case: one clean line of ASCII prose
     return " ".join(_INVISIBLE.sub("", text).split())
