@@ -22,6 +22,7 @@ from tokenizers import Tokenizer
 from bertpre.tokenizer import MAX_INPUT_CHARS_PER_WORD, SEP_TOKEN, UNK_TOKEN
 
 CACHE_ENTRIES = 200_000  # chunks kept between batches; cleared when full (about 40 MB)
+SENTENCES_PER_PASS = 1 << 16  # sentences encoded together (a pass of prose: tens of MB of arrays)
 MISSING_PER_TEXT = 2_000  # new chunks joined into one text for the tokenizer
 MISSING_TEXTS = 64  # texts per encode_batch call (its threads share them)
 _SEPARATOR = " [SEP] "
@@ -54,6 +55,15 @@ class ChunkEncoder:
 
     def encode(self, sentences: pa.Array | list[str]) -> EncodedSentences:
         sentences = pa.array(sentences, pa.string()) if isinstance(sentences, list) else sentences
+        if len(sentences) <= SENTENCES_PER_PASS:
+            return self._encode_pass(sentences)
+        # In passes, so that a huge batch (a corpus given as one document) needs bounded memory.
+        passes = [self._encode_pass(sentences.slice(first, SENTENCES_PER_PASS))
+                  for first in range(0, len(sentences), SENTENCES_PER_PASS)]
+        return EncodedSentences(*(np.concatenate([getattr(one, name) for one in passes])
+                                  for name in ("ids", "lengths", "unk_tokens", "long_words")))
+
+    def _encode_pass(self, sentences: pa.Array) -> EncodedSentences:
         chunk_lists = pc.split_pattern(sentences, pattern=" ")
         chunks_per_sentence = pc.list_value_length(chunk_lists).to_numpy(zero_copy_only=False)
         coded = pc.dictionary_encode(chunk_lists.flatten())

@@ -88,6 +88,7 @@ class CountingTokenizer:
 def test_small_groups_a_warm_cache_and_evictions_change_nothing(tokenizer, monkeypatch):
     monkeypatch.setattr(chunk_cache, "MISSING_PER_TEXT", 7)
     monkeypatch.setattr(chunk_cache, "MISSING_TEXTS", 3)
+    monkeypatch.setattr(chunk_cache, "SENTENCES_PER_PASS", 16)  # several passes per call
     counting = CountingTokenizer(tokenizer)
     encoder = ChunkEncoder(counting)
     sentences = fuzzed_sentences(60, seed=2)
