@@ -112,6 +112,24 @@ def test_small_groups_a_warm_cache_and_evictions_change_nothing(tokenizer, monke
         assert len(small.ids) <= 50
 
 
+def test_chunks_that_are_whole_vocab_words_skip_the_tokenizer(tokenizer):
+    counting = CountingTokenizer(tokenizer)
+    vocab = tokenizer.get_vocab(with_added_tokens=False)
+    assert {"the", "fox"} <= set(vocab)
+    encoded = ChunkEncoder(counting).encode(["the fox", "the  fox the"])
+    assert counting.calls == []
+    assert split(encoded) == reference(tokenizer, ["the fox", "the  fox the"])[0]
+
+
+def test_an_added_token_of_letters_turns_the_whole_word_shortcut_off():
+    tokenizer = train_tokenizer(TRAINING_TEXT, vocab_size=200, lowercase=True, min_frequency=1)
+    tokenizer.add_tokens(["foxy", "quick"])  # "quick" is in the vocab too: the added token wins
+    sentences = ["the quick foxy fox", "quickly foxyfox QUICK"]
+    encoder = ChunkEncoder(tokenizer)
+    assert encoder.whole_words is None
+    assert split(encoder.encode(sentences)) == reference(tokenizer, sentences)[0]
+
+
 def test_an_empty_batch_gives_empty_arrays(tokenizer):
     encoded = ChunkEncoder(tokenizer).encode([])
     assert encoded.ids.size == encoded.lengths.size == encoded.unk_tokens.size == 0
