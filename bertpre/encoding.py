@@ -109,6 +109,9 @@ def encode_documents(batch: pa.Table, encoder: ChunkEncoder) -> pa.Table:
     documents = batch.column("sentences").combine_chunks()
     sentences_per_document = pc.list_value_length(documents).to_numpy(zero_copy_only=False)
     encoded = encoder.encode(documents.flatten())
+    if encoded.ids.size >= 2**31:  # Arrow list offsets are int32
+        raise UserError(f"{BATCH_DOCUMENTS:,} documents hold {encoded.ids.size:,} tokens, more than one "
+                        "Arrow batch can; separate documents with blank lines (plain text) or use one record each")
     kept = encoded.lengths > 0
     document_ends = np.cumsum(sentences_per_document)
     kept_per_document = sum_per_group(kept.astype(np.int64), document_ends)

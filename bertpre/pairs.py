@@ -254,9 +254,10 @@ def plan_epoch(
 def truncated_lengths(length_a, length_b, max_num_tokens: int) -> tuple:
     """Segment lengths after trimming the longer one (B on ties) a token at a time until they
     fit; element-wise over arrays."""
-    excess = np.maximum(np.asarray(length_a) + length_b - max_num_tokens, 0)
-    gap = np.abs(np.asarray(length_a) - length_b)
-    a_longer = np.asarray(length_a) > length_b
+    length_a, length_b = np.asarray(length_a), np.asarray(length_b)
+    excess = np.maximum(length_a + length_b - max_num_tokens, 0)
+    gap = np.abs(length_a - length_b)
+    a_longer = length_a > length_b
     short = np.minimum(length_a, length_b)  # both trimmed down to equal, then alternately, B first
     rest = excess - gap
     one_side = gap >= excess
@@ -371,9 +372,9 @@ class PretrainingInstances(torch.utils.data.Dataset):
     def __getitems__(self, indices: Sequence[int]) -> InstanceBatch:
         """Instances `indices` as one batch: [CLS] A [SEP] B [SEP] (or [CLS] A [SEP]), each
         segment trimmed by keyed coin flips until the pair fits."""
-        rows = self._rows[np.asarray(indices, dtype=np.int64)]
-        document, a_start, a_stop, b_start, b_stop, label, single = rows.T
-        seed_keys = self._seed_keys[np.asarray(indices, dtype=np.int64)]
+        indices = np.asarray(indices, dtype=np.int64)
+        document, a_start, a_stop, b_start, b_stop, label, single = self._rows[indices].T
+        seed_keys = self._seed_keys[indices]
         pair = self.pair_task != "none"
         num_special = 3 if pair else 2
         length_a, length_b = truncated_lengths(a_stop - a_start, b_stop - b_start,
