@@ -34,9 +34,9 @@ import torch
 import transformers
 
 from bench.common import RESULTS, median, transformers_bert_tokenizer, write_result
-from bertpre.collator import MaskingCollator
-from bertpre.pairs import PretrainingInstances
-from bertpre.tokenizer import save_tokenizer, tokenizer_lowercases, train_tokenizer
+from bertpre.batches.collator import MaskingCollator
+from bertpre.batches.pairs import PretrainingInstances
+from bertpre.tokenizer.wordpiece import save_tokenizer, tokenizer_lowercases, train_tokenizer
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpora" / "wikitext2-valid.txt"
 SEQ_LENGTH = 128

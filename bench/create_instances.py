@@ -123,10 +123,10 @@ def google_round(google: types.ModuleType, corpus: Path, vocab: Path) -> tuple[i
 
 def bertpre_round(corpus: Path, vocab: Path, out: Path, num_proc: int) -> tuple[int, dict[str, float]]:
     """(instances, seconds by stage) of bertpre from the raw file to masked batches."""
-    from bertpre.collator import MaskingCollator
-    from bertpre.data import load_data
-    from bertpre.pairs import PretrainingInstances
-    from bertpre.tokenize_corpus import tokenize_corpus
+    from bertpre.batches.collator import MaskingCollator
+    from bertpre.batches.pairs import PretrainingInstances
+    from bertpre.data.build import tokenize_corpus
+    from bertpre.data.folder import load_data
 
     start = time.perf_counter()
     tokenize_corpus([corpus], out, tokenizer_path=vocab, lowercase=True, split_sentences=False,
@@ -163,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["RAYON_NUM_THREADS"] = str(args.threads)
     import torch
 
-    from bertpre.tokenizer import save_tokenizer, train_tokenizer
+    from bertpre.tokenizer.wordpiece import save_tokenizer, train_tokenizer
 
     torch.set_num_threads(args.threads)
     google = import_google_code()

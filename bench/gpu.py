@@ -11,7 +11,7 @@ micro-batches when --micro-batch-size is smaller), fp16 autocast with a GradScal
 for both models (--no-fused: foreach AdamW for both). The peer is
 `transformers.BertForPreTraining` run eagerly with its default attention (SDPA), same weights,
 same batch. Rounds of steps alternate between the two; medians are compared. MFU uses
-FLOPs/token = 6·N_enc + 12·L·s·d + 6·f·(d² + d·V) (`bertpre.info`), f = predicted share, against
+FLOPs/token = 6·N_enc + 12·L·s·d + 6·f·(d² + d·V) (`bertpre.tools.cost`), f = predicted share, against
 the fp16 matmul rate measured here (large square matmuls).
 
 Batches are synthetic but shaped like real ones: [CLS] A [SEP] B [SEP] segments, 10% of rows
@@ -98,7 +98,7 @@ def make_batch(batch_size: int, seq_length: int, device: torch.device, seed: int
 def build_models(shape: str, seq_length: int, device: torch.device, peer: bool,
                  checkpointing: bool = False, compile_model: bool = False) -> dict[str, torch.nn.Module]:
     """bertpre's model and, with `peer`, transformers' with the same weights, in train mode."""
-    from bertpre.model import BertConfig, BertForPreTraining
+    from bertpre.model.bert import BertConfig, BertForPreTraining
 
     torch.manual_seed(0)
     ours = BertForPreTraining(BertConfig(**model_config(shape, seq_length))).to(device).train()
@@ -208,8 +208,8 @@ def measure_step_rate(shape: str, seq_length: int, micro_batch_size: int, steps:
 
 
 def run_throughput(args: argparse.Namespace, device: torch.device) -> dict:
-    from bertpre.info import training_flops_per_token
-    from bertpre.model import BertConfig
+    from bertpre.model.bert import BertConfig
+    from bertpre.tools.cost import training_flops_per_token
 
     result = measure_step_rate(args.model, args.seq_length, args.micro_batch_size or args.batch_size,
                                args.steps, peer=not args.no_peer, batch_size=args.batch_size,

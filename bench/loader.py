@@ -5,7 +5,7 @@ The loader is the trainer's own `BatchStream`: `PretrainingInstances` (NSP, leng
 processes, a fresh one each epoch as in training, epoch boundaries included in the timing.
 The first batch (worker start-up) is left out. Measured with 0 workers too: the rate of one
 core doing nothing else. Batches are fetched whole (`PretrainingInstances.__getitems__`) and
-leave a worker as one tensor (`bertpre.batch_stream`). Settings alternate round by round;
+leave a worker as one tensor (`bertpre.batches.stream`). Settings alternate round by round;
 medians are compared.
 
 The consumer is one training step of BERT-base (fp16 autocast, fused AdamW, batch 256)
@@ -46,7 +46,7 @@ def build_data(folder: Path, vocab_size: int) -> tuple[Path, str]:
     (22% padding at 128 instead of ~4%): articles are written out as documents first.
     """
     from bench.create_instances import wikitext_documents, write_bert_format
-    from bertpre.tokenize_corpus import tokenize_corpus
+    from bertpre.data.build import tokenize_corpus
 
     corpora = [CORPORA / f"wikitext2-{split}.txt" for split in ("valid", "test")]
     corpora = [path for path in corpora if path.exists()]
@@ -68,10 +68,10 @@ def build_data(folder: Path, vocab_size: int) -> tuple[Path, str]:
 def loader_rate(data_path: Path, num_workers: int, batches: int, pin_memory: bool,
                 micro_batch_size: int = MICRO_BATCH_SIZE) -> dict:
     """Sequences/s of the trainer's batch stream over `batches` micro-batches after the first."""
-    from bertpre.batch_stream import BatchStream
-    from bertpre.collator import MaskingCollator
-    from bertpre.data import load_data
-    from bertpre.pairs import PretrainingInstances
+    from bertpre.batches.collator import MaskingCollator
+    from bertpre.batches.pairs import PretrainingInstances
+    from bertpre.batches.stream import BatchStream
+    from bertpre.data.folder import load_data
 
     data = load_data(data_path)
     instances = PretrainingInstances(data.train, data.tokenizer, max_seq_length=SEQ_LENGTH,

@@ -24,7 +24,7 @@ import torch  # noqa: E402
 import transformers  # noqa: E402
 
 from bench.common import RESULTS, median, write_result  # noqa: E402
-from bertpre.model import BertConfig, BertForPreTraining  # noqa: E402
+from bertpre.model.bert import BertConfig, BertForPreTraining  # noqa: E402
 
 SHAPE = dict(vocab_size=30522, hidden_size=256, num_hidden_layers=4, num_attention_heads=4,
              intermediate_size=1024, max_position_embeddings=512)

@@ -31,15 +31,15 @@ import transformers  # noqa: E402
 
 from bench.common import RESULTS, ROOT, median, transformers_bert_tokenizer, write_result  # noqa: E402
 from bertpre.config import check_world_size, load_config, resolve  # noqa: E402
-from bertpre.data import load_data  # noqa: E402
-from bertpre.evaluation import build_instances  # noqa: E402
-from bertpre.tokenizer import tokenizer_lowercases  # noqa: E402
-from bertpre.trainer import pretrain  # noqa: E402
+from bertpre.data.folder import load_data  # noqa: E402
+from bertpre.tokenizer.wordpiece import tokenizer_lowercases  # noqa: E402
+from bertpre.train.evaluation import build_instances  # noqa: E402
+from bertpre.train.trainer import pretrain  # noqa: E402
 
 
 def sample_data(folder: Path) -> Path:
     """A DATA folder from the built-in sample corpus (vocab 8000)."""
-    from bertpre.tokenize_corpus import tokenize_corpus
+    from bertpre.data.build import tokenize_corpus
     from data_prep.sample_corpus import write_sample_corpus
 
     corpus = write_sample_corpus(folder / "corpus")

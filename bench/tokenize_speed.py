@@ -37,9 +37,9 @@ import datasets
 from tokenizers import Tokenizer, trainers
 
 from bench.common import RESULTS, median, write_result
-from bertpre import encoding
-from bertpre.tokenize_corpus import tokenize_corpus
-from bertpre.tokenizer import SPECIAL_TOKENS, build_tokenizer, train_tokenizer
+from bertpre.data import encode as encoding
+from bertpre.data.build import tokenize_corpus
+from bertpre.tokenizer.wordpiece import SPECIAL_TOKENS, build_tokenizer, train_tokenizer
 from data_prep import CorpusStats, read_documents
 
 CORPORA = Path(__file__).resolve().parents[2] / "shared" / "corpora"

@@ -58,7 +58,7 @@ def tokenize(
 
     Example: bertpre tokenize corpus/ more/*.jsonl.gz --out data/corpus --vocab-size 30522
     """
-    from bertpre.tokenize_corpus import format_summary, tokenize_corpus
+    from bertpre.data.build import format_summary, tokenize_corpus
 
     manifest = tokenize_corpus(
         corpus, out,
@@ -94,7 +94,7 @@ def pretrain(
     (both once a checkpoint is saved).
     """
     from bertpre.config import load_config
-    from bertpre.trainer import pretrain as run_pretraining
+    from bertpre.train.trainer import pretrain as run_pretraining
 
     cfg = load_config(config, list(overrides or []))
     if data is not None:
@@ -120,7 +120,7 @@ def export(
 
     Example: bertpre export runs/base --out my-bert
     """
-    from bertpre.hf import export as export_checkpoint
+    from bertpre.model.hf_format import export as export_checkpoint
 
     summary = export_checkpoint(source, out, overwrite=overwrite)
     typer.echo(f"exported {summary.checkpoint} as {summary.architecture} "
@@ -139,7 +139,7 @@ def demo(
 
     Example: bertpre demo --out demo
     """
-    from bertpre.demo import format_result, run_demo
+    from bertpre.tools.demo import format_result, run_demo
 
     result = run_demo(out, config_path=config, max_steps=max_steps,
                       say=lambda line: typer.echo(line, err=True))
@@ -158,7 +158,7 @@ def info(
     Example: bertpre info --config configs/base.yaml --set model.num_hidden_layers=6
     """
     from bertpre.config import load_config
-    from bertpre.info import format_info, model_info
+    from bertpre.tools.cost import format_info, model_info
 
     cfg = load_config(config, list(overrides or []))
     predicted_share = cfg.data.mlm_probability
@@ -188,8 +188,8 @@ def inspect_command(
     Example: bertpre inspect data/corpus --config configs/base.yaml
     """
     from bertpre.config import load_config
-    from bertpre.data import load_data
-    from bertpre.inspect import format_report, inspect_data
+    from bertpre.data.folder import load_data
+    from bertpre.tools.audit import format_report, inspect_data
 
     cfg = load_config(config)
     report = inspect_data(load_data(data), cfg.data, batches=batches,
@@ -208,7 +208,7 @@ def fill_mask_command(
 
     Example: bertpre fill-mask my-bert "The capital of France is [MASK]."
     """
-    from bertpre.inference import fill_in, fill_mask, load_model_and_tokenizer
+    from bertpre.tools.inference import fill_in, fill_mask, load_model_and_tokenizer
 
     model, tokenizer = load_model_and_tokenizer(source)
     for text in texts:
@@ -235,9 +235,9 @@ def evaluate(
     Example: bertpre evaluate runs/base --data data/corpus
     """
     from bertpre.config import load_config
-    from bertpre.data import load_data
-    from bertpre.evaluation import evaluate as evaluate_model
-    from bertpre.inference import load_model_and_tokenizer
+    from bertpre.data.folder import load_data
+    from bertpre.tools.inference import load_model_and_tokenizer
+    from bertpre.train.evaluation import evaluate as evaluate_model
 
     run_config = source / "config.yaml"
     if config is None and run_config.is_file():

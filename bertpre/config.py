@@ -10,8 +10,8 @@ from typing import Any
 
 import yaml
 
-from bertpre.bert_config import BertConfig
 from bertpre.errors import UserError
+from bertpre.model.config import BertConfig
 
 MAX_CONFIG_BYTES = 1_000_000
 # A config has no use for many aliases; refusing them stops "billion laughs" expansion.

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import datasets
 
-from bertpre.tokenizer import save_tokenizer, train_tokenizer
+from bertpre.tokenizer.wordpiece import save_tokenizer, train_tokenizer
 
 SUBJECTS = ["the cat", "a dog", "the old man", "my sister", "the farmer", "a small bird"]
 VERBS = ["sees", "likes", "follows", "feeds", "watches", "finds"]

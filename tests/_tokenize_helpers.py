@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bertpre.tokenize_corpus import tokenize_corpus
+from bertpre.data.build import tokenize_corpus
 
 ANIMALS = ["cat", "dog", "horse", "parrot", "rabbit"]
 PLACES = ["garden", "kitchen", "river bank", "old barn", "city park"]

@@ -1,10 +1,10 @@
-"""bertpre.alphabet: character counts and the alphabet fixed before WordPiece training."""
+"""bertpre.tokenizer.alphabet: character counts and the alphabet fixed before WordPiece training."""
 from __future__ import annotations
 
 from collections import Counter
 
-from bertpre.alphabet import CharacterCounts, plan_alphabet
-from bertpre.tokenizer import build_tokenizer
+from bertpre.tokenizer.alphabet import CharacterCounts, plan_alphabet
+from bertpre.tokenizer.wordpiece import build_tokenizer
 
 TEXTS = ["Hello, World!", "Zoë said 你好 twice.", "", "𝔘nicode beyond the BMP"]
 

@@ -1,13 +1,13 @@
-"""bertpre.batch_stream: the trainer's micro-batches, the same with and without worker processes."""
+"""bertpre.batches.stream: the trainer's micro-batches, the same with and without worker processes."""
 from __future__ import annotations
 
 import torch
 from _tiny_data import build_tiny_data  # tests/ is on sys.path
 
-from bertpre.batch_stream import BatchStream, OneTensorCollate, unpack_batch
-from bertpre.collator import MaskingCollator
-from bertpre.data import load_data
-from bertpre.pairs import PretrainingInstances
+from bertpre.batches.collator import MaskingCollator
+from bertpre.batches.pairs import PretrainingInstances
+from bertpre.batches.stream import BatchStream, OneTensorCollate, unpack_batch
+from bertpre.data.folder import load_data
 
 
 def test_one_tensor_batches_come_back_whole_with_their_dtypes():

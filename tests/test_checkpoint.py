@@ -7,15 +7,15 @@ import numpy as np
 import pytest
 import torch
 
-from bertpre.checkpoint import (
+from bertpre.errors import UserError
+from bertpre.model.bert import BertConfig, BertForPreTraining
+from bertpre.train.checkpoint import (
     latest_checkpoint,
     load_checkpoint,
     remove_partial_checkpoints,
     save_checkpoint,
 )
-from bertpre.errors import UserError
-from bertpre.model import BertConfig, BertForPreTraining
-from bertpre.runtime import Runtime
+from bertpre.train.runtime import Runtime
 
 RUNTIME = Runtime(device=torch.device("cpu"))
 

@@ -1,4 +1,4 @@
-"""bertpre.chunk_cache: ids identical to the tokenizer's own, whatever the text, cache state or grouping."""
+"""bertpre.tokenizer.sentence_encoder: ids identical to the tokenizer's own, whatever the text, cache state or grouping."""
 from __future__ import annotations
 
 import random
@@ -7,9 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bertpre import chunk_cache
-from bertpre.chunk_cache import ChunkEncoder
-from bertpre.tokenizer import MAX_INPUT_CHARS_PER_WORD, train_tokenizer
+from bertpre.tokenizer import sentence_encoder as chunk_cache
+from bertpre.tokenizer.sentence_encoder import ChunkEncoder
+from bertpre.tokenizer.wordpiece import MAX_INPUT_CHARS_PER_WORD, train_tokenizer
 
 TRAINING_TEXT = [
     ["The quick brown fox jumps over the lazy dog, twice.", "Zoë visited the café in São Paulo."],

@@ -6,7 +6,7 @@ import yaml
 
 from bertpre.config import check_world_size, load_config, resolve
 from bertpre.errors import UserError
-from bertpre.tokenizer import train_tokenizer
+from bertpre.tokenizer.wordpiece import train_tokenizer
 
 CONFIGS = sorted((Path(__file__).parents[1] / "configs").glob("*.yaml"))
 

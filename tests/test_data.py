@@ -1,4 +1,4 @@
-"""bertpre.data: opening a DATA folder written by the tokenize pipeline."""
+"""bertpre.data.folder: opening a DATA folder written by the tokenize pipeline."""
 from __future__ import annotations
 
 import json
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from _tokenize_helpers import documents, run, write_corpus  # tests/ is on sys.path
 
-from bertpre.data import load_data
+from bertpre.data.folder import load_data
 from bertpre.errors import UserError
 
 

@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from bertpre.config import load_config, resolve
-from bertpre.data import load_data
-from bertpre.evaluation import evaluate
-from bertpre.model import BertForPreTraining
+from bertpre.data.folder import load_data
+from bertpre.model.bert import BertForPreTraining
+from bertpre.train.evaluation import evaluate
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _tiny_data import build_tiny_data  # noqa: E402

@@ -1,4 +1,4 @@
-"""bertpre.hf: Hugging Face folders both ways, BertModel-only folders, refusals, export of a run."""
+"""bertpre.model.hf_format: Hugging Face folders both ways, BertModel-only folders, refusals, export of a run."""
 from __future__ import annotations
 
 import json
@@ -12,8 +12,8 @@ import torch
 from safetensors.torch import save_file
 
 from bertpre.errors import UserError
-from bertpre.hf import export, load_pretrained
-from bertpre.model import BertConfig, BertForPreTraining
+from bertpre.model.bert import BertConfig, BertForPreTraining
+from bertpre.model.hf_format import export, load_pretrained
 
 transformers = pytest.importorskip("transformers")
 
@@ -260,7 +260,7 @@ def test_export_refuses_a_checkpoint_without_heads(tmp_path: Path) -> None:
 
 
 def test_export_tokenizer_gives_the_same_ids_in_transformers(tmp_path: Path) -> None:
-    from bertpre.tokenizer import save_tokenizer, train_tokenizer
+    from bertpre.tokenizer.wordpiece import save_tokenizer, train_tokenizer
 
     documents = [["The cat sat on the mat.", "A dog ran after the cat."],
                  ["Cats and dogs are pets.", "The mat was red."]] * 5

@@ -5,9 +5,9 @@ import pytest
 import torch
 
 from bertpre.errors import UserError
-from bertpre.inference import SPECIAL_TOKENS, fill_in, fill_mask, load_model_and_tokenizer
-from bertpre.model import BertConfig, BertForPreTraining
-from bertpre.tokenizer import save_tokenizer, train_tokenizer
+from bertpre.model.bert import BertConfig, BertForPreTraining
+from bertpre.tokenizer.wordpiece import save_tokenizer, train_tokenizer
+from bertpre.tools.inference import SPECIAL_TOKENS, fill_in, fill_mask, load_model_and_tokenizer
 
 SENTENCES = [
     "the cat sat on the mat.", "the dog sat on the log.", "a cat and a dog met on a mat.",

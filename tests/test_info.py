@@ -1,4 +1,4 @@
-"""bertpre.info: parameter counts against built models, FLOPs against a FLOP counter, memory."""
+"""bertpre.tools.cost: parameter counts against built models, FLOPs against a FLOP counter, memory."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -11,14 +11,14 @@ from typer.testing import CliRunner
 
 from bertpre.cli import app, main
 from bertpre.config import load_config
-from bertpre.info import (
+from bertpre.model.bert import BertConfig, BertForPreTraining
+from bertpre.tools.cost import (
     count_parameters,
     estimate_memory,
     format_info,
     model_info,
     training_flops_per_token,
 )
-from bertpre.model import BertConfig, BertForPreTraining
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 TINY = dict(vocab_size=97, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)

@@ -1,4 +1,4 @@
-"""bertpre.inspect and `bertpre inspect`: realized masking and pair statistics on a tiny DATA."""
+"""bertpre.tools.audit and `bertpre inspect`: realized masking and pair statistics on a tiny DATA."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from typer.testing import CliRunner
 
 from bertpre.cli import app
 from bertpre.config import DataConfig
-from bertpre.data import load_data
+from bertpre.data.folder import load_data
 from bertpre.errors import UserError
-from bertpre.inspect import format_report, inspect_data
+from bertpre.tools.audit import format_report, inspect_data
 
 
 @pytest.fixture(scope="module")

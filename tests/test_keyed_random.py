@@ -1,4 +1,4 @@
-"""bertpre.keyed_random: stateless draws from (key, counter)."""
+"""bertpre.batches.keyed_random: stateless draws from (key, counter)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from bertpre import keyed_random
+from bertpre.batches import keyed_random
 
 
 def test_python_and_numpy_draws_agree():

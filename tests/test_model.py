@@ -1,4 +1,4 @@
-"""bertpre.model: Hugging Face names and parity, sparse MLM head, checkpointing, init, ALBERT options."""
+"""bertpre.model.bert: Hugging Face names and parity, sparse MLM head, checkpointing, init, ALBERT options."""
 from __future__ import annotations
 
 import warnings
@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from bertpre.errors import UserError
-from bertpre.model import BertConfig, BertForPreTraining, PreTrainingOutput
+from bertpre.model.bert import BertConfig, BertForPreTraining, PreTrainingOutput
 
 transformers = pytest.importorskip("transformers")
 

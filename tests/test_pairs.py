@@ -1,4 +1,4 @@
-"""bertpre.pairs: NSP / SOP / single-segment instances, truncation, epochs and DDP shards."""
+"""bertpre.batches.pairs: NSP / SOP / single-segment instances, truncation, epochs and DDP shards."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import pytest
 from tokenizers import Tokenizer
 from tokenizers.models import WordPiece
 
+from bertpre.batches.pairs import PretrainingInstances, truncated_lengths
 from bertpre.errors import UserError
-from bertpre.pairs import PretrainingInstances, truncated_lengths
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 FIRST_ID = 10  # token ids of the corpus below start here, one fresh id per token

@@ -3,7 +3,7 @@ import math
 
 import pytest
 
-from bertpre.schedule import learning_rate
+from bertpre.train.optim import learning_rate
 
 SETTINGS = {"lr": 1e-3, "warmup_steps": 10, "max_steps": 110}
 

@@ -1,4 +1,4 @@
-"""bertpre.tokenize_corpus: corpus to DATA folder (train or reuse a vocab, encode, split, write)."""
+"""bertpre.data.build: corpus to DATA folder (train or reuse a vocab, encode, split, write)."""
 from __future__ import annotations
 
 import json
@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 from _tokenize_helpers import documents, folder_bytes, run, write_corpus  # tests/ is on sys.path
 
-from bertpre import tokenize_corpus as pipeline
-from bertpre.data import load_data
+from bertpre.data import build as pipeline
+from bertpre.data.build import format_summary
+from bertpre.data.folder import load_data
 from bertpre.errors import UserError
-from bertpre.tokenize_corpus import format_summary
-from bertpre.tokenizer import load_tokenizer, save_tokenizer, train_tokenizer
+from bertpre.tokenizer.wordpiece import load_tokenizer, save_tokenizer, train_tokenizer
 from data_prep import CorpusError
 
 

@@ -1,4 +1,4 @@
-"""bertpre.tokenizer: training, saving and loading BERT WordPiece tokenizers, and parity with
+"""bertpre.tokenizer.wordpiece: training, saving and loading BERT WordPiece tokenizers, and parity with
 transformers' BERT tokenizers built from the same files."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 import transformers
 
 from bertpre.errors import UserError
-from bertpre.tokenizer import (
+from bertpre.tokenizer.wordpiece import (
     SPECIAL_TOKENS,
     load_tokenizer,
     save_tokenizer,
@@ -211,7 +211,7 @@ def test_ids_match_transformers_on_every_line_of_the_shared_corpora(lowercase, t
 
 
 def test_seeds_the_plan_missed_are_added_by_one_retraining(monkeypatch):
-    import bertpre.tokenizer as module
+    import bertpre.tokenizer.wordpiece as module
 
     expected = train_tokenizer(corpus_documents(), vocab_size=250, min_frequency=1).to_str()
     planned = module.plan_alphabet

@@ -12,11 +12,11 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-import bertpre.trainer as trainer
+import bertpre.train.trainer as trainer
 from bertpre.config import load_config
 from bertpre.errors import UserError
-from bertpre.schedule import learning_rate
-from bertpre.trainer import TrainingDiverged, pretrain
+from bertpre.train.optim import learning_rate
+from bertpre.train.trainer import TrainingDiverged, pretrain
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _tiny_data import build_tiny_data  # noqa: E402
@@ -96,7 +96,7 @@ def test_accumulation_equals_one_big_micro_batch(data_dir, tmp_path):
 
 KILLED_RUN = textwrap.dedent("""
     import os, signal, sys
-    import bertpre.trainer as trainer
+    import bertpre.train.trainer as trainer
     from bertpre.config import load_config
     original = trainer.save_checkpoint
 
@@ -199,7 +199,7 @@ def test_no_resume_refuses_a_run_with_checkpoints(data_dir, tmp_path):
 
 def fp16_on_cpu(monkeypatch, infinite_calls):
     """Keep fp16 + GradScaler on CPU (normally replaced by fp32) and make chosen forwards overflow."""
-    from bertpre.runtime import Runtime
+    from bertpre.train.runtime import Runtime
 
     monkeypatch.setattr(trainer, "init_runtime",
                         lambda precision: Runtime(device=torch.device("cpu"), precision="fp16"))

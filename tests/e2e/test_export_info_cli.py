@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bertpre.model import BertConfig, BertForPreTraining
+from bertpre.model.bert import BertConfig, BertForPreTraining
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -92,7 +92,7 @@ class Payload:
 
 def test_crafted_pickle_in_a_checkpoint_stops_the_run_before_it_starts(data_dir, tmp_path):
     from bertpre.config import load_config
-    from bertpre.trainer import pretrain
+    from bertpre.train.trainer import pretrain
 
     run_dir = tmp_path / "run"
     pretrain(load_config(TINY, [f"data.path={data_dir}", f"train.out={run_dir}", "train.max_steps=2"]))

@@ -38,7 +38,7 @@ def install(fault: str) -> None:
     hit = _nth(int(count or 1))
 
     if name in ("enospc_checkpoint", "erofs_checkpoint", "kill_in_checkpoint"):
-        from bertpre import hf
+        from bertpre.model import hf_format as hf
 
         real_save_file = hf.save_file
 
@@ -55,7 +55,7 @@ def install(fault: str) -> None:
 
         hf.save_file = save_file
     elif name in ("erofs_metrics", "kill_in_metrics"):
-        from bertpre import metrics
+        from bertpre.train import metrics
 
         real_log = metrics.MetricsWriter.log
 
@@ -86,7 +86,7 @@ def install(fault: str) -> None:
 
         shutil.copytree = copytree
     elif name in ("nan_loss", "inf_loss"):
-        from bertpre.model import BertForPreTraining
+        from bertpre.model.bert import BertForPreTraining
 
         real_forward = BertForPreTraining.forward
         bad = float("nan") if name == "nan_loss" else float("inf")

@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from tokenizers import Tokenizer, models
 
-from bertpre.tokenizer import MAX_INPUT_CHARS_PER_WORD, SEP_TOKEN, UNK_TOKEN
+from bertpre.tokenizer.wordpiece import MAX_INPUT_CHARS_PER_WORD, SEP_TOKEN, UNK_TOKEN
 
 CACHE_ENTRIES = 200_000  # chunks kept between batches; cleared when full (about 40 MB)
 SENTENCES_PER_PASS = 1 << 16  # sentences encoded together (a pass of prose: tens of MB of arrays)

@@ -10,16 +10,16 @@ import numpy as np
 import pyarrow.compute as pc
 
 from bertpre.config import load_config
-from bertpre.data import DataFolder, load_data
+from bertpre.data.build import tokenize_corpus
+from bertpre.data.folder import DataFolder, load_data
 from bertpre.errors import UserError
-from bertpre.evaluation import evaluate
-from bertpre.hf import export
-from bertpre.inference import Prediction, fill_in, fill_mask, load_model_and_tokenizer
-from bertpre.tokenize_corpus import tokenize_corpus
-from bertpre.trainer import pretrain
+from bertpre.model.hf_format import export
+from bertpre.tools.inference import Prediction, fill_in, fill_mask, load_model_and_tokenizer
+from bertpre.train.evaluation import evaluate
+from bertpre.train.trainer import pretrain
 from data_prep.sample_corpus import write_sample_corpus
 
-TINY_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "tiny.yaml"
+TINY_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "tiny.yaml"
 MARKER = ".bertpre-demo"  # only a folder carrying this is replaced by the next demo
 DEMO_VOCAB_SIZE = 4000
 DEMO_VALIDATION_SHARE = 0.05  # 26 documents: enough for a steady accuracy figure

@@ -16,8 +16,8 @@ from tokenizers import (
     trainers,
 )
 
-from bertpre.alphabet import CharacterCounts, plan_alphabet
 from bertpre.errors import UserError
+from bertpre.tokenizer.alphabet import CharacterCounts, plan_alphabet
 
 logger = logging.getLogger(__name__)
 

@@ -27,9 +27,9 @@ import numpy as np
 import torch
 from tokenizers import Tokenizer
 
-from bertpre import keyed_random
+from bertpre.batches import keyed_random
+from bertpre.batches.instance_batch import InstanceBatch
 from bertpre.errors import UserError
-from bertpre.instance_batch import InstanceBatch
 
 IGNORE_INDEX = -100
 NO_ACTION, MASKED, RANDOM_TOKEN, KEPT = 0, 1, 2, 3

@@ -8,9 +8,9 @@ import torch
 from tokenizers import Tokenizer
 
 from bertpre.errors import UserError
-from bertpre.hf import CONFIG_NAME, find_checkpoint, load_pretrained
-from bertpre.model import BertForPreTraining
-from bertpre.tokenizer import load_tokenizer
+from bertpre.model.bert import BertForPreTraining
+from bertpre.model.hf_format import CONFIG_NAME, find_checkpoint, load_pretrained
+from bertpre.tokenizer.wordpiece import load_tokenizer
 
 MASK_TOKEN = "[MASK]"
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")

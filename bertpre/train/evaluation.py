@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from bertpre.config import DataConfig
-from bertpre.data import DataFolder
+from bertpre.data.folder import DataFolder
 
 MASK_ACTIONS = {1: "mask", 2: "random", 3: "kept"}  # the collator's mask_action codes
 
@@ -17,7 +17,7 @@ MASK_ACTIONS = {1: "mask", 2: "random", 3: "kept"}  # the collator's mask_action
 def build_instances(dataset: Any, tokenizer: Any, data_config: DataConfig, *, seed: int,
                     rank: int = 0, world_size: int = 1) -> Any:
     """`PretrainingInstances` for a split, with the data config's pair settings."""
-    from bertpre.pairs import PretrainingInstances
+    from bertpre.batches.pairs import PretrainingInstances
 
     return PretrainingInstances(dataset, tokenizer, max_seq_length=data_config.max_seq_length,
                                 short_seq_prob=data_config.short_seq_prob,
@@ -27,7 +27,7 @@ def build_instances(dataset: Any, tokenizer: Any, data_config: DataConfig, *, se
 
 def build_collator(tokenizer: Any, data_config: DataConfig, *, seed: int) -> Any:
     """The `MaskingCollator` the data config describes."""
-    from bertpre.collator import MaskingCollator
+    from bertpre.batches.collator import MaskingCollator
 
     return MaskingCollator(tokenizer, mlm_probability=data_config.mlm_probability,
                            mask_replace_prob=data_config.mask_replace_prob,

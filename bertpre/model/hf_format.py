@@ -15,7 +15,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from bertpre.errors import UserError
-from bertpre.model import BertConfig, BertForPreTraining
+from bertpre.model.bert import BertConfig, BertForPreTraining
 
 CONFIG_NAME = "config.json"
 SAFETENSORS_NAME = "model.safetensors"
@@ -366,7 +366,7 @@ def export(source: str | Path, out: str | Path, overwrite: bool = False) -> Expo
 def check_tokenizer(folder: Path, vocab_size: int) -> None:
     """Refuse a tokenizer whose ids do not fit the model's vocabulary."""
     try:
-        from bertpre.tokenizer import load_tokenizer
+        from bertpre.tokenizer.wordpiece import load_tokenizer
     except ImportError:  # the tokenizer module is optional here; the files are copied as they are
         return
     size = load_tokenizer(folder).get_vocab_size()

@@ -19,20 +19,21 @@ import torch
 from safetensors import SafetensorError
 from torch.nn.parallel import DistributedDataParallel
 
-from bertpre.batch_stream import BatchStream
-from bertpre.checkpoint import (
+from bertpre.batches.stream import BatchStream
+from bertpre.config import Config, check_world_size, resolve
+from bertpre.data.folder import load_data
+from bertpre.errors import UserError
+from bertpre.model.bert import BertForPreTraining
+from bertpre.train.checkpoint import (
     latest_checkpoint,
     load_checkpoint,
     remove_partial_checkpoints,
     save_checkpoint,
 )
-from bertpre.config import Config, check_world_size, resolve
-from bertpre.data import load_data
-from bertpre.errors import UserError
-from bertpre.evaluation import build_collator, build_instances, evaluate
-from bertpre.metrics import MetricsWriter, ProgressBar
-from bertpre.model import BertForPreTraining
-from bertpre.runtime import (
+from bertpre.train.evaluation import build_collator, build_instances, evaluate
+from bertpre.train.metrics import MetricsWriter, ProgressBar
+from bertpre.train.optim import learning_rate
+from bertpre.train.runtime import (
     Runtime,
     all_reduce_sum,
     barrier,
@@ -40,7 +41,6 @@ from bertpre.runtime import (
     seed_everything,
     shutdown,
 )
-from bertpre.schedule import learning_rate
 
 # Write failures that mean the disk, not the program, is at fault: the run stops with one line.
 DISK_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO,
@@ -79,7 +79,7 @@ def build_optimizer(model: torch.nn.Module, config: Config, device: torch.device
 
 def check_tokenizer_matches(run_dir: Path, tokenizer: Any, data_path: Path, manifest: dict) -> None:
     """DATA's dataset must come from DATA's tokenizer, and a resumed run must keep its vocabulary."""
-    from bertpre.tokenizer import load_tokenizer
+    from bertpre.tokenizer.wordpiece import load_tokenizer
 
     recorded = (manifest.get("tokenizer") or {}).get("sha256") if isinstance(manifest, dict) else None
     tokenizer_file = data_path / "tokenizer" / "tokenizer.json"

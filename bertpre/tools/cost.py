@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bertpre.bert_config import BertConfig
+from bertpre.model.config import BertConfig
 
 DEFAULT_VOCAB_SIZE = 30522  # BERT's uncased WordPiece vocabulary, used for vocab_size: auto
 BYTES_PER_ELEMENT = {"fp32": 4, "fp16": 2, "bf16": 2}

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from tokenizers import Tokenizer
 
 from bertpre.errors import UserError
-from bertpre.tokenizer import load_tokenizer
+from bertpre.tokenizer.wordpiece import load_tokenizer
 
 if TYPE_CHECKING:
     import datasets

@@ -12,11 +12,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bertpre.collator import KEPT, MASKED, RANDOM_TOKEN, MaskingCollator
+from bertpre.batches.collator import KEPT, MASKED, RANDOM_TOKEN, MaskingCollator
+from bertpre.batches.pairs import PretrainingInstances
 from bertpre.config import DataConfig
-from bertpre.data import DataFolder
+from bertpre.data.folder import DataFolder
 from bertpre.errors import UserError
-from bertpre.pairs import PretrainingInstances
 
 
 @dataclass

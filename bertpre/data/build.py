@@ -14,9 +14,9 @@ from pathlib import Path
 from tokenizers import Tokenizer
 
 import bertpre
-from bertpre.data import DATASET_DIR, MANIFEST_FILE, TOKENIZER_DIR, TRAIN_SPLIT, VALIDATION_SPLIT
+from bertpre.data.folder import DATASET_DIR, MANIFEST_FILE, TOKENIZER_DIR, TRAIN_SPLIT, VALIDATION_SPLIT
 from bertpre.errors import UserError
-from bertpre.tokenizer import (
+from bertpre.tokenizer.wordpiece import (
     MAX_INPUT_CHARS_PER_WORD,
     SPECIAL_TOKENS,
     TOKENIZER_FILE,
@@ -105,7 +105,7 @@ def tokenize_corpus(
         first_document = next(documents, None)
         if first_document is None:
             raise UserError(f"the corpus {files[0]} holds no documents; check the corpus files")
-        from bertpre import encoding
+        from bertpre.data import encode as encoding
 
         with encoding.progress_bars(show_progress):
             raw, character_counts = encoding.spool_documents(

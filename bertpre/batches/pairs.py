@@ -25,9 +25,9 @@ import pyarrow.compute as pc
 import torch
 from tokenizers import Tokenizer
 
-from bertpre import keyed_random
+from bertpre.batches import keyed_random
+from bertpre.batches.instance_batch import InstanceBatch
 from bertpre.errors import UserError
-from bertpre.instance_batch import InstanceBatch
 
 PAIR_TASKS = ("nsp", "sop", "none")
 

@@ -11,8 +11,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from bertpre.bert_config import HIDDEN_ACTS, BertConfig
 from bertpre.errors import UserError
+from bertpre.model.config import HIDDEN_ACTS, BertConfig
 
 # --- the network ---------------------------------------------------------------------------
 
@@ -371,14 +371,14 @@ class BertForPreTraining(nn.Module):
 
     def save_pretrained(self, folder: str | Path) -> None:
         """Write `config.json` and `model.safetensors` in the Hugging Face layout."""
-        from bertpre import hf
+        from bertpre.model import hf_format as hf
 
         hf.save_pretrained(self, folder)
 
     @classmethod
     def from_pretrained(cls, folder: str | Path) -> BertForPreTraining:
         """Load a Hugging Face BERT folder (BertModel-only folders too; missing heads are initialized)."""
-        from bertpre import hf
+        from bertpre.model import hf_format as hf
 
         return hf.load_pretrained(folder)
 

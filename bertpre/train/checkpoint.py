@@ -18,9 +18,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from bertpre.bert_config import BertConfig
 from bertpre.errors import UserError
-from bertpre.runtime import Runtime, barrier
+from bertpre.model.config import BertConfig
+from bertpre.train.runtime import Runtime, barrier
 
 LATEST = "latest"
 TRAINER_STATE = "trainer_state.json"
