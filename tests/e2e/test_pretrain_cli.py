@@ -9,8 +9,6 @@ from pathlib import Path
 
 import pytest
 import torch
-
-sys.path.insert(0, str(Path(__file__).parents[1]))
 from _tiny_data import build_tiny_data  # noqa: E402
 
 ROOT = Path(__file__).parents[2]

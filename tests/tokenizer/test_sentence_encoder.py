@@ -135,7 +135,7 @@ def test_an_empty_batch_gives_empty_arrays(tokenizer):
     assert encoded.ids.size == encoded.lengths.size == encoded.unk_tokens.size == 0
 
 
-SHARED_CORPORA = Path(__file__).resolve().parents[1] / ".." / "shared" / "corpora"
+SHARED_CORPORA = Path(__file__).resolve().parents[2] / ".." / "shared" / "corpora"
 
 
 @pytest.mark.slow

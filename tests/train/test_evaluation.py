@@ -1,20 +1,17 @@
 """`evaluate`: fixed validation instances, consistent metrics, the model's mode left as it was."""
 import math
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+from _tiny_data import build_tiny_data  # noqa: E402
 
 from bertpre.config import load_config, resolve
 from bertpre.data.folder import load_data
 from bertpre.model.bert import BertForPreTraining
 from bertpre.train.evaluation import evaluate
 
-sys.path.insert(0, str(Path(__file__).parent))
-from _tiny_data import build_tiny_data  # noqa: E402
-
-TINY = Path(__file__).parents[1] / "configs" / "tiny.yaml"
+TINY = Path(__file__).parents[2] / "configs" / "tiny.yaml"
 
 
 def test_evaluate_is_repeatable_and_consistent(tmp_path):

@@ -1,15 +1,13 @@
 """bench/ scripts: argument parsing, their exact helpers, and a tiny run of each CPU bench."""
 import importlib.util
 import json
-import sys
 import tempfile
 from pathlib import Path
 
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(Path(__file__).parent))
+ROOT = Path(__file__).resolve().parents[2]
 from _tiny_data import build_tiny_data  # noqa: E402
 
 WIKITEXT = "\n".join([" ", " = First Article = ", " ", " One sentence here . Another one there . ",

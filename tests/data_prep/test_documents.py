@@ -165,7 +165,7 @@ def test_memory_stays_bounded_while_streaming(tmp_path: Path) -> None:
     assert peak < 1_000_000  # a few documents and read buffers, never the file
 
 
-SHARED_CORPORA = Path(__file__).resolve().parents[2] / "shared" / "corpora"
+SHARED_CORPORA = Path(__file__).resolve().parents[3] / "shared" / "corpora"
 
 
 @pytest.mark.slow

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from _tiny_data import build_tiny_data  # noqa: E402
 from safetensors.torch import load_file
 
 import bertpre.train.trainer as trainer
@@ -18,10 +19,7 @@ from bertpre.errors import UserError
 from bertpre.train.optim import learning_rate
 from bertpre.train.trainer import TrainingDiverged, pretrain
 
-sys.path.insert(0, str(Path(__file__).parent))
-from _tiny_data import build_tiny_data  # noqa: E402
-
-ROOT = Path(__file__).parents[1]
+ROOT = Path(__file__).parents[2]
 TINY = ROOT / "configs" / "tiny.yaml"
 ENV = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
 

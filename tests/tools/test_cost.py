@@ -20,7 +20,7 @@ from bertpre.tools.cost import (
     training_flops_per_token,
 )
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 TINY = dict(vocab_size=97, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)
 IN_TEST = {
     "tiny": BertConfig(**TINY),

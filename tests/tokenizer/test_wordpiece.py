@@ -190,7 +190,7 @@ def test_load_tokenizer_errors_name_the_problem(tmp_path):
         load_tokenizer(tmp_path / "tokenizer.json")
 
 
-SHARED_CORPORA = Path(__file__).resolve().parents[1] / ".." / "shared" / "corpora"
+SHARED_CORPORA = Path(__file__).resolve().parents[2] / ".." / "shared" / "corpora"
 
 
 @pytest.mark.slow
