@@ -120,7 +120,7 @@ def export(
 
     Example: bertpre export runs/base --out my-bert
     """
-    from bertpre.model.hf_format import export as export_checkpoint
+    from bertpre.tools.export import export as export_checkpoint
 
     summary = export_checkpoint(source, out, overwrite=overwrite)
     typer.echo(f"exported {summary.checkpoint} as {summary.architecture} "

@@ -11,13 +11,13 @@ from typing import Any
 import yaml
 
 from bertpre.errors import UserError
+from bertpre.labels import PAIR_TASKS
 from bertpre.model.config import BertConfig
 
 MAX_CONFIG_BYTES = 1_000_000
 # A config has no use for many aliases; refusing them stops "billion laughs" expansion.
 MAX_YAML_ALIASES = 16
 
-PAIR_TASKS = ("nsp", "sop", "none")
 SCHEDULES = ("linear", "cosine", "constant")
 PRECISIONS = ("fp32", "fp16", "bf16")
 _FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
@@ -341,11 +341,8 @@ def resolve(config: Config, tokenizer: Any) -> Config:
     model = config.model
     if model.vocab_size == "auto":
         model.vocab_size = tokenizer_vocab
-    elif model.vocab_size < tokenizer_vocab:
-        raise UserError(
-            f"model.vocab_size ({model.vocab_size}) is smaller than the tokenizer's vocabulary "
-            f"({tokenizer_vocab}); set it to 'auto' or at least {tokenizer_vocab}"
-        )
+    else:
+        model.check_vocab_fits(tokenizer_vocab, "the DATA folder's tokenizer")
     pad_id = tokenizer.token_to_id("[PAD]")
     if pad_id is not None:
         model.pad_token_id = pad_id

@@ -30,9 +30,8 @@ from tokenizers import Tokenizer
 from bertpre.batches import keyed_random
 from bertpre.batches.instance_batch import InstanceBatch
 from bertpre.errors import UserError
+from bertpre.labels import IGNORE_INDEX, KEPT, MASKED, NO_ACTION, RANDOM_TOKEN
 
-IGNORE_INDEX = -100
-NO_ACTION, MASKED, RANDOM_TOKEN, KEPT = 0, 1, 2, 3
 _COLLATOR_TAG = 0xC011A7E
 _REPLACEMENT_COUNTER_BASE = 1 << 32  # replacement-token draws use counters apart from the keys'
 _UNUSED_TOKEN = re.compile(r"^\[unused\d+\]$")

@@ -28,8 +28,7 @@ from tokenizers import Tokenizer
 from bertpre.batches import keyed_random
 from bertpre.batches.instance_batch import InstanceBatch
 from bertpre.errors import UserError
-
-PAIR_TASKS = ("nsp", "sop", "none")
+from bertpre.labels import PAIR_TASKS
 
 # Counter slots of the per-document draws within one chunk round.
 _SHORT, _TARGET, _A_END, _COIN, _OTHER_DOC, _OTHER_START, _SPLIT = range(7)

@@ -1,5 +1,6 @@
 """BERT math (Hugging Face names, ALBERT options) and the Hugging Face folder format."""
+from bertpre.labels import IGNORE_INDEX
 from bertpre.model.bert import BertForPreTraining, BertModel
 from bertpre.model.config import BertConfig
 
-__all__ = ["BertConfig", "BertForPreTraining", "BertModel"]
+__all__ = ["IGNORE_INDEX", "BertConfig", "BertForPreTraining", "BertModel"]

@@ -1,6 +1,7 @@
 """BERT for pretraining (MLM + NSP/SOP heads) with Hugging Face parameter names and ALBERT options."""
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -12,6 +13,8 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from bertpre.errors import UserError
+from bertpre.labels import IGNORE_INDEX
+from bertpre.model import hf_format
 from bertpre.model.config import HIDDEN_ACTS, BertConfig
 
 # --- the network ---------------------------------------------------------------------------
@@ -343,14 +346,14 @@ class BertForPreTraining(nn.Module):
             prediction_logits = self.cls.predictions(hidden_states)  # (B, T, V)
         else:
             # Sparse head: only the ~15% predicted positions reach the vocabulary projection.
-            predicted = labels != -100
+            predicted = labels != IGNORE_INDEX
             prediction_logits = self.cls.predictions(hidden_states[predicted])  # (N, V)
             mlm_loss = mean_cross_entropy(prediction_logits, labels[predicted], label_smoothing)
 
         pair_loss = None
         if next_sentence_label is not None:
             next_sentence_label = next_sentence_label.view(-1)
-            kept = next_sentence_label != -100
+            kept = next_sentence_label != IGNORE_INDEX
             pair_loss = mean_cross_entropy(seq_relationship_logits[kept], next_sentence_label[kept])
 
         loss = None
@@ -371,16 +374,28 @@ class BertForPreTraining(nn.Module):
 
     def save_pretrained(self, folder: str | Path) -> None:
         """Write `config.json` and `model.safetensors` in the Hugging Face layout."""
-        from bertpre.model import hf_format as hf
-
-        hf.save_pretrained(self, folder)
+        hf_format.write_folder(folder, self.config, self.state_dict())
 
     @classmethod
-    def from_pretrained(cls, folder: str | Path) -> BertForPreTraining:
-        """Load a Hugging Face BERT folder (BertModel-only folders too; missing heads are initialized)."""
-        from bertpre.model import hf_format as hf
+    def from_pretrained(cls, folder: str | Path, *, strict: bool = False) -> BertForPreTraining:
+        """Load a Hugging Face BERT folder.
 
-        return hf.load_pretrained(folder)
+        Parts a BertModel-only folder lacks (pooler, heads) are initialized and named in a
+        warning, or refused with `strict`. Never downloads anything.
+        """
+        config, state_dict = hf_format.read_folder(folder)
+        model = cls(config)
+        expected = {name: tensor.shape for name, tensor in model.state_dict().items()}
+        missing, unexpected = hf_format.match_state_dict(expected, state_dict, Path(folder),
+                                                         strict=strict)
+        model.load_state_dict({k: v for k, v in state_dict.items() if k in expected}, strict=False)
+        model.tie_weights()
+        if missing:
+            warnings.warn(f"{folder} has no weights for {', '.join(missing)}; they are newly "
+                          "initialized", stacklevel=2)
+        if unexpected:
+            warnings.warn(f"{folder}: ignored weights {', '.join(unexpected)}", stacklevel=2)
+        return model
 
 
 def mean_cross_entropy(

@@ -75,6 +75,15 @@ class BertConfig:
         """Whether an ALBERT option (factorized embeddings or shared layers) is on."""
         return self.embedding_size is not None or self.share_layers
 
+    def check_vocab_fits(self, tokenizer_vocab_size: int, tokenizer_source: str) -> None:
+        """Refuse a tokenizer whose ids reach past the model's embedding rows."""
+        if tokenizer_vocab_size > self.vocab_size:
+            raise UserError(
+                f"model.vocab_size ({self.vocab_size}) is smaller than the tokenizer's vocabulary "
+                f"({tokenizer_vocab_size} tokens, {tokenizer_source}); use the model's own "
+                f"tokenizer, or set model.vocab_size to 'auto' or at least {tokenizer_vocab_size}"
+            )
+
     def to_dict(self) -> dict:
         """The fields as a plain dict (YAML/JSON friendly)."""
         return asdict(self)

@@ -1,13 +1,13 @@
-"""Hugging Face folder I/O: read and write BERT folders, export a run (BERT or ALBERT layout)."""
+"""Hugging Face model folders as `(BertConfig, state_dict)`: read BERT folders, write BERT or ALBERT ones.
+
+Nothing here builds a model or touches the network: `BertForPreTraining.from_pretrained` and
+`save_pretrained` are built on these functions.
+"""
 from __future__ import annotations
 
 import json
-import os
 import pickle
 import re
-import shutil
-import warnings
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -15,13 +15,12 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from bertpre.errors import UserError
-from bertpre.model.bert import BertConfig, BertForPreTraining
+from bertpre.model.config import BertConfig
 
 CONFIG_NAME = "config.json"
 SAFETENSORS_NAME = "model.safetensors"
 SAFETENSORS_INDEX_NAME = "model.safetensors.index.json"
 PYTORCH_NAME = "pytorch_model.bin"
-TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json")
 
 # Keys that name a tensor already stored under another key (tied), or a non-persistent buffer.
 TIED_KEYS = ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias")
@@ -33,24 +32,31 @@ HEAD_PREFIXES = ("cls.", "bert.pooler.")
 # --- reading -------------------------------------------------------------------------------
 
 
-def load_pretrained(folder: str | Path, strict: bool = False) -> BertForPreTraining:
-    """Build a `BertForPreTraining` from a Hugging Face BERT folder.
+def read_folder(folder: str | Path) -> tuple[BertConfig, dict[str, torch.Tensor]]:
+    """The config and the tensors (under bertpre's names) of a Hugging Face BERT folder.
 
     Reads `config.json` and `model.safetensors` (sharded too) or `pytorch_model.bin` (loaded
-    with `weights_only=True`). Parts a BertModel-only folder lacks (pooler, heads) are
-    initialized and listed in a warning, or refused with `strict`. Never downloads anything.
+    with `weights_only=True`). Never downloads anything.
     """
     folder = check_folder(folder)
-    config = read_config(folder)
-    state_dict = normalize_keys(read_weights(folder))
-    model = BertForPreTraining(config)
-    expected = model.state_dict()
+    return read_config(folder), normalize_keys(read_weights(folder))
 
+
+def match_state_dict(expected: dict[str, torch.Size], state_dict: dict[str, torch.Tensor],
+                     folder: Path, *, strict: bool = False) -> tuple[list[str], list[str]]:
+    """Check a folder's tensors against the parameter shapes a model expects.
+
+    Parts a BertModel-only folder lacks (pooler, heads) may be missing, unless `strict`; encoder
+    weights may not, and no shape may differ.
+
+    Returns:
+        (missing names, unexpected names).
+    """
     for name, tensor in state_dict.items():
-        if name in expected and expected[name].shape != tensor.shape:
+        if name in expected and expected[name] != tensor.shape:
             raise UserError(
                 f"{folder}: weight {name} has shape {tuple(tensor.shape)} but config.json implies "
-                f"{tuple(expected[name].shape)}; config.json and the weights do not match"
+                f"{tuple(expected[name])}; config.json and the weights do not match"
             )
     missing = [name for name in expected if name not in state_dict and name not in TIED_KEYS]
     unexpected = sorted(name for name in state_dict if name not in expected)
@@ -63,16 +69,7 @@ def load_pretrained(folder: str | Path, strict: bool = False) -> BertForPreTrain
         )
     if missing and strict:
         raise UserError(f"{folder}: incomplete checkpoint, no weights for {', '.join(missing)}")
-    model.load_state_dict({k: v for k, v in state_dict.items() if k in expected}, strict=False)
-    model.tie_weights()
-    if missing:
-        warnings.warn(
-            f"{folder} has no weights for {', '.join(missing)}; they are newly initialized",
-            stacklevel=3,
-        )
-    if unexpected:
-        warnings.warn(f"{folder}: ignored weights {', '.join(unexpected)}", stacklevel=3)
-    return model
+    return missing, unexpected
 
 
 def check_folder(folder: str | Path) -> Path:
@@ -171,38 +168,46 @@ def normalize_keys(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tenso
 # --- writing -------------------------------------------------------------------------------
 
 
-def save_pretrained(model: BertForPreTraining, folder: str | Path) -> None:
+def write_folder(folder: str | Path, config: BertConfig, state_dict: dict[str, torch.Tensor]) -> None:
     """Write `config.json` and `model.safetensors` so that Hugging Face loads them as they are.
 
-    Tied decoder copies are left out, as `transformers` does; a model with ALBERT options keeps
-    its extra config keys (bertpre reads them back; see `export` for Hugging Face's ALBERT).
+    Tied decoder copies are left out, as `transformers` does; a config with ALBERT options keeps
+    its extra keys (bertpre reads them back; `write_albert_folder` writes Hugging Face's ALBERT).
     """
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    state_dict = {
-        name: tensor.detach().contiguous().cpu()
-        for name, tensor in model.state_dict().items()
-        if name not in TIED_KEYS
-    }
-    write_json(folder / CONFIG_NAME, model.config.to_hf_dict())
-    save_file(state_dict, folder / SAFETENSORS_NAME, metadata={"format": "pt"})
+    tensors = {name: tensor.detach().contiguous().cpu()
+               for name, tensor in state_dict.items() if name not in TIED_KEYS}
+    write_json(folder / CONFIG_NAME, config.to_hf_dict())
+    save_file(tensors, folder / SAFETENSORS_NAME, metadata={"format": "pt"})
 
 
-def save_albert(model: BertForPreTraining, folder: str | Path) -> None:
-    """Write the model in Hugging Face's `AlbertForPreTraining` layout (exact, parity-tested).
+def write_albert_folder(folder: str | Path, config: BertConfig,
+                        state_dict: dict[str, torch.Tensor]) -> None:
+    """Write the Hugging Face `AlbertForPreTraining` layout (exact, parity-tested).
 
     Without `embedding_size`, the embeddings are `hidden_size` wide and ALBERT's projection
     is written as the identity.
     """
-    config = model.config
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    embedding_size = config.embedding_size or config.hidden_size
-    albert_config = {
+    tensors = {albert_name(name): tensor.detach().contiguous().cpu()
+               for name, tensor in state_dict.items() if name not in TIED_KEYS}
+    if config.embedding_size is None:
+        hidden = config.hidden_size
+        tensors["albert.encoder.embedding_hidden_mapping_in.weight"] = torch.eye(hidden)
+        tensors["albert.encoder.embedding_hidden_mapping_in.bias"] = torch.zeros(hidden)
+    write_json(folder / CONFIG_NAME, albert_config(config))
+    save_file(tensors, folder / SAFETENSORS_NAME, metadata={"format": "pt"})
+
+
+def albert_config(config: BertConfig) -> dict:
+    """The `config.json` of Hugging Face's `AlbertForPreTraining` for a model with ALBERT options."""
+    return {
         "architectures": ["AlbertForPreTraining"],
         "model_type": "albert",
         "vocab_size": config.vocab_size,
-        "embedding_size": embedding_size,
+        "embedding_size": config.embedding_size or config.hidden_size,
         "hidden_size": config.hidden_size,
         "num_hidden_layers": config.num_hidden_layers,
         "num_hidden_groups": 1 if config.share_layers else config.num_hidden_layers,
@@ -220,17 +225,6 @@ def save_albert(model: BertForPreTraining, folder: str | Path) -> None:
         "pad_token_id": config.pad_token_id,
         "tie_word_embeddings": True,
     }
-    state_dict = {}
-    for name, tensor in model.state_dict().items():
-        if name in TIED_KEYS:
-            continue
-        state_dict[albert_name(name)] = tensor.detach().contiguous().cpu()
-    if config.embedding_size is None:
-        hidden = config.hidden_size
-        state_dict["albert.encoder.embedding_hidden_mapping_in.weight"] = torch.eye(hidden)
-        state_dict["albert.encoder.embedding_hidden_mapping_in.bias"] = torch.zeros(hidden)
-    write_json(folder / CONFIG_NAME, albert_config)
-    save_file(state_dict, folder / SAFETENSORS_NAME, metadata={"format": "pt"})
 
 
 ALBERT_LAYER_NAMES = {
@@ -271,107 +265,3 @@ def write_json(path: Path, values: dict) -> None:
     path.write_text(json.dumps(values, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
-# --- export of a run -----------------------------------------------------------------------
-
-
-@dataclass
-class ExportSummary:
-    """What `export` wrote."""
-
-    checkpoint: Path
-    out: Path
-    architecture: str
-    parameters: int
-    tokenizer_files: list[str]
-
-
-def find_checkpoint(source: str | Path) -> tuple[Path, Path]:
-    """(checkpoint folder, tokenizer folder) for a RUN folder or a `step-N` folder inside one."""
-    source = Path(source)
-    if not source.is_dir():
-        raise UserError(f"{source}: no such folder; pass a RUN folder or one of its checkpoints/step-N")
-    latest = source / "checkpoints" / "latest"
-    if (source / CONFIG_NAME).is_file():
-        checkpoint = source
-        run = source.parent.parent if source.parent.name == "checkpoints" else source
-    elif latest.is_file():
-        name = latest.read_text(encoding="utf-8").strip()
-        checkpoint = source / "checkpoints" / name
-        if not name or not (checkpoint / CONFIG_NAME).is_file():
-            raise UserError(
-                f"{latest} names {name!r}, which is not a checkpoint folder with {CONFIG_NAME}; "
-                "pass a checkpoints/step-N folder instead"
-            )
-        run = source
-    elif (source / "checkpoints").is_dir():
-        raise UserError(f"{source}: no checkpoints/latest; the run has not saved a checkpoint yet")
-    else:
-        raise UserError(
-            f"{source}: neither a RUN folder (with checkpoints/latest) nor a checkpoint (with {CONFIG_NAME})"
-        )
-    tokenizer = run / "tokenizer"
-    if not tokenizer.is_dir() and (checkpoint / "tokenizer.json").is_file():
-        tokenizer = checkpoint
-    if not any((tokenizer / name).is_file() for name in ("tokenizer.json", "vocab.txt")):
-        raise UserError(
-            f"{run}: no tokenizer/ folder with tokenizer.json or vocab.txt; the export needs the "
-            "run's tokenizer"
-        )
-    return checkpoint, tokenizer
-
-
-def export(source: str | Path, out: str | Path, overwrite: bool = False) -> ExportSummary:
-    """Write a run's latest (or a given) checkpoint and its tokenizer as a Hugging Face folder.
-
-    Plain BERT goes to the `BertForPreTraining` layout; a model with ALBERT options goes to
-    `AlbertForPreTraining`. The folder is written beside `out` and renamed into place, so a
-    failed export leaves no half-written folder.
-    """
-    checkpoint, tokenizer_folder = find_checkpoint(source)
-    out = Path(out)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not overwrite:
-        raise UserError(f"{out} already exists and is not empty; choose another --out or pass --overwrite")
-    model = load_pretrained(checkpoint, strict=True)  # a run's checkpoint lacking heads is damaged
-    check_tokenizer(tokenizer_folder, model.config.vocab_size)
-
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = out.parent / f".{out.name}.partial-{os.getpid()}"
-    shutil.rmtree(staging, ignore_errors=True)
-    try:
-        if model.config.is_albert:
-            save_albert(model, staging)
-        else:
-            save_pretrained(model, staging)
-        copied = []
-        for name in TOKENIZER_FILES:
-            if (tokenizer_folder / name).is_file():
-                shutil.copyfile(tokenizer_folder / name, staging / name)
-                copied.append(name)
-        if out.is_dir():
-            shutil.rmtree(out)
-        elif out.exists():
-            out.unlink()
-        os.replace(staging, out)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return ExportSummary(
-        checkpoint=checkpoint,
-        out=out,
-        architecture="AlbertForPreTraining" if model.config.is_albert else "BertForPreTraining",
-        parameters=model.num_parameters(),
-        tokenizer_files=copied,
-    )
-
-
-def check_tokenizer(folder: Path, vocab_size: int) -> None:
-    """Refuse a tokenizer whose ids do not fit the model's vocabulary."""
-    try:
-        from bertpre.tokenizer.wordpiece import load_tokenizer
-    except ImportError:  # the tokenizer module is optional here; the files are copied as they are
-        return
-    size = load_tokenizer(folder).get_vocab_size()
-    if size > vocab_size:
-        raise UserError(
-            f"{folder}: tokenizer has {size} tokens but the model's vocab_size is {vocab_size}; "
-            "the run's tokenizer does not belong to this checkpoint"
-        )

@@ -33,6 +33,8 @@ TOKENIZER_FILE = "tokenizer.json"
 VOCAB_FILE = "vocab.txt"
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
 SPECIAL_TOKENS_MAP_FILE = "special_tokens_map.json"
+# What a tokenizer folder holds, in Hugging Face layout (written by `save_tokenizer`).
+TOKENIZER_FILES = (TOKENIZER_FILE, VOCAB_FILE, TOKENIZER_CONFIG_FILE, SPECIAL_TOKENS_MAP_FILE)
 
 
 def build_tokenizer(vocab: dict[str, int] | None, lowercase: bool) -> Tokenizer:
@@ -366,3 +368,16 @@ def save_tokenizer(tokenizer: Tokenizer, folder: str | Path, lowercase: bool | N
 
 def _write_json(path: Path, payload: dict) -> None:
     path.write_text(json.dumps(payload, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def check_same_vocab(data_tokenizer: Tokenizer, model_tokenizer: Tokenizer, data: str | Path,
+                     owner: str) -> None:
+    """Refuse DATA whose ids were made by another vocabulary than the model's own.
+
+    Args:
+        owner: who the model's tokenizer belongs to, for the message (e.g. "run runs/base").
+    """
+    if data_tokenizer.get_vocab() != model_tokenizer.get_vocab():
+        raise UserError(f"DATA folder {data} was made by another tokenizer than {owner} (another "
+                        "vocab); use DATA tokenized with that tokenizer (bertpre tokenize "
+                        "--tokenizer), or a new --out")

@@ -12,11 +12,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bertpre.batches.collator import KEPT, MASKED, RANDOM_TOKEN, MaskingCollator
+from bertpre.batches.collator import MaskingCollator
 from bertpre.batches.pairs import PretrainingInstances
 from bertpre.config import DataConfig
 from bertpre.data.folder import DataFolder
 from bertpre.errors import UserError
+from bertpre.labels import KEPT, MASKED, RANDOM_TOKEN
 
 
 @dataclass

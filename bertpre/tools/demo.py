@@ -13,7 +13,7 @@ from bertpre.config import load_config
 from bertpre.data.build import tokenize_corpus
 from bertpre.data.folder import DataFolder, load_data
 from bertpre.errors import UserError
-from bertpre.model.hf_format import export
+from bertpre.tools.export import export
 from bertpre.tools.inference import Prediction, fill_in, fill_mask, load_model_and_tokenizer
 from bertpre.train.evaluation import evaluate
 from bertpre.train.trainer import pretrain

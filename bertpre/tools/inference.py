@@ -8,12 +8,10 @@ import torch
 from tokenizers import Tokenizer
 
 from bertpre.errors import UserError
-from bertpre.model.bert import BertForPreTraining
-from bertpre.model.hf_format import CONFIG_NAME, find_checkpoint, load_pretrained
-from bertpre.tokenizer.wordpiece import load_tokenizer
-
-MASK_TOKEN = "[MASK]"
-SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+from bertpre.model import BertForPreTraining
+from bertpre.model.hf_format import CONFIG_NAME
+from bertpre.tokenizer import MASK_TOKEN, SPECIAL_TOKENS, load_tokenizer
+from bertpre.train.checkpoint import find_checkpoint
 
 
 @dataclass
@@ -32,13 +30,9 @@ def load_model_and_tokenizer(source: str | Path) -> tuple[BertForPreTraining, To
         model_folder, tokenizer_folder = source, source  # an export holds both
     else:
         model_folder, tokenizer_folder = find_checkpoint(source)
-    model = load_pretrained(model_folder)
+    model = BertForPreTraining.from_pretrained(model_folder)
     tokenizer = load_tokenizer(tokenizer_folder)
-    if tokenizer.get_vocab_size() > model.config.vocab_size:
-        raise UserError(
-            f"{tokenizer_folder}: tokenizer has {tokenizer.get_vocab_size()} tokens but the model "
-            f"only {model.config.vocab_size}; they do not belong together"
-        )
+    model.config.check_vocab_fits(tokenizer.get_vocab_size(), str(tokenizer_folder))
     return model.eval(), tokenizer
 
 

@@ -20,6 +20,7 @@ import torch
 
 from bertpre.errors import UserError
 from bertpre.model.config import BertConfig
+from bertpre.model.hf_format import CONFIG_NAME, read_config
 from bertpre.train.runtime import Runtime, barrier
 
 LATEST = "latest"
@@ -145,15 +146,45 @@ def remove_partial_checkpoints(run_dir: Path) -> list[Path]:
 
 
 def latest_checkpoint(run_dir: Path) -> Path | None:
-    """The checkpoint folder `run_dir/checkpoints/latest` names, or None when there is none."""
+    """The checkpoint folder `run_dir/checkpoints/latest` names, or None when there is none.
+
+    This is the one reader of the pointer: training resumes from it, and export, fill-mask and
+    evaluate find a run's model through `find_checkpoint`, which calls it.
+    """
     pointer = run_dir / "checkpoints" / LATEST
     if not pointer.is_file():
         return None
-    folder = run_dir / "checkpoints" / pointer.read_text(encoding="utf-8").strip()
-    if not (folder / TRAINER_STATE).is_file():
-        raise UserError(f"{pointer} names {folder.name}, which is missing or incomplete; "
-                        "point it at a complete step-* folder or start with --no-resume")
+    name = pointer.read_text(encoding="utf-8").strip()
+    folder = run_dir / "checkpoints" / name
+    if not name or not (folder / CONFIG_NAME).is_file():
+        raise UserError(f"{pointer} names {name!r}, which is missing or incomplete; point it at a "
+                        "complete step-* folder, or pass a checkpoints/step-N folder")
     return folder
+
+
+def find_checkpoint(source: str | Path) -> tuple[Path, Path]:
+    """(checkpoint folder, tokenizer folder) for a RUN folder or a `step-N` folder inside one."""
+    source = Path(source)
+    if not source.is_dir():
+        raise UserError(f"{source}: no such folder; pass a RUN folder or one of its checkpoints/step-N")
+    if (source / CONFIG_NAME).is_file():
+        checkpoint = source
+        run = source.parent.parent if source.parent.name == "checkpoints" else source
+    else:
+        latest = latest_checkpoint(source)
+        if latest is None and (source / "checkpoints").is_dir():
+            raise UserError(f"{source}: no checkpoints/latest; the run has not saved a checkpoint yet")
+        if latest is None:
+            raise UserError(f"{source}: neither a RUN folder (with checkpoints/latest) nor a "
+                            f"checkpoint (with {CONFIG_NAME})")
+        checkpoint, run = latest, source
+    tokenizer = run / "tokenizer"
+    if not tokenizer.is_dir() and (checkpoint / "tokenizer.json").is_file():
+        tokenizer = checkpoint
+    if not any((tokenizer / name).is_file() for name in ("tokenizer.json", "vocab.txt")):
+        raise UserError(f"{run}: no tokenizer/ folder with tokenizer.json or vocab.txt; the run's "
+                        "model needs the run's tokenizer")
+    return checkpoint, tokenizer
 
 
 def load_safely(path: Path) -> Any:
@@ -165,15 +196,6 @@ def load_safely(path: Path) -> Any:
                         "and plain data); delete it or resume from another checkpoint") from None
     except (RuntimeError, EOFError, OSError) as error:
         raise UserError(f"checkpoint file {path} cannot be read ({error}); it may be damaged") from None
-
-
-def read_model_config(folder: Path) -> BertConfig:
-    """The `BertConfig` stored in a checkpoint folder's `config.json`."""
-    path = folder / "config.json"
-    try:
-        return BertConfig.from_hf_dict(json.loads(path.read_text(encoding="utf-8")))
-    except (OSError, json.JSONDecodeError) as error:
-        raise UserError(f"{path} cannot be read as a model config ({error})") from None
 
 
 def check_same_shape(saved: BertConfig, current: BertConfig, folder: Path) -> None:
@@ -195,8 +217,11 @@ def load_checkpoint(folder: Path, *, model: torch.nn.Module, optimizer: torch.op
     Returns:
         The trainer state (step, epoch, position, skipped steps, ...).
     """
+    if not (folder / TRAINER_STATE).is_file():
+        raise UserError(f"checkpoint {folder} has no {TRAINER_STATE}; it is incomplete (export it, "
+                        "or resume from another checkpoint)")
     state = json.loads((folder / TRAINER_STATE).read_text(encoding="utf-8"))
-    check_same_shape(read_model_config(folder), model.config, folder)
+    check_same_shape(read_config(folder), model.config, folder)
     # Every .pt file is checked, used or not: an unsafe file means the folder is not trusted.
     loaded = {path.name: load_safely(path) for path in sorted(folder.glob("*.pt"))}
     if "optimizer.pt" not in loaded:

@@ -12,9 +12,10 @@ import torch
 from tokenizers import Tokenizer
 from tokenizers.models import WordPiece
 
-from bertpre.batches.collator import KEPT, MASKED, NO_ACTION, RANDOM_TOKEN, MaskingCollator
+from bertpre.batches.collator import MaskingCollator
 from bertpre.batches.pairs import PretrainingInstances
 from bertpre.errors import UserError
+from bertpre.labels import KEPT, MASKED, NO_ACTION, RANDOM_TOKEN
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 WORDS = [f"w{i}" for i in range(60)]

@@ -1,6 +1,6 @@
 """bench/ scripts: argument parsing, their exact helpers, and a tiny run of each CPU bench."""
-import importlib.util
 import json
+import sys
 import tempfile
 from pathlib import Path
 
@@ -8,19 +8,25 @@ import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[2]
+# The bench package lives at the repository root, which pytest does not put on sys.path.
+sys.path.insert(0, str(ROOT))
 from _tiny_data import build_tiny_data  # noqa: E402
+
+from bench import (  # noqa: E402
+    collate,
+    common,
+    create_instances,
+    gpu,
+    loader,
+    model,
+    pretrain,
+    run_cpu,
+    tokenize_speed,
+)
 
 WIKITEXT = "\n".join([" ", " = First Article = ", " ", " One sentence here . Another one there . ",
                       " ", " = = A Section = = ", " ", " A third sentence . ", " ",
                       " = Second Article = ", " ", " Only this . ", ""])
-
-
-def load_bench(name: str):
-    """Import bench/NAME.py as a module (bench/ is not a package)."""
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "bench" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture
@@ -33,14 +39,12 @@ def private_tmp(tmp_path, monkeypatch):
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the behaviour without CUDA")
 @pytest.mark.parametrize("command", [["throughput"], ["checkpointing", "--model", "large"], ["matmul"]])
 def test_gpu_without_cuda_says_so_and_exits_0(command, tmp_path, capsys):
-    gpu = load_bench("gpu")
     assert gpu.main(["--out", str(tmp_path), *command]) == 0
     assert capsys.readouterr().out.strip() == "no CUDA device: skipping"
     assert list(tmp_path.iterdir()) == []
 
 
 def test_gpu_arguments():
-    gpu = load_bench("gpu")
     args = gpu.parse_args(["throughput", "--model", "large", "--seq-length", "512",
                            "--micro-batch-size", "64", "--compile"])
     assert (args.model, args.seq_length, args.batch_size, args.micro_batch_size, args.compile) == \
@@ -51,10 +55,9 @@ def test_gpu_arguments():
         gpu.parse_args(["throughput", "--model", "huge"])
 
 
-def test_gpu_batches_have_exact_predictions_and_segments():
-    gpu = load_bench("gpu")
-    assert [gpu.predictions_per_row(s) for s in (128, 512, 64)] == [19, 76, 9]
-    batch = gpu.make_batch(4, 128, torch.device("cpu"))
+def test_make_batch_has_exact_predictions_and_segments():
+    assert [common.predictions_per_row(s) for s in (128, 512, 64)] == [19, 76, 9]
+    batch = common.make_batch(4, 128, torch.device("cpu"))
     labels, input_ids = batch["labels"], batch["input_ids"]
     predicted = labels != -100
     assert predicted.sum(dim=1).tolist() == [19] * 4
@@ -64,9 +67,8 @@ def test_gpu_batches_have_exact_predictions_and_segments():
     assert batch["token_type_ids"].sum(dim=1).tolist() == [63] * 4
 
 
-def test_gpu_short_rows_are_padded_and_masked_within_their_length():
-    gpu = load_bench("gpu")
-    batch = gpu.make_batch(64, 128, torch.device("cpu"), seed=3, short_rows=0.5)
+def test_make_batch_short_rows_are_padded_and_masked_within_their_length():
+    batch = common.make_batch(64, 128, torch.device("cpu"), seed=3, short_rows=0.5)
     lengths = batch["attention_mask"].sum(dim=1)
     assert 0 < int((lengths < 128).sum()) < 64 and int(lengths.min()) >= 16
     for row, length in enumerate(lengths.tolist()):
@@ -74,13 +76,20 @@ def test_gpu_short_rows_are_padded_and_masked_within_their_length():
         assert (batch["input_ids"][row, length:] == 0).all()
         assert batch["input_ids"][row, length - 1] == 3 and batch["input_ids"][row, length // 2] == 3
         predicted = batch["labels"][row] != -100
-        assert int(predicted.sum()) == gpu.predictions_per_row(length, 128)
+        assert int(predicted.sum()) == common.predictions_per_row(length, 128)
         assert not predicted[length - 1:].any() and not predicted[0]
         assert int(batch["token_type_ids"][row].sum()) == length - length // 2 - 1
 
 
+def test_make_batch_uncapped_share_and_seed():
+    batch = common.make_batch(2, 128, "cpu", predicted_share=0.5, capped=False, vocab_size=100)
+    assert (batch["labels"] != -100).sum(dim=1).tolist() == [62, 62]  # round(0.5 · 125), no cap
+    assert int(batch["input_ids"].max()) < 100
+    again = common.make_batch(2, 128, "cpu", predicted_share=0.5, capped=False, vocab_size=100)
+    assert all(torch.equal(batch[name], again[name]) for name in batch)
+
+
 def test_gpu_largest_micro_batch_search(monkeypatch):
-    gpu = load_bench("gpu")
     tried = []
 
     def fits(stepper, micro_batch_size, seq_length, device):
@@ -95,28 +104,26 @@ def test_gpu_largest_micro_batch_search(monkeypatch):
 
 
 def test_run_cpu_lists_every_cpu_bench(capsys):
-    run_cpu = load_bench("run_cpu")
     assert run_cpu.main(["--dry-run"]) == 0
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("== ")]
     assert [line.split(":")[0][3:] for line in lines] == list(run_cpu.BENCHMARKS)
     assert all("skipped" not in line for line in lines)
-    assert run_cpu.command_for("tokenize", Path("/r"))[-2:] == ["--results", "/r"]
+    command = run_cpu.command_for("tokenize", Path("/r"))
+    assert command[1:3] == ["-m", "bench.tokenize_speed"] and command[-2:] == ["--results", "/r"]
 
 
-def test_create_instances_reads_wikitext_and_writes_bert_format(tmp_path):
-    bench = load_bench("create_instances")
+def test_read_wikitext_and_write_bert_format(tmp_path):
     path = tmp_path / "wiki.txt"
     path.write_text(WIKITEXT, encoding="utf-8")
-    documents = bench.wikitext_documents(path)
+    documents = common.read_wikitext(path)
     assert documents == [["One sentence here .", "Another one there .", "A third sentence ."],
                          ["Only this ."]]
-    out = bench.write_bert_format(documents, tmp_path / "bert.txt")
+    out = common.write_bert_format(documents, tmp_path / "bert.txt")
     assert out.read_text(encoding="utf-8") == (
         "One sentence here .\nAnother one there .\nA third sentence .\n\nOnly this .\n\n")
 
 
 def test_create_instances_tiny_run(private_tmp, capsys):
-    bench = load_bench("create_instances")
     corpus = private_tmp / "wiki.txt"
     def sentences(d: int) -> str:
         return " . ".join(f"the cat number {i} sat on mat {d} near door {i % 7}" for i in range(40))
@@ -124,8 +131,8 @@ def test_create_instances_tiny_run(private_tmp, capsys):
     corpus.write_text("".join(f" = Title {d} = \n\n {sentences(d)} . \n\n" for d in range(4)),
                       encoding="utf-8")
     out = private_tmp / "results"
-    assert bench.main(["--corpus", str(corpus), "--rounds", "1", "--vocab-size", "120",
-                       "--out", str(out)]) == 0
+    assert create_instances.main(["--corpus", str(corpus), "--rounds", "1", "--vocab-size", "120",
+                                  "--out", str(out)]) == 0
     [path] = out.iterdir()
     result = json.loads(path.read_text())
     assert result["benchmark"] == "create_instances-wiki" and result["settings"]["documents"] == 4
@@ -138,7 +145,6 @@ def test_create_instances_tiny_run(private_tmp, capsys):
 
 
 def test_loader_tiny_run_without_cuda(private_tmp, capsys):
-    loader = load_bench("loader")
     data = build_tiny_data(private_tmp / "data", documents=60)
     out = private_tmp / "results"
     assert loader.main(["--data", str(data), "--workers", "0", "--batches", "3", "--rounds", "1",
@@ -168,7 +174,6 @@ RECORD_KEYS = ["benchmark", "date", "command", "machine", "versions"]
 
 
 def test_model_tiny_run(private_tmp, keep_torch_threads, capsys):
-    model = load_bench("model")
     out = private_tmp / "results"
     assert model.main(["--steps", "1", "--warmup", "0", "--batch-size", "2", "--seq-length", "16",
                        "--threads", "1", "--out", str(out)]) == 0
@@ -184,7 +189,6 @@ def test_model_tiny_run(private_tmp, keep_torch_threads, capsys):
 
 
 def test_collate_tiny_run(private_tmp, keep_torch_threads):
-    collate = load_bench("collate")
     corpus = private_tmp / "wiki.txt"
     corpus.write_text(WIKITEXT * 20, encoding="utf-8")
     out = private_tmp / "results"
@@ -198,7 +202,6 @@ def test_collate_tiny_run(private_tmp, keep_torch_threads):
 
 
 def test_tokenize_speed_tiny_run(private_tmp):
-    tokenize_speed = load_bench("tokenize_speed")
     corpus = private_tmp / "wiki.txt"
     corpus.write_text(WIKITEXT * 20, encoding="utf-8")
     out = private_tmp / "results"
@@ -213,7 +216,6 @@ def test_tokenize_speed_tiny_run(private_tmp):
 
 
 def test_pretrain_tiny_run(private_tmp, keep_torch_threads):
-    pretrain = load_bench("pretrain")
     data = build_tiny_data(private_tmp / "data", documents=60)
     out = private_tmp / "results"
     assert pretrain.main(["--data", str(data), "--steps", "2", "--warmup", "0", "--threads", "1",

@@ -13,7 +13,7 @@ from safetensors.torch import save_file
 
 from bertpre.errors import UserError
 from bertpre.model.bert import BertConfig, BertForPreTraining
-from bertpre.model.hf_format import export, load_pretrained
+from bertpre.tools.export import export
 
 transformers = pytest.importorskip("transformers")
 
@@ -109,7 +109,7 @@ def test_pytorch_model_bin_with_bare_keys_and_tf_names(tmp_path: Path) -> None:
              for k, v in ours.state_dict().items()}
     (tmp_path / "config.json").write_text(json.dumps(BertConfig(**TINY).to_hf_dict()))
     torch.save(state, tmp_path / "pytorch_model.bin")
-    again = load_pretrained(tmp_path)
+    again = BertForPreTraining.from_pretrained(tmp_path)
     for name, tensor in ours.state_dict().items():
         assert torch.equal(again.state_dict()[name], tensor), name
 
@@ -124,7 +124,7 @@ def test_pickle_with_a_payload_is_refused(tmp_path: Path) -> None:
     with open(tmp_path / "pytorch_model.bin", "wb") as handle:
         pickle.dump({"bert.embeddings.word_embeddings.weight": Payload()}, handle, protocol=2)
     with pytest.raises(UserError, match="refused to load"):
-        load_pretrained(tmp_path)
+        BertForPreTraining.from_pretrained(tmp_path)
 
 
 @pytest.mark.parametrize(
@@ -162,7 +162,7 @@ def test_unreadable_folders_are_user_errors(tmp_path: Path, setup: str, words: s
     elif setup == "encoder_missing":
         save_file({"bert.embeddings.word_embeddings.weight": torch.zeros(97, 32)}, folder / "model.safetensors")
     with pytest.raises(UserError, match=words):
-        load_pretrained(folder)
+        BertForPreTraining.from_pretrained(folder)
 
 
 def write_vocab(folder: Path) -> None:
@@ -252,7 +252,7 @@ def test_albert_export_matches_transformers_albert(tmp_path: Path, changes: dict
 def test_export_refuses_a_checkpoint_without_heads(tmp_path: Path) -> None:
     run = fake_run(tmp_path, BertForPreTraining(BertConfig(**TINY)))
     weights = run / "checkpoints" / "step-00000020" / "model.safetensors"
-    state = {k: v for k, v in load_pretrained(weights.parent).state_dict().items()
+    state = {k: v for k, v in BertForPreTraining.from_pretrained(weights.parent).state_dict().items()
              if k.startswith("bert.") and not k.startswith("bert.pooler.")}
     save_file(state, weights)
     with pytest.raises(UserError, match="incomplete checkpoint.*cls.seq_relationship.weight"):
