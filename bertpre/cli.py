@@ -158,7 +158,7 @@ def info(
     Example: bertpre info --config configs/base.yaml --set model.num_hidden_layers=6
     """
     from bertpre.config import load_config
-    from bertpre.tools.cost import format_info, model_info
+    from bertpre.model.cost import format_info, model_info
 
     cfg = load_config(config, list(overrides or []))
     predicted_share = cfg.data.mlm_probability

@@ -1,4 +1,4 @@
-"""bertpre.tools.cost: parameter counts against built models, FLOPs against a FLOP counter, memory."""
+"""bertpre.model.cost: parameter counts against built models, FLOPs against a FLOP counter, memory."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from bertpre.cli import app, main
 from bertpre.config import load_config
 from bertpre.model.bert import BertConfig, BertForPreTraining
-from bertpre.tools.cost import (
+from bertpre.model.cost import (
     count_parameters,
     estimate_memory,
     format_info,
