@@ -158,19 +158,9 @@ def info(
     Example: bertpre info --config configs/base.yaml --set model.num_hidden_layers=6
     """
     from bertpre.config import load_config
-    from bertpre.model.cost import format_info, model_info
+    from bertpre.tools.info import info_report
 
-    cfg = load_config(config, list(overrides or []))
-    predicted_share = cfg.data.mlm_probability
-    if cfg.data.max_predictions_per_seq is not None:
-        predicted_share = min(predicted_share, cfg.data.max_predictions_per_seq / cfg.data.max_seq_length)
-    typer.echo(format_info(model_info(
-        cfg.model,
-        seq_length=cfg.data.max_seq_length,
-        predicted_share=predicted_share,
-        precision=cfg.train.precision,
-        micro_batch_size=cfg.train.micro_batch_size,
-    )))
+    typer.echo(info_report(load_config(config, list(overrides or []))))
 
 
 # --- inspect ---
@@ -234,22 +224,10 @@ def evaluate(
 
     Example: bertpre evaluate runs/base --data data/corpus
     """
-    from bertpre.config import load_config
-    from bertpre.data.folder import load_data
-    from bertpre.tools.inference import load_model_and_tokenizer
-    from bertpre.train.evaluation import evaluate as evaluate_model
+    from bertpre.tools.inference import evaluate_saved_model
 
-    run_config = source / "config.yaml"
-    if config is None and run_config.is_file():
-        config = run_config
-    cfg = load_config(config)
-    model, tokenizer = load_model_and_tokenizer(source)
-    data_folder = load_data(data)
-    if data_folder.tokenizer.get_vocab() != tokenizer.get_vocab():
-        raise UserError(f"{data} was tokenized with another vocab than {source}'s; "
-                        "evaluate on DATA made with the model's tokenizer (bertpre tokenize --tokenizer)")
-    cfg.data.max_seq_length = min(cfg.data.max_seq_length, model.config.max_position_embeddings)
-    metrics = evaluate_model(model, data_folder, cfg.data, micro_batch_size=micro_batch_size, seed=seed)
+    metrics = evaluate_saved_model(source, data, config_path=config,
+                                   micro_batch_size=micro_batch_size, seed=seed)
     for name, value in metrics.items():
         typer.echo(f"{name:<16} {value:.4f}" if isinstance(value, float) else f"{name:<16} {value}")
 

@@ -13,6 +13,7 @@ import yaml
 from bertpre.errors import UserError
 from bertpre.labels import PAIR_TASKS
 from bertpre.model.config import BertConfig
+from bertpre.tokenizer.wordpiece import PAD_TOKEN
 
 MAX_CONFIG_BYTES = 1_000_000
 # A config has no use for many aliases; refusing them stops "billion laughs" expansion.
@@ -38,6 +39,13 @@ class DataConfig:
     whole_word_mask: bool = False
     max_predictions_per_seq: int | None = 20
     num_workers: int = 2
+
+    @property
+    def predicted_share(self) -> float:
+        """The share of tokens the MLM head predicts: the mask rate, capped per sequence."""
+        if self.max_predictions_per_seq is None:
+            return self.mlm_probability
+        return min(self.mlm_probability, self.max_predictions_per_seq / self.max_seq_length)
 
 
 @dataclass
@@ -343,7 +351,7 @@ def resolve(config: Config, tokenizer: Any) -> Config:
         model.vocab_size = tokenizer_vocab
     else:
         model.check_vocab_fits(tokenizer_vocab, "the DATA folder's tokenizer")
-    pad_id = tokenizer.token_to_id("[PAD]")
+    pad_id = tokenizer.token_to_id(PAD_TOKEN)
     if pad_id is not None:
         model.pad_token_id = pad_id
     model.validate()

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -31,6 +32,10 @@ from bertpre.batches import keyed_random
 from bertpre.batches.instance_batch import InstanceBatch
 from bertpre.errors import UserError
 from bertpre.labels import IGNORE_INDEX, KEPT, MASKED, NO_ACTION, RANDOM_TOKEN
+from bertpre.tokenizer.wordpiece import CLS_TOKEN, MASK_TOKEN, PAD_TOKEN, SEP_TOKEN, UNK_TOKEN
+
+if TYPE_CHECKING:  # the run config sits above this package
+    from bertpre.config import DataConfig
 
 _COLLATOR_TAG = 0xC011A7E
 _REPLACEMENT_COUNTER_BASE = 1 << 32  # replacement-token draws use counters apart from the keys'
@@ -100,20 +105,20 @@ class MaskingCollator:
         self.vocab_size = max(vocab.values()) + 1
         tokens = np.full(self.vocab_size, "", dtype=object)
         tokens[list(vocab.values())] = list(vocab.keys())
-        ids = {name: tokenizer.token_to_id(name) for name in ("[PAD]", "[CLS]", "[SEP]", "[MASK]")}
+        ids = {name: tokenizer.token_to_id(name) for name in (PAD_TOKEN, CLS_TOKEN, SEP_TOKEN, MASK_TOKEN)}
         missing = [name for name, token_id in ids.items() if token_id is None]
         if missing:
             raise UserError(
                 f"the tokenizer has no {', '.join(missing)} token; use a BERT WordPiece vocabulary"
             )
-        self.pad_token_id, self.mask_token_id = ids["[PAD]"], ids["[MASK]"]
+        self.pad_token_id, self.mask_token_id = ids[PAD_TOKEN], ids[MASK_TOKEN]
         special = {
             token_id
             for token_id, added in tokenizer.get_added_tokens_decoder().items()
             if added.special
         }
         special |= set(ids.values())
-        unk = tokenizer.token_to_id("[UNK]")
+        unk = tokenizer.token_to_id(UNK_TOKEN)
         # Lookup tables indexed by token id.
         self.never_predicted = np.zeros(self.vocab_size, dtype=bool)
         self.never_predicted[sorted(special - {unk})] = True
@@ -129,6 +134,15 @@ class MaskingCollator:
         self.is_continuation = np.fromiter(
             (t.startswith(prefix) for t in tokens), bool, self.vocab_size
         )
+
+    @classmethod
+    def from_config(cls, tokenizer: Tokenizer, data_config: DataConfig, seed: int) -> MaskingCollator:
+        """The collator a run's `data:` section describes."""
+        return cls(tokenizer, mlm_probability=data_config.mlm_probability,
+                   mask_replace_prob=data_config.mask_replace_prob,
+                   random_replace_prob=data_config.random_replace_prob,
+                   whole_word_mask=data_config.whole_word_mask,
+                   max_predictions_per_seq=data_config.max_predictions_per_seq, seed=seed)
 
     def __call__(self, instances: Sequence[dict] | InstanceBatch) -> dict[str, torch.Tensor]:
         if not len(instances):

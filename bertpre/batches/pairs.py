@@ -17,6 +17,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import datasets
 import numpy as np
@@ -29,6 +30,10 @@ from bertpre.batches import keyed_random
 from bertpre.batches.instance_batch import InstanceBatch
 from bertpre.errors import UserError
 from bertpre.labels import PAIR_TASKS
+from bertpre.tokenizer.wordpiece import CLS_TOKEN, SEP_TOKEN
+
+if TYPE_CHECKING:  # the run config sits above this package
+    from bertpre.config import DataConfig
 
 # Counter slots of the per-document draws within one chunk round.
 _SHORT, _TARGET, _A_END, _COIN, _OTHER_DOC, _OTHER_START, _SPLIT = range(7)
@@ -315,8 +320,8 @@ class PretrainingInstances(torch.utils.data.Dataset):
             raise UserError(f"short_seq_prob must be in [0, 1], not {short_seq_prob}")
         if not 0 <= rank < world_size:
             raise UserError(f"rank {rank} is outside world size {world_size}")
-        self.cls_token_id = _special_id(tokenizer, "[CLS]")
-        self.sep_token_id = _special_id(tokenizer, "[SEP]")
+        self.cls_token_id = _special_id(tokenizer, CLS_TOKEN)
+        self.sep_token_id = _special_id(tokenizer, SEP_TOKEN)
         if dataset._indices is not None:  # noqa: SLF001 — a select()/shuffle() view: materialize once
             dataset = dataset.flatten_indices()
         self.dataset = dataset
@@ -332,6 +337,14 @@ class PretrainingInstances(torch.utils.data.Dataset):
         self._chunk_tokens = [_flat_tokens(chunk) for chunk in _input_ids_chunks(dataset)]
         self._chunk_starts = self.index.chunk_token_offsets[:-1].tolist()
         self.set_epoch(0)
+
+    @classmethod
+    def from_config(cls, dataset: datasets.Dataset, tokenizer: Tokenizer, data_config: DataConfig, *,
+                    seed: int, rank: int = 0, world_size: int = 1) -> PretrainingInstances:
+        """The instances a run's `data:` section describes, for one split and one rank."""
+        return cls(dataset, tokenizer, max_seq_length=data_config.max_seq_length,
+                   short_seq_prob=data_config.short_seq_prob, pair_task=data_config.pair_task,
+                   seed=seed, rank=rank, world_size=world_size)
 
     def set_epoch(self, epoch: int) -> None:
         """Plan the instances of `epoch` and this rank's share of them, in shuffled order."""

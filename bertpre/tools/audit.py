@@ -12,12 +12,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bertpre.batches.collator import MaskingCollator
-from bertpre.batches.pairs import PretrainingInstances
+from bertpre.batches import MaskingCollator, PretrainingInstances
 from bertpre.config import DataConfig
 from bertpre.data.folder import DataFolder
 from bertpre.errors import UserError
 from bertpre.labels import KEPT, MASKED, RANDOM_TOKEN
+from bertpre.tokenizer import CLS_TOKEN, SEP_TOKEN, UNK_TOKEN
 
 
 @dataclass
@@ -151,25 +151,10 @@ def inspect_data(
     if batches < 1 or batch_size < 1:
         raise UserError("--batches and the batch size must be at least 1")
     dataset = data.train if split == "train" else data.validation
-    instances = PretrainingInstances(
-        dataset,
-        data.tokenizer,
-        max_seq_length=data_config.max_seq_length,
-        short_seq_prob=data_config.short_seq_prob,
-        pair_task=data_config.pair_task,
-        seed=seed,
-    )
-    collate = MaskingCollator(
-        data.tokenizer,
-        mlm_probability=data_config.mlm_probability,
-        mask_replace_prob=data_config.mask_replace_prob,
-        random_replace_prob=data_config.random_replace_prob,
-        whole_word_mask=data_config.whole_word_mask,
-        max_predictions_per_seq=data_config.max_predictions_per_seq,
-        seed=seed,
-    )
-    unk_id = data.tokenizer.token_to_id("[UNK]")
-    boundary_ids = [data.tokenizer.token_to_id(t) for t in ("[CLS]", "[SEP]")]
+    instances = PretrainingInstances.from_config(dataset, data.tokenizer, data_config, seed=seed)
+    collate = MaskingCollator.from_config(data.tokenizer, data_config, seed)
+    unk_id = data.tokenizer.token_to_id(UNK_TOKEN)
+    boundary_ids = [data.tokenizer.token_to_id(t) for t in (CLS_TOKEN, SEP_TOKEN)]
     counts = dict.fromkeys(
         ("eligible", "predicted", "masked", "random", "kept", "label_one", "single", "single_one",
          "truncated", "real", "padded", "unknown", "text"), 0

@@ -1,4 +1,4 @@
-"""Use a trained model: load it with its tokenizer from an export, a run or a checkpoint; fill masks."""
+"""Use a trained model: load it with its tokenizer (export, run or checkpoint), fill masks, score it."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -7,11 +7,15 @@ from pathlib import Path
 import torch
 from tokenizers import Tokenizer
 
+from bertpre.config import load_config
+from bertpre.data import load_data
 from bertpre.errors import UserError
 from bertpre.model import BertForPreTraining
 from bertpre.model.hf_format import CONFIG_NAME
 from bertpre.tokenizer import MASK_TOKEN, SPECIAL_TOKENS, load_tokenizer
+from bertpre.tokenizer.wordpiece import check_same_vocab
 from bertpre.train.checkpoint import find_checkpoint
+from bertpre.train.evaluation import evaluate
 
 
 @dataclass
@@ -82,3 +86,21 @@ def fill_in(tokenizer: Tokenizer, text: str, predictions: list[list[Prediction]]
     mask_id = tokenizer.token_to_id(MASK_TOKEN)
     best = iter(tokenizer.token_to_id(candidates[0].token) for candidates in predictions)
     return tokenizer.decode([next(best) if token == mask_id else token for token in ids])
+
+
+def evaluate_saved_model(source: str | Path, data: str | Path, *, config_path: str | Path | None = None,
+                         micro_batch_size: int = 32, seed: int = 42) -> dict[str, float]:
+    """`bertpre evaluate`: a saved model's metrics on a DATA folder's validation split.
+
+    The pairs and masks follow the `data:` section of `config_path`, else of the run's own
+    config.yaml, else the defaults; sequences are capped at the model's positions.
+    """
+    source = Path(source)
+    if config_path is None and (source / "config.yaml").is_file():
+        config_path = source / "config.yaml"
+    config = load_config(config_path)
+    model, tokenizer = load_model_and_tokenizer(source)
+    data_folder = load_data(data)
+    check_same_vocab(data_folder.tokenizer, tokenizer, data, f"model {source}")
+    config.data.max_seq_length = min(config.data.max_seq_length, model.config.max_position_embeddings)
+    return evaluate(model, data_folder, config.data, micro_batch_size=micro_batch_size, seed=seed)

@@ -84,9 +84,5 @@ class ProgressBar:
                               refresh=False)
         self._bar.update(steps)
 
-    def write(self, message: str) -> None:
-        """Print a line above the bar."""
-        self._bar.write(message, file=sys.stderr)
-
     def close(self) -> None:
         self._bar.close()

@@ -1,7 +1,21 @@
-"""The learning-rate schedule: linear warmup, then linear, cosine or constant."""
+"""The optimisation recipe: AdamW parameter groups, and the learning-rate schedule."""
 from __future__ import annotations
 
 import math
+
+import torch
+
+from bertpre.config import OptimConfig
+
+
+def build_optimizer(model: torch.nn.Module, optim: OptimConfig, device: torch.device) -> torch.optim.AdamW:
+    """AdamW with decoupled weight decay on matrices only: biases and LayerNorm weights are 1-D."""
+    decay = [p for p in model.parameters() if p.requires_grad and p.ndim >= 2]
+    no_decay = [p for p in model.parameters() if p.requires_grad and p.ndim < 2]
+    groups = [{"params": decay, "weight_decay": optim.weight_decay},
+              {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=optim.lr, betas=tuple(optim.betas), eps=optim.eps,
+                             fused=device.type == "cuda" or None)
 
 
 def learning_rate(step: int, *, lr: float, warmup_steps: int, max_steps: int,

@@ -1,4 +1,4 @@
-"""The pretraining loop: AdamW, accumulation, mixed precision, eval, checkpoints, resume, DDP."""
+"""The Trainer: one pretraining run with accumulation, mixed precision, eval, checkpoints, resume, DDP."""
 from __future__ import annotations
 
 import contextlib
@@ -19,20 +19,24 @@ import torch
 from safetensors import SafetensorError
 from torch.nn.parallel import DistributedDataParallel
 
-from bertpre.batches.stream import BatchStream
+from bertpre.batches import BatchStream, MaskingCollator, PretrainingInstances
 from bertpre.config import Config, check_world_size, resolve
-from bertpre.data.folder import load_data
+from bertpre.data import DataFolder, load_data
 from bertpre.errors import UserError
-from bertpre.model.bert import BertForPreTraining
+from bertpre.labels import IGNORE_INDEX
+from bertpre.model import BertForPreTraining
+from bertpre.model.cost import training_flops_per_token
+from bertpre.tokenizer import load_tokenizer
+from bertpre.tokenizer.wordpiece import check_same_vocab
 from bertpre.train.checkpoint import (
     latest_checkpoint,
     load_checkpoint,
     remove_partial_checkpoints,
     save_checkpoint,
 )
-from bertpre.train.evaluation import build_collator, build_instances, evaluate
+from bertpre.train.evaluation import Evaluator
 from bertpre.train.metrics import MetricsWriter, ProgressBar
-from bertpre.train.optim import learning_rate
+from bertpre.train.optim import build_optimizer, learning_rate
 from bertpre.train.runtime import (
     Runtime,
     all_reduce_sum,
@@ -61,42 +65,25 @@ class TrainResult:
 
     run_dir: Path
     step: int  # optimizer steps done, in total
-    losses: list[float] = field(default_factory=list)  # loss of each step this call ran
     skipped_steps: int = 0
     exit_code: int = 0  # 130 after SIGINT, 143 after SIGTERM
     notes: list[str] = field(default_factory=list)
 
 
-def build_optimizer(model: torch.nn.Module, config: Config, device: torch.device) -> torch.optim.AdamW:
-    """AdamW with decoupled weight decay on matrices only: biases and LayerNorm weights are 1-D."""
-    decay = [p for p in model.parameters() if p.requires_grad and p.ndim >= 2]
-    no_decay = [p for p in model.parameters() if p.requires_grad and p.ndim < 2]
-    groups = [{"params": decay, "weight_decay": config.optim.weight_decay},
-              {"params": no_decay, "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=config.optim.lr, betas=tuple(config.optim.betas),
-                             eps=config.optim.eps, fused=device.type == "cuda" or None)
+@dataclass
+class StepStats:
+    """One optimizer step, summed over its micro-batches and all processes."""
 
+    sums: torch.Tensor  # float64, in STATS order: the loss and accuracy numerators and counts
+    lr: float
+    grad_norm: float
+    skipped: bool  # an fp16 overflow: no update was made and the schedule does not advance
 
-def check_tokenizer_matches(run_dir: Path, tokenizer: Any, data_path: Path, manifest: dict) -> None:
-    """DATA's dataset must come from DATA's tokenizer, and a resumed run must keep its vocabulary."""
-    from bertpre.tokenizer.wordpiece import load_tokenizer
-
-    recorded = (manifest.get("tokenizer") or {}).get("sha256") if isinstance(manifest, dict) else None
-    tokenizer_file = data_path / "tokenizer" / "tokenizer.json"
-    if recorded and tokenizer_file.is_file():
-        if hashlib.sha256(tokenizer_file.read_bytes()).hexdigest() != recorded:
-            raise UserError(f"DATA folder {data_path} holds a tokenizer other than the one its dataset "
-                            "was made with (tokenizer.json changed); run `bertpre tokenize` again")
-    saved = run_dir / "tokenizer"
-    if saved.is_dir() and load_tokenizer(saved).get_vocab() != tokenizer.get_vocab():
-        raise UserError(f"DATA folder {data_path} was made by another tokenizer than run {run_dir}; "
-                        "use the DATA folder the run started with, or a new --out")
-
-
-def flops_per_token(model: BertForPreTraining, seq_length: int) -> float:
-    """Training FLOPs per token: 6 per parameter plus attention scores (PaLM appendix B)."""
-    config = model.config
-    return 6 * model.num_parameters() + 12 * config.num_hidden_layers * config.hidden_size * seq_length
+    @property
+    def loss(self) -> float:
+        """Mean MLM loss over the step's predictions plus mean pair loss over its pairs."""
+        sums = dict(zip(STATS, self.sums.tolist(), strict=True))
+        return sums["mlm_loss"] / max(sums["predictions"], 1) + sums["pair_loss"] / max(sums["pairs"], 1)
 
 
 class StopSignals:
@@ -127,7 +114,7 @@ def pretrain(config: Config, *, resume: bool = True) -> TrainResult:
     """
     runtime = init_runtime(config.train.precision)
     try:
-        return _pretrain(config, runtime, resume)
+        return Trainer(config, runtime, resume=resume).train()
     except OSError as error:  # a log or config write on a full or read-only disk
         if error.errno not in DISK_ERRNOS:
             raise
@@ -136,177 +123,271 @@ def pretrain(config: Config, *, resume: bool = True) -> TrainResult:
         shutdown(runtime)
 
 
-def _pretrain(config: Config, runtime: Runtime, resume: bool) -> TrainResult:
-    train, optim = config.train, config.optim
-    accumulation = check_world_size(config, runtime.world_size)
-    data = load_data(config.data.path)
-    resolve(config, data.tokenizer)
-    run_dir = Path(train.out)
-    latest = latest_checkpoint(run_dir) if resume else None
-    if not resume and (run_dir / "checkpoints" / "latest").exists():
-        raise UserError(f"run folder {run_dir} already holds checkpoints; resume it (--resume), or "
-                        "choose a new --out")
-    check_tokenizer_matches(run_dir, data.tokenizer, data.path, data.manifest)
-    result = TrainResult(run_dir=run_dir, step=0)
-    if runtime.note:
-        result.notes.append(runtime.note)
-        if runtime.is_main:
+class Trainer:
+    """One pretraining run: built from a config, trained step by step, saved and resumed whole.
+
+    `__init__` builds the data, model, optimizer, scaler, batch stream, metrics and evaluator
+    and restores the latest checkpoint; `train()` is the loop; `train_step()` is one optimizer
+    step. What must survive a restart is in `state_dict()` (the trainer's counters and the
+    stream's position) and in the model, optimizer and scaler, saved together by `save()`.
+    """
+
+    def __init__(self, config: Config, runtime: Runtime, *, resume: bool = True) -> None:
+        self.config, self.runtime = config, runtime
+        train = config.train
+        self.accumulation = check_world_size(config, runtime.world_size)
+        self.data = load_data(config.data.path)
+        resolve(config, self.data.tokenizer)
+        self.run_dir = Path(train.out)
+        latest = latest_checkpoint(self.run_dir) if resume else None
+        if not resume and (self.run_dir / "checkpoints" / "latest").exists():
+            raise UserError(f"run folder {self.run_dir} already holds checkpoints; resume it "
+                            "(--resume), or choose a new --out")
+        check_tokenizer_matches(self.run_dir, self.data)
+        self.notes = [runtime.note] if runtime.note else []
+        if runtime.note and runtime.is_main:
             print(f"note: {runtime.note}", file=sys.stderr)
 
-    seed_everything(train.seed)
-    model = BertForPreTraining(config.model).to(runtime.device)
-    model.set_gradient_checkpointing(train.gradient_checkpointing)
-    optimizer = build_optimizer(model, config, runtime.device)
-    scaler = runtime.grad_scaler()
-    seed_everything(train.seed + runtime.rank)  # dropout differs across processes
-    state = {"epoch": 0, "position": 0, "skipped_steps": 0, "step": 0}
-    if latest is not None:
-        state = load_checkpoint(latest, model=model, optimizer=optimizer, scaler=scaler, runtime=runtime)
-        if state["world_size"] != runtime.world_size:
-            raise UserError(f"checkpoint {latest} was written by {state['world_size']} processes; "
-                            f"resume it with the same number (now {runtime.world_size})")
-    step, result.step, result.skipped_steps = state["step"], state["step"], state["skipped_steps"]
-    if latest is not None and runtime.is_main:
-        print(f"resuming from {latest} (step {step}, epoch {state['epoch']})", file=sys.stderr)
+        seed_everything(train.seed)
+        self.model = BertForPreTraining(config.model).to(runtime.device)
+        self.model.set_gradient_checkpointing(train.gradient_checkpointing)
+        self.optimizer = build_optimizer(self.model, config.optim, runtime.device)
+        self.scaler = runtime.grad_scaler()
+        seed_everything(train.seed + runtime.rank)  # dropout differs across processes
+        instances = PretrainingInstances.from_config(
+            self.data.train, self.data.tokenizer, config.data, seed=train.seed, rank=runtime.rank,
+            world_size=runtime.world_size)
+        self.stream = BatchStream(instances, MaskingCollator.from_config(self.data.tokenizer, config.data, train.seed),
+                                  micro_batch_size=train.micro_batch_size,
+                                  num_workers=config.data.num_workers,
+                                  pin_memory=runtime.device.type == "cuda", seed=train.seed)
+        self.step, self.skipped_steps, self.consecutive_skips = 0, 0, 0
+        if latest is not None:
+            self.load_state_dict(load_checkpoint(latest, model=self.model, optimizer=self.optimizer,
+                                                 scaler=self.scaler, runtime=runtime), latest)
+            if runtime.is_main:
+                print(f"resuming from {latest} (step {self.step}, epoch {self.stream.epoch})",
+                      file=sys.stderr)
+        if runtime.is_main:
+            self.prepare_run_folder()
+        self.trained_model = self.wrap_model()
+        self.evaluator = Evaluator(self.data, config.data, micro_batch_size=train.micro_batch_size,
+                                   seed=train.seed) if runtime.is_main else None
+        self.metrics = MetricsWriter(self.run_dir, enabled=runtime.is_main,
+                                     purge_after=self.step if latest is not None else None)
+        self.progress = ProgressBar(start_step=self.step, max_steps=train.max_steps,
+                                    enabled=runtime.is_main)
+        self.window = MetricsWindow(self.step)
+        self.token_flops = training_flops_per_token(config.model, config.data.max_seq_length,
+                                                    config.data.predicted_share)
 
-    if runtime.is_main:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        remove_partial_checkpoints(run_dir)
-        config.save(run_dir / "config.yaml")
-        if not (run_dir / "tokenizer").exists():
-            # Copied aside and renamed: a kill mid-copy must not leave a torn tokenizer that
-            # every later resume would refuse.
-            staging = run_dir / ".tokenizer.tmp"
-            shutil.rmtree(staging, ignore_errors=True)
-            shutil.copytree(data.path / "tokenizer", staging)
-            staging.replace(run_dir / "tokenizer")
-    trained_model = model
-    if train.compile:
-        trained_model = torch.compile(trained_model)
-    if runtime.distributed:
-        trained_model = DistributedDataParallel(
-            trained_model, device_ids=[runtime.local_rank] if runtime.device.type == "cuda" else None)
+    def train(self) -> TrainResult:
+        """Run steps until `train.max_steps` or a stop signal; log, evaluate and save on schedule."""
+        train = self.config.train
+        exit_code = 0
+        with StopSignals() as signals, contextlib.closing(self.metrics), \
+                contextlib.closing(self.progress):
+            while self.step < train.max_steps:
+                stats = self.train_step()
+                if stats.skipped:
+                    continue
+                self.step += 1
+                self.window.add(stats)
+                finished = self.step == train.max_steps
+                if self.step % train.log_every == 0 or finished:
+                    self.log(stats)
+                pause_start = time.perf_counter()  # eval and saving are not counted in tokens/s
+                if self.step % train.eval_every == 0 or finished:
+                    self.evaluate()
+                stop = self.stop_requested(signals)
+                if self.step % train.save_every == 0 or finished or stop:
+                    self.metrics.flush()  # logs reach the checkpoint's step before it exists
+                    self.save()
+                if stop:
+                    exit_code = SIGNAL_EXIT_CODES.get(stop, 130)
+                    break
+                self.window.pause(time.perf_counter() - pause_start)
+        return TrainResult(run_dir=self.run_dir, step=self.step, skipped_steps=self.skipped_steps,
+                           exit_code=exit_code, notes=self.notes)
 
-    instances = build_instances(data.train, data.tokenizer, config.data, seed=train.seed,
-                                rank=runtime.rank, world_size=runtime.world_size)
-    collate = build_collator(data.tokenizer, config.data, seed=train.seed)
-    stream = BatchStream(instances, collate, micro_batch_size=train.micro_batch_size,
-                         num_workers=config.data.num_workers,
-                         pin_memory=runtime.device.type == "cuda", seed=train.seed,
-                         epoch=state["epoch"], position=state["position"])
-    metrics = MetricsWriter(run_dir, enabled=runtime.is_main,
-                            purge_after=step if latest is not None else None)
-    progress = ProgressBar(start_step=step, max_steps=train.max_steps, enabled=runtime.is_main)
-    token_flops = flops_per_token(model, config.data.max_seq_length)
-    window = torch.zeros(len(STATS), dtype=torch.float64)
-    window_start, consecutive_skips, logged_step = time.perf_counter(), 0, step
+    def train_step(self) -> StepStats:
+        """One optimizer step: lr, micro-batches forward and backward, unscale and clip, update."""
+        optim, runtime = self.config.optim, self.runtime
+        lr = learning_rate(self.step, lr=optim.lr, warmup_steps=optim.warmup_steps,
+                           max_steps=self.config.train.max_steps, schedule=optim.schedule)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        # Each micro-batch's mean loss is weighted by its share of the step's predictions
+        # (over all processes), so any split of the batch gives the same gradient.
+        micro_batches = [self.stream.next() for _ in range(self.accumulation)]
+        totals = count_targets(micro_batches, runtime)
+        sums = torch.zeros(len(STATS), dtype=torch.float64, device=runtime.device)
+        for index, batch in enumerate(micro_batches):
+            batch = {k: v.to(runtime.device, non_blocking=True) for k, v in batch.items()
+                     if isinstance(v, torch.Tensor)}
+            final_micro = index == self.accumulation - 1
+            no_sync = (self.trained_model.no_sync() if runtime.distributed and not final_micro
+                       else contextlib.nullcontext())
+            with no_sync:
+                with runtime.autocast():
+                    out = self.trained_model(
+                        batch["input_ids"], attention_mask=batch["attention_mask"],
+                        token_type_ids=batch["token_type_ids"], labels=batch["labels"],
+                        next_sentence_label=batch.get("next_sentence_label"),
+                        label_smoothing=optim.label_smoothing)
+                loss, micro_sums = weigh_losses(out, batch, totals)
+                loss = loss * runtime.world_size  # DDP averages gradients over processes
+                (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
+            sums += micro_sums
 
-    def save() -> None:
+        if self.scaler is not None:
+            self.scaler.unscale_(self.optimizer)
+        max_norm = optim.max_grad_norm if optim.max_grad_norm > 0 else float("inf")
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm))
+        all_reduce_sum(sums, runtime)
+        stats = StepStats(sums=sums.cpu(), lr=lr, grad_norm=grad_norm, skipped=False)
+        if self.scaler is None:
+            if not (math.isfinite(stats.loss) and math.isfinite(grad_norm)):
+                raise TrainingDiverged(diverged_message(self.step, stats.loss, grad_norm, self.run_dir))
+            self.optimizer.step()
+        else:
+            scale_before = self.scaler.get_scale()
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+            stats.skipped = self.scaler.get_scale() < scale_before
+        self.optimizer.zero_grad(set_to_none=True)
+        self.count_skip(stats)
+        return stats
+
+    def count_skip(self, stats: StepStats) -> None:
+        """Count fp16 overflow skips; too many in a row means the run diverged."""
+        if not stats.skipped:
+            self.consecutive_skips = 0
+            return
+        self.skipped_steps += 1
+        self.consecutive_skips += 1
+        if self.consecutive_skips >= MAX_CONSECUTIVE_SKIPS:
+            raise TrainingDiverged(diverged_message(self.step, stats.loss, stats.grad_norm,
+                                                    self.run_dir, skips=self.consecutive_skips))
+
+    def log(self, stats: StepStats) -> None:
+        """Write the logging window's scalars (TensorBoard, metrics.jsonl, progress bar)."""
+        scalars = self.window.scalars(lr=stats.lr, grad_norm=stats.grad_norm, scaler=self.scaler,
+                                      skipped_steps=self.skipped_steps)
+        scalars.update(gpu_scalars(self.runtime, scalars["perf/tokens_per_s"], self.token_flops))
+        self.metrics.log(self.step, scalars)
+        self.progress.update(loss=scalars["train/loss"], lr=stats.lr,
+                             tokens_per_s=scalars["perf/tokens_per_s"],
+                             steps=self.step - self.window.start_step)
+        self.window.reset(self.step)
+
+    def evaluate(self) -> None:
+        """Score the validation split (main process) and log it as `eval/*`."""
+        if self.evaluator is not None:
+            results = self.evaluator(self.model, device=self.runtime.device,
+                                     autocast=self.runtime.autocast())
+            self.metrics.log(self.step, {f"eval/{k}": float(v) for k, v in results.items()
+                                         if v == v})  # NaN: nothing to measure (no pairs)
+        barrier(self.runtime)
+
+    def stop_requested(self, signals: StopSignals) -> int:
+        """The signal number any process received (0 for none), agreed by all processes."""
+        stop = torch.tensor([signals.received or 0], device=self.runtime.device)
+        if self.runtime.distributed:
+            torch.distributed.all_reduce(stop, op=torch.distributed.ReduceOp.MAX)
+        return int(stop)
+
+    def state_dict(self) -> dict[str, int]:
+        """The trainer's own state: step, skipped steps and the batch stream's position."""
+        return {"step": self.step, "skipped_steps": self.skipped_steps, **self.stream.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any], source: Path | None = None) -> None:
+        """Continue from `state_dict()` as saved in a checkpoint's trainer_state.json."""
+        if state.get("world_size", self.runtime.world_size) != self.runtime.world_size:
+            raise UserError(f"checkpoint {source} was written by {state['world_size']} processes; "
+                            f"resume it with the same number (now {self.runtime.world_size})")
+        self.step, self.skipped_steps = int(state["step"]), int(state["skipped_steps"])
+        self.stream.load_state_dict(state)
+
+    def save(self) -> None:
+        """Checkpoint model, optimizer, scaler, RNG and `state_dict()` as `step-N/`."""
         try:
-            save_checkpoint(run_dir, step, model=model, optimizer=optimizer, scaler=scaler,
-                            runtime=runtime, keep_last=train.keep_last,
-                            trainer_state={"epoch": stream.epoch, "position": stream.position,
-                                           "skipped_steps": result.skipped_steps})
+            save_checkpoint(self.run_dir, self.step, model=self.model, optimizer=self.optimizer,
+                            scaler=self.scaler, runtime=self.runtime,
+                            keep_last=self.config.train.keep_last, trainer_state=self.state_dict())
         # On a full disk torch.save raises RuntimeError and safetensors SafetensorError.
         except (OSError, RuntimeError, SafetensorError) as error:
             if isinstance(error, OSError) and error.errno not in DISK_ERRNOS:
                 raise
-            raise write_failed(error, f"checkpoint step-{step:08d}", run_dir) from None
+            raise write_failed(error, f"checkpoint step-{self.step:08d}", self.run_dir) from None
 
-    with StopSignals() as signals, contextlib.closing(metrics), contextlib.closing(progress):
-        while step < train.max_steps:
-            lr = learning_rate(step, lr=optim.lr, warmup_steps=optim.warmup_steps,
-                               max_steps=train.max_steps, schedule=optim.schedule)
-            for group in optimizer.param_groups:
-                group["lr"] = lr
+    def prepare_run_folder(self) -> None:
+        """Create RUN, drop partial checkpoints, write config.yaml and the tokenizer copy."""
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        remove_partial_checkpoints(self.run_dir)
+        self.config.save(self.run_dir / "config.yaml")
+        if not (self.run_dir / "tokenizer").exists():
+            # Copied aside and renamed: a kill mid-copy must not leave a torn tokenizer that
+            # every later resume would refuse.
+            staging = self.run_dir / ".tokenizer.tmp"
+            shutil.rmtree(staging, ignore_errors=True)
+            shutil.copytree(self.data.path / "tokenizer", staging)
+            staging.replace(self.run_dir / "tokenizer")
 
-            # Each micro-batch's mean loss is weighted by its share of the step's predictions
-            # (over all processes), so any split of the batch gives the same gradient.
-            micro_batches = [stream.next() for _ in range(accumulation)]
-            totals = count_targets(micro_batches, runtime)
-            stats = torch.zeros(len(STATS), dtype=torch.float64, device=runtime.device)
-            for index, batch in enumerate(micro_batches):
-                batch = {k: v.to(runtime.device, non_blocking=True) for k, v in batch.items()
-                         if isinstance(v, torch.Tensor)}
-                final_micro = index == accumulation - 1
-                no_sync = (trained_model.no_sync() if runtime.distributed and not final_micro
-                           else contextlib.nullcontext())
-                with no_sync:
-                    with runtime.autocast():
-                        out = trained_model(batch["input_ids"], attention_mask=batch["attention_mask"],
-                                            token_type_ids=batch["token_type_ids"], labels=batch["labels"],
-                                            next_sentence_label=batch.get("next_sentence_label"),
-                                            label_smoothing=optim.label_smoothing)
-                    loss, micro_stats = weigh_losses(out, batch, totals)
-                    loss = loss * runtime.world_size  # DDP averages gradients over processes
-                    (scaler.scale(loss) if scaler is not None else loss).backward()
-                stats += micro_stats
+    def wrap_model(self) -> torch.nn.Module:
+        """The model as the step calls it: compiled and/or DDP-wrapped as configured."""
+        model = self.model
+        if self.config.train.compile:
+            model = torch.compile(model)
+        if self.runtime.distributed:
+            device_ids = [self.runtime.local_rank] if self.runtime.device.type == "cuda" else None
+            model = DistributedDataParallel(model, device_ids=device_ids)
+        return model
 
-            if scaler is not None:
-                scaler.unscale_(optimizer)
-            max_norm = optim.max_grad_norm if optim.max_grad_norm > 0 else float("inf")
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm))
-            all_reduce_sum(stats, runtime)
-            step_loss = float(stats[0] / max(stats[1], 1) + stats[3] / max(stats[4], 1))
-            skipped = False
-            if scaler is None:
-                if not (math.isfinite(step_loss) and math.isfinite(grad_norm)):
-                    raise TrainingDiverged(diverged_message(step, step_loss, grad_norm, run_dir))
-                optimizer.step()
-            else:
-                scale_before = scaler.get_scale()
-                scaler.step(optimizer)
-                scaler.update()
-                skipped = scaler.get_scale() < scale_before
-            optimizer.zero_grad(set_to_none=True)
-            if skipped:  # fp16 overflow: the schedule does not advance
-                result.skipped_steps += 1
-                consecutive_skips += 1
-                if consecutive_skips >= MAX_CONSECUTIVE_SKIPS:
-                    raise TrainingDiverged(diverged_message(step, step_loss, grad_norm, run_dir,
-                                                            skips=consecutive_skips))
-                continue
-            consecutive_skips = 0
-            step += 1
-            result.step = step
-            result.losses.append(step_loss)
-            window += stats.cpu()
 
-            if step % train.log_every == 0 or step == train.max_steps:
-                elapsed = time.perf_counter() - window_start
-                scalars = step_scalars(window, lr=lr, grad_norm=grad_norm, scaler=scaler,
-                                       skipped_steps=result.skipped_steps, elapsed=elapsed)
-                scalars.update(gpu_scalars(runtime, scalars["perf/tokens_per_s"], token_flops))
-                metrics.log(step, scalars)
-                progress.update(loss=scalars["train/loss"], lr=lr,
-                                tokens_per_s=scalars["perf/tokens_per_s"], steps=step - logged_step)
-                window.zero_()
-                window_start, logged_step = time.perf_counter(), step
-            pause_start = time.perf_counter()  # eval and saving are not counted in tokens/s
-            if step % train.eval_every == 0 or step == train.max_steps:
-                if runtime.is_main:
-                    results = evaluate(model, data, config.data, micro_batch_size=train.micro_batch_size,
-                                       seed=train.seed, device=runtime.device, autocast=runtime.autocast())
-                    metrics.log(step, {f"eval/{k}": float(v) for k, v in results.items()
-                                       if v == v})  # NaN: nothing to measure (no pairs)
-                barrier(runtime)
-            stop = torch.tensor([signals.received or 0], device=runtime.device)
-            if runtime.distributed:
-                torch.distributed.all_reduce(stop, op=torch.distributed.ReduceOp.MAX)
-            if step % train.save_every == 0 or step == train.max_steps or int(stop):
-                metrics.flush()  # logs reach the checkpoint's step before the checkpoint exists
-                save()
-            if int(stop):
-                result.exit_code = SIGNAL_EXIT_CODES.get(int(stop), 130)
-                break
-            window_start += time.perf_counter() - pause_start
-    return result
+class MetricsWindow:
+    """The STATS sums and wall time since the last log, for the `train/*` and `perf/*` scalars."""
+
+    def __init__(self, start_step: int) -> None:
+        self.sums = torch.zeros(len(STATS), dtype=torch.float64)
+        self.reset(start_step)
+
+    def reset(self, start_step: int) -> None:
+        self.sums.zero_()
+        self.start_step, self.start_time = start_step, time.perf_counter()
+
+    def add(self, stats: StepStats) -> None:
+        self.sums += stats.sums
+
+    def pause(self, seconds: float) -> None:
+        """Leave `seconds` (evaluation, saving) out of the window's tokens/s."""
+        self.start_time += seconds
+
+    def scalars(self, *, lr: float, grad_norm: float, scaler: torch.amp.GradScaler | None,
+                skipped_steps: int) -> dict[str, float]:
+        return step_scalars(self.sums, lr=lr, grad_norm=grad_norm, scaler=scaler,
+                            skipped_steps=skipped_steps,
+                            elapsed=time.perf_counter() - self.start_time)
+
+
+def check_tokenizer_matches(run_dir: Path, data: DataFolder) -> None:
+    """DATA's dataset must come from DATA's tokenizer, and a resumed run must keep its vocabulary."""
+    recorded = (data.manifest.get("tokenizer") or {}).get("sha256") if isinstance(data.manifest, dict) else None
+    tokenizer_file = data.path / "tokenizer" / "tokenizer.json"
+    if recorded and tokenizer_file.is_file():
+        if hashlib.sha256(tokenizer_file.read_bytes()).hexdigest() != recorded:
+            raise UserError(f"DATA folder {data.path} holds a tokenizer other than the one its "
+                            "dataset was made with (tokenizer.json changed); run `bertpre "
+                            "tokenize` again")
+    saved = run_dir / "tokenizer"
+    if saved.is_dir():
+        check_same_vocab(data.tokenizer, load_tokenizer(saved), data.path, f"run {run_dir}")
 
 
 def count_targets(micro_batches: list[dict[str, torch.Tensor]], runtime: Runtime) -> list[float]:
     """The step's [MLM predictions, pair labels], summed over micro-batches and processes."""
-    predictions = sum(int((batch["labels"] != -100).sum()) for batch in micro_batches)
-    pairs = sum(int((batch["next_sentence_label"] != -100).sum()) for batch in micro_batches
+    predictions = sum(int((batch["labels"] != IGNORE_INDEX).sum()) for batch in micro_batches)
+    pairs = sum(int((batch["next_sentence_label"] != IGNORE_INDEX).sum()) for batch in micro_batches
                 if "next_sentence_label" in batch)  # absent under pair_task none
     totals = torch.tensor([predictions, pairs], dtype=torch.float64, device=runtime.device)
     return all_reduce_sum(totals, runtime).tolist()
@@ -330,12 +411,12 @@ def weigh_losses(out: Any, batch: dict[str, torch.Tensor],
     Args:
         totals: the step's [predictions, pairs] over all micro-batches and processes.
     """
-    predicted = batch["labels"] != -100
+    predicted = batch["labels"] != IGNORE_INDEX
     targets = batch["labels"][predicted]
     pair_labels = batch.get("next_sentence_label")
     if pair_labels is None:  # pair_task none
-        pair_labels = torch.full_like(batch["labels"][:, 0], -100)
-    paired = pair_labels != -100
+        pair_labels = torch.full_like(batch["labels"][:, 0], IGNORE_INDEX)
+    paired = pair_labels != IGNORE_INDEX
     predictions, pairs = int(predicted.sum()), int(paired.sum())
     loss = out.mlm_loss * (predictions / totals[0] if totals[0] else 0.0)
     has_pairs = out.pair_loss is not None and pairs > 0

@@ -12,13 +12,8 @@ from typer.testing import CliRunner
 from bertpre.cli import app, main
 from bertpre.config import load_config
 from bertpre.model.bert import BertConfig, BertForPreTraining
-from bertpre.model.cost import (
-    count_parameters,
-    estimate_memory,
-    format_info,
-    model_info,
-    training_flops_per_token,
-)
+from bertpre.model.cost import count_parameters, estimate_memory, training_flops_per_token
+from bertpre.tools.info import format_info, model_info
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 TINY = dict(vocab_size=97, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)
