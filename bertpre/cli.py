@@ -11,6 +11,7 @@ try:  # recent typer vendors its own Click
 except ImportError:  # older typer runs on Click itself
     from click.exceptions import NoArgsIsHelpError, UsageError
 
+from bertpre.configs import preset_names
 from bertpre.errors import UserError
 from data_prep.errors import CorpusError
 
@@ -23,6 +24,7 @@ app = typer.Typer(
 )
 
 EXIT_BAD_INPUT = 2
+PRESETS = ", ".join(preset_names())
 EXIT_INTERRUPTED = 130
 
 
@@ -78,7 +80,7 @@ def tokenize(
 # --- pretrain ---
 @app.command()
 def pretrain(
-    config: Path = typer.Option(..., "--config", help="YAML config (see configs/)."),
+    config: Path = typer.Option(..., "--config", help=f"YAML config file, or a shipped preset: {PRESETS}."),
     data: Path | None = typer.Option(None, "--data", help="DATA folder; overrides data.path."),
     out: Path | None = typer.Option(None, "--out", help="RUN folder; overrides train.out."),
     overrides: list[str] | None = typer.Option(
@@ -132,7 +134,7 @@ def export(
 @app.command()
 def demo(
     out: Path = typer.Option(Path("demo"), "--out", help="Folder for everything the demo makes."),
-    config: Path | None = typer.Option(None, "--config", help="Config to train (default: configs/tiny.yaml)."),
+    config: Path | None = typer.Option(None, "--config", help=f"Config file or preset to train ({PRESETS}; default: tiny)."),
     max_steps: int | None = typer.Option(None, "--max-steps", help="Override the config's train.max_steps."),
 ) -> None:
     """The whole flow on the built-in sample corpus, on CPU: tokenize, pretrain, export, fill-mask.
@@ -149,7 +151,7 @@ def demo(
 # --- info ---
 @app.command()
 def info(
-    config: Path = typer.Option(..., "--config", help="YAML config (see configs/)."),
+    config: Path = typer.Option(..., "--config", help=f"YAML config file, or a shipped preset: {PRESETS}."),
     overrides: list[str] | None = typer.Option(
         None, "--set", help="Override a config key, e.g. --set model.num_hidden_layers=6 (repeatable)."),
 ) -> None:

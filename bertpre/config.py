@@ -10,6 +10,7 @@ from typing import Any
 
 import yaml
 
+from bertpre.configs import preset_file, preset_names
 from bertpre.errors import UserError
 from bertpre.labels import PAIR_TASKS
 from bertpre.model.config import BertConfig
@@ -116,10 +117,26 @@ def _check_aliases(text: str) -> None:
         )
 
 
+def resolve_config_path(path: str | Path) -> Path:
+    """A config file: `path` itself when it exists, else the shipped preset it names.
+
+    `base`, `base.yaml` and `configs/base.yaml` all name the preset `base` when no such file is
+    in the working directory; a file the user has always wins.
+    """
+    path = Path(path)
+    if path.is_file():
+        return path
+    name = path.name.removesuffix(".yaml").removesuffix(".yml")
+    if path.parent in (Path("."), Path("configs")) and name in preset_names():
+        return Path(str(preset_file(name)))
+    return path
+
+
 def _read_yaml(path: Path) -> dict:
     if not path.is_file():
         what = "is a folder" if path.is_dir() else "does not exist"
-        raise UserError(f"config file {path} {what}; pass --config with a YAML file, e.g. configs/tiny.yaml")
+        raise UserError(f"config file {path} {what}; pass --config with a YAML file or a preset "
+                        f"({', '.join(preset_names())})")
     if path.stat().st_size > MAX_CONFIG_BYTES:
         raise UserError(f"config file {path} is over {MAX_CONFIG_BYTES} bytes; is it a config?")
     try:
@@ -312,7 +329,7 @@ def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] 
     Precedence: overrides > YAML > defaults. `path=None` starts from the defaults.
     `optim.warmup_ratio` is turned into `optim.warmup_steps` here.
     """
-    raw = _read_yaml(Path(path)) if path is not None else {}
+    raw = _read_yaml(resolve_config_path(path)) if path is not None else {}
     for name in raw:
         if name not in SECTIONS:
             raise _unknown("config section", name, list(SECTIONS))

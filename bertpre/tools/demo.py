@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow.compute as pc
 
-from bertpre.config import load_config
+from bertpre.config import load_config, resolve_config_path
 from bertpre.data.build import tokenize_corpus
 from bertpre.data.folder import DataFolder, load_data
 from bertpre.errors import UserError
@@ -19,7 +19,6 @@ from bertpre.train.evaluation import evaluate
 from bertpre.train.trainer import pretrain
 from data_prep.sample_corpus import write_sample_corpus
 
-TINY_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "tiny.yaml"
 MARKER = ".bertpre-demo"  # only a folder carrying this is replaced by the next demo
 DEMO_VOCAB_SIZE = 4000
 DEMO_VALIDATION_SHARE = 0.05  # 26 documents: enough for a steady accuracy figure
@@ -54,9 +53,7 @@ def run_demo(
 ) -> DemoResult:
     """Sample corpus → small vocab → `configs/tiny.yaml` → export → fill-mask, all under `out`."""
     out = Path(out)
-    config_path = Path(config_path) if config_path else TINY_CONFIG
-    if not config_path.is_file():
-        raise UserError(f"{config_path} not found; run the demo from a bertpre checkout or pass --config")
+    config_path = resolve_config_path(config_path or "tiny")
     # A bad config or --max-steps fails now, before anything is written or minutes are spent.
     load_config(config_path, overrides=[] if max_steps is None else [f"train.max_steps={max_steps}"])
     prepare_folder(out)

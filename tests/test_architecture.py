@@ -1,0 +1,119 @@
+"""The package tree's rules: imports point one way, no cycles, `bertpre.model` stays light, and
+pyproject lists every package."""
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "bertpre"
+# What each part may import (besides itself). Layers: tools → train → model, batches → data →
+# tokenizer; `labels` and `errors` are facts everybody shares; `config` is the run config.
+ALLOWED = {
+    "errors": set(),
+    "labels": set(),
+    "configs": set(),
+    "tokenizer": {"errors"},
+    "data": {"tokenizer", "errors"},
+    "batches": {"data", "tokenizer", "errors", "labels"},
+    "model": {"errors", "labels"},
+    "config": {"configs", "model", "tokenizer", "errors", "labels"},
+    "train": {"config", "model", "batches", "data", "tokenizer", "errors", "labels"},
+    "tools": {"train", "config", "model", "batches", "data", "tokenizer", "errors", "labels",
+              "configs"},
+    "cli": {"configs", "errors", "config", "tools", "train", "data"},
+}
+
+
+def module_files() -> dict[str, Path]:
+    """bertpre's modules by dotted name (configs/ is installed as bertpre.configs)."""
+    modules = {}
+    for path in [*PACKAGE.rglob("*.py"), ROOT / "configs" / "__init__.py"]:
+        parts = (("bertpre", "configs") if path.parent.name == "configs"
+                 else path.relative_to(ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        modules[".".join(parts)] = path
+    return modules
+
+
+def imports_of(path: Path, modules: dict[str, Path]) -> set[str]:
+    """The bertpre modules `path` imports at run time (imports under TYPE_CHECKING left out)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    skipped = {id(node) for block in ast.walk(tree) if isinstance(block, ast.If)
+               and getattr(block.test, "id", None) == "TYPE_CHECKING"
+               for node in ast.walk(block)}
+    found = set()
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+        else:
+            continue
+        found |= {name for name in names if name in modules}
+    return found
+
+
+def part(module: str) -> str:
+    """The part of the tree a module belongs to: `bertpre.train.trainer` → `train`."""
+    name = module.split(".")
+    return name[1] if len(name) > 1 else "bertpre"
+
+
+def test_imports_point_one_way():
+    modules = module_files()
+    wrong = []
+    for module, path in modules.items():
+        here = part(module)
+        if here in ("bertpre", "__main__"):
+            continue
+        for target in imports_of(path, modules):
+            there = part(target)
+            if there not in (here, "bertpre") and there not in ALLOWED[here]:
+                wrong.append(f"{module} imports {target}")
+    assert wrong == []
+
+
+def test_no_import_cycles():
+    modules = module_files()
+    graph = {module: imports_of(path, modules) - {module} for module, path in modules.items()}
+    # A package imports its own modules in __init__; those edges are not cycles of substance.
+    for module in graph:
+        graph[module] = {target for target in graph[module] if not module.startswith(target + ".")}
+    state: dict[str, int] = {}
+    cycles = []
+
+    def visit(module: str, trail: list[str]) -> None:
+        state[module] = 1
+        for target in sorted(graph[module]):
+            if state.get(target) == 1:
+                cycles.append(" → ".join(trail[trail.index(target):] + [target]))
+            elif target not in state:
+                visit(target, trail + [target])
+        state[module] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [module])
+    assert cycles == []
+
+
+def test_the_model_package_pulls_in_neither_datasets_nor_training():
+    code = ("import sys, bertpre.model; "
+            "print(sorted(m for m in sys.modules if m == 'datasets' or m.startswith("
+            "('bertpre.train', 'bertpre.batches', 'bertpre.data', 'bertpre.tools', 'bertpre.cli'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_pyproject_lists_every_package():
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {".".join(path.parent.relative_to(ROOT).parts)
+             for folder in ("bertpre", "data_prep") for path in (ROOT / folder).rglob("__init__.py")}
+    assert listed == found | {"bertpre.configs"}
