@@ -1,14 +1,10 @@
-"""A tiny DATA folder built in-process (no corpus files, no network) for trainer tests."""
+"""A tiny DATA folder made by the real `bertpre tokenize` pipeline (no network) for trainer tests."""
 from __future__ import annotations
 
-import hashlib
-import json
 import random
 from pathlib import Path
 
-import datasets
-
-from bertpre.tokenizer.wordpiece import save_tokenizer, train_tokenizer
+from bertpre.data.build import tokenize_corpus
 
 SUBJECTS = ["the cat", "a dog", "the old man", "my sister", "the farmer", "a small bird"]
 VERBS = ["sees", "likes", "follows", "feeds", "watches", "finds"]
@@ -27,19 +23,15 @@ def tiny_documents(count: int, seed: int = 0) -> list[list[str]]:
 
 
 def build_tiny_data(folder: Path, documents: int = 60, validation: int = 6, seed: int = 0) -> Path:
-    """Write a DATA folder (tokenizer/, dataset/ with train and validation, manifest.json)."""
+    """Tokenize `documents + validation` tiny documents into the DATA folder `folder`.
+
+    A 120-token vocab, one sentence a line; `validation` documents are held out.
+    """
     texts = tiny_documents(documents + validation, seed)
-    tokenizer = train_tokenizer(texts, vocab_size=120, lowercase=True, min_frequency=1)
-    save_tokenizer(tokenizer, folder / "tokenizer")
-
-    def encode(docs: list[list[str]]) -> datasets.Dataset:
-        rows = [[tokenizer.encode(s, add_special_tokens=False).ids for s in doc] for doc in docs]
-        return datasets.Dataset.from_dict({"input_ids": rows})
-
-    splits = datasets.DatasetDict(train=encode(texts[:documents]), validation=encode(texts[documents:]))
-    datasets.disable_progress_bars()
-    splits.save_to_disk(str(folder / "dataset"))
-    sha256 = hashlib.sha256((folder / "tokenizer" / "tokenizer.json").read_bytes()).hexdigest()
-    manifest = {"counts": {"documents": documents + validation}, "tokenizer": {"sha256": sha256}}
-    (folder / "manifest.json").write_text(json.dumps(manifest))
+    corpus = folder.parent / f"{folder.name}.corpus.txt"
+    corpus.parent.mkdir(parents=True, exist_ok=True)
+    corpus.write_text("\n\n".join("\n".join(doc) for doc in texts) + "\n", encoding="utf-8")
+    tokenize_corpus([corpus], folder, vocab_size=120, lowercase=True, min_frequency=1,
+                    validation_share=validation / (documents + validation), split_sentences=False,
+                    seed=seed, show_progress=False)
     return folder
