@@ -14,7 +14,13 @@ from pathlib import Path
 from tokenizers import Tokenizer
 
 import bertpre
-from bertpre.data.folder import DATASET_DIR, MANIFEST_FILE, TOKENIZER_DIR, TRAIN_SPLIT, VALIDATION_SPLIT
+from bertpre.data.folder import (
+    DATASET_DIR,
+    MANIFEST_FILE,
+    TOKENIZER_DIR,
+    TRAIN_SPLIT,
+    VALIDATION_SPLIT,
+)
 from bertpre.errors import UserError
 from bertpre.tokenizer.wordpiece import (
     MAX_INPUT_CHARS_PER_WORD,

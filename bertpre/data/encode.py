@@ -15,10 +15,10 @@ from datasets.arrow_writer import ArrowWriter
 from tokenizers import Tokenizer
 from tqdm import tqdm
 
-from bertpre.tokenizer.alphabet import CharacterCounts
-from bertpre.tokenizer.sentence_encoder import ChunkEncoder, sum_per_group
 from bertpre.data.folder import TRAIN_SPLIT, VALIDATION_SPLIT
 from bertpre.errors import UserError
+from bertpre.tokenizer.alphabet import CharacterCounts
+from bertpre.tokenizer.sentence_encoder import ChunkEncoder, sum_per_group
 from bertpre.tokenizer.wordpiece import build_tokenizer
 
 DOCUMENTS_FEATURES = datasets.Features({"sentences": datasets.List(datasets.Value("string"))})

@@ -10,6 +10,7 @@ import numpy as np
 import pyarrow.compute as pc
 
 from bertpre.config import load_config, resolve_config_path
+from bertpre.configs import preset_names
 from bertpre.data.build import tokenize_corpus
 from bertpre.data.folder import DataFolder, load_data
 from bertpre.errors import UserError
@@ -54,6 +55,9 @@ def run_demo(
     """Sample corpus → small vocab → `configs/tiny.yaml` → export → fill-mask, all under `out`."""
     out = Path(out)
     config_path = resolve_config_path(config_path or "tiny")
+    if not config_path.is_file():
+        raise UserError(f"config {config_path} not found; pass --config with a YAML file or a "
+                        f"preset ({', '.join(preset_names())})")
     # A bad config or --max-steps fails now, before anything is written or minutes are spent.
     load_config(config_path, overrides=[] if max_steps is None else [f"train.max_steps={max_steps}"])
     prepare_folder(out)
