@@ -9,16 +9,15 @@ from pathlib import Path
 
 import pytest
 import torch
-from _tiny_data import build_tiny_data  # noqa: E402
 
 ROOT = Path(__file__).parents[2]
 TINY = ROOT / "configs" / "tiny.yaml"
 ENV = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
 
 
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory) -> Path:
-    return build_tiny_data(tmp_path_factory.mktemp("data") / "data")
+@pytest.fixture
+def data_dir(tiny_data: Path) -> Path:
+    return tiny_data
 
 
 def command(data_dir: Path, out: Path, *settings: str) -> list[str]:

@@ -4,7 +4,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from _tiny_data import build_tiny_data  # noqa: E402
 
 from bertpre.config import load_config, resolve
 from bertpre.data.folder import load_data
@@ -14,8 +13,8 @@ from bertpre.train.evaluation import evaluate
 TINY = Path(__file__).parents[2] / "configs" / "tiny.yaml"
 
 
-def test_evaluate_is_repeatable_and_consistent(tmp_path):
-    data = load_data(build_tiny_data(tmp_path / "data"))
+def test_evaluate_is_repeatable_and_consistent(tiny_data):
+    data = load_data(tiny_data)
     config = resolve(load_config(TINY), data.tokenizer)
     torch.manual_seed(0)
     model = BertForPreTraining(config.model).train()
@@ -34,8 +33,8 @@ def test_evaluate_is_repeatable_and_consistent(tmp_path):
     assert other_seed["predictions"] != first["predictions"] or other_seed["mlm_loss"] != first["mlm_loss"]
 
 
-def test_evaluate_without_pairs_reports_no_pair_accuracy(tmp_path):
-    data = load_data(build_tiny_data(tmp_path / "data"))
+def test_evaluate_without_pairs_reports_no_pair_accuracy(tiny_data):
+    data = load_data(tiny_data)
     config = resolve(load_config(TINY, ["data.pair_task=none"]), data.tokenizer)
     torch.manual_seed(0)
     results = evaluate(BertForPreTraining(config.model), data, config.data, micro_batch_size=8)

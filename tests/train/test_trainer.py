@@ -33,9 +33,9 @@ PINNED_LOSSES = [
 ]
 
 
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory) -> Path:
-    return build_tiny_data(tmp_path_factory.mktemp("data") / "data")
+@pytest.fixture
+def data_dir(tiny_data: Path) -> Path:
+    return tiny_data
 
 
 def tiny_config(data_dir: Path, out: Path, *overrides: str):
