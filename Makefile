@@ -27,10 +27,10 @@ test-slow: setup
 	$(BIN)/python -m pytest -q -m slow
 
 lint: setup
-	$(BIN)/ruff check bertpre data_prep tests bench
+	$(BIN)/ruff check bertpre configs data_prep tests bench
 
 bench: setup
-	$(BIN)/python bench/run_cpu.py
+	$(BIN)/python -m bench.run_cpu
 
 clean:
 	rm -rf $(VENV) build *.egg-info

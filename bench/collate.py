@@ -7,24 +7,17 @@ batches with `MaskingCollator` (80/10/10, max 20 predictions). transformers' sid
 same [CLS] A [SEP] B [SEP] id lists, pre-built, and only pads and masks them (mlm 0.15). Rounds
 of the two alternate so that machine noise hits both alike; medians are compared.
 
-    .venv/bin/python bench/collate.py                  # wikitext-2 valid if present, ~20 s
-    .venv/bin/python bench/collate.py --rounds 3       # shorter
+    .venv/bin/python -m bench.collate                  # wikitext-2 valid if present
+    .venv/bin/python -m bench.collate --rounds 3       # shorter
 """
 
 from __future__ import annotations
 
-# ruff: noqa: E402 — imports follow the import-path fix below
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench.common import use_repository_imports
-
-use_repository_imports()
-
 import argparse
+import sys
 import tempfile
 import time
+from pathlib import Path
 
 import datasets
 import numpy as np
@@ -33,30 +26,21 @@ import tokenizers
 import torch
 import transformers
 
-from bench.common import RESULTS, median, transformers_bert_tokenizer, write_result
-from bertpre.batches.collator import MaskingCollator
-from bertpre.batches.pairs import PretrainingInstances
-from bertpre.tokenizer.wordpiece import save_tokenizer, tokenizer_lowercases, train_tokenizer
+from bench.common import (
+    CORPORA,
+    RESULTS,
+    median,
+    read_wikitext,
+    transformers_bert_tokenizer,
+    write_result,
+)
+from bertpre.batches import MaskingCollator, PretrainingInstances
+from bertpre.tokenizer import save_tokenizer, train_tokenizer
+from bertpre.tokenizer.wordpiece import tokenizer_lowercases
 
-CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpora" / "wikitext2-valid.txt"
+CORPUS = CORPORA / "wikitext2-valid.txt"
 SEQ_LENGTH = 128
 BATCH_SIZE = 32
-
-
-def read_wikitext(path: Path) -> list[list[str]]:
-    """Articles (opened by ` = Title = ` lines) as documents; a paragraph line splits on ` . `."""
-    documents: list[list[str]] = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        line = line.strip()
-        if not line:
-            continue
-        if line.startswith("= ") and not line.startswith("= = "):
-            documents.append([])
-            continue
-        if line.startswith("= = ") or not documents:
-            continue
-        documents[-1] += [s.strip() + " ." for s in line.split(" . ") if s.strip()]
-    return [d for d in documents if d]
 
 
 def synthetic_documents(count: int, seed: int = 0) -> list[list[str]]:

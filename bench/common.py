@@ -1,36 +1,99 @@
-"""What every benchmark records beside its figures: machine, library versions, date, command.
-
-Import this from a bench script only after `use_repository_imports()` has run, i.e.
-
-    import sys
-    from pathlib import Path
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from bench.common import use_repository_imports  # noqa: E402
-    use_repository_imports()
-"""
+"""What the benchmarks share: their WikiText reader and synthetic batch, and what each records
+beside its figures (machine, library versions, date, command)."""
 from __future__ import annotations
 
 import importlib.metadata
 import json
 import os
 import platform
+import re
 import statistics
 import sys
 from datetime import date
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 BENCH = ROOT / "bench"
+CORPORA = ROOT.parent / "shared" / "corpora"  # WikiText and other corpora, beside the repository
+VOCAB_SIZE = 30522  # BERT's uncased vocabulary
+MAX_PREDICTIONS = {128: 20, 512: 76}  # Google's max_predictions_per_seq at these lengths
+SENTENCE_END = re.compile(r"(?<= \.) ")  # WikiText's tokenized full stop, then a space
 
 
-def use_repository_imports() -> None:
-    """Put the repository first on the import path and take bench/ off it.
+def read_wikitext(path: Path) -> list[list[str]]:
+    """A WikiText file's articles (each opened by a ` = Title = ` line) as documents.
 
-    Python puts a script's own folder first, where a script named like a standard module
-    (bench/tokenize.py once) shadows it for every library importing that module.
+    Section headings (` = = ... = = `) and lines before the first article are dropped; each
+    paragraph line is split into sentences after every ` .`.
     """
-    sys.path[:] = [str(ROOT)] + [p for p in sys.path if Path(p or ".").resolve() != BENCH]
+    documents: list[list[str]] = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        line = line.strip()
+        if line.startswith("= ") and not line.startswith("= = "):
+            documents.append([])
+        elif line and not line.startswith("= = ") and documents:
+            documents[-1] += [part for part in SENTENCE_END.split(line) if part.strip()]
+    return [document for document in documents if document]
+
+
+def write_bert_format(documents: list[list[str]], path: Path) -> Path:
+    """Write `documents` as the original BERT format: one sentence a line, a blank line after each."""
+    path.write_text("".join("\n".join(d) + "\n\n" for d in documents), encoding="utf-8")
+    return path
+
+
+def predictions_per_row(length: int, seq_length: int | None = None, predicted_share: float = 0.15,
+                        capped: bool = True) -> int:
+    """round(predicted_share · eligible tokens) of a row of `length` tokens ([CLS] and the two
+    [SEP] are not eligible); with `capped`, at most Google's recipe's count for `seq_length`."""
+    count = round(predicted_share * (length - 3))
+    cap = MAX_PREDICTIONS.get(seq_length or length) if capped else None
+    return min(count, cap) if cap else count
+
+
+def make_batch(batch_size: int, seq_length: int, device: torch.device | str = "cpu", seed: int = 0,
+               short_rows: float = 0.0, predicted_share: float = 0.15, capped: bool = True,
+               vocab_size: int = VOCAB_SIZE) -> dict[str, torch.Tensor]:
+    """A synthetic NSP training batch: [CLS] A [SEP] B [SEP], then padding, ids drawn from `seed`.
+
+    Each row of n tokens has `predictions_per_row(n, seq_length, predicted_share, capped)`
+    positions replaced by [MASK] (their ids in `labels`, -100 elsewhere) and a random pair label.
+    A `short_rows` share of rows gets a length drawn uniformly from [s/8, s), the rest are full:
+    0.1 gives the ~4% padding measured on article-level wikitext-2 NSP instances at s=128.
+    Special ids follow bertpre's vocab: [PAD] 0, [CLS] 2, [SEP] 3, [MASK] 4.
+    """
+    import torch  # here, so that importing bench.common stays light
+
+    generator = torch.Generator().manual_seed(seed)
+    lengths = torch.full((batch_size,), seq_length)
+    short = torch.rand(batch_size, generator=generator) < short_rows
+    lengths[short] = torch.randint(seq_length // 8, seq_length, (int(short.sum()),), generator=generator)
+    input_ids = torch.randint(5, vocab_size, (batch_size, seq_length), generator=generator)
+    positions = torch.arange(seq_length)
+    split = lengths // 2  # the first [SEP]
+    special = (positions == 0) | (positions == split[:, None]) | (positions == lengths[:, None] - 1)
+    padding = positions >= lengths[:, None]
+    input_ids[:, 0] = 2  # [CLS]
+    input_ids[positions == split[:, None]] = 3  # [SEP]
+    input_ids[positions == lengths[:, None] - 1] = 3
+    input_ids[padding] = 0  # [PAD]
+    token_type_ids = ((positions > split[:, None]) & ~padding).long()
+    # The k lowest random keys among a row's eligible positions are its predictions.
+    keys = torch.rand(batch_size, seq_length, generator=generator).masked_fill(special | padding, 2.0)
+    ranks = keys.argsort(dim=1).argsort(dim=1)
+    counts = torch.tensor([predictions_per_row(int(n), seq_length, predicted_share, capped)
+                           for n in lengths])
+    predicted = ranks < counts[:, None]
+    labels = torch.where(predicted, input_ids, -100)
+    input_ids = input_ids.masked_fill(predicted, 4)  # [MASK]
+    batch = dict(input_ids=input_ids, attention_mask=(~padding).long(), token_type_ids=token_type_ids,
+                 labels=labels, next_sentence_label=torch.randint(0, 2, (batch_size,), generator=generator))
+    return {name: tensor.to(device, non_blocking=True) for name, tensor in batch.items()}
 
 
 def machine_info(torch_threads: int | None = None) -> dict:
@@ -67,10 +130,10 @@ def library_versions(*names: str) -> dict:
 
 def command_line(argv: list[str] | None) -> str:
     """The command that reproduces a run, as typed from the repository root."""
-    script = Path(sys.argv[0]).resolve()
-    shown = f"bench/{script.name}" if script.parent == BENCH else "bench/<script>"
+    script = Path(sys.argv[0]).resolve()  # the module's file under `python -m bench.NAME`
+    module = f"bench.{script.stem}" if script.parent == BENCH else "bench.<script>"
     arguments = sys.argv[1:] if argv is None else argv
-    return " ".join([".venv/bin/python", shown, *arguments])
+    return " ".join([".venv/bin/python", "-m", module, *arguments])
 
 
 def median(values: list[float]) -> float:

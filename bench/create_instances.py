@@ -15,52 +15,40 @@ tokens with 15% masked (at most 20 a sequence), short_seq_prob 0.1, one pass (du
 Rounds of the two sides alternate so that other load on the machine hits both alike; medians
 are compared. Target: bertpre >= 20x faster.
 
-    .venv/bin/python bench/create_instances.py                # wikitext-2 valid if present, 3 rounds
-    .venv/bin/python bench/create_instances.py --rounds 1     # shorter
-    .venv/bin/python bench/create_instances.py --threads 2    # bertpre on two threads
-    .venv/bin/python bench/create_instances.py --corpus ../shared/corpora/wikitext2-{valid,test}.txt
+    .venv/bin/python -m bench.create_instances                # wikitext-2 valid if present, 3 rounds
+    .venv/bin/python -m bench.create_instances --rounds 1     # shorter
+    .venv/bin/python -m bench.create_instances --threads 2    # bertpre on two threads
+    .venv/bin/python -m bench.create_instances --corpus ../shared/corpora/wikitext2-{valid,test}.txt
     .venv/bin/pip install --no-deps bert-tensorflow           # the peer, if missing
 """
 from __future__ import annotations
 
+import argparse
+import importlib.util
+import os
+import random
 import sys
+import tempfile
+import time
+import types
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench.common import use_repository_imports  # noqa: E402
+from bench.common import (
+    CORPORA,
+    RESULTS,
+    median,
+    print_table,
+    read_wikitext,
+    write_bert_format,
+    write_result,
+)
 
-use_repository_imports()
-
-import argparse  # noqa: E402
-import importlib.util  # noqa: E402
-import os  # noqa: E402
-import random  # noqa: E402
-import re  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
-import types  # noqa: E402
-
-from bench.common import RESULTS, median, print_table, write_result  # noqa: E402
-
-CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpora" / "wikitext2-valid.txt"
+CORPUS = CORPORA / "wikitext2-valid.txt"
 SETTINGS = dict(max_seq_length=128, dupe_factor=1, short_seq_prob=0.1, masked_lm_prob=0.15,
                 max_predictions_per_seq=20, random_seed=12345)
 BATCH_SIZE = 32
-SENTENCE_END = re.compile(r"(?<= \.) ")  # WikiText's tokenized full stop, then a space
 INSTALL_HINT = ("the peer needs Google's BERT code: .venv/bin/pip install --no-deps bert-tensorflow "
                 "(no TensorFlow needed: this bench stubs it)")
-
-
-def wikitext_documents(path: Path) -> list[list[str]]:
-    """WikiText articles (opened by ` = Title = `) as documents, paragraphs split after ` .`."""
-    documents: list[list[str]] = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        line = line.strip()
-        if line.startswith("= ") and not line.startswith("= = "):
-            documents.append([])
-        elif line and not line.startswith("= = ") and documents:
-            documents[-1] += [part for part in SENTENCE_END.split(line) if part.strip()]
-    return [document for document in documents if document]
 
 
 def sample_documents(folder: Path) -> list[list[str]]:
@@ -69,12 +57,6 @@ def sample_documents(folder: Path) -> list[list[str]]:
     from data_prep.sample_corpus import write_sample_corpus
 
     return list(read_documents([write_sample_corpus(folder)], split_sentences=True))
-
-
-def write_bert_format(documents: list[list[str]], path: Path) -> Path:
-    """One sentence a line, a blank line after each document."""
-    path.write_text("".join("\n".join(d) + "\n\n" for d in documents), encoding="utf-8")
-    return path
 
 
 def import_google_code() -> types.ModuleType | None:
@@ -123,10 +105,9 @@ def google_round(google: types.ModuleType, corpus: Path, vocab: Path) -> tuple[i
 
 def bertpre_round(corpus: Path, vocab: Path, out: Path, num_proc: int) -> tuple[int, dict[str, float]]:
     """(instances, seconds by stage) of bertpre from the raw file to masked batches."""
-    from bertpre.batches.collator import MaskingCollator
-    from bertpre.batches.pairs import PretrainingInstances
+    from bertpre.batches import MaskingCollator, PretrainingInstances
+    from bertpre.data import load_data
     from bertpre.data.build import tokenize_corpus
-    from bertpre.data.folder import load_data
 
     start = time.perf_counter()
     tokenize_corpus([corpus], out, tokenizer_path=vocab, lowercase=True, split_sentences=False,
@@ -163,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["RAYON_NUM_THREADS"] = str(args.threads)
     import torch
 
-    from bertpre.tokenizer.wordpiece import save_tokenizer, train_tokenizer
+    from bertpre.tokenizer import save_tokenizer, train_tokenizer
 
     torch.set_num_threads(args.threads)
     google = import_google_code()
@@ -173,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as scratch:
         scratch = Path(scratch)
         if all(path.exists() for path in args.corpus):
-            documents = [document for path in args.corpus for document in wikitext_documents(path)]
+            documents = [document for path in args.corpus for document in read_wikitext(path)]
             corpus_name = " + ".join(path.name for path in args.corpus)
         else:
             documents, corpus_name = sample_documents(scratch), "built-in sample corpus"

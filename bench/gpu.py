@@ -1,52 +1,45 @@
 """GPU training throughput, MFU and gradient checkpointing: bertpre next to transformers.
 
-    .venv/bin/python bench/gpu.py throughput                       # BERT-base, length 128, batch 256
-    .venv/bin/python bench/gpu.py throughput --model large         # BERT-large at 128
-    .venv/bin/python bench/gpu.py throughput --seq-length 512 --micro-batch-size 64   # base at 512
-    .venv/bin/python bench/gpu.py checkpointing                    # memory saving, cost, largest batch
-    .venv/bin/python bench/gpu.py matmul                           # the dense fp16/bf16 rate only
+    .venv/bin/python -m bench.gpu throughput                       # BERT-base, length 128, batch 256
+    .venv/bin/python -m bench.gpu throughput --model large         # BERT-large at 128
+    .venv/bin/python -m bench.gpu throughput --seq-length 512 --micro-batch-size 64   # base at 512
+    .venv/bin/python -m bench.gpu checkpointing                    # memory saving, cost, largest batch
+    .venv/bin/python -m bench.gpu matmul                           # the dense fp16/bf16 rate only
 
 throughput: one optimizer step on a global batch (default 256 sequences, accumulated from
 micro-batches when --micro-batch-size is smaller), fp16 autocast with a GradScaler, fused AdamW
 for both models (--no-fused: foreach AdamW for both). The peer is
 `transformers.BertForPreTraining` run eagerly with its default attention (SDPA), same weights,
 same batch. Rounds of steps alternate between the two; medians are compared. MFU uses
-FLOPs/token = 6·N_enc + 12·L·s·d + 6·f·(d² + d·V) (`bertpre.tools.cost`), f = predicted share, against
+FLOPs/token = 6·N_enc + 12·L·s·d + 6·f·(d² + d·V) (`bertpre.model.cost`), f = predicted share, against
 the fp16 matmul rate measured here (large square matmuls).
 
-Batches are synthetic but shaped like real ones: [CLS] A [SEP] B [SEP] segments, 10% of rows
-shorter and padded (--short-rows; ~4% padding, as measured on article-level wikitext-2 NSP
-instances at 128), round(0.15·(n-3)) predicted positions per row of n tokens (capped at 20 for
-s=128, 76 for s=512, as Google's recipe), random pair labels. Tokens/s count non-padding tokens.
+Batches are synthetic but shaped like real ones (`bench.common.make_batch`): [CLS] A [SEP] B
+[SEP] segments, 10% of rows shorter and padded (--short-rows; ~4% padding, as measured on
+article-level wikitext-2 NSP instances at 128), round(0.15·(n-3)) predicted positions per row of
+n tokens (capped at 20 for s=128, 76 for s=512, as Google's recipe), random pair labels.
+Tokens/s count non-padding tokens.
 The checkpointing measurements use full rows, the worst case for memory.
 
 Without a CUDA device every subcommand prints "no CUDA device: skipping" and exits 0.
 """
 from __future__ import annotations
 
+import argparse
+import gc
 import sys
+import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench.common import use_repository_imports  # noqa: E402
+import torch
 
-use_repository_imports()
-
-import argparse  # noqa: E402
-import gc  # noqa: E402
-import time  # noqa: E402
-
-import torch  # noqa: E402
-
-from bench.common import RESULTS, median, print_table, write_result  # noqa: E402
+from bench.common import RESULTS, VOCAB_SIZE, make_batch, median, print_table, write_result
 
 SHAPES = {
     "tiny": dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64),
     "base": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072),
     "large": dict(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16, intermediate_size=4096),
 }
-VOCAB_SIZE = 30522
-MAX_PREDICTIONS = {128: 20, 512: 76}
 NO_CUDA = "no CUDA device: skipping"
 
 
@@ -55,50 +48,10 @@ def model_config(shape: str, seq_length: int) -> dict:
     return dict(vocab_size=VOCAB_SIZE, max_position_embeddings=max(512, seq_length), **SHAPES[shape])
 
 
-def predictions_per_row(length: int, seq_length: int | None = None) -> int:
-    """round(0.15 · eligible tokens) of a row of `length` tokens, capped as in Google's recipe."""
-    count = round(0.15 * (length - 3))
-    cap = MAX_PREDICTIONS.get(seq_length or length)
-    return min(count, cap) if cap else count
-
-
-def make_batch(batch_size: int, seq_length: int, device: torch.device, seed: int = 0,
-               short_rows: float = 0.0) -> dict:
-    """An NSP batch: [CLS] A [SEP] B [SEP], then padding; round(0.15·(n−3)) predictions a row.
-
-    A `short_rows` share of rows gets a length drawn uniformly from [s/8, s), the rest are full:
-    0.1 gives the ~4% padding measured on article-level wikitext-2 NSP instances at s=128.
-    """
-    generator = torch.Generator().manual_seed(seed)
-    lengths = torch.full((batch_size,), seq_length)
-    short = torch.rand(batch_size, generator=generator) < short_rows
-    lengths[short] = torch.randint(seq_length // 8, seq_length, (int(short.sum()),), generator=generator)
-    input_ids = torch.randint(5, VOCAB_SIZE, (batch_size, seq_length), generator=generator)
-    positions = torch.arange(seq_length)
-    split = lengths // 2  # the first [SEP]
-    special = (positions == 0) | (positions == split[:, None]) | (positions == lengths[:, None] - 1)
-    padding = positions >= lengths[:, None]
-    input_ids[:, 0] = 2  # [CLS]
-    input_ids[positions == split[:, None]] = 3  # [SEP]
-    input_ids[positions == lengths[:, None] - 1] = 3
-    input_ids[padding] = 0  # [PAD]
-    token_type_ids = ((positions > split[:, None]) & ~padding).long()
-    # The k lowest random keys among a row's eligible positions are its predictions.
-    keys = torch.rand(batch_size, seq_length, generator=generator).masked_fill(special | padding, 2.0)
-    ranks = keys.argsort(dim=1).argsort(dim=1)
-    counts = torch.tensor([predictions_per_row(int(n), seq_length) for n in lengths])
-    predicted = ranks < counts[:, None]
-    labels = torch.where(predicted, input_ids, -100)
-    input_ids = input_ids.masked_fill(predicted, 4)  # [MASK]
-    batch = dict(input_ids=input_ids, attention_mask=(~padding).long(), token_type_ids=token_type_ids,
-                 labels=labels, next_sentence_label=torch.randint(0, 2, (batch_size,), generator=generator))
-    return {name: tensor.to(device, non_blocking=True) for name, tensor in batch.items()}
-
-
 def build_models(shape: str, seq_length: int, device: torch.device, peer: bool,
                  checkpointing: bool = False, compile_model: bool = False) -> dict[str, torch.nn.Module]:
     """bertpre's model and, with `peer`, transformers' with the same weights, in train mode."""
-    from bertpre.model.bert import BertConfig, BertForPreTraining
+    from bertpre.model import BertConfig, BertForPreTraining
 
     torch.manual_seed(0)
     ours = BertForPreTraining(BertConfig(**model_config(shape, seq_length))).to(device).train()
@@ -208,8 +161,8 @@ def measure_step_rate(shape: str, seq_length: int, micro_batch_size: int, steps:
 
 
 def run_throughput(args: argparse.Namespace, device: torch.device) -> dict:
-    from bertpre.model.bert import BertConfig
-    from bertpre.tools.cost import training_flops_per_token
+    from bertpre.model import BertConfig
+    from bertpre.model.cost import training_flops_per_token
 
     result = measure_step_rate(args.model, args.seq_length, args.micro_batch_size or args.batch_size,
                                args.steps, peer=not args.no_peer, batch_size=args.batch_size,

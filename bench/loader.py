@@ -13,28 +13,21 @@ measured on the GPU when there is one, or a figure given with --consumption. Tar
 >= 3x consumption, with the GPU machine's cores. On a machine without CUDA only the loader
 rate and its per-core rate are recorded.
 
-    .venv/bin/python bench/loader.py                       # N = all cores, ~1 min
-    .venv/bin/python bench/loader.py --batches 20          # shorter
-    .venv/bin/python bench/loader.py --consumption 2400    # compare with a known step rate
+    .venv/bin/python -m bench.loader                       # N = all cores
+    .venv/bin/python -m bench.loader --batches 20          # shorter
+    .venv/bin/python -m bench.loader --consumption 2400    # compare with a known step rate
 """
 from __future__ import annotations
 
+import argparse
+import os
 import sys
+import tempfile
+import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench.common import use_repository_imports  # noqa: E402
+from bench.common import CORPORA, RESULTS, median, read_wikitext, write_bert_format, write_result
 
-use_repository_imports()
-
-import argparse  # noqa: E402
-import os  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
-
-from bench.common import RESULTS, median, write_result  # noqa: E402
-
-CORPORA = Path(__file__).resolve().parents[2] / "shared" / "corpora"
 MICRO_BATCH_SIZE = 32
 SEQ_LENGTH = 128
 
@@ -45,14 +38,13 @@ def build_data(folder: Path, vocab_size: int) -> tuple[Path, str]:
     WikiText separates paragraphs by blank lines, which would make every paragraph a document
     (22% padding at 128 instead of ~4%): articles are written out as documents first.
     """
-    from bench.create_instances import wikitext_documents, write_bert_format
     from bertpre.data.build import tokenize_corpus
 
     corpora = [CORPORA / f"wikitext2-{split}.txt" for split in ("valid", "test")]
     corpora = [path for path in corpora if path.exists()]
     if corpora:
         name = " + ".join(path.name for path in corpora) + " (articles as documents)"
-        documents = [document for path in corpora for document in wikitext_documents(path)]
+        documents = [document for path in corpora for document in read_wikitext(path)]
         corpus = write_bert_format(documents, folder / "corpus.txt")
         tokenize_corpus([corpus], folder / "data", vocab_size=vocab_size, split_sentences=False,
                         show_progress=False)
@@ -68,10 +60,8 @@ def build_data(folder: Path, vocab_size: int) -> tuple[Path, str]:
 def loader_rate(data_path: Path, num_workers: int, batches: int, pin_memory: bool,
                 micro_batch_size: int = MICRO_BATCH_SIZE) -> dict:
     """Sequences/s of the trainer's batch stream over `batches` micro-batches after the first."""
-    from bertpre.batches.collator import MaskingCollator
-    from bertpre.batches.pairs import PretrainingInstances
-    from bertpre.batches.stream import BatchStream
-    from bertpre.data.folder import load_data
+    from bertpre.batches import BatchStream, MaskingCollator, PretrainingInstances
+    from bertpre.data import load_data
 
     data = load_data(data_path)
     instances = PretrainingInstances(data.train, data.tokenizer, max_seq_length=SEQ_LENGTH,

@@ -1,50 +1,28 @@
 """Training-step throughput of bertpre's BertForPreTraining next to transformers', same run.
 
 One step = forward, backward, AdamW step on the same batch, model shape and optimizer settings.
-Steps of the two models are interleaved so that machine noise hits both alike; the medians
-are compared.
+The batch is `bench.common.make_batch`'s synthetic NSP batch, full rows, round(share·(s-3))
+predicted positions a row. Steps of the two models are interleaved so that machine noise hits
+both alike; the medians are compared.
 
-    .venv/bin/python bench/model.py                 # CPU, 2 threads, 20 timed steps each
-    .venv/bin/python bench/model.py --steps 5       # shorter
+    .venv/bin/python -m bench.model                 # CPU, 2 threads, 20 timed steps each
+    .venv/bin/python -m bench.model --steps 5       # shorter
 """
 from __future__ import annotations
 
+import argparse
 import sys
+import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench.common import use_repository_imports  # noqa: E402
+import torch
+import transformers
 
-use_repository_imports()
-
-import argparse  # noqa: E402
-import time  # noqa: E402
-
-import torch  # noqa: E402
-import transformers  # noqa: E402
-
-from bench.common import RESULTS, median, write_result  # noqa: E402
-from bertpre.model.bert import BertConfig, BertForPreTraining  # noqa: E402
+from bench.common import RESULTS, make_batch, median, write_result
+from bertpre.model import BertConfig, BertForPreTraining
 
 SHAPE = dict(vocab_size=30522, hidden_size=256, num_hidden_layers=4, num_attention_heads=4,
              intermediate_size=1024, max_position_embeddings=512)
-
-
-def make_batch(batch_size: int, seq_length: int, predicted_share: float, device: str) -> dict:
-    """Random ids, no padding, `predicted_share` of positions labelled, random pair labels."""
-    generator = torch.Generator().manual_seed(0)
-    input_ids = torch.randint(5, SHAPE["vocab_size"], (batch_size, seq_length), generator=generator)
-    predicted = torch.rand(batch_size, seq_length, generator=generator) < predicted_share
-    token_type_ids = torch.zeros_like(input_ids)
-    token_type_ids[:, seq_length // 2:] = 1
-    batch = dict(
-        input_ids=input_ids,
-        attention_mask=torch.ones_like(input_ids),
-        token_type_ids=token_type_ids,
-        labels=torch.where(predicted, input_ids, -100),
-        next_sentence_label=torch.randint(0, 2, (batch_size,), generator=generator),
-    )
-    return {name: tensor.to(device) for name, tensor in batch.items()}
 
 
 def training_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: dict, device: str) -> float:
@@ -83,7 +61,9 @@ def main(argv: list[str] | None = None) -> int:
         for name, model in (("bertpre", ours), ("transformers", peer))
     }
     models = {"bertpre": ours, "transformers": peer}
-    batch = make_batch(args.batch_size, args.seq_length, args.predicted_share, args.device)
+    batch = make_batch(args.batch_size, args.seq_length, args.device,
+                       predicted_share=args.predicted_share, capped=False,
+                       vocab_size=SHAPE["vocab_size"])
 
     times: dict[str, list[float]] = {name: [] for name in models}
     for step in range(args.warmup + args.steps):

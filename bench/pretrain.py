@@ -6,35 +6,29 @@ user writes by hand: `transformers.BertForPreTraining`, `DataCollatorForLanguage
 torch DataLoader, `get_linear_schedule_with_warmup` (and fp16 autocast + GradScaler on a GPU).
 Tokens/s are non-padding tokens; the medians over steps after the warmup are compared.
 
-    .venv/bin/python bench/pretrain.py                          # tiny config, sample corpus, CPU
-    .venv/bin/python bench/pretrain.py --steps 10 --data DATA    # shorter, your DATA folder
-    .venv/bin/python bench/pretrain.py --config configs/base.yaml --set train.micro_batch_size=32  # GPU
+    .venv/bin/python -m bench.pretrain                          # tiny config, sample corpus, CPU
+    .venv/bin/python -m bench.pretrain --steps 10 --data DATA    # shorter, your DATA folder
+    .venv/bin/python -m bench.pretrain --config configs/base.yaml --set train.micro_batch_size=32  # GPU
 """
 from __future__ import annotations
 
+import argparse
+import json
+import os
 import sys
+import tempfile
+import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench.common import use_repository_imports  # noqa: E402
+import torch
+import transformers
 
-use_repository_imports()
-
-import argparse  # noqa: E402
-import json  # noqa: E402
-import os  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
-
-import torch  # noqa: E402
-import transformers  # noqa: E402
-
-from bench.common import RESULTS, ROOT, median, transformers_bert_tokenizer, write_result  # noqa: E402
-from bertpre.config import check_world_size, load_config, resolve  # noqa: E402
-from bertpre.data.folder import load_data  # noqa: E402
-from bertpre.tokenizer.wordpiece import tokenizer_lowercases  # noqa: E402
-from bertpre.train.evaluation import build_instances  # noqa: E402
-from bertpre.train.trainer import pretrain  # noqa: E402
+from bench.common import RESULTS, ROOT, median, transformers_bert_tokenizer, write_result
+from bertpre.batches import PretrainingInstances
+from bertpre.config import check_world_size, load_config, resolve
+from bertpre.data import load_data
+from bertpre.tokenizer.wordpiece import tokenizer_lowercases
+from bertpre.train import pretrain
 
 
 def sample_data(folder: Path) -> Path:
@@ -61,7 +55,8 @@ def run_peer(config, data_path: Path, device: torch.device) -> list[float]:
                                             tokenizer_lowercases(data.tokenizer))
     collate_mlm = transformers.DataCollatorForLanguageModeling(
         tokenizer, mlm_probability=config.data.mlm_probability, return_tensors="pt")
-    instances = build_instances(data.train, data.tokenizer, config.data, seed=config.train.seed)
+    instances = PretrainingInstances.from_config(data.train, data.tokenizer, config.data,
+                                                 seed=config.train.seed)
 
     def collate(items) -> dict:  # a DataLoader over the instances hands over one InstanceBatch
         keys = ("input_ids", "token_type_ids", "next_sentence_label")

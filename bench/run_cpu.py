@@ -1,11 +1,12 @@
 """Run every CPU benchmark once with short settings, in sequence (what `make bench` does).
 
-Each writes its bench/results/NAME-DATE.json. The exit status is 1 if any of them failed,
-after all have run. The GPU set (bench/gpu.py) is not among them.
+Each runs as `python -m bench.NAME` from the repository root and writes its
+bench/results/NAME-DATE.json. The exit status is 1 if any of them failed, after all have run.
+The GPU set (bench.gpu) is not among them.
 
-    .venv/bin/python bench/run_cpu.py                    # all, a few minutes on 2 cores
-    .venv/bin/python bench/run_cpu.py --only model loader
-    .venv/bin/python bench/run_cpu.py --dry-run          # print the commands only
+    .venv/bin/python -m bench.run_cpu                    # all
+    .venv/bin/python -m bench.run_cpu --only model loader
+    .venv/bin/python -m bench.run_cpu --dry-run          # print the commands only
 """
 from __future__ import annotations
 
@@ -17,24 +18,24 @@ from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent
 
-# name: (script, short-run arguments, its option for the results folder)
+# name: (module in bench/, short-run arguments, its option for the results folder)
 BENCHMARKS: dict[str, tuple[str, list[str], str]] = {
-    "model": ("model.py", ["--steps", "6", "--warmup", "2"], "--out"),
-    "collate": ("collate.py", ["--rounds", "3"], "--out"),
-    "tokenize": ("tokenize_speed.py", ["--rounds", "1"], "--results"),
-    "create_instances": ("create_instances.py", ["--rounds", "3"], "--out"),
-    "loader": ("loader.py", ["--batches", "300", "--rounds", "3"], "--out"),
-    "pretrain": ("pretrain.py", ["--steps", "12", "--warmup", "4"], "--out"),
+    "model": ("model", ["--steps", "6", "--warmup", "2"], "--out"),
+    "collate": ("collate", ["--rounds", "3"], "--out"),
+    "tokenize": ("tokenize_speed", ["--rounds", "1"], "--results"),
+    "create_instances": ("create_instances", ["--rounds", "3"], "--out"),
+    "loader": ("loader", ["--batches", "300", "--rounds", "3"], "--out"),
+    "pretrain": ("pretrain", ["--steps", "12", "--warmup", "4"], "--out"),
 }
 
 
 def command_for(name: str, out: Path | None) -> list[str] | None:
-    """The command line of one benchmark, or None when its script is missing."""
-    script, arguments, results_option = BENCHMARKS[name]
-    if not (BENCH / script).exists():
+    """The command line of one benchmark, run from the repository root; None when its module is missing."""
+    module, arguments, results_option = BENCHMARKS[name]
+    if not (BENCH / f"{module}.py").exists():
         return None
     results = [results_option, str(out)] if out is not None else []
-    return [sys.executable, str(BENCH / script), *arguments, *results]
+    return [sys.executable, "-m", f"bench.{module}", *arguments, *results]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,36 +13,28 @@ MB are the corpus files' bytes on disk. Rounds of the two alternate (and which g
 alternates too) so machine noise hits both alike; medians are compared (and, less sensitive to other load on the machine, the
 fastest rounds). Target: bertpre's overhead at most 20% (ratio <= 1.2).
 
-    .venv/bin/python bench/tokenize_speed.py                    # wikitext-2 valid+test, 3 rounds
-    .venv/bin/python bench/tokenize_speed.py --rounds 1         # shorter
+    .venv/bin/python -m bench.tokenize_speed                    # wikitext-2 valid+test, 3 rounds
+    .venv/bin/python -m bench.tokenize_speed --rounds 1         # shorter
 """
-# ruff: noqa: E402  (imports follow the import-path fix below)
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench.common import use_repository_imports
-
-use_repository_imports()
-
 import argparse
+import sys
 import tempfile
 import time
 from collections.abc import Callable
 from functools import partial
+from pathlib import Path
 
 import datasets
 from tokenizers import Tokenizer, trainers
 
-from bench.common import RESULTS, median, write_result
+from bench.common import CORPORA, RESULTS, median, write_result
 from bertpre.data import encode as encoding
 from bertpre.data.build import tokenize_corpus
-from bertpre.tokenizer.wordpiece import SPECIAL_TOKENS, build_tokenizer, train_tokenizer
+from bertpre.tokenizer import SPECIAL_TOKENS, build_tokenizer, train_tokenizer
 from data_prep import CorpusStats, read_documents
 
-CORPORA = Path(__file__).resolve().parents[2] / "shared" / "corpora"
 BATCH_DOCUMENTS = encoding.BATCH_DOCUMENTS
 
 
