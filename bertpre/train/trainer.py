@@ -132,7 +132,8 @@ class Trainer:
     stream's position) and in the model, optimizer and scaler, saved together by `save()`.
     """
 
-    def __init__(self, config: Config, runtime: Runtime, *, resume: bool = True) -> None:
+    def __init__(self, config: Config, runtime: Runtime | None = None, *, resume: bool = True) -> None:
+        runtime = runtime or init_runtime(config.train.precision)
         self.config, self.runtime = config, runtime
         train = config.train
         self.accumulation = check_world_size(config, runtime.world_size)

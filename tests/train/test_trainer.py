@@ -256,3 +256,21 @@ def test_data_made_by_another_tokenizer_is_refused(data_dir, tmp_path):
     shutil.copy(other / "tokenizer" / "tokenizer.json", tampered / "tokenizer" / "tokenizer.json")
     with pytest.raises(UserError, match="tokenizer other than the one its dataset was made with"):
         pretrain(tiny_config(tampered, tmp_path / "run2", "train.max_steps=1"))
+
+
+def test_train_step_returns_named_stats_and_the_state_dict_resumes_the_stream(data_dir, tmp_path):
+    config = tiny_config(data_dir, tmp_path / "run", "train.max_steps=3")
+    first = trainer.Trainer(config)
+    stats = first.train_step()
+    assert isinstance(stats, trainer.StepStats) and not stats.skipped
+    optim = config.optim
+    assert stats.lr == learning_rate(0, lr=optim.lr, warmup_steps=optim.warmup_steps, max_steps=3,
+                                     schedule=optim.schedule)
+    assert 4.0 < stats.loss < 7.0 and stats.grad_norm > 0
+    # batch 32 = 2 micro-batches of 16; train() counts the step, train_step() does not
+    assert first.state_dict() == {"step": 0, "skipped_steps": 0, "epoch": 0, "position": 32}
+
+    second = trainer.Trainer(tiny_config(data_dir, tmp_path / "other", "train.max_steps=3"))
+    second.load_state_dict(first.state_dict())
+    a, b = first.stream.next(), second.stream.next()
+    assert a.keys() == b.keys() and all(torch.equal(a[key], b[key]) for key in a)
