@@ -1,13 +1,20 @@
-"""Training scalars: TensorBoard events, `metrics.jsonl` rows and the tqdm progress bar."""
+"""Training scalars: what each logging window measured, TensorBoard events, `metrics.jsonl` rows, the progress bar."""
 from __future__ import annotations
 
 import json
 import math
 import shutil
 import sys
+import time
 from pathlib import Path
 
+import torch
 from tqdm import tqdm
+
+from bertpre.train.runtime import Runtime
+
+# Per-step sums reduced over micro-batches and processes, in this order.
+STATS = ("mlm_loss", "predictions", "mlm_correct", "pair_loss", "pairs", "pair_correct", "tokens")
 
 
 class MetricsWriter:
@@ -86,3 +93,64 @@ class ProgressBar:
 
     def close(self) -> None:
         self._bar.close()
+
+
+class MetricsWindow:
+    """The STATS sums and wall time since the last log, for the `train/*` and `perf/*` scalars."""
+
+    def __init__(self, start_step: int) -> None:
+        self.sums = torch.zeros(len(STATS), dtype=torch.float64)
+        self.reset(start_step)
+
+    def reset(self, start_step: int) -> None:
+        self.sums.zero_()
+        self.start_step, self.start_time = start_step, time.perf_counter()
+
+    def add(self, sums: torch.Tensor) -> None:
+        """Count one step's STATS sums."""
+        self.sums += sums
+
+    def pause(self, seconds: float) -> None:
+        """Leave `seconds` (evaluation, saving) out of the window's tokens/s."""
+        self.start_time += seconds
+
+    def scalars(self, *, lr: float, grad_norm: float, scaler: torch.amp.GradScaler | None,
+                skipped_steps: int) -> dict[str, float]:
+        return step_scalars(self.sums, lr=lr, grad_norm=grad_norm, scaler=scaler,
+                            skipped_steps=skipped_steps,
+                            elapsed=time.perf_counter() - self.start_time)
+
+
+def step_scalars(window: torch.Tensor, *, lr: float, grad_norm: float,
+                 scaler: torch.amp.GradScaler | None, skipped_steps: int,
+                 elapsed: float) -> dict[str, float]:
+    """The `train/*` and `perf/*` scalars for a logging window of summed STATS."""
+    sums = dict(zip(STATS, window.tolist(), strict=True))
+    mlm_loss = sums["mlm_loss"] / max(sums["predictions"], 1)
+    pair_loss = sums["pair_loss"] / max(sums["pairs"], 1)
+    scalars = {
+        "train/loss": mlm_loss + pair_loss,
+        "train/mlm_loss": mlm_loss,
+        "train/pair_loss": pair_loss,
+        "train/mlm_acc": sums["mlm_correct"] / max(sums["predictions"], 1),
+        "train/pair_acc": sums["pair_correct"] / max(sums["pairs"], 1),
+        "train/lr": lr,
+        "train/grad_norm": grad_norm,
+        "train/loss_scale": scaler.get_scale() if scaler is not None else 1.0,
+        "train/skipped_steps": float(skipped_steps),
+        "perf/tokens_per_s": sums["tokens"] / max(elapsed, 1e-9),
+    }
+    if not sums["pairs"]:  # pair_task none
+        del scalars["train/pair_loss"], scalars["train/pair_acc"]
+    return scalars
+
+
+def gpu_scalars(runtime: Runtime, tokens_per_s: float, token_flops: float) -> dict[str, float]:
+    """`perf/mfu` (on a GPU of known peak) and `perf/peak_memory_gib` (on any GPU)."""
+    if runtime.device.type != "cuda":
+        return {}
+    scalars = {"perf/peak_memory_gib": torch.cuda.max_memory_allocated(runtime.device) / 2**30}
+    peak_flops = runtime.peak_flops()
+    if peak_flops is not None:
+        scalars["perf/mfu"] = tokens_per_s * token_flops / (peak_flops * runtime.world_size)
+    return scalars

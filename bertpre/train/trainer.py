@@ -35,7 +35,7 @@ from bertpre.train.checkpoint import (
     save_checkpoint,
 )
 from bertpre.train.evaluation import Evaluator
-from bertpre.train.metrics import MetricsWriter, ProgressBar
+from bertpre.train.metrics import STATS, MetricsWindow, MetricsWriter, ProgressBar, gpu_scalars
 from bertpre.train.optim import build_optimizer, learning_rate
 from bertpre.train.runtime import (
     Runtime,
@@ -51,8 +51,6 @@ DISK_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPER
                errno.EFBIG}
 MAX_CONSECUTIVE_SKIPS = 20  # fp16 overflow skips in a row before the run is declared diverged
 SIGNAL_EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}
-# Per-step sums reduced over micro-batches and processes, in this order.
-STATS = ("mlm_loss", "predictions", "mlm_correct", "pair_loss", "pairs", "pair_correct", "tokens")
 
 
 class TrainingDiverged(UserError):
@@ -193,7 +191,7 @@ class Trainer:
                 if stats.skipped:
                     continue
                 self.step += 1
-                self.window.add(stats)
+                self.window.add(stats.sums)
                 finished = self.step == train.max_steps
                 if self.step % train.log_every == 0 or finished:
                     self.log(stats)
@@ -346,31 +344,6 @@ class Trainer:
         return model
 
 
-class MetricsWindow:
-    """The STATS sums and wall time since the last log, for the `train/*` and `perf/*` scalars."""
-
-    def __init__(self, start_step: int) -> None:
-        self.sums = torch.zeros(len(STATS), dtype=torch.float64)
-        self.reset(start_step)
-
-    def reset(self, start_step: int) -> None:
-        self.sums.zero_()
-        self.start_step, self.start_time = start_step, time.perf_counter()
-
-    def add(self, stats: StepStats) -> None:
-        self.sums += stats.sums
-
-    def pause(self, seconds: float) -> None:
-        """Leave `seconds` (evaluation, saving) out of the window's tokens/s."""
-        self.start_time += seconds
-
-    def scalars(self, *, lr: float, grad_norm: float, scaler: torch.amp.GradScaler | None,
-                skipped_steps: int) -> dict[str, float]:
-        return step_scalars(self.sums, lr=lr, grad_norm=grad_norm, scaler=scaler,
-                            skipped_steps=skipped_steps,
-                            elapsed=time.perf_counter() - self.start_time)
-
-
 def check_tokenizer_matches(run_dir: Path, data: DataFolder) -> None:
     """DATA's dataset must come from DATA's tokenizer, and a resumed run must keep its vocabulary."""
     recorded = (data.manifest.get("tokenizer") or {}).get("sha256") if isinstance(data.manifest, dict) else None
@@ -392,17 +365,6 @@ def count_targets(micro_batches: list[dict[str, torch.Tensor]], runtime: Runtime
                 if "next_sentence_label" in batch)  # absent under pair_task none
     totals = torch.tensor([predictions, pairs], dtype=torch.float64, device=runtime.device)
     return all_reduce_sum(totals, runtime).tolist()
-
-
-def gpu_scalars(runtime: Runtime, tokens_per_s: float, token_flops: float) -> dict[str, float]:
-    """`perf/mfu` (on a GPU of known peak) and `perf/peak_memory_gib` (on any GPU)."""
-    if runtime.device.type != "cuda":
-        return {}
-    scalars = {"perf/peak_memory_gib": torch.cuda.max_memory_allocated(runtime.device) / 2**30}
-    peak_flops = runtime.peak_flops()
-    if peak_flops is not None:
-        scalars["perf/mfu"] = tokens_per_s * token_flops / (peak_flops * runtime.world_size)
-    return scalars
 
 
 def weigh_losses(out: Any, batch: dict[str, torch.Tensor],
@@ -437,30 +399,6 @@ def weigh_losses(out: Any, batch: dict[str, torch.Tensor],
         stats = torch.stack([torch.as_tensor(v, dtype=torch.float64, device=targets.device)
                              for v in values])
     return loss, stats
-
-
-def step_scalars(window: torch.Tensor, *, lr: float, grad_norm: float,
-                 scaler: torch.amp.GradScaler | None, skipped_steps: int,
-                 elapsed: float) -> dict[str, float]:
-    """The `train/*` and `perf/*` scalars for a logging window of summed STATS."""
-    sums = dict(zip(STATS, window.tolist(), strict=True))
-    mlm_loss = sums["mlm_loss"] / max(sums["predictions"], 1)
-    pair_loss = sums["pair_loss"] / max(sums["pairs"], 1)
-    scalars = {
-        "train/loss": mlm_loss + pair_loss,
-        "train/mlm_loss": mlm_loss,
-        "train/pair_loss": pair_loss,
-        "train/mlm_acc": sums["mlm_correct"] / max(sums["predictions"], 1),
-        "train/pair_acc": sums["pair_correct"] / max(sums["pairs"], 1),
-        "train/lr": lr,
-        "train/grad_norm": grad_norm,
-        "train/loss_scale": scaler.get_scale() if scaler is not None else 1.0,
-        "train/skipped_steps": float(skipped_steps),
-        "perf/tokens_per_s": sums["tokens"] / max(elapsed, 1e-9),
-    }
-    if not sums["pairs"]:  # pair_task none
-        del scalars["train/pair_loss"], scalars["train/pair_acc"]
-    return scalars
 
 
 def kept_checkpoint(run_dir: Path) -> str:
