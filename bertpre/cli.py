@@ -1,6 +1,8 @@
 """The `bertpre` command line: each command parses its options and calls one library function."""
 from __future__ import annotations
 
+import os
+import signal
 import sys
 from pathlib import Path
 
@@ -12,7 +14,7 @@ except ImportError:  # older typer runs on Click itself
     from click.exceptions import NoArgsIsHelpError, UsageError
 
 from bertpre.configs import preset_names
-from bertpre.errors import UserError
+from bertpre.errors import Stopped, UserError, stop
 from data_prep.errors import CorpusError
 
 app = typer.Typer(
@@ -26,6 +28,18 @@ app = typer.Typer(
 EXIT_BAD_INPUT = 2
 PRESETS = ", ".join(preset_names())
 EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 143  # 128 + SIGTERM, as a shell reports a process the signal ended
+
+
+def _raise_stopped(signum: int, frame: object) -> None:
+    if os.getpid() != _MAIN_PID:  # a forked worker (datasets' pool): die as before
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+        return
+    stop(signum)
+
+
+_MAIN_PID = os.getpid()
 
 
 # Each command is a thin wrapper: parse options, call one library function, print a summary.
@@ -237,6 +251,10 @@ def evaluate(
 def main() -> None:
     """Console-script entry point: usage and user errors become one line on stderr, exit code 2."""
     command = typer.main.get_command(app)
+    # SIGINT and SIGTERM unwind, so every command's temporary folders are removed on the way
+    # out; pretrain replaces these handlers with its own while it trains (it checkpoints first).
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, _raise_stopped)
     try:
         # Not standalone: Click hands usage errors back instead of printing its usage box.
         code = command.main(prog_name="bertpre", standalone_mode=False)
@@ -250,7 +268,10 @@ def main() -> None:
         typer.echo(f"error: {error}", err=True)
         sys.exit(EXIT_BAD_INPUT)
     except (KeyboardInterrupt, typer.Abort):
-        # pretrain handles SIGINT itself (it checkpoints first); elsewhere nothing is half-written
         typer.echo("interrupted", err=True)
         sys.exit(EXIT_INTERRUPTED)
+    except Stopped as stopped:
+        terminated = stopped.signum == signal.SIGTERM
+        typer.echo("terminated" if terminated else "interrupted", err=True)
+        sys.exit(EXIT_TERMINATED if terminated else EXIT_INTERRUPTED)
     sys.exit(code if isinstance(code, int) else 0)

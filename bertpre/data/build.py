@@ -3,10 +3,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
-import tempfile
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import chain
 from pathlib import Path
@@ -21,7 +18,8 @@ from bertpre.data.folder import (
     TRAIN_SPLIT,
     VALIDATION_SPLIT,
 )
-from bertpre.errors import UserError
+from bertpre.errors import UserError, raise_if_stopped
+from bertpre.folders import check_out, replace_folder, staging_folder
 from bertpre.tokenizer.wordpiece import (
     MAX_INPUT_CHARS_PER_WORD,
     SPECIAL_TOKENS,
@@ -95,13 +93,14 @@ def tokenize_corpus(
     if num_proc < 1:
         raise UserError(f"--num-proc {num_proc} must be 1 or more")
     out = Path(out)
-    _check_out(out, overwrite)
     files = resolve_paths(corpus_paths)
+    sources = [*files, *([Path(tokenizer_path)] if tokenizer_path is not None else [])]
+    check_out(out, "tokenize", overwrite=overwrite, sources=sources)
     tokenizer = None
     if tokenizer_path is not None:
         tokenizer = load_tokenizer(tokenizer_path, lowercase=lowercase)
 
-    with _building_folder(out) as building:
+    with staging_folder(out) as building:
         stats = CorpusStats()
         documents = read_documents(
             files, text_field=text_field, split_sentences=split_sentences, stats=stats
@@ -128,9 +127,11 @@ def tokenize_corpus(
                     length=len(raw),
                     character_counts=character_counts,
                 )
+                raise_if_stopped()  # a signal inside training's callbacks only shortens the input
             save_tokenizer(tokenizer, building / TOKENIZER_DIR)
             fingerprint = _fingerprint(options, stats, building / TOKENIZER_DIR / TOKENIZER_FILE)
             encoded, counts = encoding.encode_corpus(raw, tokenizer, num_proc, fingerprint)
+            raise_if_stopped()
             splits = encoding.split_by_document(encoded, validation_share, seed, fingerprint)
             splits.save_to_disk(str(building / DATASET_DIR))
         split_sizes = {name: len(split) for name, split in splits.items()}
@@ -142,7 +143,7 @@ def tokenize_corpus(
         del raw, encoded, splits
         for scratch in building.glob("*.arrow"):
             scratch.unlink()
-        _move_into_place(building, out)
+        replace_folder(building, out)
     return manifest
 
 
@@ -162,51 +163,6 @@ def _check_options(options: TokenizeOptions) -> None:
         raise UserError(f"--limit-alphabet {options.limit_alphabet} must be 1 or more")
     if not options.text_field:
         raise UserError("--text-field must name a field, e.g. --text-field text")
-
-
-def _check_out(out: Path, overwrite: bool) -> None:
-    """Refuse an existing --out without --overwrite, and never replace a folder that isn't DATA."""
-    if not out.exists():
-        ancestor = next(parent for parent in out.absolute().parents if parent.exists())
-        if not ancestor.is_dir():
-            raise UserError(f"cannot write --out {out}: {ancestor} is a file, not a folder")
-        return
-    if not overwrite:
-        raise UserError(f"--out {out} already exists; pass --overwrite to replace it, or choose another --out")
-    is_data = out.is_dir() and (out / MANIFEST_FILE).is_file()
-    is_empty_dir = out.is_dir() and not any(out.iterdir())
-    if not (is_data or is_empty_dir):
-        raise UserError(
-            f"--out {out} exists and is not a DATA folder, so --overwrite will not replace it; "
-            "choose another --out"
-        )
-
-
-@contextmanager
-def _building_folder(out: Path) -> Iterator[Path]:
-    """A fresh `OUT.tmp-XXXX` folder beside `out`, removed unless the build moved it into place."""
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        building = Path(tempfile.mkdtemp(prefix=f"{out.name}.tmp-", dir=out.parent))
-    except OSError as error:
-        raise UserError(
-            f"cannot write --out {out}: {error.strerror or error}; choose a folder you can write to"
-        ) from None
-    try:
-        yield building
-    finally:
-        shutil.rmtree(building, ignore_errors=True)
-
-
-def _move_into_place(building: Path, out: Path) -> None:
-    """Rename the finished folder to `out`; an old `out` is moved aside first, deleted last."""
-    old = None
-    if out.exists():
-        old = Path(tempfile.mkdtemp(prefix=f"{out.name}.old-", dir=out.parent))
-        out.rename(old / out.name)
-    building.rename(out)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
 
 
 def _fingerprint(options: TokenizeOptions, stats: CorpusStats, tokenizer_file: Path) -> str:

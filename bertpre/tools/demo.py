@@ -14,13 +14,14 @@ from bertpre.configs import preset_names
 from bertpre.data.build import tokenize_corpus
 from bertpre.data.folder import DataFolder, load_data
 from bertpre.errors import UserError
+from bertpre.folders import MARKERS
 from bertpre.tools.export import export
 from bertpre.tools.inference import Prediction, fill_in, fill_mask, load_model_and_tokenizer
 from bertpre.train.evaluation import evaluate
 from bertpre.train.trainer import pretrain
 from data_prep.sample_corpus import write_sample_corpus
 
-MARKER = ".bertpre-demo"  # only a folder carrying this is replaced by the next demo
+MARKER = MARKERS["demo"][0]  # only a folder carrying this is replaced by the next demo
 DEMO_VOCAB_SIZE = 4000
 DEMO_VALIDATION_SHARE = 0.05  # 26 documents: enough for a steady accuracy figure
 # The sample corpus is Python's own documentation, so these ask for words it teaches.

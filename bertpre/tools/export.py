@@ -1,16 +1,16 @@
 """`bertpre export`: a run's checkpoint and tokenizer as a Hugging Face folder (BERT or ALBERT)."""
 from __future__ import annotations
 
-import os
+import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from bertpre.errors import UserError
+from bertpre.folders import MARKERS, check_out, make_files_readable, replace_folder, staging_folder
 from bertpre.model import BertForPreTraining
 from bertpre.model.hf_format import write_albert_folder, write_folder
 from bertpre.tokenizer import load_tokenizer
-from bertpre.tokenizer.wordpiece import TOKENIZER_FILES
+from bertpre.tokenizer.wordpiece import TOKENIZER_CONFIG_FILE, TOKENIZER_FILES
 from bertpre.train.checkpoint import find_checkpoint
 
 
@@ -34,30 +34,27 @@ def export(source: str | Path, out: str | Path, overwrite: bool = False) -> Expo
     """
     checkpoint, tokenizer_folder = find_checkpoint(source)
     out = Path(out)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not overwrite:
-        raise UserError(f"{out} already exists and is not empty; choose another --out or pass --overwrite")
+    run = checkpoint.parent.parent if checkpoint.parent.name == "checkpoints" else checkpoint
+    check_out(out, "export", overwrite=overwrite, sources=[run, checkpoint, tokenizer_folder])
     # A run's checkpoint lacking its heads is damaged, so nothing may be filled in.
     model = BertForPreTraining.from_pretrained(checkpoint, strict=True)
-    model.config.check_vocab_fits(load_tokenizer(tokenizer_folder).get_vocab_size(), str(tokenizer_folder))
+    tokenizer = load_tokenizer(tokenizer_folder)
+    model.config.check_vocab_fits(tokenizer.get_vocab_size(), str(tokenizer_folder))
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = out.parent / f".{out.name}.partial-{os.getpid()}"
-    shutil.rmtree(staging, ignore_errors=True)
     write = write_albert_folder if model.config.is_albert else write_folder
-    try:
+    with staging_folder(out) as staging:
         write(staging, model.config, model.state_dict())
         copied = []
         for name in TOKENIZER_FILES:
             if (tokenizer_folder / name).is_file():
                 shutil.copyfile(tokenizer_folder / name, staging / name)
                 copied.append(name)
-        if out.is_dir():
-            shutil.rmtree(out)
-        elif out.exists():
-            out.unlink()
-        os.replace(staging, out)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        limit_model_max_length(staging, model.config.max_position_embeddings)
+        marker, _ = MARKERS["export"]
+        (staging / marker).write_text("made by `bertpre export`; `bertpre export --overwrite` "
+                                      "may replace this folder\n", encoding="utf-8")
+        make_files_readable(staging)  # safetensors writes 0600; the export is for sharing
+        replace_folder(staging, out)
     return ExportSummary(
         checkpoint=checkpoint,
         out=out,
@@ -65,3 +62,14 @@ def export(source: str | Path, out: str | Path, overwrite: bool = False) -> Expo
         parameters=model.num_parameters(),
         tokenizer_files=copied,
     )
+
+
+def limit_model_max_length(folder: Path, positions: int) -> None:
+    """Write the model's position count as the tokenizer's `model_max_length`, so that
+    `transformers` truncates to what the model can read."""
+    path = folder / TOKENIZER_CONFIG_FILE
+    if not path.is_file():  # a bare vocab.txt: transformers takes the length from config.json
+        return
+    config = json.loads(path.read_text(encoding="utf-8"))
+    config["model_max_length"] = positions
+    path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")

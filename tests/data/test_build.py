@@ -119,7 +119,7 @@ def test_existing_out_needs_overwrite_and_only_a_data_folder_is_replaced(tmp_pat
     precious = tmp_path / "precious"
     precious.mkdir()
     (precious / "notes.txt").write_text("keep me")
-    with pytest.raises(UserError, match="not a DATA folder"):
+    with pytest.raises(UserError, match="folder of other files, which `bertpre tokenize` did not make"):
         run(corpus, precious, overwrite=True)
     assert (precious / "notes.txt").read_text() == "keep me"
     assert sorted(path.name for path in tmp_path.iterdir()) == [

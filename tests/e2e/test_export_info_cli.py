@@ -30,12 +30,12 @@ def test_export_writes_a_hugging_face_folder_and_refuses_bad_input(tmp_path: Pat
     done = bertpre("export", str(run), "--out", str(tmp_path / "hf"), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert "step-00000007" in done.stdout and "BertForPreTraining" in done.stdout
-    assert {p.name for p in (tmp_path / "hf").iterdir()} == {"config.json", "model.safetensors", "vocab.txt"}
+    assert {p.name for p in (tmp_path / "hf").iterdir()} == {".bertpre-export", "config.json", "model.safetensors", "vocab.txt"}
 
     again = bertpre("export", str(run), "--out", str(tmp_path / "hf"), cwd=tmp_path)
     assert again.returncode == 2
     assert again.stderr.strip().splitlines() == [
-        f"error: {tmp_path / 'hf'} already exists and is not empty; choose another --out or pass --overwrite"
+        f"error: --out {tmp_path / 'hf'} already exists; pass --overwrite to replace it, or choose another --out"
     ]
 
 

@@ -217,7 +217,7 @@ def export_truncated_weights(w: World) -> list:
     return ["export", w.tmp / "run", "--out", w.tmp / "export"]
 
 
-@case("export-out-not-empty", "already exists and is not empty")
+@case("export-out-not-empty", "already exists; pass --overwrite")
 def export_over_a_folder(w: World) -> list:
     w.write("export/keep.txt", "mine")
     return ["export", w.reference, "--out", w.tmp / "export"]
@@ -254,6 +254,45 @@ case("demo-max-steps-zero", "train.max_steps must be a positive integer")(
 def demo_over_a_folder(w: World) -> list:
     w.write("mine/notes.txt", "keep me")
     return ["demo", "--out", w.tmp / "mine"]
+
+
+# --- --overwrite never deletes what the command did not make, nor what it reads (issue 18) ---
+def export_of_reference(w: World) -> Path:
+    from bertpre.tools.export import export
+
+    return export(w.reference, w.tmp / "export").out
+
+
+case("export-overwrite-onto-its-run", "holds")(
+    lambda w: ["export", w.run_copy(), "--out", w.tmp / "run", "--overwrite"])
+case("export-overwrite-onto-its-checkpoint", "holds")(
+    lambda w: ["export", w.latest(w.run_copy()), "--out", w.latest(w.tmp / "run"), "--overwrite"])
+case("export-overwrite-onto-its-tokenizer", "holds")(
+    lambda w: ["export", w.run_copy(), "--out", w.tmp / "run" / "tokenizer", "--overwrite"])
+case("export-overwrite-onto-a-data-folder", "is a DATA folder")(
+    lambda w: ["export", w.reference, "--out", w.data, "--overwrite"])
+case("export-overwrite-onto-another-run", "is a RUN folder")(
+    lambda w: ["export", w.reference, "--out", w.run_copy(), "--overwrite"])
+case("export-overwrite-onto-user-files", "is a folder of other files")(
+    lambda w: ["export", w.reference, "--out", w.write("mine/notes.txt", "keep").parent, "--overwrite"])
+case("export-overwrite-onto-a-file", "exists and is not a folder")(
+    lambda w: ["export", w.reference, "--out", w.write("model.bin", "keep"), "--overwrite"])
+case("export-out-under-a-file", "is a file, not a folder")(
+    lambda w: ["export", w.reference, "--out", w.write("model.bin", "keep") / "export"])
+case("tokenize-overwrite-onto-a-run", "is a RUN folder")(
+    lambda w: tokenize(w, w.write("c.txt", "a cat sat.\n"))[:2] + ["--out", w.run_copy(), "--overwrite"])
+case("tokenize-overwrite-onto-an-export", "is an export (made by `bertpre export`)")(
+    lambda w: tokenize(w, w.write("c.txt", "a cat sat.\n"))[:2] + ["--out", export_of_reference(w), "--overwrite"])
+case("tokenize-overwrite-onto-user-files", "is a folder of other files")(
+    lambda w: tokenize(w, w.write("c.txt", "a cat.\n"))[:2] + ["--out", w.write("mine/n.txt", "k").parent, "--overwrite"])
+case("tokenize-overwrite-onto-its-corpus-folder", "holds")(
+    lambda w: ["tokenize", w.write("corpus/c.txt", "a cat sat.\n").parent, "--out", w.tmp / "corpus", "--overwrite"])
+case("tokenize-overwrite-onto-its-tokenizer", "holds")(
+    lambda w: ["tokenize", w.write("c.txt", "a cat.\n"), "--out", w.data, "--tokenizer", w.data / "tokenizer",
+               "--overwrite"])
+case("tokenize-out-is-a-file", "exists and is not a folder")(
+    lambda w: ["tokenize", w.write("c.txt", "a cat.\n"), "--out", w.write("data.txt", "keep"), "--overwrite"])
+case("demo-out-is-a-run", "was not made by `bertpre demo`")(lambda w: ["demo", "--out", w.run_copy()])
 
 
 def run_in_process(args: list, monkeypatch, capsys) -> tuple[int, str]:

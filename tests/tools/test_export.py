@@ -9,6 +9,7 @@ import torch
 from safetensors.torch import save_file
 
 from bertpre.errors import UserError
+from bertpre.folders import current_umask
 from bertpre.model import BertConfig, BertForPreTraining
 from bertpre.tools.export import export
 
@@ -39,7 +40,7 @@ def test_export_of_a_run_loads_in_transformers(tmp_path: Path) -> None:
     summary = export(run, tmp_path / "export")
     out = tmp_path / "export"
     assert summary.architecture == "BertForPreTraining" and summary.checkpoint.name == "step-00000020"
-    assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors", "tokenizer_config.json", "vocab.txt"]
+    assert sorted(p.name for p in out.iterdir()) == [".bertpre-export", "config.json", "model.safetensors", "tokenizer_config.json", "vocab.txt"]
     assert not any(p.name.startswith(".") for p in tmp_path.iterdir())
     theirs, info = transformers.BertForPreTraining.from_pretrained(out, output_loading_info=True)
     assert all(len(keys) == 0 for keys in info.values()), info
@@ -126,3 +127,18 @@ def test_export_tokenizer_gives_the_same_ids_in_transformers(tmp_path: Path) -> 
     text = "The red cat and the dog."
     assert theirs(text)["input_ids"] == tokenizer.encode(text).ids
     assert theirs.mask_token_id == tokenizer.token_to_id("[MASK]")
+
+
+def test_export_replaces_its_own_export_and_sets_length_and_permissions(tmp_path: Path) -> None:
+    run = fake_run(tmp_path, BertForPreTraining(BertConfig(**TINY)))
+    out = tmp_path / "export"
+    export(run, out)
+    (out / "stale.txt").write_text("from an older export")
+    export(run, out, overwrite=True)  # an export made by `bertpre export` may be replaced
+    assert not (out / "stale.txt").exists()
+    tokenizer_config = json.loads((out / "tokenizer_config.json").read_text())
+    assert tokenizer_config["model_max_length"] == TINY["max_position_embeddings"] == 64
+    modes = {path.name: path.stat().st_mode & 0o777 for path in out.iterdir()}
+    assert len(set(modes.values())) == 1, modes  # model.safetensors as readable as the rest
+    assert out.stat().st_mode & 0o777 == 0o777 & ~current_umask()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".export")] == []
