@@ -204,7 +204,7 @@ def check_same_shape(saved: BertConfig, current: BertConfig, folder: Path) -> No
         if getattr(saved, name) != getattr(current, name):
             raise UserError(
                 f"checkpoint {folder} is for a different model ({name} {getattr(saved, name)!r}, "
-                f"config has {getattr(current, name)!r}); use a new --out or --no-resume"
+                f"config has {getattr(current, name)!r}); start a new run with another --out"
             )
 
 

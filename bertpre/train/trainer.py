@@ -20,7 +20,7 @@ from safetensors import SafetensorError
 from torch.nn.parallel import DistributedDataParallel
 
 from bertpre.batches import BatchStream, MaskingCollator, PretrainingInstances
-from bertpre.config import Config, check_world_size, resolve
+from bertpre.config import Config, check_world_size, load_config, resolve
 from bertpre.data import DataFolder, load_data
 from bertpre.errors import UserError
 from bertpre.labels import IGNORE_INDEX
@@ -37,6 +37,7 @@ from bertpre.train.checkpoint import (
 from bertpre.train.evaluation import Evaluator
 from bertpre.train.metrics import STATS, MetricsWindow, MetricsWriter, ProgressBar, gpu_scalars
 from bertpre.train.optim import build_optimizer, learning_rate
+from bertpre.train.run_folder import RunLock, check_resume_config
 from bertpre.train.runtime import (
     Runtime,
     all_reduce_sum,
@@ -112,7 +113,8 @@ def pretrain(config: Config, *, resume: bool = True) -> TrainResult:
     """
     runtime = init_runtime(config.train.precision)
     try:
-        return Trainer(config, runtime, resume=resume).train()
+        with Trainer(config, runtime, resume=resume) as trainer:
+            return trainer.train()
     except OSError as error:  # a log or config write on a full or read-only disk
         if error.errno not in DISK_ERRNOS:
             raise
@@ -143,6 +145,9 @@ class Trainer:
             raise UserError(f"run folder {self.run_dir} already holds checkpoints; resume it "
                             "(--resume), or choose a new --out")
         check_tokenizer_matches(self.run_dir, self.data)
+        self.lock = RunLock(self.run_dir)
+        if runtime.is_main:
+            self.lock.check_free()  # before reading a checkpoint another process may be pruning
         self.notes = [runtime.note] if runtime.note else []
         if runtime.note and runtime.is_main:
             print(f"note: {runtime.note}", file=sys.stderr)
@@ -164,21 +169,43 @@ class Trainer:
         if latest is not None:
             self.load_state_dict(load_checkpoint(latest, model=self.model, optimizer=self.optimizer,
                                                  scaler=self.scaler, runtime=runtime), latest)
+            self.check_resumed_config()
             if runtime.is_main:
                 print(f"resuming from {latest} (step {self.step}, epoch {self.stream.epoch})",
                       file=sys.stderr)
+        if runtime.is_main:
+            self.lock.acquire()
+        try:
+            self.start_run(resumed=latest is not None)
+        except BaseException:
+            self.lock.release()
+            raise
+
+    def start_run(self, *, resumed: bool) -> None:
+        """Write the run folder's config and tokenizer; set up the model wrapper, evaluator and logs."""
+        config, runtime, train = self.config, self.runtime, self.config.train
         if runtime.is_main:
             self.prepare_run_folder()
         self.trained_model = self.wrap_model()
         self.evaluator = Evaluator(self.data, config.data, micro_batch_size=train.micro_batch_size,
                                    seed=train.seed) if runtime.is_main else None
         self.metrics = MetricsWriter(self.run_dir, enabled=runtime.is_main,
-                                     purge_after=self.step if latest is not None else None)
+                                     purge_after=self.step if resumed else None)
         self.progress = ProgressBar(start_step=self.step, max_steps=train.max_steps,
                                     enabled=runtime.is_main)
         self.window = MetricsWindow(self.step)
         self.token_flops = training_flops_per_token(config.model, config.data.max_seq_length,
                                                     config.data.predicted_share)
+
+    def close(self) -> None:
+        """Release the run folder for the next process."""
+        self.lock.release()
+
+    def __enter__(self) -> Trainer:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
 
     def train(self) -> TrainResult:
         """Run steps until `train.max_steps` or a stop signal; log, evaluate and save on schedule."""
@@ -319,6 +346,16 @@ class Trainer:
             if isinstance(error, OSError) and error.errno not in DISK_ERRNOS:
                 raise
             raise write_failed(error, f"checkpoint step-{self.step:08d}", self.run_dir) from None
+
+    def check_resumed_config(self) -> None:
+        """A resumed run keeps its config, but for the keys that may change (each one noted)."""
+        saved = self.run_dir / "config.yaml"
+        if not saved.is_file():
+            return
+        for change in check_resume_config(load_config(saved), self.config, self.step, self.run_dir):
+            self.notes.append(f"resuming with {change}")
+            if self.runtime.is_main:
+                print(f"note: resuming with {change}", file=sys.stderr)
 
     def prepare_run_folder(self) -> None:
         """Create RUN, drop partial checkpoints, write config.yaml and the tokenizer copy."""

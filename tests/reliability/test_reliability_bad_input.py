@@ -295,6 +295,34 @@ case("tokenize-out-is-a-file", "exists and is not a folder")(
 case("demo-out-is-a-run", "was not made by `bertpre demo`")(lambda w: ["demo", "--out", w.run_copy()])
 
 
+# --- one run, one config, one process (issue 18) ---
+case("resume-changes-pair-task", "was started with data.pair_task='nsp' and this config has 'sop'")(
+    lambda w: (w.run_copy(), w.pretrain("--set", "data.pair_task=sop"))[1])
+case("resume-changes-max-seq-length", "was started with data.max_seq_length=32")(
+    lambda w: (w.run_copy(), w.pretrain("--set", "data.max_seq_length=16"))[1])
+case("resume-changes-lr", "was started with optim.lr=0.001 and this config has 0.01")(
+    lambda w: (w.run_copy(), w.pretrain("--set", "optim.lr=0.01"))[1])
+case("resume-changes-model-shape", "is for a different model (intermediate_size 64, config has 128)")(
+    lambda w: (w.run_copy(), w.pretrain("--set", "model.intermediate_size=128"))[1])
+case("resume-changes-dropout", "was started with model.hidden_dropout_prob=0.1")(
+    lambda w: (w.run_copy(), w.pretrain("--set", "model.hidden_dropout_prob=0.2"))[1])
+case("resume-max-steps-below-the-step", "is at step 36 already")(
+    lambda w: (w.run_copy(), w.pretrain("--set", "train.max_steps=10"))[1])
+
+
+def lock_run(w: World, host: str, pid: int) -> list:
+    import json
+
+    (w.run_copy() / ".lock").write_text(json.dumps({"host": host, "pid": pid, "started": "then"}))
+    return w.pretrain("--set", "train.max_steps=40")
+
+
+case("pretrain-run-in-use-here", "is in use by process 1 on")(
+    lambda w: lock_run(w, __import__("socket").gethostname(), 1))  # pid 1 is always alive
+case("pretrain-run-in-use-elsewhere", "is in use by process 4242 on another-host")(
+    lambda w: lock_run(w, "another-host", 4242))
+
+
 def run_in_process(args: list, monkeypatch, capsys) -> tuple[int, str]:
     """`bertpre ARGS` through `bertpre.cli.main`, as the console script runs it."""
     from bertpre.cli import main
