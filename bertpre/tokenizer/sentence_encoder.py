@@ -12,6 +12,7 @@ costs about what the tokenizer alone does.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from itertools import chain
 
@@ -44,10 +45,20 @@ class EncodedSentences:
 
 
 class ChunkEncoder:
-    """Encodes sentences (no special tokens added) through a cache of chunk → ids."""
+    """Encodes sentences (no special tokens added) through a cache of chunk → ids.
+
+    Text is only text: a literal "[MASK]" (or any other special token's text) in a sentence is
+    tokenized as the characters it is, as the original BERT's tokenizer did, never as the
+    special token's id; only bertpre puts special tokens into instances. Other added tokens
+    (words a user added to a vocab) are matched in text as usual.
+    """
 
     def __init__(self, tokenizer: Tokenizer, cache_entries: int = CACHE_ENTRIES) -> None:
         self.tokenizer = tokenizer
+        self.literal_tokenizer = without_special_tokens(tokenizer)
+        special = sorted({token.content for token in tokenizer.get_added_tokens_decoder().values()
+                          if token.special})
+        self.special_text = re.compile("|".join(map(re.escape, special))) if special else None
         self.unk_id = tokenizer.token_to_id(UNK_TOKEN)
         self.separator_id = tokenizer.token_to_id(SEP_TOKEN)
         self.cache_entries = cache_entries
@@ -98,6 +109,11 @@ class ChunkEncoder:
         missing = [chunk for chunk in distinct if chunk not in self.ids]
         if self.whole_words is not None:
             missing = self._take_whole_words(missing)
+        if self.special_text is not None:
+            literal = [chunk for chunk in missing if self.special_text.search(chunk)]
+            if literal:
+                self._tokenize_literally(literal)
+                missing = [chunk for chunk in missing if chunk not in self.ids]
         for first in range(0, len(missing), MISSING_PER_TEXT * MISSING_TEXTS):
             self._tokenize(missing[first : first + MISSING_PER_TEXT * MISSING_TEXTS])
         pieces = list(map(self.ids.__getitem__, distinct))
@@ -148,11 +164,21 @@ class ChunkEncoder:
                 self._count_long_words([chunk for chunk, piece in zip(group, pieces, strict=True)
                                         if len(chunk) > MAX_INPUT_CHARS_PER_WORD and self.unk_id in piece])
 
-    def _count_long_words(self, chunks: list[str]) -> None:
+    def _tokenize_literally(self, chunks: list[str]) -> None:
+        """Tokenize chunks holding a special token's text, one by one, as plain text."""
+        encodings = self.literal_tokenizer.encode_batch_fast(chunks, add_special_tokens=False)
+        pieces = [tuple(encoding.ids) for encoding in encodings]
+        self.ids.update(zip(chunks, pieces, strict=True))
+        self._count_long_words([chunk for chunk, piece in zip(chunks, pieces, strict=True)
+                                if len(chunk) > MAX_INPUT_CHARS_PER_WORD and self.unk_id in piece],
+                               self.literal_tokenizer)
+
+    def _count_long_words(self, chunks: list[str], tokenizer: Tokenizer | None = None) -> None:
         """Record the chunks whose [UNK]s stand for words over WordPiece's length limit."""
         if not chunks:
             return
-        for chunk, encoding in zip(chunks, self.tokenizer.encode_batch(chunks, add_special_tokens=False),
+        tokenizer = tokenizer or self.tokenizer
+        for chunk, encoding in zip(chunks, tokenizer.encode_batch(chunks, add_special_tokens=False),
                                    strict=True):
             count = sum(1 for token_id, (begin, end) in zip(encoding.ids, encoding.offsets, strict=True)
                         if token_id == self.unk_id and end - begin > MAX_INPUT_CHARS_PER_WORD)
@@ -175,6 +201,14 @@ def _whole_word_vocab(tokenizer: Tokenizer) -> tuple[dict[str, int] | None, bool
     if not plain or any(content.isascii() and content.isalnum() for content in added):
         return None, False
     return tokenizer.get_vocab(with_added_tokens=False), bool(normalizer.get("lowercase"))
+
+
+def without_special_tokens(tokenizer: Tokenizer) -> Tokenizer:
+    """The same tokenizer with no special added tokens: "[MASK]" in a text is six characters."""
+    state = json.loads(tokenizer.to_str())
+    state["added_tokens"] = [token for token in state.get("added_tokens") or []
+                             if not token.get("special")]
+    return Tokenizer.from_str(json.dumps(state))
 
 
 def sum_per_group(values: np.ndarray, group_ends: np.ndarray) -> np.ndarray:

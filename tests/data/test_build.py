@@ -157,3 +157,21 @@ def test_sentence_splitting_can_be_switched_off(tmp_path):
     corpus = write_corpus(tmp_path / "corpus.txt", [[" ".join(doc)] for doc in documents(4)])
     assert run(corpus, tmp_path / "split")["counts"]["sentences"] == 12
     assert run(corpus, tmp_path / "lines", split_sentences=False)["counts"]["sentences"] == 4
+
+
+def test_special_token_text_in_the_corpus_is_never_a_special_id(tmp_path):
+    literals = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    docs = documents(6)
+    docs[0].append("Write " + " and ".join(literals) + " here.")
+    docs[1].append("x[MASK]y [SEP][CLS] [mask] ([UNK]).")
+    docs[2].append(" ".join(literals * 3))
+    manifest = run(write_corpus(tmp_path / "corpus.txt", docs), tmp_path / "data",
+                   validation_share=0.2)
+    data = load_data(tmp_path / "data")
+    special_ids = {data.tokenizer.token_to_id(token) for token in literals}
+    assert len(special_ids) == 5 and None not in special_ids
+    for split in (data.train, data.validation):
+        for document in split["input_ids"]:
+            for sentence in document:
+                assert not special_ids & set(sentence), sentence
+    assert manifest["counts"]["unk_tokens"] == 0  # a literal "[UNK]" is text, not unknown
