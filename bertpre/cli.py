@@ -14,7 +14,7 @@ except ImportError:  # older typer runs on Click itself
     from click.exceptions import NoArgsIsHelpError, UsageError
 
 from bertpre.configs import preset_names
-from bertpre.errors import Stopped, UserError, stop
+from bertpre.errors import WRITE_ERRNOS, Stopped, UserError, stop
 from data_prep.errors import CorpusError
 
 app = typer.Typer(
@@ -266,6 +266,13 @@ def main() -> None:
         sys.exit(EXIT_BAD_INPUT)
     except (UserError, CorpusError) as error:
         typer.echo(f"error: {error}", err=True)
+        sys.exit(EXIT_BAD_INPUT)
+    except OSError as error:  # a full or read-only disk, a path that cannot be written
+        if error.errno not in WRITE_ERRNOS:
+            raise
+        where = f" {error.filename}" if error.filename else ""
+        typer.echo(f"error: cannot write{where}: {error.strerror}; free disk space or choose a "
+                   "folder you can write to (temporary files were removed)", err=True)
         sys.exit(EXIT_BAD_INPUT)
     except (KeyboardInterrupt, typer.Abort):
         typer.echo("interrupted", err=True)

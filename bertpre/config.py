@@ -95,6 +95,15 @@ class Config:
         """The config as plain data, in the YAML layout."""
         return {name: dataclasses.asdict(getattr(self, name)) for name in SECTIONS}
 
+    def warnings(self) -> list[str]:
+        """Legal but suspicious settings, said to the user before training starts."""
+        said = []
+        if self.optim.warmup_steps and self.optim.warmup_steps >= self.train.max_steps:
+            said.append(f"optim.warmup_steps ({self.optim.warmup_steps}) is not shorter than the "
+                        f"run (train.max_steps {self.train.max_steps}): the learning rate never "
+                        f"reaches optim.lr ({self.optim.lr:g}) and never decays")
+        return said
+
     def save(self, path: Path) -> None:
         """Write the config as YAML (the run's `config.yaml`)."""
         path.write_text(yaml.safe_dump(self.to_dict(), sort_keys=False), encoding="utf-8")

@@ -1,6 +1,15 @@
 """Why a command stops early: a problem the user can fix, or a stop signal."""
 from __future__ import annotations
 
+import errno
+
+# Write failures that mean the disk or the path, not the program, is at fault: the command
+# stops with one line (exit 2), never a traceback.
+WRITE_ERRNOS = frozenset({
+    errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO, errno.EFBIG,
+    errno.ENOTDIR, errno.EISDIR, errno.ENAMETOOLONG,
+})
+
 
 class UserError(Exception):
     """Bad input or configuration. The CLI prints its message as one line and exits with code 2."""

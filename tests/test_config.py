@@ -8,7 +8,8 @@ from bertpre.config import check_world_size, load_config, resolve
 from bertpre.errors import UserError
 from bertpre.tokenizer.wordpiece import train_tokenizer
 
-CONFIGS = sorted((Path(__file__).parents[1] / "configs").glob("*.yaml"))
+ROOT = Path(__file__).parents[1]
+CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -140,3 +141,23 @@ def test_saved_config_loads_back_identically(tmp_path):
     config.save(tmp_path / "config.yaml")
     assert yaml.safe_load((tmp_path / "config.yaml").read_text())["optim"]["warmup_steps"] == 10
     assert load_config(tmp_path / "config.yaml") == config
+
+
+def test_a_warmup_as_long_as_the_run_is_warned_about():
+    assert load_config("tiny").warnings() == []
+    said = load_config("tiny", ["train.max_steps=20"]).warnings()  # warmup_steps is 30
+    assert said == ["optim.warmup_steps (30) is not shorter than the run (train.max_steps 20): the "
+                    "learning rate never reaches optim.lr (0.002) and never decays"]
+
+
+def test_presets_resolve_by_name_and_a_file_wins(tmp_path, monkeypatch):
+    from bertpre.config import resolve_config_path
+
+    monkeypatch.chdir(tmp_path)
+    for name in ("base", "base.yaml", "configs/base.yaml"):
+        assert resolve_config_path(name).read_text() == (ROOT / "configs" / "base.yaml").read_text()
+    (tmp_path / "base.yaml").write_text("train:\n  max_steps: 7\n")
+    assert resolve_config_path("base.yaml") == Path("base.yaml")
+    assert load_config("base.yaml").train.max_steps == 7
+    with pytest.raises(UserError, match="a preset \\(albert-base, base, large, mini, tiny\\)"):
+        load_config("nope")

@@ -31,6 +31,9 @@ from bertpre.tokenizer.wordpiece import (
 )
 from data_prep import CorpusStats, read_documents, resolve_paths
 
+# Beyond this the embedding table alone (vocab × hidden) outgrows a GPU at BERT sizes.
+MAX_VOCAB_SIZE = 1_000_000
+
 
 @dataclass
 class TokenizeOptions:
@@ -148,6 +151,13 @@ def tokenize_corpus(
 
 
 def _check_options(options: TokenizeOptions) -> None:
+    if options.tokenizer_path is None and options.vocab_size > MAX_VOCAB_SIZE:
+        raise UserError(
+            f"--vocab-size {options.vocab_size:,} is beyond any BERT vocabulary (at most "
+            f"{MAX_VOCAB_SIZE:,} here; BERT uses 30,522, multilingual BERT 119,547): its embedding "
+            "table alone would not fit a GPU; choose a smaller --vocab-size")
+    if options.seed < 0:
+        raise UserError(f"--seed {options.seed} must be 0 or more")
     if options.tokenizer_path is None and options.vocab_size <= len(SPECIAL_TOKENS):
         raise UserError(
             f"--vocab-size {options.vocab_size} is too small: it must exceed the "

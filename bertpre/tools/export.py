@@ -6,6 +6,9 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from safetensors import SafetensorError
+
+from bertpre.errors import UserError
 from bertpre.folders import MARKERS, check_out, make_files_readable, replace_folder, staging_folder
 from bertpre.model import BertForPreTraining
 from bertpre.model.hf_format import write_albert_folder, write_folder
@@ -43,7 +46,11 @@ def export(source: str | Path, out: str | Path, overwrite: bool = False) -> Expo
 
     write = write_albert_folder if model.config.is_albert else write_folder
     with staging_folder(out) as staging:
-        write(staging, model.config, model.state_dict())
+        try:
+            write(staging, model.config, model.state_dict())
+        except SafetensorError as error:  # safetensors reports a full disk as its own error
+            raise UserError(f"cannot write --out {out}: {error}; free disk space or choose "
+                            "another --out (temporary files were removed)") from None
         copied = []
         for name in TOKENIZER_FILES:
             if (tokenizer_folder / name).is_file():

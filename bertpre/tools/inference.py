@@ -95,6 +95,10 @@ def evaluate_saved_model(source: str | Path, data: str | Path, *, config_path: s
     The pairs and masks follow the `data:` section of `config_path`, else of the run's own
     config.yaml, else the defaults; sequences are capped at the model's positions.
     """
+    if micro_batch_size < 1:
+        raise UserError(f"--micro-batch-size {micro_batch_size} must be at least 1")
+    if seed < 0:
+        raise UserError(f"--seed {seed} must be 0 or more")
     source = Path(source)
     if config_path is None and (source / "config.yaml").is_file():
         config_path = source / "config.yaml"

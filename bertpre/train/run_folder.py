@@ -93,15 +93,11 @@ def check_resume_config(saved: Config, new: Config, step: int, run_dir: Path) ->
         One note per accepted change, e.g. "train.max_steps 100 → 200".
     """
     old_values, new_values = flatten(saved.to_dict()), flatten(new.to_dict())
-    ratio_unchanged = (old_values["optim.warmup_ratio"] is not None
-                       and old_values["optim.warmup_ratio"] == new_values["optim.warmup_ratio"])
     notes = []
     for key, old in old_values.items():
         value = new_values[key]
         if value == old:
             continue
-        if key == "optim.warmup_steps" and ratio_unchanged:
-            continue  # derived from warmup_ratio × max_steps, which may change
         if key not in RESUMABLE_KEYS:
             raise UserError(
                 f"run folder {run_dir} was started with {key}={old!r} and this config has "

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import contextlib
-import errno
 import hashlib
 import json
 import math
@@ -22,7 +21,7 @@ from torch.nn.parallel import DistributedDataParallel
 from bertpre.batches import BatchStream, MaskingCollator, PretrainingInstances
 from bertpre.config import Config, check_world_size, load_config, resolve
 from bertpre.data import DataFolder, load_data
-from bertpre.errors import UserError
+from bertpre.errors import WRITE_ERRNOS, UserError
 from bertpre.labels import IGNORE_INDEX
 from bertpre.model import BertForPreTraining
 from bertpre.model.cost import training_flops_per_token
@@ -47,9 +46,6 @@ from bertpre.train.runtime import (
     shutdown,
 )
 
-# Write failures that mean the disk, not the program, is at fault: the run stops with one line.
-DISK_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO,
-               errno.EFBIG}
 MAX_CONSECUTIVE_SKIPS = 20  # fp16 overflow skips in a row before the run is declared diverged
 SIGNAL_EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}
 
@@ -116,7 +112,7 @@ def pretrain(config: Config, *, resume: bool = True) -> TrainResult:
         with Trainer(config, runtime, resume=resume) as trainer:
             return trainer.train()
     except OSError as error:  # a log or config write on a full or read-only disk
-        if error.errno not in DISK_ERRNOS:
+        if error.errno not in WRITE_ERRNOS:
             raise
         raise write_failed(error, "to the run folder", Path(config.train.out)) from None
     finally:
@@ -151,6 +147,9 @@ class Trainer:
         self.notes = [runtime.note] if runtime.note else []
         if runtime.note and runtime.is_main:
             print(f"note: {runtime.note}", file=sys.stderr)
+        if runtime.is_main:
+            for warning in config.warnings():
+                print(f"warning: {warning}", file=sys.stderr)
 
         seed_everything(train.seed)
         self.model = BertForPreTraining(config.model).to(runtime.device)
@@ -343,7 +342,7 @@ class Trainer:
                             keep_last=self.config.train.keep_last, trainer_state=self.state_dict())
         # On a full disk torch.save raises RuntimeError and safetensors SafetensorError.
         except (OSError, RuntimeError, SafetensorError) as error:
-            if isinstance(error, OSError) and error.errno not in DISK_ERRNOS:
+            if isinstance(error, OSError) and error.errno not in WRITE_ERRNOS:
                 raise
             raise write_failed(error, f"checkpoint step-{self.step:08d}", self.run_dir) from None
 

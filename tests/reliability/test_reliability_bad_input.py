@@ -323,6 +323,23 @@ case("pretrain-run-in-use-elsewhere", "is in use by process 4242 on another-host
     lambda w: lock_run(w, "another-host", 4242))
 
 
+# --- bounds on options, and outputs that cannot be written (issue 18) ---
+case("evaluate-micro-batch-size-zero", "--micro-batch-size 0 must be at least 1")(
+    lambda w: ["evaluate", w.reference, "--data", w.data, "--micro-batch-size", "0"])
+case("evaluate-micro-batch-size-negative", "--micro-batch-size -4 must be at least 1")(
+    lambda w: ["evaluate", w.reference, "--data", w.data, "--micro-batch-size", "-4"])
+case("evaluate-seed-negative", "--seed -1 must be 0 or more")(
+    lambda w: ["evaluate", w.reference, "--data", w.data, "--seed", "-1"])
+case("tokenize-seed-negative", "--seed -1 must be 0 or more")(
+    lambda w: tokenize(w, w.write("c.txt", "a cat.\n"), "--seed", "-1"))
+case("tokenize-vocab-size-beyond-any-bert", "is beyond any BERT vocabulary")(
+    lambda w: tokenize(w, w.write("c.txt", "a cat.\n"))[:-2] + ["--vocab-size", "100000000"])
+case("pretrain-out-under-a-file", "Not a directory")(
+    lambda w: w.pretrain(out=w.write("notes.txt", "keep") / "run"))
+case("demo-out-under-a-file", "Not a directory")(
+    lambda w: ["demo", "--out", w.write("notes.txt", "keep") / "demo"])
+
+
 def run_in_process(args: list, monkeypatch, capsys) -> tuple[int, str]:
     """`bertpre ARGS` through `bertpre.cli.main`, as the console script runs it."""
     from bertpre.cli import main
