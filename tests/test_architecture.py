@@ -12,19 +12,20 @@ import tomllib
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "bertpre"
 # What each part may import (besides itself). Layers: tools → train → model, batches → data →
-# tokenizer; `labels` and `errors` are facts everybody shares; `config` is the run config.
+# tokenizer; `labels`, `errors` and `folders` are shared by all; `config` is the run config.
 ALLOWED = {
     "errors": set(),
+    "folders": {"errors"},
     "labels": set(),
     "configs": set(),
     "tokenizer": {"errors"},
-    "data": {"tokenizer", "errors"},
+    "data": {"tokenizer", "errors", "folders"},
     "batches": {"data", "tokenizer", "errors", "labels"},
     "model": {"errors", "labels"},
     "config": {"configs", "model", "tokenizer", "errors", "labels"},
-    "train": {"config", "model", "batches", "data", "tokenizer", "errors", "labels"},
+    "train": {"config", "model", "batches", "data", "tokenizer", "errors", "labels", "folders"},
     "tools": {"train", "config", "model", "batches", "data", "tokenizer", "errors", "labels",
-              "configs"},
+              "configs", "folders"},
     "cli": {"configs", "errors", "config", "tools", "train", "data"},
 }
 
