@@ -130,11 +130,12 @@ def tokenize_corpus(
                     length=len(raw),
                     character_counts=character_counts,
                 )
-                raise_if_stopped()  # a signal inside training's callbacks only shortens the input
+                # A signal inside training's callbacks only shortened the input: stop before
+                # encoding (replace_folder checks again before anything is kept).
+                raise_if_stopped()
             save_tokenizer(tokenizer, building / TOKENIZER_DIR)
             fingerprint = _fingerprint(options, stats, building / TOKENIZER_DIR / TOKENIZER_FILE)
             encoded, counts = encoding.encode_corpus(raw, tokenizer, num_proc, fingerprint)
-            raise_if_stopped()
             splits = encoding.split_by_document(encoded, validation_share, seed, fingerprint)
             splits.save_to_disk(str(building / DATASET_DIR))
         split_sizes = {name: len(split) for name, split in splits.items()}

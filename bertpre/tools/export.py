@@ -37,8 +37,8 @@ def export(source: str | Path, out: str | Path, overwrite: bool = False) -> Expo
     """
     checkpoint, tokenizer_folder = find_checkpoint(source)
     out = Path(out)
-    run = checkpoint.parent.parent if checkpoint.parent.name == "checkpoints" else checkpoint
-    check_out(out, "export", overwrite=overwrite, sources=[run, checkpoint, tokenizer_folder])
+    # An --out that is the run holds its checkpoint, so the run is covered too.
+    check_out(out, "export", overwrite=overwrite, sources=[checkpoint, tokenizer_folder])
     # A run's checkpoint lacking its heads is damaged, so nothing may be filled in.
     model = BertForPreTraining.from_pretrained(checkpoint, strict=True)
     tokenizer = load_tokenizer(tokenizer_folder)

@@ -13,7 +13,7 @@ from bertpre.errors import UserError
 from bertpre.model import BertForPreTraining
 from bertpre.model.hf_format import CONFIG_NAME
 from bertpre.tokenizer import MASK_TOKEN, SPECIAL_TOKENS, load_tokenizer
-from bertpre.tokenizer.wordpiece import check_same_vocab
+from bertpre.tokenizer.wordpiece import TOKENIZER_FILE, VOCAB_FILE, check_same_vocab
 from bertpre.train.checkpoint import find_checkpoint
 from bertpre.train.evaluation import evaluate
 
@@ -29,7 +29,7 @@ class Prediction:
 def load_model_and_tokenizer(source: str | Path) -> tuple[BertForPreTraining, Tokenizer]:
     """The model (in eval mode) and its tokenizer from an EXPORT folder, a RUN or a step folder."""
     source = Path(source)
-    has_tokenizer = any((source / name).is_file() for name in ("tokenizer.json", "vocab.txt"))
+    has_tokenizer = any((source / name).is_file() for name in (TOKENIZER_FILE, VOCAB_FILE))
     if (source / CONFIG_NAME).is_file() and has_tokenizer:
         model_folder, tokenizer_folder = source, source  # an export holds both
     else:

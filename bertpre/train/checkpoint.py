@@ -21,6 +21,7 @@ import torch
 from bertpre.errors import UserError
 from bertpre.model.config import BertConfig
 from bertpre.model.hf_format import CONFIG_NAME, read_config
+from bertpre.tokenizer.wordpiece import TOKENIZER_FILE, VOCAB_FILE
 from bertpre.train.runtime import Runtime, barrier
 
 LATEST = "latest"
@@ -179,9 +180,9 @@ def find_checkpoint(source: str | Path) -> tuple[Path, Path]:
                             f"checkpoint (with {CONFIG_NAME})")
         checkpoint, run = latest, source
     tokenizer = run / "tokenizer"
-    if not tokenizer.is_dir() and (checkpoint / "tokenizer.json").is_file():
+    if not tokenizer.is_dir() and (checkpoint / TOKENIZER_FILE).is_file():
         tokenizer = checkpoint
-    if not any((tokenizer / name).is_file() for name in ("tokenizer.json", "vocab.txt")):
+    if not any((tokenizer / name).is_file() for name in (TOKENIZER_FILE, VOCAB_FILE)):
         raise UserError(f"{run}: no tokenizer/ folder with tokenizer.json or vocab.txt; the run's "
                         "model needs the run's tokenizer")
     return checkpoint, tokenizer

@@ -26,7 +26,7 @@ from bertpre.labels import IGNORE_INDEX
 from bertpre.model import BertForPreTraining
 from bertpre.model.cost import training_flops_per_token
 from bertpre.tokenizer import load_tokenizer
-from bertpre.tokenizer.wordpiece import check_same_vocab
+from bertpre.tokenizer.wordpiece import TOKENIZER_FILE, check_same_vocab
 from bertpre.train.checkpoint import (
     latest_checkpoint,
     load_checkpoint,
@@ -383,7 +383,7 @@ class Trainer:
 def check_tokenizer_matches(run_dir: Path, data: DataFolder) -> None:
     """DATA's dataset must come from DATA's tokenizer, and a resumed run must keep its vocabulary."""
     recorded = (data.manifest.get("tokenizer") or {}).get("sha256") if isinstance(data.manifest, dict) else None
-    tokenizer_file = data.path / "tokenizer" / "tokenizer.json"
+    tokenizer_file = data.path / "tokenizer" / TOKENIZER_FILE
     if recorded and tokenizer_file.is_file():
         if hashlib.sha256(tokenizer_file.read_bytes()).hexdigest() != recorded:
             raise UserError(f"DATA folder {data.path} holds a tokenizer other than the one its "
