@@ -21,7 +21,8 @@ MAX_CONFIG_BYTES = 1_000_000
 MAX_YAML_ALIASES = 16
 
 SCHEDULES = ("linear", "cosine", "constant")
-PRECISIONS = ("fp32", "fp16", "bf16")
+PRECISIONS = ("auto", "fp32", "fp16", "bf16")
+DEVICES = ("auto", "cpu", "cuda")
 _FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
 NULLABLE = ("warmup_steps", "warmup_ratio", "max_predictions_per_seq", "embedding_size")
 
@@ -71,7 +72,9 @@ class TrainConfig:
     batch_size: int = 256
     micro_batch_size: int = 32
     max_steps: int = 1000000
-    precision: str = "fp16"
+    precision: str = "auto"
+    device: str = "auto"
+    deterministic: bool = False
     gradient_checkpointing: bool = False
     compile: bool = False
     seed: int = 42
@@ -330,6 +333,7 @@ def _validate(config: Config, warmup_given: bool, ratio_given: bool) -> None:
             f"train.micro_batch_size ({train.micro_batch_size})"
         )
     _check_choice("train.precision", train.precision, PRECISIONS)
+    _check_choice("train.device", train.device, DEVICES)
 
 
 def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] = ()) -> Config:

@@ -1,11 +1,46 @@
 """Shared test set-up. pytest puts this folder on sys.path, so the helper modules beside this
-file (`_tiny_data`, `_tokenize_helpers`, `_hf_models`) import by name from any test folder."""
+file (`_tiny_data`, `_tokenize_helpers`, `_hf_models`) import by name from any test folder.
+
+Tests assert CPU-exact values, so on a machine with a GPU every test runs on the CPU except
+those marked `gpu`, which are skipped where there is no GPU.
+"""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+import torch
 from _tiny_data import build_tiny_data
+
+# Asked before hiding the GPUs: the CUDA driver reads CUDA_VISIBLE_DEVICES once, at its first use,
+# so this process keeps them for `gpu` tests while every subprocess it starts sees none. Set here
+# at import, not in a fixture, because test modules copy os.environ when they are imported.
+HAS_CUDA = torch.cuda.is_available()
+VISIBLE_DEVICES = os.environ.get("CUDA_VISIBLE_DEVICES")
+os.environ["CUDA_VISIBLE_DEVICES"] = ""
+os.environ["BERTPRE_DEVICE"] = "cpu"  # train.device auto → cpu in this process too
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if HAS_CUDA:
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _gpu_tests_see_the_gpu(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A `gpu` test, and the subprocesses it starts, see the GPUs again (for this test only)."""
+    if request.node.get_closest_marker("gpu") is None:
+        return
+    monkeypatch.delenv("BERTPRE_DEVICE", raising=False)
+    if VISIBLE_DEVICES is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", VISIBLE_DEVICES)
 
 
 @pytest.fixture(scope="session")

@@ -16,6 +16,10 @@ Choices, where BERT's recipe leaves room:
 - Each predicted token independently becomes [MASK] with `mask_replace_prob`, a random
   non-special token with `random_replace_prob`, else stays (per-token draws, as in Google's
   code), so the 80/10/10 split holds in expectation, not exactly per sequence.
+
+The predictions also come in Google's fixed-size layout, `masked_lm_positions` and
+`masked_lm_ids` of shape (B, P): a GPU gathers P rows per sequence without a data-dependent
+shape, so the step needs no host sync and a compiled step never sees a new shape.
 """
 
 from __future__ import annotations
@@ -59,8 +63,11 @@ class MaskingCollator:
     Instances are dicts with `input_ids` and optionally `token_type_ids`,
     `next_sentence_label` and `seed_key` (an int; without it the key is a hash of the ids).
     The batch holds int64 tensors `input_ids`, `token_type_ids`, `attention_mask`, `labels`
-    (-100 where not predicted), `mask_action` (0 none, 1 [MASK], 2 random, 3 kept) and, when
-    every instance has one, `next_sentence_label`.
+    (-100 where not predicted), `mask_action` (0 none, 1 [MASK], 2 random, 3 kept),
+    `masked_lm_positions` (B, P) — each row's predicted positions in increasing order, then 0 —
+    and `masked_lm_ids` (B, P) — the original ids there, then -100; P is `max_predictions_per_seq`,
+    without a cap the padded length under `pad_to_length`, else the batch's most predictions —
+    and, when every instance has one, `next_sentence_label`.
     """
 
     def __init__(
@@ -136,13 +143,18 @@ class MaskingCollator:
         )
 
     @classmethod
-    def from_config(cls, tokenizer: Tokenizer, data_config: DataConfig, seed: int) -> MaskingCollator:
-        """The collator a run's `data:` section describes."""
+    def from_config(cls, tokenizer: Tokenizer, data_config: DataConfig, seed: int, *,
+                    fixed_shapes: bool = False) -> MaskingCollator:
+        """The collator a run's `data:` section describes.
+
+        With `fixed_shapes` (a compiled step) every batch is padded to `max_seq_length`.
+        """
         return cls(tokenizer, mlm_probability=data_config.mlm_probability,
                    mask_replace_prob=data_config.mask_replace_prob,
                    random_replace_prob=data_config.random_replace_prob,
                    whole_word_mask=data_config.whole_word_mask,
-                   max_predictions_per_seq=data_config.max_predictions_per_seq, seed=seed)
+                   max_predictions_per_seq=data_config.max_predictions_per_seq, seed=seed,
+                   pad_to_length=data_config.max_seq_length if fixed_shapes else None)
 
     def __call__(self, instances: Sequence[dict] | InstanceBatch) -> dict[str, torch.Tensor]:
         if not len(instances):
@@ -159,9 +171,30 @@ class MaskingCollator:
             "labels": torch.from_numpy(labels),
             "mask_action": torch.from_numpy(mask_action),
         }
+        positions, ids = self.fixed_size_predictions(labels)
+        batch["masked_lm_positions"] = torch.from_numpy(positions)
+        batch["masked_lm_ids"] = torch.from_numpy(ids)
         if instances.next_sentence_label is not None:
             batch["next_sentence_label"] = torch.from_numpy(instances.next_sentence_label.astype(np.int64))
         return batch
+
+    def fixed_size_predictions(self, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(B, P) positions and ids of each row's predictions, in position order, then 0 / -100."""
+        batch_size, length = labels.shape
+        predicted = labels != IGNORE_INDEX
+        counts = predicted.sum(axis=1)
+        # P: the cap when there is one; else the padded length (fixed) or the batch's most.
+        slots = self.max_predictions_per_seq
+        if slots is None:
+            slots = length if self.pad_to_length is not None else max(int(counts.max()), 1)
+        # A stable sort of "not predicted" puts each row's predicted positions first, in order.
+        order = np.argsort(~predicted, axis=1, kind="stable")[:, :slots]  # (B, min(P, T))
+        positions = np.zeros((batch_size, slots), dtype=np.int64)
+        positions[:, : order.shape[1]] = order
+        used = np.arange(slots)[None, :] < counts[:, None]
+        positions = np.where(used, positions, 0)
+        ids = np.where(used, np.take_along_axis(labels, positions, axis=1), IGNORE_INDEX)
+        return positions, ids.astype(np.int64)
 
     def _pad(self, instances: InstanceBatch) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(B, T) input ids, attention mask (bool) and token type ids, padded with [PAD] / 0."""

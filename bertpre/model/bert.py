@@ -224,12 +224,11 @@ class BertModel(nn.Module):
 def attention_mask_for_sdpa(attention_mask: torch.Tensor | None) -> torch.Tensor | None:
     """(B, T) 1/0 padding mask -> (B, 1, 1, T) boolean, True where keys may be attended.
 
-    In eager mode an all-ones mask becomes None so SDPA may take its fastest kernel; under
-    torch.compile that data-dependent check would break the graph, so the mask stays.
+    The caller decides whether there is padding at all (on the CPU, before the batch is
+    copied): asking the device here would stall the GPU queue. Without a mask SDPA may take its
+    fastest kernel, so pass None for a batch without padding.
     """
     if attention_mask is None:
-        return None
-    if not torch.compiler.is_compiling() and bool(attention_mask.all()):
         return None
     return attention_mask.bool()[:, None, None, :]
 
@@ -295,8 +294,10 @@ class BertPreTrainingHeads(nn.Module):
 class PreTrainingOutput:
     """Losses and logits of `BertForPreTraining`.
 
-    With labels, `prediction_logits` is (N, V) for the N positions where labels != -100, in
-    row-major order (aligned with `labels[labels != -100]`); without labels it is (B, T, V).
+    With `masked_lm_positions`, `prediction_logits` is (B, P, V), one row per slot; with
+    `labels`, (N, V) for the N positions where labels != -100, in row-major order (aligned with
+    `labels[labels != -100]`); with neither, (B, T, V). Losses are means over the predictions
+    and pairs; `mlm_loss_sum` and `pair_loss_sum` are the same sums before the division.
     """
 
     loss: torch.Tensor | None
@@ -304,6 +305,8 @@ class PreTrainingOutput:
     pair_loss: torch.Tensor | None
     prediction_logits: torch.Tensor
     seq_relationship_logits: torch.Tensor
+    mlm_loss_sum: torch.Tensor | None = None
+    pair_loss_sum: torch.Tensor | None = None
 
 
 class BertForPreTraining(nn.Module):
@@ -335,26 +338,41 @@ class BertForPreTraining(nn.Module):
         labels: torch.Tensor | None = None,
         next_sentence_label: torch.Tensor | None = None,
         label_smoothing: float = 0.0,
+        masked_lm_positions: torch.Tensor | None = None,
+        masked_lm_ids: torch.Tensor | None = None,
     ) -> PreTrainingOutput:
-        """Args: `labels` (B, T) with -100 where nothing is predicted; `next_sentence_label` (B,)."""
+        """Args:
+            labels: (B, T) with -100 where nothing is predicted (Hugging Face's layout).
+            next_sentence_label: (B,), -100 where a row has no pair label.
+            masked_lm_positions, masked_lm_ids: (B, P), Google's layout (ids -100 in unused
+                slots); it replaces `labels` and keeps every shape fixed: no host sync, no
+                data-dependent shape, so the whole forward compiles as one graph.
+        """
         encoded = self.bert(input_ids, attention_mask, token_type_ids)
         hidden_states = encoded.last_hidden_state  # (B, T, C)
         seq_relationship_logits = self.cls.seq_relationship(encoded.pooler_output)  # (B, 2)
 
-        mlm_loss = None
-        if labels is None:
-            prediction_logits = self.cls.predictions(hidden_states)  # (B, T, V)
-        else:
+        mlm_loss = mlm_loss_sum = None
+        if masked_lm_positions is not None:
+            index = masked_lm_positions[..., None].expand(-1, -1, hidden_states.shape[-1])
+            prediction_logits = self.cls.predictions(hidden_states.gather(1, index))  # (B, P, V)
+            if masked_lm_ids is not None:
+                mlm_loss_sum = summed_cross_entropy(prediction_logits, masked_lm_ids, label_smoothing)
+                mlm_loss = mlm_loss_sum / (masked_lm_ids != IGNORE_INDEX).sum().clamp(min=1)
+        elif labels is not None:
             # Sparse head: only the ~15% predicted positions reach the vocabulary projection.
             predicted = labels != IGNORE_INDEX
             prediction_logits = self.cls.predictions(hidden_states[predicted])  # (N, V)
-            mlm_loss = mean_cross_entropy(prediction_logits, labels[predicted], label_smoothing)
+            mlm_loss_sum = summed_cross_entropy(prediction_logits, labels[predicted], label_smoothing)
+            mlm_loss = mlm_loss_sum / predicted.sum().clamp(min=1)
+        else:
+            prediction_logits = self.cls.predictions(hidden_states)  # (B, T, V)
 
-        pair_loss = None
+        pair_loss = pair_loss_sum = None
         if next_sentence_label is not None:
             next_sentence_label = next_sentence_label.view(-1)
-            kept = next_sentence_label != IGNORE_INDEX
-            pair_loss = mean_cross_entropy(seq_relationship_logits[kept], next_sentence_label[kept])
+            pair_loss_sum = summed_cross_entropy(seq_relationship_logits, next_sentence_label)
+            pair_loss = pair_loss_sum / (next_sentence_label != IGNORE_INDEX).sum().clamp(min=1)
 
         loss = None
         for part in (mlm_loss, pair_loss):
@@ -366,6 +384,8 @@ class BertForPreTraining(nn.Module):
             pair_loss=pair_loss,
             prediction_logits=prediction_logits,
             seq_relationship_logits=seq_relationship_logits,
+            mlm_loss_sum=mlm_loss_sum,
+            pair_loss_sum=pair_loss_sum,
         )
 
     def num_parameters(self) -> int:
@@ -398,10 +418,10 @@ class BertForPreTraining(nn.Module):
         return model
 
 
-def mean_cross_entropy(
+def summed_cross_entropy(
     logits: torch.Tensor, targets: torch.Tensor, label_smoothing: float = 0.0
 ) -> torch.Tensor:
-    """Cross-entropy averaged over rows; 0 (still in the graph) when there are no rows."""
-    if targets.numel() == 0:
-        return logits.sum() * 0.0
-    return F.cross_entropy(logits.float(), targets, label_smoothing=label_smoothing)
+    """Cross-entropy summed over the rows whose target is not -100 (0, still in the graph,
+    when there are none), in float32 whatever the autocast dtype."""
+    return F.cross_entropy(logits.float().flatten(0, -2), targets.flatten(), ignore_index=IGNORE_INDEX,
+                           reduction="sum", label_smoothing=label_smoothing)

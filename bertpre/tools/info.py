@@ -23,7 +23,8 @@ def info_report(config: Config) -> str:
         config.model,
         seq_length=config.data.max_seq_length,
         predicted_share=config.data.predicted_share,
-        precision=config.train.precision,
+        # auto trains in bf16 (or fp16) on a GPU, where the estimate matters: 2 bytes either way.
+        precision="bf16" if config.train.precision == "auto" else config.train.precision,
         micro_batch_size=config.train.micro_batch_size,
     ))
 

@@ -26,6 +26,7 @@ from bertpre.train.runtime import Runtime, barrier
 
 LATEST = "latest"
 TRAINER_STATE = "trainer_state.json"
+CUDA_RNG = "cuda_current_device"  # key of this process's own GPU's RNG state in rng_state_<rank>.pt
 # Fields that fix parameter shapes: a checkpoint must agree on all of them to be loaded.
 SHAPE_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
                 "intermediate_size", "max_position_embeddings", "type_vocab_size",
@@ -52,7 +53,7 @@ def _fsync_tree(folder: Path) -> None:
 
 
 def capture_rng_state() -> dict[str, Any]:
-    """This process's RNG states (python, numpy, torch CPU and CUDA) as tensors."""
+    """This process's RNG states (python, numpy, torch CPU and its own GPU's) as tensors."""
     version, internal, gauss = random.getstate()
     kind, keys, position, has_gauss, cached_gauss = np.random.get_state()
     state = {
@@ -64,8 +65,10 @@ def capture_rng_state() -> dict[str, Any]:
         "numpy_gauss": torch.tensor([cached_gauss], dtype=torch.float64),
         "torch": torch.get_rng_state(),
     }
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
+    # Only this process's own device: a resume may see fewer GPUs than the save did. A process
+    # that never started CUDA (train.device cpu) has no CUDA stream to keep.
+    if torch.cuda.is_initialized():
+        state[CUDA_RNG] = torch.cuda.get_rng_state()
     return state
 
 
@@ -78,8 +81,14 @@ def restore_rng_state(state: dict[str, Any]) -> None:
     np.random.set_state(("MT19937", state["numpy"].numpy().astype(np.uint32), position,
                          has_gauss, float(state["numpy_gauss"][0])))
     torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+    if not torch.cuda.is_available():
+        return
+    if CUDA_RNG in state:
+        torch.cuda.set_rng_state(state[CUDA_RNG])  # the current device, this process's own
+    elif state.get("cuda"):  # older checkpoints: a list, one state per device the saver saw
+        every_device = state["cuda"]
+        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        torch.cuda.set_rng_state(every_device[local_rank if local_rank < len(every_device) else 0])
 
 
 def save_checkpoint(run_dir: Path, step: int, *, model: torch.nn.Module,

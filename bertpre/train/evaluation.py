@@ -5,27 +5,30 @@ import contextlib
 import math
 
 import torch
-import torch.nn.functional as F
 
 from bertpre.batches import MaskingCollator, PretrainingInstances
 from bertpre.config import DataConfig
 from bertpre.data import DataFolder
 from bertpre.labels import IGNORE_INDEX, MASK_ACTION_NAMES
+from bertpre.train.step import HostCounts, device_batch
 
 
 class Evaluator:
     """Validation metrics on fixed batches: epoch 0's pairs and masks for `seed`, planned once.
 
     Every call sees the same validation batches, so the curve measures the model, not the draw.
+    Under DDP each of `world_size` processes scores every `world_size`-th batch and the sums are
+    all-reduced: every process gets the same results, none waits for another.
     """
 
     def __init__(self, data: DataFolder, data_config: DataConfig, *, micro_batch_size: int = 32,
-                 seed: int = 42) -> None:
+                 seed: int = 42, rank: int = 0, world_size: int = 1) -> None:
         self.instances = PretrainingInstances.from_config(data.validation, data.tokenizer,
                                                           data_config, seed=seed)
         self.instances.set_epoch(0)
         self.collate = MaskingCollator.from_config(data.tokenizer, data_config, seed=seed)
         self.micro_batch_size = micro_batch_size
+        self.rank, self.world_size = rank, world_size
 
     @torch.no_grad()
     def __call__(self, model: torch.nn.Module, *, device: torch.device | None = None,
@@ -33,7 +36,8 @@ class Evaluator:
                  max_batches: int | None = None) -> dict[str, float]:
         """MLM loss, perplexity, MLM accuracy (all, [MASK], random, kept) and pair accuracy.
 
-        The model is put back in its previous train/eval mode.
+        The model is put back in its previous train/eval mode. The device's sums are read once,
+        at the end.
 
         Returns:
             {"mlm_loss", "perplexity", "mlm_acc", "mlm_acc_mask", "mlm_acc_random",
@@ -41,61 +45,65 @@ class Evaluator:
             over no positions are NaN.
         """
         device = device or next(model.parameters()).device
-        instances, collate, micro_batch_size = self.instances, self.collate, self.micro_batch_size
         was_training = model.training
         model.eval()
-        # sums: mlm loss, predictions, correct, pair loss, pairs, pair correct, then per action
-        totals = {key: 0.0 for key in ("mlm_loss", "predictions", "correct", "pair_loss", "pairs",
-                                        "pair_correct", "sequences")}
-        per_action = {name: [0, 0] for name in MASK_ACTION_NAMES.values()}  # correct, count
-        for batch_index, start in enumerate(range(0, len(instances), micro_batch_size)):
-            if max_batches is not None and batch_index >= max_batches:
-                break
-            batch = collate(instances.__getitems__(range(start, min(start + micro_batch_size, len(instances)))))
-            labels = batch["labels"].to(device)
-            pair_labels = batch.get("next_sentence_label")
-            pair_labels = (torch.full_like(labels[:, 0], IGNORE_INDEX) if pair_labels is None
-                           else pair_labels.to(device))
+        actions = list(MASK_ACTION_NAMES)
+        # On the device: mlm loss, correct, pair loss, pair correct, then correct per action.
+        device_sums = torch.zeros(4 + len(actions), dtype=torch.float64, device=device)
+        # On the host: predictions, pairs, sequences, then predictions per action.
+        host_counts = torch.zeros(3 + len(actions), dtype=torch.float64)
+        starts = range(0, len(self.instances), self.micro_batch_size)
+        if max_batches is not None:
+            starts = starts[:max_batches]
+        for start in starts[self.rank::self.world_size]:
+            rows = range(start, min(start + self.micro_batch_size, len(self.instances)))
+            batch = self.collate(self.instances.__getitems__(rows))
+            ids = batch["masked_lm_ids"]
+            slot_actions = torch.where(ids != IGNORE_INDEX,
+                                       batch["mask_action"].gather(1, batch["masked_lm_positions"]), -1)
+            counts = HostCounts.of(batch)
+            host_counts += torch.tensor([counts.predictions, counts.pairs, len(rows)]
+                                        + [int((slot_actions == code).sum()) for code in actions])
+            inputs = device_batch(batch, device, keep_attention_mask=False)
             with autocast or contextlib.nullcontext():
-                out = model(batch["input_ids"].to(device),
-                            attention_mask=batch["attention_mask"].to(device),
-                            token_type_ids=batch["token_type_ids"].to(device), labels=labels)
-            predicted = labels != IGNORE_INDEX
-            targets = labels[predicted]  # aligned with out.prediction_logits rows
-            logits = out.prediction_logits.float()
-            totals["mlm_loss"] += F.cross_entropy(logits, targets, reduction="sum").item()
-            hits = logits.argmax(dim=-1) == targets
-            totals["predictions"] += targets.numel()
-            totals["correct"] += hits.sum().item()
-            actions = batch["mask_action"].to(device)[predicted]
-            for code, name in MASK_ACTION_NAMES.items():
-                chosen = actions == code
-                per_action[name][0] += hits[chosen].sum().item()
-                per_action[name][1] += chosen.sum().item()
-            kept = pair_labels != IGNORE_INDEX
-            pair_logits = out.seq_relationship_logits.float()[kept]
-            if kept.any():
-                totals["pair_loss"] += F.cross_entropy(pair_logits, pair_labels[kept], reduction="sum").item()
-                totals["pair_correct"] += (pair_logits.argmax(-1) == pair_labels[kept]).sum().item()
-                totals["pairs"] += kept.sum().item()
-            totals["sequences"] += labels.shape[0]
+                out = model(inputs["input_ids"], attention_mask=inputs.get("attention_mask"),
+                            token_type_ids=inputs["token_type_ids"],
+                            next_sentence_label=inputs.get("next_sentence_label"),
+                            masked_lm_positions=inputs["masked_lm_positions"],
+                            masked_lm_ids=inputs["masked_lm_ids"])
+            hits = out.prediction_logits.argmax(-1) == inputs["masked_lm_ids"]  # (B, P)
+            slot_actions = slot_actions.to(device, non_blocking=True)
+            pair_labels = inputs.get("next_sentence_label")
+            zero = out.mlm_loss_sum.new_zeros(())
+            device_sums += torch.stack([
+                out.mlm_loss_sum, hits.sum(),
+                out.pair_loss_sum if pair_labels is not None else zero,
+                (out.seq_relationship_logits.argmax(-1) == pair_labels).sum() if pair_labels is not None else zero,
+                *[(hits & (slot_actions == code)).sum() for code in actions],
+            ]).double()
         model.train(was_training)
+        if self.world_size > 1:
+            torch.distributed.all_reduce(device_sums)
+            host_counts = host_counts.to(device)
+            torch.distributed.all_reduce(host_counts)
+        (mlm_loss, correct, pair_loss, pair_correct, *action_correct) = device_sums.tolist()
+        (predictions, pairs, sequences, *action_counts) = host_counts.tolist()
 
         def ratio(numerator: float, denominator: float) -> float:
             return numerator / denominator if denominator else float("nan")
 
-        mlm_loss = ratio(totals["mlm_loss"], totals["predictions"])
+        mlm_loss = ratio(mlm_loss, predictions)
         results = {
             "mlm_loss": mlm_loss,
             "perplexity": math.exp(min(mlm_loss, 700.0)) if mlm_loss == mlm_loss else float("nan"),
-            "mlm_acc": ratio(totals["correct"], totals["predictions"]),
+            "mlm_acc": ratio(correct, predictions),
         }
-        for name, (correct, count) in per_action.items():
-            results[f"mlm_acc_{name}"] = ratio(correct, count)
-        results["pair_loss"] = ratio(totals["pair_loss"], totals["pairs"])
-        results["pair_acc"] = ratio(totals["pair_correct"], totals["pairs"])
-        results["predictions"] = int(totals["predictions"])
-        results["sequences"] = int(totals["sequences"])
+        for code, hit, count in zip(actions, action_correct, action_counts, strict=True):
+            results[f"mlm_acc_{MASK_ACTION_NAMES[code]}"] = ratio(hit, count)
+        results["pair_loss"] = ratio(pair_loss, pairs)
+        results["pair_acc"] = ratio(pair_correct, pairs)
+        results["predictions"] = int(predictions)
+        results["sequences"] = int(sequences)
         return results
 
 

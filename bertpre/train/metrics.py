@@ -12,9 +12,10 @@ import torch
 from tqdm import tqdm
 
 from bertpre.train.runtime import Runtime
+from bertpre.train.step import DEVICE_STATS, HOST_STATS
 
-# Per-step sums reduced over micro-batches and processes, in this order.
-STATS = ("mlm_loss", "predictions", "mlm_correct", "pair_loss", "pairs", "pair_correct", "tokens")
+# Per-step sums over micro-batches and processes: those the device keeps, then the host's counts.
+STATS = DEVICE_STATS + HOST_STATS
 
 
 class MetricsWriter:
@@ -96,36 +97,50 @@ class ProgressBar:
 
 
 class MetricsWindow:
-    """The STATS sums and wall time since the last log, for the `train/*` and `perf/*` scalars."""
+    """The STATS sums and wall time since the last log, for the `train/*` and `perf/*` scalars.
+
+    The device's sums stay on the device until `scalars()` reads them, once per window.
+    """
 
     def __init__(self, start_step: int) -> None:
-        self.sums = torch.zeros(len(STATS), dtype=torch.float64)
+        self.device_sums: torch.Tensor | None = None
+        self.host_counts = [0] * len(HOST_STATS)
+        self.grad_norm: torch.Tensor | None = None
         self.reset(start_step)
 
     def reset(self, start_step: int) -> None:
-        self.sums.zero_()
+        self.device_sums = None
+        self.host_counts = [0] * len(HOST_STATS)
         self.start_step, self.start_time = start_step, time.perf_counter()
 
-    def add(self, sums: torch.Tensor) -> None:
-        """Count one step's STATS sums."""
-        self.sums += sums
+    def add(self, device_sums: torch.Tensor, host_counts: list[int], grad_norm: torch.Tensor) -> None:
+        """Count one step: its DEVICE_STATS sums (on the device), HOST_STATS counts and gradient norm."""
+        self.device_sums = device_sums.clone() if self.device_sums is None else self.device_sums + device_sums
+        self.host_counts = [a + b for a, b in zip(self.host_counts, host_counts, strict=True)]
+        self.grad_norm = grad_norm
 
     def pause(self, seconds: float) -> None:
         """Leave `seconds` (evaluation, saving) out of the window's tokens/s."""
         self.start_time += seconds
 
-    def scalars(self, *, lr: float, grad_norm: float, scaler: torch.amp.GradScaler | None,
-                skipped_steps: int) -> dict[str, float]:
-        return step_scalars(self.sums, lr=lr, grad_norm=grad_norm, scaler=scaler,
-                            skipped_steps=skipped_steps,
-                            elapsed=time.perf_counter() - self.start_time)
+    def read(self) -> tuple[dict[str, float], float]:
+        """The window's STATS sums and the last step's gradient norm: one read of the device."""
+        device = self.device_sums if self.device_sums is not None else torch.zeros(len(DEVICE_STATS))
+        grad_norm = self.grad_norm if self.grad_norm is not None else torch.zeros(())
+        values = torch.cat([device.double(), grad_norm.detach().double().reshape(1)]).tolist()
+        sums = dict(zip(DEVICE_STATS, values[:-1], strict=True))
+        sums.update(zip(HOST_STATS, map(float, self.host_counts), strict=True))
+        return sums, values[-1]
+
+    def scalars(self, *, lr: float, loss_scale: float, skipped_steps: int) -> dict[str, float]:
+        sums, grad_norm = self.read()
+        return step_scalars(sums, lr=lr, grad_norm=grad_norm, loss_scale=loss_scale,
+                            skipped_steps=skipped_steps, elapsed=time.perf_counter() - self.start_time)
 
 
-def step_scalars(window: torch.Tensor, *, lr: float, grad_norm: float,
-                 scaler: torch.amp.GradScaler | None, skipped_steps: int,
-                 elapsed: float) -> dict[str, float]:
+def step_scalars(sums: dict[str, float], *, lr: float, grad_norm: float, loss_scale: float,
+                 skipped_steps: int, elapsed: float) -> dict[str, float]:
     """The `train/*` and `perf/*` scalars for a logging window of summed STATS."""
-    sums = dict(zip(STATS, window.tolist(), strict=True))
     mlm_loss = sums["mlm_loss"] / max(sums["predictions"], 1)
     pair_loss = sums["pair_loss"] / max(sums["pairs"], 1)
     scalars = {
@@ -136,7 +151,7 @@ def step_scalars(window: torch.Tensor, *, lr: float, grad_norm: float,
         "train/pair_acc": sums["pair_correct"] / max(sums["pairs"], 1),
         "train/lr": lr,
         "train/grad_norm": grad_norm,
-        "train/loss_scale": scaler.get_scale() if scaler is not None else 1.0,
+        "train/loss_scale": loss_scale,
         "train/skipped_steps": float(skipped_steps),
         "perf/tokens_per_s": sums["tokens"] / max(elapsed, 1e-9),
     }

@@ -19,7 +19,7 @@ LOCK_FILE = ".lock"
 RESUMABLE_KEYS = (
     "train.max_steps", "train.log_every", "train.eval_every", "train.save_every",
     "train.keep_last", "train.compile", "train.gradient_checkpointing", "train.out",
-    "data.path", "data.num_workers",
+    "train.device", "train.deterministic", "data.path", "data.num_workers",
 )
 
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import datetime
 import os
 import random
 from dataclasses import dataclass
@@ -10,7 +11,14 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from bertpre.config import DEVICES
 from bertpre.errors import UserError
+
+DEVICE_ENV = "BERTPRE_DEVICE"
+FP16_ON_CPU = "precision fp16 needs a CUDA GPU; training in fp32 on this CPU instead"
+# NCCL's default of 10 minutes is shorter than a large evaluation or checkpoint save that rank 0
+# does while the other ranks wait at a barrier; a real hang still ends, an hour later.
+PROCESS_GROUP_TIMEOUT = datetime.timedelta(minutes=60)
 
 # Dense bf16/fp16 tensor-core peaks (FLOP/s) for MFU; matched against the device name.
 PEAK_FLOPS = {
@@ -33,8 +41,10 @@ class Runtime:
     rank: int = 0
     local_rank: int = 0
     world_size: int = 1
-    precision: str = "fp32"  # what is actually used (fp16 falls back on CPU)
+    precision: str = "fp32"  # what is actually used (auto resolved, fp16 falls back on CPU)
     note: str = ""  # said to the user when the precision asked for is not used
+    precision_line: str = ""  # which precision is used and why, e.g. "precision bf16 (auto: ...)"
+    deterministic: bool = False  # deterministic CUDA kernels are on
 
     @property
     def is_main(self) -> bool:
@@ -68,35 +78,98 @@ class Runtime:
         return None
 
 
-def init_runtime(precision: str) -> Runtime:
+def choose_device(requested: str, cuda_available: bool) -> str:
+    """"cuda" or "cpu" for `train.device`; `auto` is cuda when there is one.
+
+    `BERTPRE_DEVICE` (cpu or cuda), when set, replaces `auto`: the test suite sets it to cpu so
+    that CPU-exact tests stay exact on a machine with a GPU.
+    """
+    source = "train.device"
+    if requested == "auto" and os.environ.get(DEVICE_ENV):
+        requested, source = os.environ[DEVICE_ENV], DEVICE_ENV
+        if requested not in DEVICES:
+            raise UserError(f"{DEVICE_ENV}={requested!r} is not a device; use one of "
+                            f"{', '.join(DEVICES)} or unset it")
+    if requested == "cuda" and not cuda_available:
+        raise UserError(f"{source} is cuda but torch sees no CUDA GPU; use auto or cpu")
+    if requested == "auto":
+        return "cuda" if cuda_available else "cpu"
+    return requested
+
+
+def choose_precision(requested: str, device_type: str, bf16_supported: bool) -> tuple[str, str]:
+    """The precision to train in, and one line saying which and why.
+
+    Args:
+        requested: `train.precision`: auto, fp32, fp16 or bf16.
+        device_type: "cuda" or "cpu".
+        bf16_supported: whether the GPU has native bf16 (Ampere or newer); ignored on a CPU.
+    """
+    if requested == "auto":
+        if device_type != "cuda":
+            return "fp32", "precision fp32 (auto: mixed precision gains nothing on a CPU)"
+        if bf16_supported:
+            return "bf16", "precision bf16 (auto: this GPU supports bf16)"
+        return "fp16", "precision fp16 with loss scaling (auto: this GPU has no bf16)"
+    if requested == "fp16" and device_type != "cuda":
+        # CPU autocast to fp16 is slow and needs loss scaling for no gain; fp32 is exact.
+        return "fp32", "precision fp32 (fp16 needs a CUDA GPU; this is a CPU)"
+    if requested == "bf16" and device_type == "cuda" and not bf16_supported:
+        raise UserError("this GPU does not support bf16; use train.precision=fp16 or auto")
+    scaling = " with loss scaling" if requested == "fp16" else ""
+    return requested, f"precision {requested}{scaling} (as configured)"
+
+
+def make_deterministic() -> None:
+    """Make CUDA kernels bitwise repeatable, at some cost in speed."""
+    # cuBLAS is deterministic only with a fixed workspace; it reads this at its first matmul.
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    # warn_only: an op without a deterministic kernel is named in a warning, not a crash mid-run.
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.backends.cudnn.deterministic = True
+    torch.backends.cudnn.benchmark = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+
+
+def init_runtime(precision: str = "auto", *, device: str = "auto",
+                 deterministic: bool = False) -> Runtime:
     """Join the torchrun process group when launched by torchrun, pick the device and precision.
 
     torchrun sets RANK, WORLD_SIZE and LOCAL_RANK; without them this is a single process.
     NCCL on GPUs, gloo on CPU.
+
+    Args:
+        precision: `train.precision` (auto, fp32, fp16, bf16).
+        device: `train.device` (auto, cpu, cuda).
+        deterministic: `train.deterministic`; changes nothing on a CPU, which is already exact.
     """
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    if torch.cuda.is_available():
-        device = torch.device("cuda", local_rank)
-        torch.cuda.set_device(device)
+    if choose_device(device, torch.cuda.is_available()) == "cuda":
+        chosen = torch.device("cuda", local_rank)
+        torch.cuda.set_device(chosen)
     else:
-        device = torch.device("cpu")
+        chosen = torch.device("cpu")
+    # Native bf16 only: emulated bf16 on older GPUs is slower than fp16 for the same range.
+    bf16 = chosen.type == "cuda" and torch.cuda.is_bf16_supported(including_emulation=False)
+    used, line = choose_precision(precision, chosen.type, bf16)
     if world_size > 1 and not dist.is_initialized():
-        dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
-    runtime = Runtime(device=device, rank=rank, local_rank=local_rank, world_size=world_size,
-                      precision=precision)
-    if device.type == "cpu" and precision == "fp16":
-        # CPU autocast to fp16 is slow and needs loss scaling for no gain; fp32 is exact.
-        runtime.precision = "fp32"
-        runtime.note = "precision fp16 needs a CUDA GPU; training in fp32 on this CPU instead"
-    if device.type == "cuda" and precision == "bf16" and not torch.cuda.is_bf16_supported():
-        raise UserError("this GPU does not support bf16; use train.precision=fp16")
-    if device.type == "cuda":
+        if chosen.type == "cuda":
+            dist.init_process_group(backend="nccl", timeout=PROCESS_GROUP_TIMEOUT, device_id=chosen)
+        else:
+            dist.init_process_group(backend="gloo", timeout=PROCESS_GROUP_TIMEOUT)
+    deterministic = deterministic and chosen.type == "cuda"
+    if deterministic:
+        make_deterministic()
+    elif chosen.type == "cuda":
         # TF32 matmuls: the fp32 parts of mixed precision run on tensor cores.
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
-    return runtime
+    note = FP16_ON_CPU if precision != "auto" and used != precision else ""
+    return Runtime(device=chosen, rank=rank, local_rank=local_rank, world_size=world_size,
+                   precision=used, note=note, precision_line=line, deterministic=deterministic)
 
 
 def shutdown(runtime: Runtime) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import math
 import shutil
 import signal
 import sys
@@ -22,7 +21,6 @@ from bertpre.batches import BatchStream, MaskingCollator, PretrainingInstances
 from bertpre.config import Config, check_world_size, load_config, resolve
 from bertpre.data import DataFolder, load_data
 from bertpre.errors import WRITE_ERRNOS, UserError
-from bertpre.labels import IGNORE_INDEX
 from bertpre.model import BertForPreTraining
 from bertpre.model.cost import training_flops_per_token
 from bertpre.tokenizer import load_tokenizer
@@ -34,16 +32,23 @@ from bertpre.train.checkpoint import (
     save_checkpoint,
 )
 from bertpre.train.evaluation import Evaluator
-from bertpre.train.metrics import STATS, MetricsWindow, MetricsWriter, ProgressBar, gpu_scalars
+from bertpre.train.metrics import MetricsWindow, MetricsWriter, ProgressBar, gpu_scalars
 from bertpre.train.optim import build_optimizer, learning_rate
 from bertpre.train.run_folder import RunLock, check_resume_config
 from bertpre.train.runtime import (
     Runtime,
     all_reduce_sum,
-    barrier,
     init_runtime,
     seed_everything,
     shutdown,
+)
+from bertpre.train.step import (
+    DEVICE_STATS,
+    HOST_STATS,
+    HostCounts,
+    PretrainingObjective,
+    device_batch,
+    freeze_pair_head,
 )
 
 MAX_CONSECUTIVE_SKIPS = 20  # fp16 overflow skips in a row before the run is declared diverged
@@ -67,17 +72,29 @@ class TrainResult:
 
 @dataclass
 class StepStats:
-    """One optimizer step, summed over its micro-batches and all processes."""
+    """One optimizer step, summed over its micro-batches and all processes.
 
-    sums: torch.Tensor  # float64, in STATS order: the loss and accuracy numerators and counts
+    `device_sums` and `grad_norm` stay on the device: reading them (`sums`, `loss`) waits for
+    the GPU, so the loop reads them only once per logging window.
+    """
+
+    device_sums: torch.Tensor  # float64 on the device, DEVICE_STATS order
+    host_counts: list[int]  # HOST_STATS order, known before the batch was copied
     lr: float
-    grad_norm: float
+    grad_norm: torch.Tensor  # on the device
     skipped: bool  # an fp16 overflow: no update was made and the schedule does not advance
+
+    @property
+    def sums(self) -> dict[str, float]:
+        """Every STATS sum as a number (reads the device)."""
+        values = dict(zip(DEVICE_STATS, self.device_sums.tolist(), strict=True))
+        values.update(zip(HOST_STATS, map(float, self.host_counts), strict=True))
+        return values
 
     @property
     def loss(self) -> float:
         """Mean MLM loss over the step's predictions plus mean pair loss over its pairs."""
-        sums = dict(zip(STATS, self.sums.tolist(), strict=True))
+        sums = self.sums
         return sums["mlm_loss"] / max(sums["predictions"], 1) + sums["pair_loss"] / max(sums["pairs"], 1)
 
 
@@ -107,7 +124,8 @@ def pretrain(config: Config, *, resume: bool = True) -> TrainResult:
 
     Resumes from `RUN/checkpoints/latest` when `resume` and a checkpoint exist.
     """
-    runtime = init_runtime(config.train.precision)
+    runtime = init_runtime(config.train.precision, device=config.train.device,
+                           deterministic=config.train.deterministic)
     try:
         with Trainer(config, runtime, resume=resume) as trainer:
             return trainer.train()
@@ -129,7 +147,8 @@ class Trainer:
     """
 
     def __init__(self, config: Config, runtime: Runtime | None = None, *, resume: bool = True) -> None:
-        runtime = runtime or init_runtime(config.train.precision)
+        runtime = runtime or init_runtime(config.train.precision, device=config.train.device,
+                                          deterministic=config.train.deterministic)
         self.config, self.runtime = config, runtime
         train = config.train
         self.accumulation = check_world_size(config, runtime.world_size)
@@ -147,6 +166,8 @@ class Trainer:
         self.notes = [runtime.note] if runtime.note else []
         if runtime.note and runtime.is_main:
             print(f"note: {runtime.note}", file=sys.stderr)
+        if runtime.is_main and runtime.precision_line:
+            print(runtime.precision_line, file=sys.stderr)
         if runtime.is_main:
             for warning in config.warnings():
                 print(f"warning: {warning}", file=sys.stderr)
@@ -155,16 +176,24 @@ class Trainer:
         self.model = BertForPreTraining(config.model).to(runtime.device)
         self.model.set_gradient_checkpointing(train.gradient_checkpointing)
         self.optimizer = build_optimizer(self.model, config.optim, runtime.device)
+        if config.data.pair_task == "none":
+            # After the optimizer is built: its state keeps one layout whatever the pair task.
+            freeze_pair_head(self.model)
         self.scaler = runtime.grad_scaler()
         seed_everything(train.seed + runtime.rank)  # dropout differs across processes
         instances = PretrainingInstances.from_config(
             self.data.train, self.data.tokenizer, config.data, seed=train.seed, rank=runtime.rank,
             world_size=runtime.world_size)
-        self.stream = BatchStream(instances, MaskingCollator.from_config(self.data.tokenizer, config.data, train.seed),
+        collate = MaskingCollator.from_config(self.data.tokenizer, config.data, train.seed,
+                                              fixed_shapes=train.compile)
+        self.stream = BatchStream(instances, collate,
                                   micro_batch_size=train.micro_batch_size,
                                   num_workers=config.data.num_workers,
                                   pin_memory=runtime.device.type == "cuda", seed=train.seed)
         self.step, self.skipped_steps, self.consecutive_skips = 0, 0, 0
+        # The first step whose loss or gradient norm was not finite (0: none), kept on the
+        # device and read only before a log, an evaluation or a save.
+        self.diverged_at = torch.zeros((), dtype=torch.int64, device=runtime.device)
         if latest is not None:
             self.load_state_dict(load_checkpoint(latest, model=self.model, optimizer=self.optimizer,
                                                  scaler=self.scaler, runtime=runtime), latest)
@@ -186,8 +215,11 @@ class Trainer:
         if runtime.is_main:
             self.prepare_run_folder()
         self.trained_model = self.wrap_model()
+        # Every process scores its share of the validation batches.
         self.evaluator = Evaluator(self.data, config.data, micro_batch_size=train.micro_batch_size,
-                                   seed=train.seed) if runtime.is_main else None
+                                   seed=train.seed, rank=runtime.rank, world_size=runtime.world_size)
+        # Read after each fp16 step (whether it was skipped); before the first, it needs no read.
+        self.loss_scale = self.scaler.get_scale() if self.scaler is not None else 1.0
         self.metrics = MetricsWriter(self.run_dir, enabled=runtime.is_main,
                                      purge_after=self.step if resumed else None)
         self.progress = ProgressBar(start_step=self.step, max_steps=train.max_steps,
@@ -217,7 +249,7 @@ class Trainer:
                 if stats.skipped:
                     continue
                 self.step += 1
-                self.window.add(stats.sums)
+                self.window.add(stats.device_sums, stats.host_counts, stats.grad_norm)
                 finished = self.step == train.max_steps
                 if self.step % train.log_every == 0 or finished:
                     self.log(stats)
@@ -226,6 +258,7 @@ class Trainer:
                     self.evaluate()
                 stop = self.stop_requested(signals)
                 if self.step % train.save_every == 0 or finished or stop:
+                    self.check_finite()  # a diverged model is never saved
                     self.metrics.flush()  # logs reach the checkpoint's step before it exists
                     self.save()
                 if stop:
@@ -236,53 +269,80 @@ class Trainer:
                            exit_code=exit_code, notes=self.notes)
 
     def train_step(self) -> StepStats:
-        """One optimizer step: lr, micro-batches forward and backward, unscale and clip, update."""
+        """One optimizer step: lr, micro-batches forward and backward, unscale and clip, update.
+
+        Nothing here reads the device, but the fp16 loss scale (once) and, across processes,
+        the step's counts: the CPU queues the whole step ahead of the GPU.
+        """
         optim, runtime = self.config.optim, self.runtime
         lr = learning_rate(self.step, lr=optim.lr, warmup_steps=optim.warmup_steps,
                            max_steps=self.config.train.max_steps, schedule=optim.schedule)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        # Each micro-batch's mean loss is weighted by its share of the step's predictions
-        # (over all processes), so any split of the batch gives the same gradient.
-        micro_batches = [self.stream.next() for _ in range(self.accumulation)]
-        totals = count_targets(micro_batches, runtime)
-        sums = torch.zeros(len(STATS), dtype=torch.float64, device=runtime.device)
-        for index, batch in enumerate(micro_batches):
-            batch = {k: v.to(runtime.device, non_blocking=True) for k, v in batch.items()
-                     if isinstance(v, torch.Tensor)}
-            final_micro = index == self.accumulation - 1
-            no_sync = (self.trained_model.no_sync() if runtime.distributed and not final_micro
-                       else contextlib.nullcontext())
-            with no_sync:
-                with runtime.autocast():
-                    out = self.trained_model(
-                        batch["input_ids"], attention_mask=batch["attention_mask"],
-                        token_type_ids=batch["token_type_ids"], labels=batch["labels"],
-                        next_sentence_label=batch.get("next_sentence_label"),
-                        label_smoothing=optim.label_smoothing)
-                loss, micro_sums = weigh_losses(out, batch, totals)
-                loss = loss * runtime.world_size  # DDP averages gradients over processes
-                (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
-            sums += micro_sums
+        host_batches = [self.stream.next() for _ in range(self.accumulation)]
+        totals = step_totals([HostCounts.of(batch) for batch in host_batches], runtime)
+        # Every copy is queued before the first forward, so the copies overlap the compute.
+        batches = [device_batch(batch, runtime.device, keep_attention_mask=self.config.train.compile)
+                   for batch in host_batches]
+        # Each micro-batch's loss sums are divided by the step's counts (over all processes),
+        # so any split of the batch gives the same gradient; DDP averages over processes.
+        weights = [runtime.world_size / total if total else 0.0 for total in totals[:2]]
+        device_sums = torch.zeros(len(DEVICE_STATS), dtype=torch.float64, device=runtime.device)
+        for index, batch in enumerate(batches):
+            device_sums += self.forward_backward(batch, weights, sync=index == len(batches) - 1)
+        all_reduce_sum(device_sums, runtime)
+        grad_norm, skipped = self.update(device_sums)
+        stats = StepStats(device_sums=device_sums, host_counts=totals, lr=lr, grad_norm=grad_norm,
+                          skipped=skipped)
+        self.count_skip(stats)
+        return stats
 
+    def forward_backward(self, batch: dict[str, torch.Tensor], weights: list[float], *,
+                         sync: bool) -> torch.Tensor:
+        """One micro-batch on the device; returns its DEVICE_STATS sums.
+
+        Args:
+            weights: what the MLM and pair loss sums are multiplied by.
+            sync: the step's last micro-batch, whose backward all-reduces the gradients.
+        """
+        no_sync = (self.trained_model.no_sync() if self.runtime.distributed and not sync
+                   else contextlib.nullcontext())
+        with no_sync:
+            with self.runtime.autocast():
+                mlm_loss_sum, pair_loss_sum, sums = self.trained_model(batch)
+            loss = mlm_loss_sum * weights[0] + pair_loss_sum * weights[1]
+            (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
+        return sums
+
+    def update(self, device_sums: torch.Tensor) -> tuple[torch.Tensor, bool]:
+        """Unscale, clip and step; returns the gradient norm (on the device) and whether an fp16
+        overflow skipped the update."""
+        optim = self.config.optim
         if self.scaler is not None:
             self.scaler.unscale_(self.optimizer)
         max_norm = optim.max_grad_norm if optim.max_grad_norm > 0 else float("inf")
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm))
-        all_reduce_sum(sums, runtime)
-        stats = StepStats(sums=sums.cpu(), lr=lr, grad_norm=grad_norm, skipped=False)
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
+        skipped = False
         if self.scaler is None:
-            if not (math.isfinite(stats.loss) and math.isfinite(grad_norm)):
-                raise TrainingDiverged(diverged_message(self.step, stats.loss, grad_norm, self.run_dir))
+            finite = torch.isfinite(device_sums).all() & torch.isfinite(grad_norm)
+            first = (self.diverged_at > 0) | finite
+            self.diverged_at = torch.where(first, self.diverged_at, self.step + 1)
             self.optimizer.step()
         else:
-            scale_before = self.scaler.get_scale()
             self.scaler.step(self.optimizer)
             self.scaler.update()
-            stats.skipped = self.scaler.get_scale() < scale_before
+            # The step's one read: a skipped update must not advance the schedule.
+            scale = self.scaler.get_scale()
+            skipped, self.loss_scale = scale < self.loss_scale, scale
         self.optimizer.zero_grad(set_to_none=True)
-        self.count_skip(stats)
-        return stats
+        return grad_norm, skipped
+
+    def check_finite(self) -> None:
+        """Stop, keeping the last good checkpoint, if a step since the start went non-finite."""
+        step = int(self.diverged_at) if self.scaler is None else 0
+        if step:
+            raise TrainingDiverged(diverged_message(step, "the loss or the gradient norm is not finite",
+                                                    self.run_dir))
 
     def count_skip(self, stats: StepStats) -> None:
         """Count fp16 overflow skips; too many in a row means the run diverged."""
@@ -292,12 +352,13 @@ class Trainer:
         self.skipped_steps += 1
         self.consecutive_skips += 1
         if self.consecutive_skips >= MAX_CONSECUTIVE_SKIPS:
-            raise TrainingDiverged(diverged_message(self.step, stats.loss, stats.grad_norm,
-                                                    self.run_dir, skips=self.consecutive_skips))
+            raise TrainingDiverged(diverged_message(
+                self.step + 1, f"{self.consecutive_skips} fp16 steps in a row overflowed", self.run_dir))
 
     def log(self, stats: StepStats) -> None:
         """Write the logging window's scalars (TensorBoard, metrics.jsonl, progress bar)."""
-        scalars = self.window.scalars(lr=stats.lr, grad_norm=stats.grad_norm, scaler=self.scaler,
+        self.check_finite()
+        scalars = self.window.scalars(lr=stats.lr, loss_scale=self.loss_scale,
                                       skipped_steps=self.skipped_steps)
         scalars.update(gpu_scalars(self.runtime, scalars["perf/tokens_per_s"], self.token_flops))
         self.metrics.log(self.step, scalars)
@@ -307,19 +368,19 @@ class Trainer:
         self.window.reset(self.step)
 
     def evaluate(self) -> None:
-        """Score the validation split (main process) and log it as `eval/*`."""
-        if self.evaluator is not None:
-            results = self.evaluator(self.model, device=self.runtime.device,
-                                     autocast=self.runtime.autocast())
-            self.metrics.log(self.step, {f"eval/{k}": float(v) for k, v in results.items()
-                                         if v == v})  # NaN: nothing to measure (no pairs)
-        barrier(self.runtime)
+        """Score the validation split (each process its share) and log it as `eval/*`."""
+        self.check_finite()
+        results = self.evaluator(self.model, device=self.runtime.device,
+                                 autocast=self.runtime.autocast())
+        self.metrics.log(self.step, {f"eval/{k}": float(v) for k, v in results.items()
+                                     if v == v})  # NaN: nothing to measure (no pairs)
 
     def stop_requested(self, signals: StopSignals) -> int:
         """The signal number any process received (0 for none), agreed by all processes."""
+        if not self.runtime.distributed:
+            return signals.received or 0
         stop = torch.tensor([signals.received or 0], device=self.runtime.device)
-        if self.runtime.distributed:
-            torch.distributed.all_reduce(stop, op=torch.distributed.ReduceOp.MAX)
+        torch.distributed.all_reduce(stop, op=torch.distributed.ReduceOp.MAX)
         return int(stop)
 
     def state_dict(self) -> dict[str, int]:
@@ -370,10 +431,10 @@ class Trainer:
             staging.replace(self.run_dir / "tokenizer")
 
     def wrap_model(self) -> torch.nn.Module:
-        """The model as the step calls it: compiled and/or DDP-wrapped as configured."""
-        model = self.model
+        """The objective as the step calls it: compiled whole and/or DDP-wrapped as configured."""
+        model = PretrainingObjective(self.model, self.config.optim.label_smoothing)
         if self.config.train.compile:
-            model = torch.compile(model)
+            model = torch.compile(model, fullgraph=True)
         if self.runtime.distributed:
             device_ids = [self.runtime.local_rank] if self.runtime.device.type == "cuda" else None
             model = DistributedDataParallel(model, device_ids=device_ids)
@@ -394,47 +455,13 @@ def check_tokenizer_matches(run_dir: Path, data: DataFolder) -> None:
         check_same_vocab(data.tokenizer, load_tokenizer(saved), data.path, f"run {run_dir}")
 
 
-def count_targets(micro_batches: list[dict[str, torch.Tensor]], runtime: Runtime) -> list[float]:
-    """The step's [MLM predictions, pair labels], summed over micro-batches and processes."""
-    predictions = sum(int((batch["labels"] != IGNORE_INDEX).sum()) for batch in micro_batches)
-    pairs = sum(int((batch["next_sentence_label"] != IGNORE_INDEX).sum()) for batch in micro_batches
-                if "next_sentence_label" in batch)  # absent under pair_task none
-    totals = torch.tensor([predictions, pairs], dtype=torch.float64, device=runtime.device)
-    return all_reduce_sum(totals, runtime).tolist()
-
-
-def weigh_losses(out: Any, batch: dict[str, torch.Tensor],
-                 totals: list[float]) -> tuple[torch.Tensor, torch.Tensor]:
-    """This micro-batch's share of the step loss, and its sums for logging (STATS order).
-
-    Args:
-        totals: the step's [predictions, pairs] over all micro-batches and processes.
-    """
-    predicted = batch["labels"] != IGNORE_INDEX
-    targets = batch["labels"][predicted]
-    pair_labels = batch.get("next_sentence_label")
-    if pair_labels is None:  # pair_task none
-        pair_labels = torch.full_like(batch["labels"][:, 0], IGNORE_INDEX)
-    paired = pair_labels != IGNORE_INDEX
-    predictions, pairs = int(predicted.sum()), int(paired.sum())
-    loss = out.mlm_loss * (predictions / totals[0] if totals[0] else 0.0)
-    has_pairs = out.pair_loss is not None and pairs > 0
-    if has_pairs:
-        loss = loss + out.pair_loss * (pairs / totals[1])
-    with torch.no_grad():
-        pair_correct = (out.seq_relationship_logits.argmax(-1)[paired] == pair_labels[paired]).sum()
-        values = [
-            out.mlm_loss.double() * predictions,
-            predictions,
-            (out.prediction_logits.argmax(-1) == targets).sum(),
-            out.pair_loss.double() * pairs if has_pairs else 0.0,
-            pairs,
-            pair_correct,
-            batch["attention_mask"].sum(),
-        ]
-        stats = torch.stack([torch.as_tensor(v, dtype=torch.float64, device=targets.device)
-                             for v in values])
-    return loss, stats
+def step_totals(counts: list[HostCounts], runtime: Runtime) -> list[int]:
+    """The step's HOST_STATS: summed over its micro-batches, and over processes when distributed."""
+    totals = [sum(values) for values in zip(*(count.as_list() for count in counts), strict=True)]
+    if not runtime.distributed:
+        return totals
+    reduced = torch.tensor(totals, dtype=torch.int64, device=runtime.device)
+    return [int(value) for value in all_reduce_sum(reduced, runtime).tolist()]
 
 
 def kept_checkpoint(run_dir: Path) -> str:
@@ -454,9 +481,7 @@ def write_failed(error: Exception, what: str, run_dir: Path) -> UserError:
                      f"or make {run_dir} writable, then run the same command again to resume")
 
 
-def diverged_message(step: int, loss: float, grad_norm: float, run_dir: Path, skips: int = 0) -> str:
-    kept = kept_checkpoint(run_dir)
-    what = (f"{skips} fp16 steps in a row overflowed" if skips
-            else f"loss {loss} / gradient norm {grad_norm} is not finite")
-    return (f"training diverged at step {step + 1}: {what}; {kept}; "
+def diverged_message(step: int, what: str, run_dir: Path) -> str:
+    """The one line for a run that stopped being finite at (1-based) `step`."""
+    return (f"training diverged at step {step}: {what}; {kept_checkpoint(run_dir)}; "
             "lower optim.lr, raise optim.warmup_steps or use train.precision=bf16")

@@ -80,10 +80,14 @@ def test_padding_and_output_layout(tokenizer):
         "labels",
         "next_sentence_label",
         "mask_action",
+        "masked_lm_positions",
+        "masked_lm_ids",
     }
+    slots = int((batch["labels"] != -100).sum(dim=1).max())  # no cap: the batch's most predictions
     for name, tensor in batch.items():
         assert tensor.dtype == torch.long
-        assert tensor.shape == ((5,) if name == "next_sentence_label" else (5, longest))
+        assert tensor.shape == ((5,) if name == "next_sentence_label" else
+                                (5, slots) if name.startswith("masked_lm") else (5, longest))
     assert batch["next_sentence_label"].tolist() == [0, 1, 0, 1, 0]
     for row, instance in enumerate(instances):
         n = len(instance["input_ids"])
@@ -140,6 +144,29 @@ def test_max_predictions_per_seq_caps_the_count(tokenizer):
     instances = random_instances(tokenizer, 50, seed=3, min_length=60, max_length=120)
     batch = MaskingCollator(tokenizer, max_predictions_per_seq=5)(instances)
     assert ((batch["labels"] != -100).sum(dim=1) == 5).all()
+
+
+@pytest.mark.parametrize("whole_word_mask", [False, True])
+def test_fixed_size_predictions_list_the_labels_in_position_order(tokenizer, whole_word_mask):
+    instances = random_instances(tokenizer, 40, seed=7, min_length=4, max_length=120, pieces=True)
+    batch = MaskingCollator(tokenizer, max_predictions_per_seq=12, whole_word_mask=whole_word_mask,
+                            seed=3)(instances)
+    positions, ids, labels = batch["masked_lm_positions"], batch["masked_lm_ids"], batch["labels"]
+    assert positions.shape == ids.shape == (40, 12)
+    for row in range(40):
+        predicted = torch.nonzero(labels[row] != -100).flatten()
+        count = len(predicted)
+        assert positions[row, :count].tolist() == predicted.tolist()  # increasing positions
+        assert ids[row, :count].tolist() == labels[row, predicted].tolist()
+        assert (positions[row, count:] == 0).all() and (ids[row, count:] == -100).all()
+    # The gather the model does: hidden states at the positions, labels at the same places.
+    gathered = labels.gather(1, positions)
+    assert torch.equal(torch.where(ids != -100, gathered, -100), ids)
+    # Fixed shapes: P is the cap whatever the batch; without a cap, the padded length.
+    few = MaskingCollator(tokenizer, max_predictions_per_seq=12)(instances[:2])
+    assert few["masked_lm_positions"].shape == (2, 12)
+    uncapped = MaskingCollator(tokenizer, pad_to_length=128)(instances[:2])
+    assert uncapped["masked_lm_ids"].shape == (2, 128)
 
 
 def test_whole_words_are_chosen_all_or_nothing(tokenizer):

@@ -106,6 +106,40 @@ def test_label_smoothing_and_missing_labels() -> None:
     assert dense.shape == (3, 12, 97)
 
 
+def fixed_size_layout(labels: torch.Tensor, slots: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Google's (B, P) masked_lm_positions / masked_lm_ids, written out with a loop."""
+    positions = torch.zeros(labels.shape[0], slots, dtype=torch.long)
+    ids = torch.full((labels.shape[0], slots), -100)
+    for row in range(labels.shape[0]):
+        where = torch.nonzero(labels[row] != -100).flatten()
+        positions[row, : len(where)], ids[row, : len(where)] = where, labels[row, where]
+    return positions, ids
+
+
+@pytest.mark.parametrize("label_smoothing", [0.0, 0.1])
+def test_fixed_size_predictions_equal_the_labels_path(label_smoothing: float) -> None:
+    model = BertForPreTraining(tiny_config()).eval()
+    inputs = batch()
+    positions, ids = fixed_size_layout(inputs["labels"], slots=8)
+    with torch.no_grad():
+        sparse = model(**inputs, label_smoothing=label_smoothing)
+        fixed = model(inputs["input_ids"], inputs["attention_mask"], inputs["token_type_ids"],
+                      next_sentence_label=inputs["next_sentence_label"], label_smoothing=label_smoothing,
+                      masked_lm_positions=positions, masked_lm_ids=ids)
+    assert fixed.prediction_logits.shape == (3, 8, 97)
+    torch.testing.assert_close(fixed.prediction_logits[ids != -100], sparse.prediction_logits, atol=1e-6, rtol=0)
+    for name in ("loss", "mlm_loss", "pair_loss", "mlm_loss_sum", "pair_loss_sum"):
+        torch.testing.assert_close(getattr(fixed, name), getattr(sparse, name), atol=1e-5, rtol=1e-6)
+    predictions = int((inputs["labels"] != -100).sum())
+    torch.testing.assert_close(fixed.mlm_loss_sum / predictions, fixed.mlm_loss, atol=1e-6, rtol=0)
+    # Pair labels of -100 count for nothing: the mean is over the labelled rows only.
+    pair_labels = torch.tensor([1, -100, 0])
+    with torch.no_grad():
+        partial = model(inputs["input_ids"], inputs["attention_mask"], next_sentence_label=pair_labels)
+    expected = F.cross_entropy(partial.seq_relationship_logits[[0, 2]], pair_labels[[0, 2]])
+    torch.testing.assert_close(partial.pair_loss, expected, atol=1e-6, rtol=0)
+
+
 @pytest.mark.parametrize("changes", [{}, {"embedding_size": 16, "share_layers": True}])
 def test_gradient_checkpointing_gives_the_same_gradients(changes: dict) -> None:
     config = tiny_config(**changes)

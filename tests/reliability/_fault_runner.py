@@ -95,6 +95,7 @@ def install(fault: str) -> None:
             out = real_forward(self, *args, **kwargs)
             if self.training and hit():
                 out.mlm_loss = out.mlm_loss * bad
+                out.mlm_loss_sum = out.mlm_loss_sum * bad
                 out.loss = out.loss * bad
             return out
 

@@ -13,8 +13,16 @@ from safetensors.torch import load_file
 
 ROOT = Path(__file__).parents[2]
 FAULT_RUNNER = Path(__file__).with_name("_fault_runner.py")
-ENV = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
-ENV.pop("BERTPRE_FAULT", None)
+
+
+def child_env() -> dict[str, str]:
+    """The environment of a CLI subprocess, read when it starts (a gpu test gives CUDA back)."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+    env.pop("BERTPRE_FAULT", None)
+    return env
+
+
+ENV = child_env()
 # What a checkpoint folder must hold to be complete (fp32, one process).
 CHECKPOINT_FILES = {"config.json", "model.safetensors", "optimizer.pt", "rng_state_0.pt",
                     "trainer_state.json"}
@@ -66,7 +74,7 @@ def bertpre_command(*args: str | Path, fault: str | None = None) -> list[str]:
 
 
 def fault_env(fault: str | None) -> dict[str, str]:
-    return dict(ENV, BERTPRE_FAULT=fault) if fault else ENV
+    return dict(child_env(), BERTPRE_FAULT=fault) if fault else child_env()
 
 
 def run_cli(*args: str | Path, fault: str | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -83,7 +91,7 @@ def pretrain_args(config: Path, data: Path, out: Path, *settings: str) -> list[s
 
 
 def start_pretrain(config: Path, data: Path, out: Path, *settings: str) -> subprocess.Popen:
-    return subprocess.Popen(bertpre_command(*pretrain_args(config, data, out, *settings)), env=ENV,
+    return subprocess.Popen(bertpre_command(*pretrain_args(config, data, out, *settings)), env=child_env(),
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 

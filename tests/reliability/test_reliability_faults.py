@@ -6,7 +6,6 @@ import shutil
 import subprocess
 
 import pytest
-import torch
 from _reliability_harness import (
     assert_same_params,
     check_complete,
@@ -87,14 +86,14 @@ def test_nan_loss_under_fp32_stops_with_one_line_and_keeps_last_checkpoint(
     run_dir = tmp_path / "run"
     # forward pass 15 is the first micro-batch of step 8 (2 micro-batches a step)
     result = run_cli(*pretrain_args(tiny_config, data_dir, run_dir), fault="nan_loss:15")
-    assert_stopped_with_one_line(result, "training diverged at step 8", "loss nan",
+    assert_stopped_with_one_line(result, "training diverged at step 8", "is not finite",
                                  'the last good checkpoint is "step-00000006"')
     assert check_complete(latest_folder(run_dir)) == 6
     assert [row["step"] for row in metric_rows(run_dir)] == list(range(1, 8))
     resume_finishes_like_reference(tiny_config, data_dir, run_dir, reference_run)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="fp16 loss scaling needs a CUDA GPU")
+@pytest.mark.gpu  # fp16 loss scaling needs a CUDA GPU
 def test_inf_gradient_under_fp16_skips_the_step_and_counts_it(tiny_config, data_dir, tmp_path):
     settings = ("train.precision=fp16",)
     clean, faulty = tmp_path / "clean", tmp_path / "faulty"

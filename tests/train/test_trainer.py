@@ -185,7 +185,7 @@ def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(data_dir, tmp_
             out = super().forward(*args, **kwargs)
             PoisonedModel.calls += 1
             if PoisonedModel.calls > 3:
-                out.mlm_loss = out.mlm_loss * float("nan")
+                out.mlm_loss_sum = out.mlm_loss_sum * float("nan")
             return out
 
     monkeypatch.setattr(trainer, "BertForPreTraining", PoisonedModel)
@@ -208,7 +208,7 @@ def fp16_on_cpu(monkeypatch, infinite_calls):
     from bertpre.train.runtime import Runtime
 
     monkeypatch.setattr(trainer, "init_runtime",
-                        lambda precision: Runtime(device=torch.device("cpu"), precision="fp16"))
+                        lambda *args, **kwargs: Runtime(device=torch.device("cpu"), precision="fp16"))
 
     class OverflowingModel(trainer.BertForPreTraining):
         calls = 0
@@ -217,7 +217,7 @@ def fp16_on_cpu(monkeypatch, infinite_calls):
             out = super().forward(*args, **kwargs)
             OverflowingModel.calls += 1
             if self.training and infinite_calls(OverflowingModel.calls):
-                out.mlm_loss = out.mlm_loss * float("inf")
+                out.mlm_loss_sum = out.mlm_loss_sum * float("inf")
             return out
 
     monkeypatch.setattr(trainer, "BertForPreTraining", OverflowingModel)
