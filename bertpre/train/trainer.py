@@ -166,8 +166,6 @@ class Trainer:
         self.notes = [runtime.note] if runtime.note else []
         if runtime.note and runtime.is_main:
             print(f"note: {runtime.note}", file=sys.stderr)
-        if runtime.is_main and runtime.precision_line:
-            print(runtime.precision_line, file=sys.stderr)
         if runtime.is_main:
             for warning in config.warnings():
                 print(f"warning: {warning}", file=sys.stderr)
@@ -242,6 +240,8 @@ class Trainer:
         """Run steps until `train.max_steps` or a stop signal; log, evaluate and save on schedule."""
         train = self.config.train
         exit_code = 0
+        if self.runtime.is_main and self.runtime.precision_line:  # said once the run is set up
+            print(self.runtime.precision_line, file=sys.stderr)
         with StopSignals() as signals, contextlib.closing(self.metrics), \
                 contextlib.closing(self.progress):
             while self.step < train.max_steps:

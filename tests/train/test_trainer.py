@@ -152,15 +152,17 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def test_ddp_two_gloo_processes_equal_one_process_with_accumulation(data_dir, tmp_path):
+@pytest.mark.parametrize("pair_task", ["nsp", "none"])
+def test_ddp_two_gloo_processes_equal_one_process_with_accumulation(data_dir, tmp_path, pair_task):
+    # Under pair_task none the pooler and pair head get no gradient: frozen, DDP waits for none.
     common = ["model.hidden_dropout_prob=0.0", "model.attention_probs_dropout_prob=0.0",
-              "train.batch_size=16", "train.micro_batch_size=4", "train.max_steps=3"]
+              "train.batch_size=16", "train.micro_batch_size=4", "train.max_steps=3",
+              f"data.pair_task={pair_task}", "train.eval_every=3"]
     single = pretrain(tiny_config(data_dir, tmp_path / "single", *common))
     port = str(free_port())
     command = [sys.executable, "-m", "bertpre", "pretrain", "--config", str(TINY),
                "--data", str(data_dir), "--out", str(tmp_path / "ddp"),
-               *[arg for item in common + ["train.log_every=1", "train.eval_every=1000"]
-                 for arg in ("--set", item)]]
+               *[arg for item in common + ["train.log_every=1"] for arg in ("--set", item)]]
     processes = [subprocess.Popen(command, env=dict(ENV, RANK=str(rank), LOCAL_RANK=str(rank),
                                                     WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
                                                     MASTER_PORT=port),
@@ -172,6 +174,13 @@ def test_ddp_two_gloo_processes_equal_one_process_with_accumulation(data_dir, tm
     rows = [json.loads(line) for line in (tmp_path / "ddp" / "metrics.jsonl").read_text().splitlines()]
     ddp_losses = [row["train/loss"] for row in rows if "train/loss" in row]
     assert ddp_losses == pytest.approx(step_losses(single.run_dir), abs=1e-6)
+    # Evaluation split across the two processes gives the one process's figures.
+    single_rows = [json.loads(line) for line in (single.run_dir / "metrics.jsonl").read_text().splitlines()]
+    evaluated = [{k: v for k, v in row.items() if k.startswith("eval/")} for row in rows + single_rows
+                 if "eval/mlm_loss" in row]
+    assert len(evaluated) == 2 and evaluated[0].keys() == evaluated[1].keys()
+    for key, value in evaluated[1].items():
+        assert evaluated[0][key] == pytest.approx(value, rel=1e-6), key
     a, b = final_weights(tmp_path / "single"), final_weights(tmp_path / "ddp")
     for name in a:
         torch.testing.assert_close(a[name], b[name], atol=1e-6, rtol=0)
