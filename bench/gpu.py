@@ -1,27 +1,37 @@
 """GPU training throughput, MFU and gradient checkpointing: bertpre next to transformers.
 
-    .venv/bin/python -m bench.gpu throughput                       # BERT-base, length 128, batch 256
+    .venv/bin/python -m bench.gpu throughput                       # BERT-base, length 128, batch 256, bf16
     .venv/bin/python -m bench.gpu throughput --model large         # BERT-large at 128
     .venv/bin/python -m bench.gpu throughput --seq-length 512 --micro-batch-size 64   # base at 512
+    .venv/bin/python -m bench.gpu throughput --compile             # the objective compiled (train.compile)
+    .venv/bin/python -m bench.gpu throughput --precision fp16      # fp16 autocast + GradScaler (old GPUs)
     .venv/bin/python -m bench.gpu checkpointing                    # memory saving, cost, largest batch
     .venv/bin/python -m bench.gpu matmul                           # the dense fp16/bf16 rate only
 
 throughput: one optimizer step on a global batch (default 256 sequences, accumulated from
-micro-batches when --micro-batch-size is smaller), fp16 autocast with a GradScaler, fused AdamW
-for both models (--no-fused: foreach AdamW for both). The peer is
-`transformers.BertForPreTraining` run eagerly with its default attention (SDPA), same weights,
-same batch. Rounds of steps alternate between the two; medians are compared. MFU uses
-FLOPs/token = 6·N_enc + 12·L·s·d + 6·f·(d² + d·V) (`bertpre.model.cost`), f = predicted share, against
-the fp16 matmul rate measured here (large square matmuls).
+micro-batches when --micro-batch-size is smaller), --precision autocast for both models (bf16 by
+default, as the trainer on a modern GPU; fp16 adds a GradScaler), gradient clipping, fused AdamW
+for both models (--no-fused: foreach AdamW for both).
+bertpre's side is the trainer's step: `bertpre.train.step.PretrainingObjective` on Google's
+fixed-size (B, P) masked_lm_positions / masked_lm_ids, loss = MLM loss sum / predictions + pair
+loss sum / pairs with the counts taken on the CPU at set-up, no attention mask for a micro-batch
+without padding (kept under --compile, which compiles the objective with fullgraph=True, as
+`train.compile` does: one graph). The peer is `transformers.BertForPreTraining` run Hugging Face's
+way: `model(**batch).loss` from `labels`, eagerly, with its default attention (SDPA), same
+weights, same batch, same autocast dtype. Rounds of steps alternate between the two; medians are
+compared. MFU uses FLOPs/token = 6·N_enc + 12·L·s·d + 6·f·(d² + d·V) (`bertpre.model.cost`),
+f = predicted share, against the matmul rate of the --precision dtype measured here (large
+square matmuls).
 
 Batches are synthetic but shaped like real ones (`bench.common.make_batch`): [CLS] A [SEP] B
 [SEP] segments, 10% of rows shorter and padded (--short-rows; ~4% padding, as measured on
 article-level wikitext-2 NSP instances at 128), round(0.15·(n-3)) predicted positions per row of
 n tokens (capped at 20 for s=128, 76 for s=512, as Google's recipe), random pair labels.
 Tokens/s count non-padding tokens.
-The checkpointing measurements use full rows, the worst case for memory.
+The checkpointing measurements use bertpre's side only, on full rows, the worst case for memory.
 
-Without a CUDA device every subcommand prints "no CUDA device: skipping" and exits 0.
+Without a CUDA device every subcommand prints "no CUDA device: skipping" and exits 0 (with the
+hidden --allow-cpu, throughput runs on the CPU as a code check and writes nothing).
 """
 from __future__ import annotations
 
@@ -29,18 +39,37 @@ import argparse
 import gc
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
-from bench.common import RESULTS, VOCAB_SIZE, make_batch, median, print_table, write_result
+from bench.common import (
+    MAX_PREDICTIONS,
+    RESULTS,
+    VOCAB_SIZE,
+    make_batch,
+    median,
+    print_table,
+    write_result,
+)
+
+if TYPE_CHECKING:
+    from bertpre.train.step import HostCounts
 
 SHAPES = {
     "tiny": dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64),
     "base": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072),
     "large": dict(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16, intermediate_size=4096),
 }
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+PRECISIONS = {"bf16": "bf16 autocast", "fp16": "fp16 autocast + GradScaler"}
+IGNORE_INDEX = -100  # bertpre.labels.IGNORE_INDEX and transformers' ignored label
 NO_CUDA = "no CUDA device: skipping"
+
+# A model's loss for one micro-batch, already weighted for the whole step.
+Loss = Callable[[dict[str, torch.Tensor]], torch.Tensor]
 
 
 def model_config(shape: str, seq_length: int) -> dict:
@@ -49,14 +78,14 @@ def model_config(shape: str, seq_length: int) -> dict:
 
 
 def build_models(shape: str, seq_length: int, device: torch.device, peer: bool,
-                 checkpointing: bool = False, compile_model: bool = False) -> dict[str, torch.nn.Module]:
+                 checkpointing: bool = False) -> dict[str, torch.nn.Module]:
     """bertpre's model and, with `peer`, transformers' with the same weights, in train mode."""
     from bertpre.model import BertConfig, BertForPreTraining
 
     torch.manual_seed(0)
     ours = BertForPreTraining(BertConfig(**model_config(shape, seq_length))).to(device).train()
     ours.set_gradient_checkpointing(checkpointing)
-    models = {"bertpre": torch.compile(ours) if compile_model else ours}
+    models = {"bertpre": ours}
     if peer:
         import transformers
 
@@ -68,30 +97,120 @@ def build_models(shape: str, seq_length: int, device: torch.device, peer: bool,
     return models
 
 
-class Stepper:
-    """One optimizer step on a global batch: fp16 autocast, GradScaler, AdamW, accumulation."""
+def prediction_slots(seq_length: int, batches: list[dict[str, torch.Tensor]]) -> int:
+    """P of the (B, P) layout: Google's cap that `make_batch` applies at this length (20 at 128,
+    76 at 512), as `data.max_predictions_per_seq`; at other lengths the most predictions of a row."""
+    most = max(int((batch["labels"] != IGNORE_INDEX).sum(dim=1).max()) for batch in batches)
+    return MAX_PREDICTIONS.get(seq_length) or max(most, 1)
 
-    def __init__(self, model: torch.nn.Module, device: torch.device, fused: bool) -> None:
-        self.model, self.device = model, device
+
+def fixed_size_predictions(labels: torch.Tensor, slots: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B, P) positions of each row's labels != -100 in increasing order, then 0, and their ids,
+    then -100: the collator's layout (`MaskingCollator.fixed_size_predictions`) of (B, T) labels."""
+    predicted = labels != IGNORE_INDEX
+    counts = predicted.sum(dim=1)
+    if int(counts.max()) > slots:
+        raise ValueError(f"a row has {int(counts.max())} predictions, more than {slots} slots")
+    # A stable sort of "not predicted" puts each row's predicted positions first, in order.
+    order = torch.sort((~predicted).to(torch.uint8), dim=1, stable=True).indices[:, :slots]
+    positions = labels.new_zeros((labels.shape[0], slots))
+    positions[:, : order.shape[1]] = order
+    used = torch.arange(slots, device=labels.device)[None, :] < counts[:, None]
+    positions = positions.where(used, 0)
+    ids = labels.gather(1, positions).where(used, IGNORE_INDEX)
+    return positions, ids
+
+
+def trainer_batches(batches: list[dict[str, torch.Tensor]], slots: int, device: torch.device,
+                    keep_attention_mask: bool) -> tuple[list[dict[str, torch.Tensor]], HostCounts]:
+    """`make_batch`'s CPU micro-batches as the trainer copies them to `device`, and the step's
+    counts, taken on the CPU as `Trainer.train_step` does."""
+    from bertpre.train.step import HostCounts, device_batch
+
+    host = []
+    for batch in batches:
+        positions, ids = fixed_size_predictions(batch["labels"], slots)
+        host.append({**batch, "masked_lm_positions": positions, "masked_lm_ids": ids})
+    counts = [HostCounts.of(batch) for batch in host]
+    totals = HostCounts(predictions=sum(count.predictions for count in counts),
+                        pairs=sum(count.pairs for count in counts),
+                        tokens=sum(count.tokens for count in counts))
+    # `device_batch` drops `labels` and, unless kept, the mask of a batch without padding.
+    return [device_batch(batch, device, keep_attention_mask=keep_attention_mask) for batch in host], totals
+
+
+def objective_loss(objective: Callable, totals: HostCounts) -> Loss:
+    """The trainer's micro-batch loss: the objective's MLM and pair loss sums over the step's counts."""
+    weights = [1 / total if total else 0.0 for total in (totals.predictions, totals.pairs)]
+
+    def loss(batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        mlm_loss_sum, pair_loss_sum, _ = objective(batch)  # the device sums are computed, unread
+        return mlm_loss_sum * weights[0] + pair_loss_sum * weights[1]
+
+    return loss
+
+
+class Stepper:
+    """One optimizer step on a global batch: autocast, a GradScaler under fp16 only, clipping,
+    AdamW, accumulation; `loss` says how the model turns a micro-batch into its loss."""
+
+    def __init__(self, model: torch.nn.Module, loss: Loss, device: torch.device, fused: bool,
+                 precision: str = "bf16") -> None:
+        self.model, self.loss, self.device, self.precision = model, loss, device, precision
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01,
                                            fused=fused or None, foreach=None if fused else True)
-        self.scaler = torch.amp.GradScaler(device.type)
+        self.scaler = self.new_scaler()
+
+    def new_scaler(self) -> torch.amp.GradScaler | None:
+        """fp16's narrow range needs a loss scale; bf16 has fp32's range and none (as the trainer)."""
+        return torch.amp.GradScaler(self.device.type) if self.precision == "fp16" else None
 
     def step(self, micro_batches: list[dict]) -> float:
         """Seconds for forward + backward of every micro-batch, then the optimizer step."""
         synchronize(self.device)
         start = time.perf_counter()
         for batch in micro_batches:
-            with torch.autocast(self.device.type, dtype=torch.float16):
-                loss = self.model(**batch).loss / len(micro_batches)
-            self.scaler.scale(loss).backward()
-        self.scaler.unscale_(self.optimizer)
+            with torch.autocast(self.device.type, dtype=DTYPES[self.precision]):
+                loss = self.loss(batch)
+            (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
+        if self.scaler is not None:
+            self.scaler.unscale_(self.optimizer)
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
-        self.scaler.step(self.optimizer)
-        self.scaler.update()
+        if self.scaler is not None:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         synchronize(self.device)
         return time.perf_counter() - start
+
+
+def bertpre_stepper(model: torch.nn.Module, batches: list[dict[str, torch.Tensor]], device: torch.device,
+                    fused: bool, precision: str, compile_model: bool = False
+                    ) -> tuple[Stepper, list[dict[str, torch.Tensor]], dict]:
+    """bertpre's side as the trainer runs it, its device micro-batches and what describes them."""
+    from bertpre.train.step import PretrainingObjective
+
+    slots = prediction_slots(batches[0]["input_ids"].shape[1], batches)
+    # A compiled step keeps the mask, as the trainer does: one graph for every batch.
+    inputs, totals = trainer_batches(batches, slots, device, keep_attention_mask=compile_model)
+    objective = PretrainingObjective(model)
+    if compile_model:
+        objective = torch.compile(objective, fullgraph=True)
+    described = {"prediction_slots": slots, "predictions": totals.predictions, "pairs": totals.pairs,
+                 "tokens": totals.tokens,
+                 "micro_batches_without_mask": sum("attention_mask" not in batch for batch in inputs)}
+    return Stepper(model, objective_loss(objective, totals), device, fused, precision), inputs, described
+
+
+def peer_stepper(model: torch.nn.Module, batches: list[dict[str, torch.Tensor]], device: torch.device,
+                 fused: bool, precision: str) -> tuple[Stepper, list[dict[str, torch.Tensor]]]:
+    """transformers' side run Hugging Face's way: the mean loss from `labels`, averaged over the
+    micro-batches."""
+    accumulation = len(batches)
+    inputs = [{name: tensor.to(device) for name, tensor in batch.items()} for batch in batches]
+    return Stepper(model, lambda batch: model(**batch).loss / accumulation, device, fused, precision), inputs
 
 
 def synchronize(device: torch.device) -> None:
@@ -119,37 +238,48 @@ def matmul_rate(dtype: torch.dtype, size: int = 8192, repeats: int = 20) -> floa
 def measure_step_rate(shape: str, seq_length: int, micro_batch_size: int, steps: int, peer: bool,
                       batch_size: int | None = None, warmup: int = 5, round_steps: int = 5,
                       fused: bool = True, compile_model: bool = False, short_rows: float = 0.1,
-                      device: torch.device | None = None) -> dict:
+                      device: torch.device | None = None, precision: str = "bf16") -> dict:
     """Median step time and sequences/s for bertpre (and the peer), rounds alternating."""
     device = device or torch.device("cuda")
     batch_size = batch_size or micro_batch_size
     if batch_size % micro_batch_size:
         raise SystemExit(f"--batch-size {batch_size} is not a multiple of --micro-batch-size {micro_batch_size}")
-    models = build_models(shape, seq_length, device, peer, compile_model=compile_model)
-    steppers = {name: Stepper(model, device, fused) for name, model in models.items()}
-    micro_batches = [make_batch(micro_batch_size, seq_length, device, seed, short_rows)
-                     for seed in range(batch_size // micro_batch_size)]
-    tokens = sum(int(batch["attention_mask"].sum()) for batch in micro_batches)  # not padding
-    predicted = sum(int((batch["labels"] != -100).sum()) for batch in micro_batches)
+    models = build_models(shape, seq_length, device, peer)
+    # Made on the CPU: the trainer's counts and mask decisions are taken there, once, at set-up.
+    batches = [make_batch(micro_batch_size, seq_length, "cpu", seed, short_rows)
+               for seed in range(batch_size // micro_batch_size)]
+    ours, ours_inputs, described = bertpre_stepper(models["bertpre"], batches, device, fused, precision,
+                                                   compile_model)
+    steppers, inputs = {"bertpre": ours}, {"bertpre": ours_inputs}
+    if peer:
+        steppers["transformers"], inputs["transformers"] = peer_stepper(models["transformers"], batches,
+                                                                        device, fused, precision)
+    tokens, predicted = described["tokens"], described["predictions"]  # not padding
     times: dict[str, list[float]] = {name: [] for name in models}
     peaks: dict[str, float] = {}
     for name, stepper in steppers.items():
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
         for _ in range(warmup):
-            stepper.step(micro_batches)
+            stepper.step(inputs[name])
         if device.type == "cuda":
             peaks[name] = torch.cuda.max_memory_allocated(device) / 2**30
     names = list(models)
     for round_index in range(-(-steps // round_steps)):
         for name in names if round_index % 2 == 0 else reversed(names):
-            times[name] += [steppers[name].step(micro_batches) for _ in range(round_steps)]
+            times[name] += [steppers[name].step(inputs[name]) for _ in range(round_steps)]
     result = {"settings": {"model": shape, "seq_length": seq_length, "batch_size": batch_size,
                            "micro_batch_size": micro_batch_size, "steps": len(times["bertpre"]),
                            "warmup": warmup, "fused_adamw": fused, "compile": compile_model,
-                           "precision": "fp16 autocast + GradScaler", "short_rows": short_rows,
+                           "precision": PRECISIONS[precision], "short_rows": short_rows,
                            "tokens_per_step": tokens, "padding_share": 1 - tokens / (batch_size * seq_length),
-                           "predicted_share": predicted / tokens}}
+                           "predicted_share": predicted / tokens,
+                           "bertpre_step": "PretrainingObjective, (B, P) masked_lm_positions/ids, "
+                                           "loss sums over counts taken on the CPU"
+                                           + (", torch.compile fullgraph" if compile_model else ""),
+                           "prediction_slots": described["prediction_slots"],
+                           "micro_batches_without_attention_mask": described["micro_batches_without_mask"],
+                           "peer_step": "model(**batch).loss from labels, eager"}}
     for name in names:
         seconds = median(times[name])
         result[name] = {"median_step_s": seconds, "sequences_per_s": batch_size / seconds,
@@ -167,24 +297,26 @@ def run_throughput(args: argparse.Namespace, device: torch.device) -> dict:
     result = measure_step_rate(args.model, args.seq_length, args.micro_batch_size or args.batch_size,
                                args.steps, peer=not args.no_peer, batch_size=args.batch_size,
                                fused=not args.no_fused, compile_model=args.compile,
-                               short_rows=args.short_rows, device=device)
+                               short_rows=args.short_rows, device=device, precision=args.precision)
     share = result["settings"]["predicted_share"]
     flops = training_flops_per_token(BertConfig(**model_config(args.model, args.seq_length)),
                                      args.seq_length, share)
     peak = {"fp16": matmul_rate(torch.float16), "bf16": matmul_rate(torch.bfloat16)} \
         if device.type == "cuda" else {"fp16": float("nan"), "bf16": float("nan")}
+    # MFU is against the rate of the dtype the matmuls run in.
     result["mfu"] = {"flops_per_token": flops, "predicted_share": share,
-                     "matmul_flops_per_s": peak, "against": "fp16"}
+                     "matmul_flops_per_s": peak, "against": args.precision}
     rows = [("tokens/s", result["bertpre"]["tokens_per_s"],
              result["transformers"]["tokens_per_s"] if "transformers" in result else None)]
     for name in ("bertpre", "transformers"):
         if name in result:
-            result[name]["mfu"] = result[name]["tokens_per_s"] * flops / peak["fp16"]
-    print(f"BERT-{args.model}, length {args.seq_length}, batch {args.batch_size}, fp16 autocast, "
-          f"{'fused' if not args.no_fused else 'foreach'} AdamW{', torch.compile' if args.compile else ''}")
+            result[name]["mfu"] = result[name]["tokens_per_s"] * flops / peak[args.precision]
+    print(f"BERT-{args.model}, length {args.seq_length}, batch {args.batch_size}, "
+          f"{PRECISIONS[args.precision]}, {'fused' if not args.no_fused else 'foreach'} AdamW"
+          f"{', torch.compile' if args.compile else ''}; (B, {result['settings']['prediction_slots']}) predictions")
     print(f"dense matmul: fp16 {peak['fp16'] / 1e12:.0f} TFLOP/s, bf16 {peak['bf16'] / 1e12:.0f} TFLOP/s; "
           f"{flops / 1e6:.1f} MFLOP per token (f = {share:.3f})")
-    print_table(rows + [("MFU %", 100 * result["bertpre"]["mfu"],
+    print_table(rows + [(f"MFU % ({args.precision})", 100 * result["bertpre"]["mfu"],
                          100 * result["transformers"]["mfu"] if "transformers" in result else None)],
                 "", "transformers")
     if "transformers" in result:
@@ -196,16 +328,20 @@ def run_throughput(args: argparse.Namespace, device: torch.device) -> dict:
 
 
 def fits(stepper: Stepper, micro_batch_size: int, seq_length: int, device: torch.device) -> bool:
-    """Whether one training step at this micro-batch runs without running out of memory."""
+    """Whether one bertpre training step at this micro-batch runs without running out of memory."""
     gc.collect()  # what a failed try left behind
     torch.cuda.empty_cache()
+    batches = [make_batch(micro_batch_size, seq_length)]
     try:
-        stepper.step([make_batch(micro_batch_size, seq_length, device)])
+        inputs, _ = trainer_batches(batches, prediction_slots(seq_length, batches), device,
+                                    keep_attention_mask=False)
+        # The loss keeps the measured batch's counts as weights: the same work, all a probe needs.
+        stepper.step(inputs)
         return True
     except torch.OutOfMemoryError:
         stepper.optimizer.zero_grad(set_to_none=True)
         # The step may have stopped between unscale_ and update: start the scaler afresh.
-        stepper.scaler = torch.amp.GradScaler(device.type)
+        stepper.scaler = stepper.new_scaler()
         return False
     finally:
         torch.cuda.empty_cache()
@@ -230,13 +366,14 @@ def run_checkpointing(args: argparse.Namespace, device: torch.device) -> dict:
     result = {"settings": {"model": args.model, "seq_length": args.seq_length,
                            "micro_batch_size": args.micro_batch_size, "steps": args.steps,
                            "search_granularity": args.granularity, "search_limit": args.limit,
-                           "precision": "fp16 autocast + GradScaler", "fused_adamw": not args.no_fused}}
+                           "precision": PRECISIONS[args.precision], "fused_adamw": not args.no_fused,
+                           "bertpre_step": "PretrainingObjective, (B, P) masked_lm_positions/ids"}}
     for checkpointing in (False, True):
         name = "with" if checkpointing else "without"
         model = build_models(args.model, args.seq_length, device, peer=False,
                              checkpointing=checkpointing)["bertpre"]
-        stepper = Stepper(model, device, fused=not args.no_fused)
-        batch = [make_batch(args.micro_batch_size, args.seq_length, device)]  # full rows: the worst case
+        full_rows = [make_batch(args.micro_batch_size, args.seq_length)]  # the worst case for memory
+        stepper, batch, _ = bertpre_stepper(model, full_rows, device, not args.no_fused, args.precision)
         for _ in range(3):
             stepper.step(batch)
         torch.cuda.reset_peak_memory_stats(device)
@@ -251,7 +388,8 @@ def run_checkpointing(args: argparse.Namespace, device: torch.device) -> dict:
     without, with_ = result["without"], result["with"]
     result["memory_saving"] = 1 - with_["peak_memory_gib"] / without["peak_memory_gib"]
     result["throughput_cost"] = 1 - with_["sequences_per_s"] / without["sequences_per_s"]
-    print(f"BERT-{args.model}, length {args.seq_length}, micro-batch {args.micro_batch_size}")
+    print(f"BERT-{args.model}, length {args.seq_length}, micro-batch {args.micro_batch_size}, "
+          f"{PRECISIONS[args.precision]}")
     print(f"{'gradient checkpointing':<24}{'without':>12}{'with':>12}")
     print(f"{'peak memory (GiB)':<24}{without['peak_memory_gib']:>12.2f}{with_['peak_memory_gib']:>12.2f}")
     print(f"{'sequences/s':<24}{without['sequences_per_s']:>12.1f}{with_['sequences_per_s']:>12.1f}")
@@ -281,12 +419,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         command.add_argument("--model", choices=sorted(SHAPES), default="base")
         command.add_argument("--seq-length", type=int, default=128)
         command.add_argument("--no-fused", action="store_true", help="foreach AdamW instead of fused")
+        command.add_argument("--precision", choices=sorted(DTYPES), default="bf16",
+                             help="autocast dtype of both models; fp16 adds a GradScaler (default bf16)")
     throughput.add_argument("--short-rows", type=float, default=0.1,
                             help="share of rows shorter than --seq-length, padded (0: no padding)")
     throughput.add_argument("--batch-size", type=int, default=256, help="global batch, sequences")
     throughput.add_argument("--micro-batch-size", type=int, default=None, help="default: the batch")
     throughput.add_argument("--steps", type=int, default=20, help="timed steps per model")
-    throughput.add_argument("--compile", action="store_true", help="torch.compile bertpre's model")
+    throughput.add_argument("--compile", action="store_true",
+                            help="torch.compile bertpre's objective, fullgraph (as train.compile)")
     throughput.add_argument("--no-peer", action="store_true", help="bertpre only")
     checkpointing.add_argument("--micro-batch-size", type=int, default=64)
     checkpointing.add_argument("--steps", type=int, default=10)
@@ -313,6 +454,8 @@ def main(argv: list[str] | None = None) -> int:
     if device.type != "cuda":
         return 0  # a code check: CPU figures are not GPU results
     suffix = "" if args.command == "matmul" else f"-{args.model}-{args.seq_length}"
+    if getattr(args, "precision", "bf16") == "fp16":
+        suffix += "-fp16"  # bf16, the default, keeps the plain name
     if args.command == "throughput" and args.compile:
         suffix += "-compile"
     if getattr(args, "no_fused", False):

@@ -8,7 +8,7 @@ core doing nothing else. Batches are fetched whole (`PretrainingInstances.__geti
 leave a worker as one tensor (`bertpre.batches.stream`). Settings alternate round by round;
 medians are compared.
 
-The consumer is one training step of BERT-base (fp16 autocast, fused AdamW, batch 256)
+The consumer is one training step of BERT-base (bf16 autocast, fused AdamW, batch 256)
 measured on the GPU when there is one, or a figure given with --consumption. Target: loader
 >= 3x consumption, with the GPU machine's cores. On a machine without CUDA only the loader
 rate and its per-core rate are recorded.
@@ -87,7 +87,7 @@ def loader_rate(data_path: Path, num_workers: int, batches: int, pin_memory: boo
 
 
 def training_rate(steps: int) -> dict:
-    """Sequences/s of BERT-base training steps on the GPU (fp16 autocast, fused AdamW, batch 256)."""
+    """Sequences/s of BERT-base training steps on the GPU (bf16 autocast, fused AdamW, batch 256)."""
     from bench.gpu import measure_step_rate
 
     return measure_step_rate("base", seq_length=SEQ_LENGTH, micro_batch_size=256, batch_size=256,
@@ -153,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         "bertpre": {"loader_sequences_per_s": loader, "per_core_sequences_per_s": per_core,
                     "by_setting": {labels[s]: rates[s] for s in settings},
                     "runs": {labels[s]: runs[s] for s in settings}},
-        "peer": {"name": "training step consumption (bertpre BERT-base, fp16, batch 256)",
+        "peer": {"name": "training step consumption (bertpre BERT-base, bf16, batch 256)",
                  "sequences_per_s": consumption,
                  "source": "measured" if consumer else ("given" if consumption else None),
                  "measurement": consumer},

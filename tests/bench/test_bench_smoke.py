@@ -49,10 +49,63 @@ def test_gpu_arguments():
                            "--micro-batch-size", "64", "--compile"])
     assert (args.model, args.seq_length, args.batch_size, args.micro_batch_size, args.compile) == \
         ("large", 512, 256, 64, True)
-    args = gpu.parse_args(["checkpointing"])
-    assert (args.model, args.seq_length, args.micro_batch_size, args.granularity) == ("base", 128, 64, 8)
+    assert args.precision == "bf16"
+    args = gpu.parse_args(["checkpointing", "--precision", "fp16"])
+    assert (args.model, args.seq_length, args.micro_batch_size, args.granularity, args.precision) == \
+        ("base", 128, 64, 8, "fp16")
     with pytest.raises(SystemExit):
         gpu.parse_args(["throughput", "--model", "huge"])
+
+
+@pytest.mark.parametrize("precision, batching", [("bf16", []), ("fp16", ["--micro-batch-size", "2"])])
+def test_gpu_throughput_runs_on_cpu_as_a_code_check(precision, batching, tmp_path, capsys):
+    pytest.importorskip("transformers")
+    assert gpu.main(["--allow-cpu", "--out", str(tmp_path), "throughput", "--model", "tiny",
+                     "--seq-length", "32", "--batch-size", "4", "--steps", "2", "--short-rows", "0.5",
+                     "--precision", precision, *batching]) == 0
+    out = capsys.readouterr().out
+    assert gpu.PRECISIONS[precision] in out and "ratio bertpre / transformers:" in out
+    assert list(tmp_path.iterdir()) == []  # CPU figures are not GPU results
+
+
+def test_gpu_fixed_size_predictions():
+    labels = torch.full((3, 8), -100)
+    labels[0, [6, 1, 4]] = torch.tensor([70, 10, 40])
+    labels[1, 7] = 77
+    positions, ids = gpu.fixed_size_predictions(labels, slots=4)
+    assert positions.tolist() == [[1, 4, 6, 0], [7, 0, 0, 0], [0, 0, 0, 0]]
+    assert ids.tolist() == [[10, 40, 70, -100], [77, -100, -100, -100], [-100] * 4]
+    batch = common.make_batch(8, 128, "cpu", seed=1, short_rows=0.5)
+    assert gpu.prediction_slots(128, [batch]) == 20 and gpu.prediction_slots(32, [batch]) == 19
+    positions, ids = gpu.fixed_size_predictions(batch["labels"], slots=20)
+    for row, row_labels in enumerate(batch["labels"]):
+        predicted = (row_labels != -100).nonzero().flatten()  # in increasing order
+        count = len(predicted)
+        assert positions[row, :count].tolist() == predicted.tolist() and not positions[row, count:].any()
+        assert ids[row, :count].tolist() == row_labels[predicted].tolist()
+        assert (ids[row, count:] == -100).all()
+    with pytest.raises(ValueError, match="more than 4 slots"):
+        gpu.fixed_size_predictions(batch["labels"], slots=4)
+
+
+def test_gpu_bertpre_step_loss_equals_the_peer_loss():
+    """The trainer's loss (sums over the step's counts, accumulated) is HF's loss of the whole batch."""
+    pytest.importorskip("transformers")
+    device = torch.device("cpu")
+    models = gpu.build_models("tiny", 32, device, peer=True)
+    for network in models.values():
+        network.eval()  # no dropout: the same weights give the same loss
+    batches = [common.make_batch(4, 32, "cpu", seed, short_rows=0.5) for seed in range(2)]
+    batches[1]["attention_mask"][:] = 1  # a micro-batch without padding runs without its mask
+    stepper, inputs, described = gpu.bertpre_stepper(models["bertpre"], batches, device, True, "bf16")
+    assert described["micro_batches_without_mask"] == 1 and stepper.scaler is None
+    assert ["labels" in batch for batch in inputs] == [False, False]
+    whole = {name: torch.cat([batch[name] for batch in batches]) for name in batches[0]}
+    with torch.no_grad():
+        ours = sum(float(stepper.loss(batch)) for batch in inputs)
+        assert ours == pytest.approx(float(models["transformers"](**whole).loss), rel=1e-5)
+    peer, _ = gpu.peer_stepper(models["transformers"], batches, device, True, "fp16")
+    assert peer.scaler is not None  # fp16 only
 
 
 def test_make_batch_has_exact_predictions_and_segments():
