@@ -12,7 +12,7 @@ import torch
 from tqdm import tqdm
 
 from bertpre.train.runtime import Runtime
-from bertpre.train.step import DEVICE_STATS, HOST_STATS
+from bertpre.train.step import DEVICE_STATS, HOST_STATS, named_stats
 
 # Per-step sums over micro-batches and processes: those the device keeps, then the host's counts.
 STATS = DEVICE_STATS + HOST_STATS
@@ -128,9 +128,7 @@ class MetricsWindow:
         device = self.device_sums if self.device_sums is not None else torch.zeros(len(DEVICE_STATS))
         grad_norm = self.grad_norm if self.grad_norm is not None else torch.zeros(())
         values = torch.cat([device.double(), grad_norm.detach().double().reshape(1)]).tolist()
-        sums = dict(zip(DEVICE_STATS, values[:-1], strict=True))
-        sums.update(zip(HOST_STATS, map(float, self.host_counts), strict=True))
-        return sums, values[-1]
+        return named_stats(values[:-1], self.host_counts), values[-1]
 
     def scalars(self, *, lr: float, loss_scale: float, skipped_steps: int) -> dict[str, float]:
         sums, grad_norm = self.read()

@@ -23,6 +23,13 @@ MODEL_INPUTS = ("input_ids", "token_type_ids", "attention_mask", "masked_lm_posi
                 "masked_lm_ids", "next_sentence_label")
 
 
+def named_stats(device_values: list[float], host_counts: list[int]) -> dict[str, float]:
+    """DEVICE_STATS values read from the device and HOST_STATS counts, by name."""
+    stats = dict(zip(DEVICE_STATS, device_values, strict=True))
+    stats.update(zip(HOST_STATS, map(float, host_counts), strict=True))
+    return stats
+
+
 @dataclass
 class HostCounts:
     """A micro-batch's predictions, pair labels and real tokens, counted on the CPU."""

@@ -44,11 +44,11 @@ from bertpre.train.runtime import (
 )
 from bertpre.train.step import (
     DEVICE_STATS,
-    HOST_STATS,
     HostCounts,
     PretrainingObjective,
     device_batch,
     freeze_pair_head,
+    named_stats,
 )
 
 MAX_CONSECUTIVE_SKIPS = 20  # fp16 overflow skips in a row before the run is declared diverged
@@ -87,9 +87,7 @@ class StepStats:
     @property
     def sums(self) -> dict[str, float]:
         """Every STATS sum as a number (reads the device)."""
-        values = dict(zip(DEVICE_STATS, self.device_sums.tolist(), strict=True))
-        values.update(zip(HOST_STATS, map(float, self.host_counts), strict=True))
-        return values
+        return named_stats(self.device_sums.tolist(), self.host_counts)
 
     @property
     def loss(self) -> float:
@@ -240,7 +238,8 @@ class Trainer:
         """Run steps until `train.max_steps` or a stop signal; log, evaluate and save on schedule."""
         train = self.config.train
         exit_code = 0
-        if self.runtime.is_main and self.runtime.precision_line:  # said once the run is set up
+        # Said once the run is set up; a fallback's note (fp16 on a CPU) has said it already.
+        if self.runtime.is_main and self.runtime.precision_line and not self.runtime.note:
             print(self.runtime.precision_line, file=sys.stderr)
         with StopSignals() as signals, contextlib.closing(self.metrics), \
                 contextlib.closing(self.progress):
