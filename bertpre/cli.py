@@ -101,6 +101,9 @@ def pretrain(
         None, "--set", help="Override a config key, e.g. --set train.max_steps=10 (repeatable)."),
     resume: bool = typer.Option(True, "--resume/--no-resume",
                                 help="Continue from RUN/checkpoints/latest when there is one."),
+    init_from: Path | None = typer.Option(
+        None, "--init-from", help="Start from these weights (a Hugging Face BERT folder, an export, "
+                                  "a RUN or a checkpoint); overrides model.init_from."),
 ) -> None:
     """Pretrain a BERT encoder; resumes from RUN/checkpoints/latest by default.
 
@@ -117,6 +120,8 @@ def pretrain(
         cfg.data.path = str(data)
     if out is not None:
         cfg.train.out = str(out)
+    if init_from is not None:
+        cfg.init_from = str(init_from)
     result = run_pretraining(cfg, resume=resume)
     state = "stopped by signal" if result.exit_code else "done"
     typer.echo(f"{state} at step {result.step}; skipped steps: {result.skipped_steps}; "

@@ -25,6 +25,8 @@ PRECISIONS = ("auto", "fp32", "fp16", "bf16")
 DEVICES = ("auto", "cpu", "cuda")
 _FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
 NULLABLE = ("warmup_steps", "warmup_ratio", "max_predictions_per_seq", "embedding_size")
+# `model.init_from` names the weights a run starts from; it is not a field of the model's shape.
+INIT_FROM = "init_from"
 
 
 @dataclass
@@ -93,10 +95,16 @@ class Config:
     data: DataConfig = field(default_factory=DataConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    # `model.init_from`: a model folder, export, run or checkpoint whose weights the run starts from.
+    init_from: str | None = None
+    # The `model:` keys the YAML or --set gave; with init_from, a given shape key must match the source.
+    model_keys_given: frozenset[str] = field(default=frozenset(), compare=False, repr=False)
 
     def to_dict(self) -> dict[str, dict[str, Any]]:
         """The config as plain data, in the YAML layout."""
-        return {name: dataclasses.asdict(getattr(self, name)) for name in SECTIONS}
+        sections = {name: dataclasses.asdict(getattr(self, name)) for name in SECTIONS}
+        sections["model"][INIT_FROM] = self.init_from
+        return sections
 
     def warnings(self) -> list[str]:
         """Legal but suspicious settings, said to the user before training starts."""
@@ -180,7 +188,8 @@ def _unknown(kind: str, name: str, valid: list[str]) -> UserError:
 
 
 def _key_names(section: str) -> list[str]:
-    return [f.name for f in fields(SECTIONS[section])]
+    names = [f.name for f in fields(SECTIONS[section])]
+    return [*names, INIT_FROM] if section == "model" else names
 
 
 def _apply_override(raw: dict, override: str) -> None:
@@ -255,7 +264,8 @@ def _build_section(section: str, values: Any) -> Any:
     for name, value in values.items():
         if name not in names:
             raise _unknown(f"key in {section}", name, names)
-        converted[name] = _check_type(section, name, value, getattr(defaults, name))
+        if name != INIT_FROM:
+            converted[name] = _check_type(section, name, value, getattr(defaults, name))
     return dataclasses.replace(defaults, **converted)
 
 
@@ -352,10 +362,22 @@ def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] 
     warmup_given = optim_raw.get("warmup_steps") is not None
     ratio_given = optim_raw.get("warmup_ratio") is not None
     config = Config(**{name: _build_section(name, raw.get(name)) for name in SECTIONS})
+    model_raw = raw.get("model") if isinstance(raw.get("model"), dict) else {}
+    config.init_from = _init_from(model_raw.get(INIT_FROM))
+    config.model_keys_given = frozenset(model_raw) - {INIT_FROM}
     if ratio_given and not warmup_given:
         config.optim.warmup_steps = None
     _validate(config, warmup_given, ratio_given)
     return config
+
+
+def _init_from(value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise UserError(f"model.{INIT_FROM} must be the path of a model folder, export, run or "
+                        f"checkpoint, got {value!r}")
+    return value
 
 
 def check_world_size(config: Config, world_size: int) -> int:

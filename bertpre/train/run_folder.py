@@ -20,6 +20,7 @@ RESUMABLE_KEYS = (
     "train.max_steps", "train.log_every", "train.eval_every", "train.save_every",
     "train.keep_last", "train.compile", "train.gradient_checkpointing", "train.out",
     "train.device", "train.deterministic", "data.path", "data.num_workers",
+    "model.init_from",  # read only when a run starts: a resume loads its checkpoint
 )
 
 

@@ -23,6 +23,7 @@ from bertpre.data import DataFolder, load_data
 from bertpre.errors import WRITE_ERRNOS, UserError
 from bertpre.model import BertForPreTraining
 from bertpre.model.cost import training_flops_per_token
+from bertpre.model.hf_format import read_config
 from bertpre.tokenizer import load_tokenizer
 from bertpre.tokenizer.wordpiece import TOKENIZER_FILE, check_same_vocab
 from bertpre.train.checkpoint import (
@@ -32,6 +33,7 @@ from bertpre.train.checkpoint import (
     save_checkpoint,
 )
 from bertpre.train.evaluation import Evaluator
+from bertpre.train.init_from import InitSource, adopt_shape, check_source_vocab, load_source_weights
 from bertpre.train.metrics import MetricsWindow, MetricsWriter, ProgressBar, gpu_scalars
 from bertpre.train.optim import build_optimizer, learning_rate
 from bertpre.train.run_folder import RunLock, check_resume_config
@@ -151,9 +153,17 @@ class Trainer:
         train = config.train
         self.accumulation = check_world_size(config, runtime.world_size)
         self.data = load_data(config.data.path)
-        resolve(config, self.data.tokenizer)
         self.run_dir = Path(train.out)
         latest = latest_checkpoint(self.run_dir) if resume else None
+        # Weights come from model.init_from only at the start; a resume reads its checkpoint,
+        # whose config.json is the shape the run was given.
+        self.source = InitSource.find(config.init_from) if config.init_from and latest is None else None
+        if self.source is not None:
+            adopt_shape(config, self.source.model_config(), self.source.path)
+            check_source_vocab(self.source, self.data.tokenizer, config.data.path)
+        elif config.init_from:
+            adopt_shape(config, read_config(latest), latest)
+        resolve(config, self.data.tokenizer)
         if not resume and (self.run_dir / "checkpoints" / "latest").exists():
             raise UserError(f"run folder {self.run_dir} already holds checkpoints; resume it "
                             "(--resume), or choose a new --out")
@@ -161,15 +171,20 @@ class Trainer:
         self.lock = RunLock(self.run_dir)
         if runtime.is_main:
             self.lock.check_free()  # before reading a checkpoint another process may be pruning
-        self.notes = [runtime.note] if runtime.note else []
-        if runtime.note and runtime.is_main:
-            print(f"note: {runtime.note}", file=sys.stderr)
+        self.notes = []
+        if runtime.note:
+            self.say(runtime.note)
         if runtime.is_main:
             for warning in config.warnings():
                 print(f"warning: {warning}", file=sys.stderr)
 
         seed_everything(train.seed)
-        self.model = BertForPreTraining(config.model).to(runtime.device)
+        self.model = BertForPreTraining(config.model)
+        if self.source is not None:
+            self.say(f"starting from the weights of {self.source.path}")
+            for line in load_source_weights(self.model, self.source):
+                self.say(line)
+        self.model.to(runtime.device)
         self.model.set_gradient_checkpointing(train.gradient_checkpointing)
         self.optimizer = build_optimizer(self.model, config.optim, runtime.device)
         if config.data.pair_task == "none":
@@ -204,6 +219,12 @@ class Trainer:
         except BaseException:
             self.lock.release()
             raise
+
+    def say(self, note: str) -> None:
+        """Tell the user something about this run (once, from the main process) and keep it."""
+        self.notes.append(note)
+        if self.runtime.is_main:
+            print(f"note: {note}", file=sys.stderr)
 
     def start_run(self, *, resumed: bool) -> None:
         """Write the run folder's config and tokenizer; set up the model wrapper, evaluator and logs."""
@@ -412,9 +433,7 @@ class Trainer:
         if not saved.is_file():
             return
         for change in check_resume_config(load_config(saved), self.config, self.step, self.run_dir):
-            self.notes.append(f"resuming with {change}")
-            if self.runtime.is_main:
-                print(f"note: resuming with {change}", file=sys.stderr)
+            self.say(f"resuming with {change}")
 
     def prepare_run_folder(self) -> None:
         """Create RUN, drop partial checkpoints, write config.yaml and the tokenizer copy."""

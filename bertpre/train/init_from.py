@@ -1,0 +1,113 @@
+"""Start a run from released weights (`model.init_from`): the source's shape, vocabulary and tensors."""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+import torch
+from tokenizers import Tokenizer
+
+from bertpre.config import Config
+from bertpre.errors import UserError
+from bertpre.model import BertConfig, BertForPreTraining
+from bertpre.model.hf_format import (
+    CONFIG_NAME,
+    check_folder,
+    match_state_dict,
+    read_config,
+    read_folder,
+)
+from bertpre.tokenizer import load_tokenizer
+from bertpre.tokenizer.wordpiece import TOKENIZER_FILE, VOCAB_FILE
+from bertpre.train.checkpoint import find_checkpoint
+
+# Model keys a run may set whatever the source says: they shape training, not the weights.
+TRAINING_ONLY_KEYS = ("hidden_dropout_prob", "attention_probs_dropout_prob", "initializer_range",
+                      "pad_token_id")
+SHAPE_KEYS = tuple(f.name for f in fields(BertConfig) if f.name not in TRAINING_ONLY_KEYS)
+# The parts a BertModel-only or BertForMaskedLM folder may lack, as the user knows them.
+HEADS = {"bert.pooler.": "the pooler (bert.pooler)", "cls.predictions.": "the MLM head (cls.predictions)",
+         "cls.seq_relationship.": "the pair head (cls.seq_relationship)"}
+
+
+@dataclass
+class InitSource:
+    """Where a run's first weights come from: a model folder and the vocabulary they were trained with."""
+
+    path: Path  # as the user named it
+    model_folder: Path  # config.json and the weights
+    tokenizer_folder: Path
+
+    @classmethod
+    def find(cls, path: str | Path) -> InitSource:
+        """A Hugging Face BERT folder, a bertpre export, a RUN folder or one of its checkpoints.
+
+        Never downloads: a hub name is refused in one line that says to pass a local folder.
+        """
+        path = Path(path)
+        if (path / CONFIG_NAME).is_file() and path.parent.name != "checkpoints":
+            if not any((path / name).is_file() for name in (TOKENIZER_FILE, VOCAB_FILE)):
+                raise UserError(f"model.init_from {path} has no {VOCAB_FILE} or {TOKENIZER_FILE}; the "
+                                "vocabulary must match the weights, so copy the tokenizer the weights "
+                                "were trained with into that folder")
+            return cls(path, path, path)
+        if not path.is_dir():
+            check_folder(path)  # a hub name gets its own message
+        model_folder, tokenizer_folder = find_checkpoint(path)
+        return cls(path, model_folder, tokenizer_folder)
+
+    def model_config(self) -> BertConfig:
+        return read_config(self.model_folder)
+
+    def tokenizer(self) -> Tokenizer:
+        return load_tokenizer(self.tokenizer_folder)
+
+
+def adopt_shape(config: Config, shape: BertConfig, where: str | Path) -> None:
+    """Take the model's shape from `shape` (the source's or a checkpoint's config.json).
+
+    A shape key the config gives with another value is an error naming the key; training-only
+    keys (dropout, the init range of new heads) keep the config's values.
+    """
+    for name in SHAPE_KEYS:
+        given, wanted = getattr(config.model, name), getattr(shape, name)
+        if name in config.model_keys_given and given != wanted and not (name == "vocab_size" and given == "auto"):
+            raise UserError(f"model.{name} is {given!r} in the config but {where} has {wanted!r}; with "
+                            f"model.init_from the model's shape comes from the source, so remove "
+                            f"model.{name} from the config")
+        setattr(config.model, name, wanted)
+    if config.data.max_seq_length > shape.max_position_embeddings:
+        raise UserError(f"data.max_seq_length ({config.data.max_seq_length}) is larger than the "
+                        f"{shape.max_position_embeddings} positions of {where}; lower it")
+
+
+def check_source_vocab(source: InitSource, data_tokenizer: Tokenizer, data_path: str | Path) -> None:
+    """Refuse DATA whose ids were made by another vocabulary than the source's weights know."""
+    if source.tokenizer().get_vocab() != data_tokenizer.get_vocab():
+        raise UserError(
+            f"DATA folder {data_path} was tokenized with another vocabulary than model.init_from "
+            f"{source.path}, whose weights fit only their own; make the DATA with `bertpre tokenize "
+            f"CORPUS --tokenizer {source.tokenizer_folder} --out {data_path}`")
+
+
+def load_source_weights(model: BertForPreTraining, source: InitSource) -> list[str]:
+    """Copy the source's tensors into `model` (built with the source's shape).
+
+    Returns:
+        One line per head the source lacks (they keep their fresh initialization), then one for
+        tensors the model has no place for, if any.
+    """
+    _, state_dict = read_folder(source.model_folder)
+    expected = {name: tensor.shape for name, tensor in model.state_dict().items()}
+    missing, unexpected = match_state_dict(expected, state_dict, source.model_folder)
+    with torch.no_grad():
+        model.load_state_dict({k: v for k, v in state_dict.items() if k in expected}, strict=False)
+    model.tie_weights()
+    heads = [label for prefix, label in HEADS.items() if any(name.startswith(prefix) for name in missing)]
+    said = []
+    if heads:
+        said.append(f"{source.path} has no weights for {', '.join(heads)}; newly initialized")
+    if unexpected:
+        shown = ", ".join(unexpected[:5]) + (" ..." if len(unexpected) > 5 else "")
+        said.append(f"{source.path}: ignored {len(unexpected)} tensors bertpre's BERT has no place for ({shown})")
+    return said
