@@ -87,6 +87,34 @@ class TrainConfig:
     out: str = "runs/base"
 
 
+# The keys a phase may change, by section; anything else stays one value for the whole run.
+PHASE_KEYS = {"data": ("max_seq_length", "max_predictions_per_seq"),
+              "train": ("batch_size", "micro_batch_size"),
+              "optim": ("lr", "warmup_steps")}
+LR_SCHEDULES = ("restart", "continue")
+
+
+@dataclass
+class PhaseConfig:
+    """One phase of a run: `steps` optimizer steps with some of PHASE_KEYS changed.
+
+    `lr_schedule: restart` warms up and decays afresh over the phase; `continue` carries on
+    the previous phase's warmup and decay as if the two were one (it cannot change optim.lr
+    or optim.warmup_steps).
+    """
+
+    steps: int
+    lr_schedule: str = "restart"
+    data: dict[str, Any] = field(default_factory=dict)
+    train: dict[str, Any] = field(default_factory=dict)
+    optim: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The phase as written in YAML (sections it leaves alone omitted)."""
+        return {"steps": self.steps, "lr_schedule": self.lr_schedule,
+                **{name: dict(getattr(self, name)) for name in PHASE_KEYS if getattr(self, name)}}
+
+
 @dataclass
 class Config:
     """A whole pretraining config; `model` is the model's own `BertConfig`."""
@@ -95,6 +123,8 @@ class Config:
     data: DataConfig = field(default_factory=DataConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    # `phases:`, in order; none: the run is one phase of train.max_steps with the sections above.
+    phases: list[PhaseConfig] = field(default_factory=list)
     # `model.init_from`: a model folder, export, run or checkpoint whose weights the run starts from.
     init_from: str | None = None
     # The `model:` keys the YAML or --set gave; with init_from, a given shape key must match the source.
@@ -104,7 +134,47 @@ class Config:
         """The config as plain data, in the YAML layout."""
         sections = {name: dataclasses.asdict(getattr(self, name)) for name in SECTIONS}
         sections["model"][INIT_FROM] = self.init_from
+        if self.phases:
+            sections["phases"] = [phase.to_dict() for phase in self.phases]
         return sections
+
+    def phase_ends(self) -> list[int]:
+        """The step each phase ends at (one past its last); one phase of max_steps when none."""
+        if not self.phases:
+            return [self.train.max_steps]
+        ends, total = [], 0
+        for phase in self.phases:
+            total += phase.steps
+            ends.append(total)
+        return ends
+
+    def for_phase(self, index: int) -> Config:
+        """This config as phase `index` runs it: its PHASE_KEYS applied, no `phases` left.
+
+        A phase that continues the previous one's schedule keeps that phase's lr and warmup.
+        """
+        if not self.phases:
+            return self
+        config = dataclasses.replace(self, phases=[], data=dataclasses.replace(self.data),
+                                     train=dataclasses.replace(self.train),
+                                     optim=dataclasses.replace(self.optim),
+                                     model=dataclasses.replace(self.model))
+        for phase in self.phases[: index + 1]:
+            for section in PHASE_KEYS:
+                for key, value in getattr(phase, section).items():
+                    setattr(getattr(config, section), key, value)
+        return config
+
+    def schedule_span(self, index: int) -> tuple[int, int]:
+        """The steps [start, end) over which phase `index`'s learning rate warms up and decays."""
+        ends = self.phase_ends()
+        first = index
+        while first > 0 and self.phases[first].lr_schedule == "continue":
+            first -= 1
+        last = index
+        while last + 1 < len(self.phases) and self.phases[last + 1].lr_schedule == "continue":
+            last += 1
+        return (ends[first - 1] if first > 0 else 0), ends[last]
 
     def warnings(self) -> list[str]:
         """Legal but suspicious settings, said to the user before training starts."""
@@ -354,8 +424,8 @@ def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] 
     """
     raw = _read_yaml(resolve_config_path(path)) if path is not None else {}
     for name in raw:
-        if name not in SECTIONS:
-            raise _unknown("config section", name, list(SECTIONS))
+        if name not in SECTIONS and name != "phases":
+            raise _unknown("config section", name, [*SECTIONS, "phases"])
     for override in overrides:
         _apply_override(raw, override)
     optim_raw = raw.get("optim") if isinstance(raw.get("optim"), dict) else {}
@@ -367,8 +437,66 @@ def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] 
     config.model_keys_given = frozenset(model_raw) - {INIT_FROM}
     if ratio_given and not warmup_given:
         config.optim.warmup_steps = None
+    if raw.get("phases") is not None:
+        train_raw = raw.get("train") if isinstance(raw.get("train"), dict) else {}
+        _set_phases(config, raw["phases"], max_steps_given="max_steps" in train_raw,
+                    ratio_given=ratio_given)
     _validate(config, warmup_given, ratio_given)
+    for index in range(len(config.phases)):
+        try:
+            _validate(config.for_phase(index), warmup_given=True, ratio_given=False)
+        except UserError as error:
+            raise UserError(f"phases[{index}]: {error}") from None
     return config
+
+
+def _build_phase(index: int, values: Any) -> PhaseConfig:
+    where = f"phases[{index}]"
+    if not isinstance(values, dict):
+        raise UserError(f"{where} must be a mapping with steps and the sections it changes, got {values!r}")
+    keys = ["steps", "lr_schedule", *PHASE_KEYS]
+    for name in values:
+        if name not in keys:
+            raise _unknown(f"key in {where}", name, keys)
+    steps = values.get("steps")
+    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
+        raise UserError(f"{where}.steps must be a positive integer, got {steps!r}")
+    schedule = values.get("lr_schedule", "restart")
+    _check_choice(f"{where}.lr_schedule", schedule, LR_SCHEDULES)
+    changes: dict[str, dict[str, Any]] = {}
+    for section, allowed in PHASE_KEYS.items():
+        given = values.get(section) or {}
+        if not isinstance(given, dict):
+            raise UserError(f"{where}.{section} must be a mapping of keys to values")
+        defaults = SECTIONS[section]()
+        for name, value in given.items():
+            if name not in allowed:
+                raise _unknown(f"key in {where}.{section} (a phase changes only "
+                               f"{', '.join(allowed)})", name, list(allowed))
+            changes.setdefault(section, {})[name] = _check_type(section, name, value, getattr(defaults, name))
+    if schedule == "continue" and changes.get("optim"):
+        raise UserError(f"{where} continues the previous phase's schedule, so it cannot set "
+                        f"optim.{next(iter(changes['optim']))}; remove it or use lr_schedule: restart")
+    return PhaseConfig(steps=steps, lr_schedule=schedule, **changes)
+
+
+def _set_phases(config: Config, raw: Any, *, max_steps_given: bool, ratio_given: bool) -> None:
+    """Read `phases:`; train.max_steps becomes their total unless given (then at most that)."""
+    if not isinstance(raw, list) or not raw:
+        raise UserError("phases must be a list of phases, each with its steps, e.g. "
+                        "[{steps: 900000}, {steps: 100000, data: {max_seq_length: 512}}]")
+    config.phases = [_build_phase(index, values) for index, values in enumerate(raw)]
+    if config.phases[0].lr_schedule == "continue":
+        raise UserError("phases[0] has no previous phase to continue; use lr_schedule: restart")
+    if ratio_given:
+        raise UserError("optim.warmup_ratio cannot be used with phases; give optim.warmup_steps "
+                        "(at the top or in each phase)")
+    total = sum(phase.steps for phase in config.phases)
+    if not max_steps_given:
+        config.train.max_steps = total
+    elif config.train.max_steps > total:
+        raise UserError(f"train.max_steps ({config.train.max_steps}) is more than the phases' "
+                        f"{total} steps; add the steps to a phase, or leave train.max_steps out")
 
 
 def _init_from(value: Any) -> str | None:

@@ -103,6 +103,7 @@ def evaluate_saved_model(source: str | Path, data: str | Path, *, config_path: s
     if config_path is None and (source / "config.yaml").is_file():
         config_path = source / "config.yaml"
     config = load_config(config_path)
+    config = config.for_phase(len(config.phase_ends()) - 1)  # a phased run ends at its last length
     model, tokenizer = load_model_and_tokenizer(source)
     data_folder = load_data(data)
     check_same_vocab(data_folder.tokenizer, tokenizer, data, f"model {source}")

@@ -95,8 +95,8 @@ def check_resume_config(saved: Config, new: Config, step: int, run_dir: Path) ->
     """
     old_values, new_values = flatten(saved.to_dict()), flatten(new.to_dict())
     notes = []
-    for key, old in old_values.items():
-        value = new_values[key]
+    for key in {**old_values, **new_values}:
+        old, value = old_values.get(key), new_values.get(key)
         if value == old:
             continue
         if key not in RESUMABLE_KEYS:
@@ -115,5 +115,10 @@ def check_resume_config(saved: Config, new: Config, step: int, run_dir: Path) ->
 
 def flatten(sections: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """`{"train": {"max_steps": 10}}` → `{"train.max_steps": 10}`."""
-    return {f"{section}.{key}": value for section, values in sections.items()
-            for key, value in values.items()}
+    flat = {}
+    for section, values in sections.items():
+        if isinstance(values, dict):
+            flat.update({f"{section}.{key}": value for key, value in values.items()})
+        else:  # `phases`: one value, a list
+            flat[section] = values
+    return flat

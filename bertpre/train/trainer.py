@@ -151,7 +151,8 @@ class Trainer:
                                           deterministic=config.train.deterministic)
         self.config, self.runtime = config, runtime
         train = config.train
-        self.accumulation = check_world_size(config, runtime.world_size)
+        for index in range(len(config.phase_ends())):
+            check_world_size(config.for_phase(index), runtime.world_size)
         self.data = load_data(config.data.path)
         self.run_dir = Path(train.out)
         latest = latest_checkpoint(self.run_dir) if resume else None
@@ -192,20 +193,13 @@ class Trainer:
             freeze_pair_head(self.model)
         self.scaler = runtime.grad_scaler()
         seed_everything(train.seed + runtime.rank)  # dropout differs across processes
-        instances = PretrainingInstances.from_config(
-            self.data.train, self.data.tokenizer, config.data, seed=train.seed, rank=runtime.rank,
-            world_size=runtime.world_size)
-        collate = MaskingCollator.from_config(self.data.tokenizer, config.data, train.seed,
-                                              fixed_shapes=train.compile)
-        self.stream = BatchStream(instances, collate,
-                                  micro_batch_size=train.micro_batch_size,
-                                  num_workers=config.data.num_workers,
-                                  pin_memory=runtime.device.type == "cuda", seed=train.seed)
         self.step, self.skipped_steps, self.consecutive_skips = 0, 0, 0
         # The first step whose loss or gradient norm was not finite (0: none), kept on the
         # device and read only before a log, an evaluation or a save.
         self.diverged_at = torch.zeros((), dtype=torch.int64, device=runtime.device)
-        if latest is not None:
+        if latest is None:
+            self.enter_phase(0)
+        else:
             self.load_state_dict(load_checkpoint(latest, model=self.model, optimizer=self.optimizer,
                                                  scaler=self.scaler, runtime=runtime), latest)
             self.check_resumed_config()
@@ -232,9 +226,6 @@ class Trainer:
         if runtime.is_main:
             self.prepare_run_folder()
         self.trained_model = self.wrap_model()
-        # Every process scores its share of the validation batches.
-        self.evaluator = Evaluator(self.data, config.data, micro_batch_size=train.micro_batch_size,
-                                   seed=train.seed, rank=runtime.rank, world_size=runtime.world_size)
         # Read after each fp16 step (whether it was skipped); before the first, it needs no read.
         self.loss_scale = self.scaler.get_scale() if self.scaler is not None else 1.0
         self.metrics = MetricsWriter(self.run_dir, enabled=runtime.is_main,
@@ -242,8 +233,54 @@ class Trainer:
         self.progress = ProgressBar(start_step=self.step, max_steps=train.max_steps,
                                     enabled=runtime.is_main)
         self.window = MetricsWindow(self.step)
+        if len(config.phases) > 1 and runtime.is_main:
+            print(f"phase {self.phase + 1} of {len(config.phases)}: {self.describe_phase()}",
+                  file=sys.stderr)
+
+    def enter_phase(self, index: int, stream_state: dict[str, int] | None = None) -> None:
+        """Build phase `index`'s batches, evaluator and step shape; its stream starts at
+        `stream_state` (epoch, position), else at epoch 0."""
+        config, runtime = self.config.for_phase(index), self.runtime
+        self.phase, self.phase_config = index, config
+        self.phase_end = self.config.phase_ends()[index]
+        self.accumulation = check_world_size(config, runtime.world_size)
+        seed = config.train.seed
+        instances = PretrainingInstances.from_config(
+            self.data.train, self.data.tokenizer, config.data, seed=seed, rank=runtime.rank,
+            world_size=runtime.world_size)
+        collate = MaskingCollator.from_config(self.data.tokenizer, config.data, seed,
+                                              fixed_shapes=config.train.compile)
+        self.stream = BatchStream(instances, collate,
+                                  micro_batch_size=config.train.micro_batch_size,
+                                  num_workers=config.data.num_workers,
+                                  pin_memory=runtime.device.type == "cuda", seed=seed,
+                                  **(stream_state or {}))
+        # Every process scores its share of the validation batches, at the phase's length.
+        self.evaluator = Evaluator(self.data, config.data,
+                                   micro_batch_size=config.train.micro_batch_size, seed=seed,
+                                   rank=runtime.rank, world_size=runtime.world_size)
         self.token_flops = training_flops_per_token(config.model, config.data.max_seq_length,
                                                     config.data.predicted_share)
+
+    def next_phase(self) -> None:
+        """Cross into the next phase; its data continues from the next epoch, so that its
+        pairs and masks are not the previous phase's first epoch again."""
+        self.enter_phase(self.phase + 1, {"epoch": self.stream.epoch + 1, "position": 0})
+        if self.runtime.is_main:
+            print(f"\nphase {self.phase + 1} of {len(self.config.phases)} from step {self.step}: "
+                  f"{self.describe_phase()}", file=sys.stderr)
+
+    def describe_phase(self) -> str:
+        config = self.phase_config
+        return (f"max_seq_length {config.data.max_seq_length}, max_predictions_per_seq "
+                f"{config.data.max_predictions_per_seq}, batch {config.train.batch_size} "
+                f"(micro-batch {config.train.micro_batch_size}), lr {config.optim.lr:g}, "
+                f"until step {self.phase_end}")
+
+    def phase_at(self, step: int) -> int:
+        """The phase that runs the update at 0-based `step` (the last one past the end)."""
+        ends = self.config.phase_ends()
+        return next((index for index, end in enumerate(ends) if step < end), len(ends) - 1)
 
     def close(self) -> None:
         """Release the run folder for the next process."""
@@ -294,15 +331,18 @@ class Trainer:
         Nothing here reads the device, but the fp16 loss scale (once) and, across processes,
         the step's counts: the CPU queues the whole step ahead of the GPU.
         """
-        optim, runtime = self.config.optim, self.runtime
-        lr = learning_rate(self.step, lr=optim.lr, warmup_steps=optim.warmup_steps,
-                           max_steps=self.config.train.max_steps, schedule=optim.schedule)
+        if self.step >= self.phase_end and self.phase + 1 < len(self.config.phase_ends()):
+            self.next_phase()
+        optim, runtime = self.phase_config.optim, self.runtime
+        start, end = self.config.schedule_span(self.phase)
+        lr = learning_rate(self.step - start, lr=optim.lr, warmup_steps=optim.warmup_steps,
+                           max_steps=end - start, schedule=optim.schedule)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         host_batches = [self.stream.next() for _ in range(self.accumulation)]
         totals = step_totals([HostCounts.of(batch) for batch in host_batches], runtime)
         # Every copy is queued before the first forward, so the copies overlap the compute.
-        batches = [device_batch(batch, runtime.device, keep_attention_mask=self.config.train.compile)
+        batches = [device_batch(batch, runtime.device, keep_attention_mask=self.phase_config.train.compile)
                    for batch in host_batches]
         # Each micro-batch's loss sums are divided by the step's counts (over all processes),
         # so any split of the batch gives the same gradient; DDP averages over processes.
@@ -405,7 +445,8 @@ class Trainer:
 
     def state_dict(self) -> dict[str, int]:
         """The trainer's own state: step, skipped steps and the batch stream's position."""
-        return {"step": self.step, "skipped_steps": self.skipped_steps, **self.stream.state_dict()}
+        return {"step": self.step, "skipped_steps": self.skipped_steps, "phase": self.phase,
+                **self.stream.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any], source: Path | None = None) -> None:
         """Continue from `state_dict()` as saved in a checkpoint's trainer_state.json."""
@@ -413,7 +454,11 @@ class Trainer:
             raise UserError(f"checkpoint {source} was written by {state['world_size']} processes; "
                             f"resume it with the same number (now {self.runtime.world_size})")
         self.step, self.skipped_steps = int(state["step"]), int(state["skipped_steps"])
-        self.stream.load_state_dict(state)
+        stream = {"epoch": int(state["epoch"]), "position": int(state["position"])}
+        phase = self.phase_at(self.step)
+        if phase != int(state.get("phase", 0)):  # saved at a boundary: the stream was the last phase's
+            stream = {"epoch": stream["epoch"] + 1, "position": 0}
+        self.enter_phase(phase, stream)
 
     def save(self) -> None:
         """Checkpoint model, optimizer, scaler, RNG and `state_dict()` as `step-N/`."""
