@@ -71,6 +71,8 @@ def test_unknown_override_key_is_refused():
     ("train:\n  max_steps: ten\n", "train.max_steps must be an integer"),
     ("train:\n  gradient_checkpointing: 1\n", "must be true or false"),
     ("optim:\n  schedule: step\n", "use one of linear, cosine, constant"),
+    ("optim:\n  name: sgd\n", "optim.name is 'sgd'; use one of adamw, lamb"),
+    ("optim:\n  name: LAMB\n", "optim.name is 'LAMB'; use one of adamw, lamb"),
     ("train:\n  precision: fp8\n", "use one of auto, fp32, fp16, bf16"),
     ("data:\n  pair_task: mlm\n", "use one of nsp, sop, none"),
     ("optim:\n  lr: -1.0\n", "optim.lr must be in"),
