@@ -20,6 +20,7 @@ MAX_CONFIG_BYTES = 1_000_000
 # A config has no use for many aliases; refusing them stops "billion laughs" expansion.
 MAX_YAML_ALIASES = 16
 
+OPTIMIZERS = ("adamw", "lamb")
 SCHEDULES = ("linear", "cosine", "constant")
 PRECISIONS = ("auto", "fp32", "fp16", "bf16")
 DEVICES = ("auto", "cpu", "cuda")
@@ -54,8 +55,9 @@ class DataConfig:
 
 @dataclass
 class OptimConfig:
-    """The optimisation recipe: AdamW, warmup then decay, clipping."""
+    """The optimisation recipe: AdamW or LAMB, warmup then decay, clipping."""
 
+    name: str = "adamw"
     lr: float = 1.0e-4
     betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
     eps: float = 1.0e-6
@@ -383,6 +385,7 @@ def _validate(config: Config, warmup_given: bool, ratio_given: bool) -> None:
     if data.num_workers < 0:
         raise UserError(f"data.num_workers must be 0 or more, got {data.num_workers}")
 
+    _check_choice("optim.name", optim.name, OPTIMIZERS)
     _check_range("optim.lr", optim.lr, 0.0, 1.0, low_open=True)
     for index, beta in enumerate(optim.betas):
         _check_range(f"optim.betas[{index}]", beta, 0.0, 1.0, high_open=True)

@@ -71,6 +71,8 @@ def test_unknown_override_key_is_refused():
     ("train:\n  max_steps: ten\n", "train.max_steps must be an integer"),
     ("train:\n  gradient_checkpointing: 1\n", "must be true or false"),
     ("optim:\n  schedule: step\n", "use one of linear, cosine, constant"),
+    ("optim:\n  name: sgd\n", "optim.name is 'sgd'; use one of adamw, lamb"),
+    ("optim:\n  name: LAMB\n", "optim.name is 'LAMB'; use one of adamw, lamb"),
     ("train:\n  precision: fp8\n", "use one of auto, fp32, fp16, bf16"),
     ("data:\n  pair_task: mlm\n", "use one of nsp, sop, none"),
     ("optim:\n  lr: -1.0\n", "optim.lr must be in"),
@@ -159,5 +161,5 @@ def test_presets_resolve_by_name_and_a_file_wins(tmp_path, monkeypatch):
     (tmp_path / "base.yaml").write_text("train:\n  max_steps: 7\n")
     assert resolve_config_path("base.yaml") == Path("base.yaml")
     assert load_config("base.yaml").train.max_steps == 7
-    with pytest.raises(UserError, match="a preset \\(albert-base, base, large, mini, tiny\\)"):
+    with pytest.raises(UserError, match="a preset \\(albert-base, base, large, large-batch, mini, tiny\\)"):
         load_config("nope")

@@ -1,4 +1,5 @@
-"""The optimisation recipe: AdamW parameter groups, and the learning-rate schedule."""
+"""The optimisation recipe: the optimizer (AdamW or LAMB) with its parameter groups, and the
+learning-rate schedule."""
 from __future__ import annotations
 
 import math
@@ -6,14 +7,23 @@ import math
 import torch
 
 from bertpre.config import OptimConfig
+from bertpre.train.lamb import Lamb
 
 
-def build_optimizer(model: torch.nn.Module, optim: OptimConfig, device: torch.device) -> torch.optim.AdamW:
-    """AdamW with decoupled weight decay on matrices only: biases and LayerNorm weights are 1-D."""
+def parameter_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
+    """Weight decay on matrices only: biases and LayerNorm weights are 1-D and get none."""
     decay = [p for p in model.parameters() if p.requires_grad and p.ndim >= 2]
     no_decay = [p for p in model.parameters() if p.requires_grad and p.ndim < 2]
-    groups = [{"params": decay, "weight_decay": optim.weight_decay},
-              {"params": no_decay, "weight_decay": 0.0}]
+    return [{"params": decay, "weight_decay": weight_decay},
+            {"params": no_decay, "weight_decay": 0.0}]
+
+
+def build_optimizer(model: torch.nn.Module, optim: OptimConfig,
+                    device: torch.device) -> torch.optim.Optimizer:
+    """`optim.name`'s optimizer over `parameter_groups`: AdamW (decoupled weight decay), or LAMB."""
+    groups = parameter_groups(model, optim.weight_decay)
+    if optim.name == "lamb":
+        return Lamb(groups, lr=optim.lr, betas=tuple(optim.betas), eps=optim.eps)
     return torch.optim.AdamW(groups, lr=optim.lr, betas=tuple(optim.betas), eps=optim.eps,
                              fused=device.type == "cuda" or None)
 

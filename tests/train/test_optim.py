@@ -1,9 +1,15 @@
-"""The learning-rate schedule: exact values at the points that matter."""
+"""The optimizer and schedule: exact lr values, LAMB against its rule, the groups, a round trip."""
 import math
 
 import pytest
+import torch
 
-from bertpre.train.optim import learning_rate
+from bertpre.config import load_config
+from bertpre.model.bert import BertConfig, BertForPreTraining
+from bertpre.train.checkpoint import load_checkpoint, save_checkpoint
+from bertpre.train.lamb import Lamb
+from bertpre.train.optim import build_optimizer, learning_rate
+from bertpre.train.runtime import Runtime
 
 SETTINGS = {"lr": 1e-3, "warmup_steps": 10, "max_steps": 110}
 
@@ -34,3 +40,114 @@ def test_constant_after_warmup_and_no_warmup():
     assert learning_rate(109, schedule="constant", **SETTINGS) == 1e-3
     assert learning_rate(0, lr=2e-4, warmup_steps=0, max_steps=100, schedule="linear") == 2e-4
     assert learning_rate(99, lr=2e-4, warmup_steps=0, max_steps=100, schedule="linear") == pytest.approx(2e-6)
+
+
+# LAMB: one and two steps against the rule written out here, the groups, and a checkpoint.
+
+BETAS, EPS, LR = (0.9, 0.999), 1e-6, 0.1
+
+
+def lamb_by_hand(param: torch.Tensor, grads: list[torch.Tensor], weight_decay: float) -> torch.Tensor:
+    """`param` after one LAMB update per gradient in `grads`, written out from the paper."""
+    p, m, v = param.clone(), torch.zeros_like(param), torch.zeros_like(param)
+    for t, g in enumerate(grads, start=1):
+        m = BETAS[0] * m + (1 - BETAS[0]) * g
+        v = BETAS[1] * v + (1 - BETAS[1]) * g * g
+        m_hat, v_hat = m / (1 - BETAS[0] ** t), v / (1 - BETAS[1] ** t)
+        u = m_hat / (v_hat.sqrt() + EPS) + weight_decay * p
+        p_norm, u_norm = p.norm().item(), u.norm().item()
+        ratio = p_norm / u_norm if p_norm > 0 and u_norm > 0 else 1.0
+        p = p - LR * ratio * u
+    return p
+
+
+def lamb_steps(params: list[torch.Tensor], grads: list[list[torch.Tensor]],
+               weight_decays: list[float]) -> Lamb:
+    optimizer = Lamb([{"params": [p], "weight_decay": wd} for p, wd in zip(params, weight_decays, strict=True)],
+                     lr=LR, betas=BETAS, eps=EPS)
+    for step_grads in grads:
+        for p, g in zip(params, step_grads, strict=True):
+            p.grad = g.clone()
+        optimizer.step()
+    return optimizer
+
+
+@pytest.mark.parametrize("steps", [1, 2])
+def test_lamb_matches_the_rule_written_out(steps):
+    generator = torch.Generator().manual_seed(0)
+    matrix = torch.randn(4, 3, generator=generator, dtype=torch.float64)
+    bias = torch.randn(3, generator=generator, dtype=torch.float64)
+    zeros = torch.zeros(5, dtype=torch.float64)  # ‖p‖ = 0: the ratio is 1, a plain Adam step
+    start = [matrix, bias, zeros]
+    grads = [[torch.randn(p.shape, generator=generator, dtype=torch.float64) for p in start]
+             for _ in range(steps)]
+    params, weight_decays = [p.clone() for p in start], [0.01, 0.0, 0.0]
+    lamb_steps(params, grads, weight_decays)
+    for index, (p, p0, wd) in enumerate(zip(params, start, weight_decays, strict=True)):
+        expected = lamb_by_hand(p0, [g[index] for g in grads], wd)
+        torch.testing.assert_close(p, expected, rtol=1e-12, atol=1e-15)
+    # The first step moves every element of the zero tensor by exactly lr (Adam's |m̂/√v̂| = 1).
+    if steps == 1:
+        torch.testing.assert_close(params[2], -LR * grads[0][2].sign(), rtol=1e-5, atol=0)
+
+
+def test_lamb_update_of_a_parameter_is_lr_times_its_norm():
+    """The trust ratio makes the step's length lr·‖p‖, whatever the gradient's scale."""
+    param = torch.full((3, 3), 2.0, dtype=torch.float64)
+    start = param.clone()
+    lamb_steps([param], [[torch.full((3, 3), 1e-3, dtype=torch.float64)]], [0.0])
+    assert (param - start).norm().item() == pytest.approx(LR * start.norm().item(), rel=1e-12)
+
+
+def test_lamb_zero_gradient_and_zero_param_leave_the_tensor_unchanged():
+    param = torch.zeros(4)
+    lamb_steps([param], [[torch.zeros(4)]], [0.01])  # ‖u‖ = 0 too: ratio 1, no NaN
+    assert torch.equal(param, torch.zeros(4))
+
+
+def tiny_bert() -> BertForPreTraining:
+    torch.manual_seed(0)
+    return BertForPreTraining(BertConfig(vocab_size=50, hidden_size=32, num_hidden_layers=2,
+                                         num_attention_heads=4, intermediate_size=64,
+                                         max_position_embeddings=32))
+
+
+@pytest.mark.parametrize("name, kind", [("adamw", torch.optim.AdamW), ("lamb", Lamb)])
+def test_build_optimizer_chooses_by_name_with_decay_on_matrices_only(name, kind):
+    model = tiny_bert()
+    optim = load_config(None, [f"optim.name={name}", "optim.lr=3e-3", "optim.weight_decay=0.02"]).optim
+    optimizer = build_optimizer(model, optim, torch.device("cpu"))
+    assert type(optimizer) is kind
+    decay, no_decay = optimizer.param_groups
+    assert (decay["weight_decay"], no_decay["weight_decay"]) == (0.02, 0.0)
+    assert all(p.ndim >= 2 for p in decay["params"]) and all(p.ndim == 1 for p in no_decay["params"])
+    assert len(decay["params"]) + len(no_decay["params"]) == len(list(model.parameters()))
+    assert {id(p) for p in no_decay["params"]} >= {id(model.bert.embeddings.LayerNorm.weight),
+                                                   id(model.bert.encoder.layer[0].output.dense.bias)}
+    assert (decay["lr"], decay["betas"], decay["eps"]) == (3e-3, (0.9, 0.999), 1e-6)
+
+
+def test_lamb_state_survives_a_checkpoint_round_trip(tmp_path):
+    def one_step(model, optimizer):
+        input_ids = torch.arange(5, 21).reshape(2, 8)
+        model(input_ids, labels=input_ids, next_sentence_label=torch.tensor([0, 1])).loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    runtime = Runtime(device=torch.device("cpu"))
+    optim = load_config(None, ["optim.name=lamb", "optim.lr=1e-2"]).optim
+    model = tiny_bert()
+    model.eval()  # no dropout: the two runs below see the same gradients
+    optimizer = build_optimizer(model, optim, runtime.device)
+    one_step(model, optimizer)
+    folder = save_checkpoint(tmp_path, 1, model=model, optimizer=optimizer, scaler=None,
+                             trainer_state={}, runtime=runtime, keep_last=1)
+    fresh = tiny_bert()
+    fresh.eval()
+    fresh_optimizer = build_optimizer(fresh, optim, runtime.device)
+    load_checkpoint(folder, model=fresh, optimizer=fresh_optimizer, scaler=None, runtime=runtime)
+    one_step(model, optimizer)
+    one_step(fresh, fresh_optimizer)
+    assert all(state["step"] == 2 for state in fresh_optimizer.state.values())
+    for (name, a), b in zip(model.state_dict().items(), fresh.state_dict().values(), strict=True):
+        assert torch.equal(a, b), name

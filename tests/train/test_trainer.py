@@ -1,5 +1,6 @@
 """The Trainer on CPU with the tiny config: pinned losses, exact resume, accumulation, DDP, logs."""
 import json
+import math
 import os
 import signal
 import socket
@@ -144,6 +145,22 @@ def test_resume_after_sigkill_is_exact(data_dir, tmp_path, one_thread):
         assert torch.equal(a[name], b[name]), name
     rows = [json.loads(line) for line in (tmp_path / "resumed" / "metrics.jsonl").read_text().splitlines()]
     assert [row["step"] for row in rows if "train/loss" in row] == list(range(1, 9))
+
+
+def test_lamb_trains_and_resumes_exactly(data_dir, tmp_path, one_thread):
+    # 6 steps, all inside the 30 warmup steps: the lr does not depend on train.max_steps.
+    lamb = ["optim.name=lamb", "train.save_every=3"]
+    straight = pretrain(tiny_config(data_dir, tmp_path / "straight", *lamb, "train.max_steps=6"))
+    pretrain(tiny_config(data_dir, tmp_path / "resumed", *lamb, "train.max_steps=3"))
+    resumed = pretrain(tiny_config(data_dir, tmp_path / "resumed", *lamb, "train.max_steps=6"))
+    losses = step_losses(straight.run_dir)
+    assert len(losses) == 6 and all(math.isfinite(loss) for loss in losses)
+    assert losses[0] == pytest.approx(PINNED_LOSSES[0], abs=1e-5)  # same model and batch
+    assert losses[1] != pytest.approx(PINNED_LOSSES[1], abs=1e-5)  # a LAMB step, not AdamW's
+    assert step_losses(resumed.run_dir) == losses  # identical, not merely close
+    a, b = final_weights(straight.run_dir), final_weights(resumed.run_dir)
+    for name in a:
+        assert torch.equal(a[name], b[name]), name
 
 
 def free_port() -> int:
