@@ -59,11 +59,16 @@ def tokenize(
              "training; a reused vocab.txt follows its tokenizer_config.json or its own tokens."),
     tokenizer_path: Path | None = typer.Option(
         None, "--tokenizer", help="Reuse this tokenizer.json, vocab.txt or tokenizer folder instead of training."),
+    add_vocab: int | None = typer.Option(
+        None, "--add-vocab", metavar="N",
+        help="With --tokenizer: append up to N frequent corpus words it lacks, after its ids "
+             "(continued pretraining of a released BERT on a domain corpus)."),
     text_field: str = typer.Option("text", "--text-field", help="JSON field / Parquet column holding the text."),
     validation_share: float = typer.Option(
         0.01, "--validation-share", help="Share of documents held out for validation (at least one)."),
     num_proc: int = typer.Option(1, "--num-proc", help="Processes encoding the corpus (raise for large corpora)."),
-    min_frequency: int = typer.Option(2, "--min-frequency", help="Fewest occurrences for a merged subword."),
+    min_frequency: int = typer.Option(
+        2, "--min-frequency", help="Fewest occurrences for a merged subword (with --add-vocab: an appended word)."),
     limit_alphabet: int = typer.Option(1000, "--limit-alphabet", help="Most distinct characters in the vocab."),
     no_sentence_split: bool = typer.Option(
         False, "--no-sentence-split", help="Take each line as one sentence (no sentence splitting)."),
@@ -79,7 +84,7 @@ def tokenize(
     manifest = tokenize_corpus(
         corpus, out,
         vocab_size=vocab_size, lowercase=lowercase, tokenizer_path=tokenizer_path,
-        text_field=text_field, split_sentences=not no_sentence_split,
+        add_vocab=add_vocab, text_field=text_field, split_sentences=not no_sentence_split,
         validation_share=validation_share, num_proc=num_proc, min_frequency=min_frequency,
         limit_alphabet=limit_alphabet, overwrite=overwrite, seed=seed,
         show_progress=sys.stderr.isatty(),  # bars only for people watching, not in logs

@@ -20,10 +20,12 @@ from bertpre.data.folder import (
 )
 from bertpre.errors import UserError, raise_if_stopped
 from bertpre.folders import check_out, replace_folder, staging_folder
+from bertpre.tokenizer.vocab_extension import extend_vocab, vocab_sha256
 from bertpre.tokenizer.wordpiece import (
     MAX_INPUT_CHARS_PER_WORD,
     SPECIAL_TOKENS,
     TOKENIZER_FILE,
+    VOCAB_FILE,
     load_tokenizer,
     save_tokenizer,
     tokenizer_lowercases,
@@ -45,6 +47,7 @@ class TokenizeOptions:
     vocab_size: int = 30522
     lowercase: bool | None = None  # None: True when training, the tokenizer's own when reusing
     tokenizer_path: str | None = None
+    add_vocab: int | None = None  # append up to this many corpus words to the --tokenizer's vocab
     text_field: str = "text"
     split_sentences: bool = True
     validation_share: float = 0.01
@@ -60,6 +63,7 @@ def tokenize_corpus(
     vocab_size: int = 30522,
     lowercase: bool | None = None,
     tokenizer_path: str | Path | None = None,
+    add_vocab: int | None = None,
     text_field: str = "text",
     split_sentences: bool = True,
     validation_share: float = 0.01,
@@ -75,6 +79,10 @@ def tokenize_corpus(
     DATA is built in a temporary folder beside `out` and renamed into place when complete, so
     an interrupted run leaves nothing that looks like a DATA folder.
 
+    Args:
+        add_vocab: with `tokenizer_path`, append up to this many of the corpus's frequent words
+            that the reused vocab lacks after its ids (`bertpre.tokenizer.extend_vocab`).
+
     Returns:
         The manifest written to DATA/manifest.json.
 
@@ -85,6 +93,7 @@ def tokenize_corpus(
         vocab_size=vocab_size,
         lowercase=lowercase,
         tokenizer_path=None if tokenizer_path is None else str(tokenizer_path),
+        add_vocab=add_vocab,
         text_field=text_field,
         split_sentences=split_sentences,
         validation_share=validation_share,
@@ -99,9 +108,12 @@ def tokenize_corpus(
     files = resolve_paths(corpus_paths)
     sources = [*files, *([Path(tokenizer_path)] if tokenizer_path is not None else [])]
     check_out(out, "tokenize", overwrite=overwrite, sources=sources)
-    tokenizer = None
+    tokenizer = source = None
     if tokenizer_path is not None:
-        tokenizer = load_tokenizer(tokenizer_path, lowercase=lowercase)
+        tokenizer = source = load_tokenizer(tokenizer_path, lowercase=lowercase)
+        if add_vocab is not None and tokenizer.get_vocab_size() + add_vocab > MAX_VOCAB_SIZE:
+            raise UserError(f"--add-vocab {add_vocab:,} would grow the vocab beyond {MAX_VOCAB_SIZE:,} "
+                            "tokens; choose a smaller --add-vocab")
 
     with staging_folder(out) as building:
         stats = CorpusStats()
@@ -133,13 +145,20 @@ def tokenize_corpus(
                 # A signal inside training's callbacks only shortened the input: stop before
                 # encoding (replace_folder checks again before anything is kept).
                 raise_if_stopped()
+            elif add_vocab is not None:
+                tokenizer = extend_vocab(
+                    tokenizer, encoding.SentenceBatches(raw, show_progress, desc="Counting words"),
+                    add_vocab, min_frequency=min_frequency,
+                )
+                raise_if_stopped()
             save_tokenizer(tokenizer, building / TOKENIZER_DIR)
             fingerprint = _fingerprint(options, stats, building / TOKENIZER_DIR / TOKENIZER_FILE)
             encoded, counts = encoding.encode_corpus(raw, tokenizer, num_proc, fingerprint)
             splits = encoding.split_by_document(encoded, validation_share, seed, fingerprint)
             splits.save_to_disk(str(building / DATASET_DIR))
         split_sizes = {name: len(split) for name, split in splits.items()}
-        manifest = _manifest(options, stats, tokenizer, building / TOKENIZER_DIR, split_sizes, counts)
+        manifest = _manifest(options, stats, tokenizer, building / TOKENIZER_DIR, split_sizes, counts,
+                             source if add_vocab is not None else None)
         (building / MANIFEST_FILE).write_text(
             json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
         )
@@ -157,6 +176,11 @@ def _check_options(options: TokenizeOptions) -> None:
             f"--vocab-size {options.vocab_size:,} is beyond any BERT vocabulary (at most "
             f"{MAX_VOCAB_SIZE:,} here; BERT uses 30,522, multilingual BERT 119,547): its embedding "
             "table alone would not fit a GPU; choose a smaller --vocab-size")
+    if options.add_vocab is not None and options.tokenizer_path is None:
+        raise UserError("--add-vocab needs --tokenizer SOURCE, the vocab to extend; without it "
+                        "a new vocab of --vocab-size is trained")
+    if options.add_vocab is not None and options.add_vocab < 1:
+        raise UserError(f"--add-vocab {options.add_vocab} must be 1 or more")
     if options.seed < 0:
         raise UserError(f"--seed {options.seed} must be 0 or more")
     if options.tokenizer_path is None and options.vocab_size <= len(SPECIAL_TOKENS):
@@ -199,11 +223,30 @@ def _manifest(
     tokenizer_dir: Path,
     split_sizes: dict[str, int],
     counts: dict[str, int],
+    extended_from: Tokenizer | None = None,
 ) -> dict:
     """What DATA holds and how it was made; no timestamps or paths of the run, so it is
-    byte-identical for the same inputs and options."""
+    byte-identical for the same inputs and options.
+
+    Args:
+        extended_from: the --tokenizer that --add-vocab grew into `tokenizer`; its size and
+            vocab sha256 are recorded with the number of tokens appended.
+    """
     corpus = stats.as_dict()
     documents = sum(split_sizes.values())
+    tokenizer_entry = {
+        "trained": options.tokenizer_path is None,
+        "vocab_size": tokenizer.get_vocab_size(with_added_tokens=True),
+        "lowercase": tokenizer_lowercases(tokenizer),
+        "sha256": _sha256(tokenizer_dir / TOKENIZER_FILE),
+    }
+    if extended_from is not None:
+        source_size = extended_from.get_vocab_size(with_added_tokens=True)
+        tokenizer_entry |= {
+            "source_vocab_size": source_size,
+            "source_vocab_sha256": vocab_sha256(extended_from),
+            "added_pieces": tokenizer_entry["vocab_size"] - source_size,
+        }
     return {
         "bertpre_version": bertpre.__version__,
         "sources": corpus["files"],
@@ -224,13 +267,23 @@ def _manifest(
             "sentences_without_tokens_dropped": corpus["sentences"] - counts["num_sentences"],
             "invalid_utf8_replacements": corpus["invalid_utf8_replacements"],
         },
-        "tokenizer": {
-            "trained": options.tokenizer_path is None,
-            "vocab_size": tokenizer.get_vocab_size(with_added_tokens=True),
-            "lowercase": tokenizer_lowercases(tokenizer),
-            "sha256": _sha256(tokenizer_dir / TOKENIZER_FILE),
-        },
+        "tokenizer": tokenizer_entry,
     }
+
+
+def _describe_added(manifest: dict, out: str | Path) -> str:
+    """How many tokens --add-vocab appended, with the first few (from DATA's vocab.txt)."""
+    tokenizer, asked = manifest["tokenizer"], manifest["options"]["add_vocab"]
+    added, first = tokenizer["added_pieces"], tokenizer["source_vocab_size"]
+    text = f"{added:,} tokens after the {first:,} of the --tokenizer"
+    if added < asked:
+        text += (f" (asked {asked:,}: fewer corpus words outside the vocab occur "
+                 f"{manifest['options']['min_frequency']}+ times)")
+    vocab_file = Path(out) / TOKENIZER_DIR / VOCAB_FILE
+    if added and vocab_file.is_file():
+        examples = vocab_file.read_text(encoding="utf-8").split("\n")[first:first + min(added, 5)]
+        text += ", e.g. " + " ".join(examples)
+    return text
 
 
 def format_summary(manifest: dict, out: str | Path) -> str:
@@ -254,7 +307,9 @@ def format_summary(manifest: dict, out: str | Path) -> str:
         ("invalid UTF-8 replaced", f"{counts['invalid_utf8_replacements']:,} times"),
         ("vocab", f"{tokenizer['vocab_size']:,} tokens{short}, "
                   f"{'lowercase' if tokenizer['lowercase'] else 'cased'}, "
-                  f"{'trained' if tokenizer['trained'] else 'reused'}"),
+                  f"{'trained' if tokenizer['trained'] else 'extended' if 'added_pieces' in tokenizer else 'reused'}"),
     ]
+    if "added_pieces" in tokenizer:
+        rows.append(("added to vocab", _describe_added(manifest, out)))
     width = max(len(name) for name, _ in rows)
     return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)

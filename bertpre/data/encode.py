@@ -84,16 +84,17 @@ def spool_documents(
 class SentenceBatches:
     """All sentences, a batch of documents at a time, for `train_from_iterator`; re-iterable."""
 
-    def __init__(self, documents: datasets.Dataset, show_progress: bool) -> None:
+    def __init__(self, documents: datasets.Dataset, show_progress: bool, desc: str = "Training vocab") -> None:
         self.documents = documents
         self.show_progress = show_progress
+        self.desc = desc
 
     def __len__(self) -> int:
         return len(self.documents)
 
     def __iter__(self) -> Iterator[list[str]]:
         # Our own bar on stderr: tokenizers' bar writes to stdout, where the summary goes.
-        with tqdm(total=len(self.documents), desc="Training vocab", unit=" docs", file=sys.stderr,
+        with tqdm(total=len(self.documents), desc=self.desc, unit=" docs", file=sys.stderr,
                   disable=not self.show_progress) as bar:
             for batch in self.documents.iter(batch_size=BATCH_DOCUMENTS):
                 bar.update(len(batch["sentences"]))

@@ -1,4 +1,10 @@
-"""The WordPiece vocabulary: build, train, load and save it; its alphabet; fast sentence encoding."""
+"""The WordPiece vocabulary: build, train, load, save and extend it; its alphabet; fast sentence encoding."""
+from bertpre.tokenizer.vocab_extension import (
+    VocabMismatch,
+    extend_vocab,
+    vocab_extension,
+    vocab_sha256,
+)
 from bertpre.tokenizer.wordpiece import (
     CLS_TOKEN,
     MASK_TOKEN,
@@ -13,4 +19,5 @@ from bertpre.tokenizer.wordpiece import (
 )
 
 __all__ = ["CLS_TOKEN", "MASK_TOKEN", "PAD_TOKEN", "SEP_TOKEN", "SPECIAL_TOKENS", "UNK_TOKEN",
-           "build_tokenizer", "load_tokenizer", "save_tokenizer", "train_tokenizer"]
+           "VocabMismatch", "build_tokenizer", "extend_vocab", "load_tokenizer", "save_tokenizer",
+           "train_tokenizer", "vocab_extension", "vocab_sha256"]

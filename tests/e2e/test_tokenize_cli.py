@@ -78,6 +78,27 @@ def test_invalid_utf8_is_replaced_counted_and_warned_about(tmp_path):
     assert manifest["counts"]["invalid_utf8_replacements"] == 2
 
 
+def test_add_vocab_appends_domain_words_to_a_reused_vocab(tmp_path):
+    write_text_corpus(tmp_path / "general.txt")
+    assert tokenize("general.txt", "--out", "source", "--vocab-size", "120", "--min-frequency", "1",
+                    cwd=tmp_path).returncode == 0
+    words = ["immunohistochemistry", "cardiomyopathy"]
+    (tmp_path / "domain.txt").write_text(
+        "\n\n".join(f"Slide {index} showed {words[index % 2]}.\nThe {words[index % 2]} was clear."
+                    for index in range(8)) + "\n", encoding="utf-8")
+    result = tokenize("domain.txt", "--out", "grown", "--tokenizer", "source/tokenizer",
+                      "--add-vocab", "20", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    manifest = json.loads((tmp_path / "grown" / "manifest.json").read_text())
+    added = manifest["tokenizer"]["added_pieces"]
+    assert 2 <= added <= 20
+    assert f"vocab                   {120 + added} tokens, lowercase, extended" in result.stdout
+    assert f"added to vocab          {added} tokens after the 120 of the --tokenizer" in result.stdout
+    old = (tmp_path / "source" / "tokenizer" / "vocab.txt").read_text().splitlines()
+    new = (tmp_path / "grown" / "tokenizer" / "vocab.txt").read_text().splitlines()
+    assert new[:120] == old and set(words) <= set(new[120:])
+
+
 def _missing(tmp_path: Path) -> list[str]:
     return ["missing.txt", "--out", "data"]
 
@@ -134,6 +155,17 @@ def _vocab_too_small(tmp_path: Path) -> list[str]:
     return ["corpus.txt", "--out", "data", "--vocab-size", "30"]
 
 
+def _add_vocab_alone(tmp_path: Path) -> list[str]:
+    write_text_corpus(tmp_path / "corpus.txt")
+    return ["corpus.txt", "--out", "data", "--add-vocab", "20"]
+
+
+def _add_vocab_zero(tmp_path: Path) -> list[str]:
+    write_text_corpus(tmp_path / "corpus.txt")
+    (tmp_path / "vocab.txt").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nthe\n", encoding="utf-8")
+    return ["corpus.txt", "--out", "data", "--tokenizer", "vocab.txt", "--add-vocab", "0"]
+
+
 @pytest.mark.parametrize(
     ("make_args", "mentions"),
     [
@@ -147,9 +179,11 @@ def _vocab_too_small(tmp_path: Path) -> list[str]:
         (_unwritable_out, "cannot write --out"),
         (_out_exists, "already exists; pass --overwrite"),
         (_vocab_too_small, "vocab size 30 is too small"),
+        (_add_vocab_alone, "--add-vocab needs --tokenizer"),
+        (_add_vocab_zero, "--add-vocab 0 must be 1 or more"),
     ],
     ids=["missing", "empty", "blank", "binary", "huge-line", "extension", "json-field",
-         "unwritable", "exists", "vocab-small"],
+         "unwritable", "exists", "vocab-small", "add-vocab-alone", "add-vocab-zero"],
 )
 def test_bad_input_gives_one_line_exit_2_and_no_data(tmp_path, make_args, mentions):
     args = make_args(tmp_path)
