@@ -17,9 +17,15 @@ import torch
 from safetensors import SafetensorError
 from torch.nn.parallel import DistributedDataParallel
 
-from bertpre.batches import BatchStream, MaskingCollator, PretrainingInstances
-from bertpre.config import Config, check_world_size, load_config, resolve
-from bertpre.data import DataFolder, load_data
+from bertpre.batches import (
+    BatchStream,
+    MaskingCollator,
+    MixedInstances,
+    PretrainingInstances,
+    build_instances,
+)
+from bertpre.config import Config, DataConfig, check_world_size, load_config, resolve
+from bertpre.data import DataFolder, load_mixture
 from bertpre.errors import WRITE_ERRNOS, UserError
 from bertpre.model import BertForPreTraining
 from bertpre.model.cost import training_flops_per_token
@@ -31,7 +37,7 @@ from bertpre.train.checkpoint import (
     remove_partial_checkpoints,
     save_checkpoint,
 )
-from bertpre.train.evaluation import Evaluator
+from bertpre.train.evaluation import build_evaluator
 from bertpre.train.metrics import MetricsWindow, MetricsWriter, ProgressBar, gpu_scalars
 from bertpre.train.optim import build_optimizer, learning_rate
 from bertpre.train.run_folder import RunLock, check_resume_config
@@ -150,14 +156,16 @@ class Trainer:
         self.config, self.runtime = config, runtime
         train = config.train
         self.accumulation = check_world_size(config, runtime.world_size)
-        self.data = load_data(config.data.path)
-        resolve(config, self.data.tokenizer)
+        self.mixture = load_mixture(config.data.sources)
+        self.data = self.mixture.folders[0]  # every source shares its tokenizer, which the run copies
+        resolve(config, self.mixture.tokenizer)
         self.run_dir = Path(train.out)
         latest = latest_checkpoint(self.run_dir) if resume else None
         if not resume and (self.run_dir / "checkpoints" / "latest").exists():
             raise UserError(f"run folder {self.run_dir} already holds checkpoints; resume it "
                             "(--resume), or choose a new --out")
-        check_tokenizer_matches(self.run_dir, self.data)
+        for folder in self.mixture.folders:
+            check_tokenizer_matches(self.run_dir, folder)
         self.lock = RunLock(self.run_dir)
         if runtime.is_main:
             self.lock.check_free()  # before reading a checkpoint another process may be pruning
@@ -177,9 +185,7 @@ class Trainer:
             freeze_pair_head(self.model)
         self.scaler = runtime.grad_scaler()
         seed_everything(train.seed + runtime.rank)  # dropout differs across processes
-        instances = PretrainingInstances.from_config(
-            self.data.train, self.data.tokenizer, config.data, seed=train.seed, rank=runtime.rank,
-            world_size=runtime.world_size)
+        instances = self.build_instances(config.data)
         collate = MaskingCollator.from_config(self.data.tokenizer, config.data, train.seed,
                                               fixed_shapes=train.compile)
         self.stream = BatchStream(instances, collate,
@@ -205,6 +211,20 @@ class Trainer:
             self.lock.release()
             raise
 
+    def build_instances(self, data_config: DataConfig) -> PretrainingInstances | MixedInstances:
+        """This process's training instances as `data_config` describes them (one folder or a
+        mixture); a mixture's realised shares are said once."""
+        instances = build_instances(self.mixture, data_config, seed=self.config.train.seed,
+                                    rank=self.runtime.rank, world_size=self.runtime.world_size)
+        if isinstance(instances, MixedInstances) and self.runtime.is_main:
+            shares = ", ".join(f"{name} {share:.2%} ({count:,} instances, {count / block:.2f} of its epochs)"
+                               for (name, share), count, block in zip(
+                                   instances.shares.items(), instances.draws.tolist(),
+                                   instances.stream_block.tolist(), strict=True))
+            print(f"data: {instances.size:,} instances an epoch from {len(instances.names)} "
+                  f"sources, every epoch: {shares}", file=sys.stderr)
+        return instances
+
     def start_run(self, *, resumed: bool) -> None:
         """Write the run folder's config and tokenizer; set up the model wrapper, evaluator and logs."""
         config, runtime, train = self.config, self.runtime, self.config.train
@@ -212,8 +232,8 @@ class Trainer:
             self.prepare_run_folder()
         self.trained_model = self.wrap_model()
         # Every process scores its share of the validation batches.
-        self.evaluator = Evaluator(self.data, config.data, micro_batch_size=train.micro_batch_size,
-                                   seed=train.seed, rank=runtime.rank, world_size=runtime.world_size)
+        self.evaluator = build_evaluator(self.mixture, config.data, micro_batch_size=train.micro_batch_size,
+                                         seed=train.seed, rank=runtime.rank, world_size=runtime.world_size)
         # Read after each fp16 step (whether it was skipped); before the first, it needs no read.
         self.loss_scale = self.scaler.get_scale() if self.scaler is not None else 1.0
         self.metrics = MetricsWriter(self.run_dir, enabled=runtime.is_main,
@@ -221,6 +241,9 @@ class Trainer:
         self.progress = ProgressBar(start_step=self.step, max_steps=train.max_steps,
                                     enabled=runtime.is_main)
         self.window = MetricsWindow(self.step)
+        if isinstance(self.stream.instances, MixedInstances):  # said once: equal in every epoch
+            self.metrics.log(self.step, {f"data/share/{name}": share
+                                         for name, share in self.stream.instances.shares.items()})
         self.token_flops = training_flops_per_token(config.model, config.data.max_seq_length,
                                                     config.data.predicted_share)
 
