@@ -125,9 +125,12 @@ class MixtureEvaluator:
                       seed=source_seed(seed, index), rank=rank, world_size=world_size)
             for index, folder in enumerate(mixture.folders)]
 
-    def __call__(self, model: torch.nn.Module, **options) -> dict[str, float]:
+    def __call__(self, model: torch.nn.Module, *, device: torch.device | None = None,
+                 autocast: contextlib.AbstractContextManager | None = None,
+                 max_batches: int | None = None) -> dict[str, float]:
         """Every source's `Evaluator` results as `<name>/<metric>`, then the overall metrics."""
-        per_source = [evaluator(model, **options) for evaluator in self.evaluators]
+        per_source = [evaluator(model, device=device, autocast=autocast, max_batches=max_batches)
+                      for evaluator in self.evaluators]
         results = {f"{name}/{metric}": value for name, source in zip(self.names, per_source, strict=True)
                    for metric, value in source.items()}
         for metric in per_source[0]:

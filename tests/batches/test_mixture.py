@@ -152,6 +152,11 @@ def test_resuming_the_stream_at_a_position_gives_the_same_remaining_batches(mixt
         for batch in batches[resume_at:]:
             again = resumed.next()
             assert all(torch.equal(batch[name], again[name]) for name in batch)
+    workers = BatchStream(instances, collate, micro_batch_size=16, num_workers=2, pin_memory=False, seed=5)
+    workers.load_state_dict(states[count - 4])
+    for batch in batches[count - 4:]:  # worker processes fetch the same batches
+        again = workers.next()
+        assert all(torch.equal(batch[name], again[name]) for name in batch)
 
 
 def test_one_folder_is_not_wrapped(tiny_data):
