@@ -192,7 +192,9 @@ def info(
 # --- inspect ---
 @app.command("inspect")
 def inspect_command(
-    data: Path = typer.Argument(..., help="DATA folder written by `bertpre tokenize`."),
+    data: Path | None = typer.Argument(
+        None, help="DATA folder written by `bertpre tokenize` (default: the --config's data.path, "
+                   "a folder or a mixture)."),
     config: Path | None = typer.Option(
         None, "--config", help="YAML config: its data: settings, train.micro_batch_size and train.seed (default: built-in defaults)."),
     batches: int = typer.Option(20, "--batches", help="How many batches to sample."),
@@ -201,14 +203,20 @@ def inspect_command(
     """Masking audit: realized mask rate and 80/10/10 split, pair label balance, truncation,
     padding and [UNK] share over batches sampled as training would.
 
+    With no DATA, the config's data.path is inspected; for a mixture the table adds each
+    source's realised share.
+
     Example: bertpre inspect data/corpus --config configs/base.yaml
     """
     from bertpre.config import load_config
-    from bertpre.data.folder import load_data
+    from bertpre.data import load_data, load_mixture
     from bertpre.tools.audit import format_report, inspect_data
 
+    if data is None and config is None:
+        raise UserError("give a DATA folder to inspect, or --config CFG to inspect its data.path")
     cfg = load_config(config)
-    report = inspect_data(load_data(data), cfg.data, batches=batches,
+    report = inspect_data(load_data(data) if data is not None else load_mixture(cfg.data.sources),
+                          cfg.data, batches=batches,
                           batch_size=cfg.train.micro_batch_size, seed=cfg.train.seed, split=split)
     typer.echo(format_report(report))
 
@@ -239,7 +247,9 @@ def fill_mask_command(
 @app.command()
 def evaluate(
     source: Path = typer.Argument(..., help="RUN folder, checkpoints/step-N folder or EXPORT folder."),
-    data: Path = typer.Option(..., "--data", help="DATA folder whose validation split to score."),
+    data: Path | None = typer.Option(
+        None, "--data", help="DATA folder whose validation split to score (default: the config's "
+                             "data.path; a mixture is scored source by source)."),
     config: Path | None = typer.Option(
         None, "--config",
         help="Config whose data: settings to use (default: the run's config.yaml, else defaults)."),
@@ -254,8 +264,9 @@ def evaluate(
 
     metrics = evaluate_saved_model(source, data, config_path=config,
                                    micro_batch_size=micro_batch_size, seed=seed)
+    width = max(16, *(len(name) + 1 for name in metrics))
     for name, value in metrics.items():
-        typer.echo(f"{name:<16} {value:.4f}" if isinstance(value, float) else f"{name:<16} {value}")
+        typer.echo(f"{name:<{width}} {value:.4f}" if isinstance(value, float) else f"{name:<{width}} {value}")
 
 
 def main() -> None:

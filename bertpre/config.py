@@ -28,13 +28,15 @@ _FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
 NULLABLE = ("warmup_steps", "warmup_ratio", "max_predictions_per_seq", "embedding_size")
 # `model.init_from` names the weights a run starts from; it is not a field of the model's shape.
 INIT_FROM = "init_from"
+MIXTURE_KEYS = ("path", "weight")
 
 
 @dataclass
 class DataConfig:
-    """Which DATA folder, and how pairs and masks are drawn from it."""
+    """Which DATA folder (or weighted mixture of folders), and how pairs and masks are drawn."""
 
-    path: str = "data/corpus"
+    # One DATA folder, or a mixture: a list of {path, weight} (weights are normalised).
+    path: str | list[dict[str, Any]] = "data/corpus"
     max_seq_length: int = 128
     short_seq_prob: float = 0.1
     pair_task: str = "nsp"
@@ -44,6 +46,14 @@ class DataConfig:
     whole_word_mask: bool = False
     max_predictions_per_seq: int | None = 20
     num_workers: int = 2
+
+    @property
+    def sources(self) -> list[tuple[str, float]]:
+        """(DATA folder, share) pairs: one folder with share 1, or the mixture's normalised weights."""
+        if isinstance(self.path, str):
+            return [(self.path, 1.0)]
+        total = sum(entry["weight"] for entry in self.path)
+        return [(entry["path"], entry["weight"] / total) for entry in self.path]
 
     @property
     def predicted_share(self) -> float:
@@ -299,6 +309,8 @@ def _check_type(section: str, name: str, value: Any, default: Any) -> Any:
         if value == "auto" or (isinstance(value, int) and not isinstance(value, bool)):
             return value
         raise UserError(f"{where} must be an integer or 'auto', got {value!r}")
+    if section == "data" and name == "path":
+        return _check_data_path(value)
     if name == "betas":
         if (not isinstance(value, list) or len(value) != 2
                 or not all(isinstance(b, (int, float)) and not isinstance(b, bool) for b in value)):
@@ -322,6 +334,39 @@ def _check_type(section: str, name: str, value: Any, default: Any) -> Any:
             raise UserError(f"{where} must be a string, got {value!r}")
         return value
     return value
+
+
+def _check_data_path(value: Any) -> str | list[dict[str, Any]]:
+    """`data.path`: a DATA folder, or a non-empty list of {path, weight} with positive weights."""
+    example = "e.g. [{path: data/wiki, weight: 0.7}, {path: data/books, weight: 0.3}]"
+    if isinstance(value, str):
+        return value
+    if not isinstance(value, list) or not value:
+        raise UserError(f"data.path must be a DATA folder or a list of {{path, weight}}, {example}; "
+                        f"got {value!r}")
+    entries, seen = [], set()
+    for index, entry in enumerate(value):
+        where = f"data.path[{index}]"
+        if not isinstance(entry, dict):
+            raise UserError(f"{where} must be a mapping {{path, weight}}, {example}; got {entry!r}")
+        for key in entry:
+            if key not in MIXTURE_KEYS:
+                raise _unknown(f"key in {where}", key, list(MIXTURE_KEYS))
+        for key in MIXTURE_KEYS:
+            if key not in entry:
+                raise UserError(f"{where} has no {key}; give every source a path and a weight, {example}")
+        path, weight = entry["path"], entry["weight"]
+        if not isinstance(path, str) or not path:
+            raise UserError(f"{where}.path must be a DATA folder, got {path!r}")
+        if isinstance(weight, str) and _FLOAT.fullmatch(weight.strip()):
+            weight = float(weight)
+        if not isinstance(weight, (int, float)) or isinstance(weight, bool) or not 0 < weight < float("inf"):
+            raise UserError(f"{where}.weight must be a positive number, got {weight!r}")
+        if path in seen:
+            raise UserError(f"{where}.path {path} is listed twice; give it one entry with the summed weight")
+        seen.add(path)
+        entries.append({"path": path, "weight": float(weight)})
+    return entries
 
 
 def _build_section(section: str, values: Any) -> Any:

@@ -22,16 +22,18 @@ def tiny_documents(count: int, seed: int = 0) -> list[list[str]]:
     ]
 
 
-def build_tiny_data(folder: Path, documents: int = 60, validation: int = 6, seed: int = 0) -> Path:
+def build_tiny_data(folder: Path, documents: int = 60, validation: int = 6, seed: int = 0,
+                    tokenizer: Path | None = None) -> Path:
     """Tokenize `documents + validation` tiny documents into the DATA folder `folder`.
 
-    A 120-token vocab, one sentence a line; `validation` documents are held out.
+    A 120-token vocab (or the tokenizer folder `tokenizer`, reused), one sentence a line;
+    `validation` documents are held out.
     """
     texts = tiny_documents(documents + validation, seed)
     corpus = folder.parent / f"{folder.name}.corpus.txt"
     corpus.parent.mkdir(parents=True, exist_ok=True)
     corpus.write_text("\n\n".join("\n".join(doc) for doc in texts) + "\n", encoding="utf-8")
-    tokenize_corpus([corpus], folder, vocab_size=120, lowercase=True, min_frequency=1,
+    tokenize_corpus([corpus], folder, vocab_size=120, lowercase=True, min_frequency=1, tokenizer_path=tokenizer,
                     validation_share=validation / (documents + validation), split_sentences=False,
                     seed=seed, show_progress=False)
     return folder

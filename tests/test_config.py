@@ -163,3 +163,35 @@ def test_presets_resolve_by_name_and_a_file_wins(tmp_path, monkeypatch):
     assert load_config("base.yaml").train.max_steps == 7
     with pytest.raises(UserError, match="a preset \\(albert-base, base, large, large-batch, mini, tiny\\)"):
         load_config("nope")
+
+
+def test_data_path_is_a_folder_or_a_weighted_mixture(tmp_path):
+    text = ("data:\n  path:\n    - {path: data/pubmed, weight: 0.7}\n"
+            "    - {path: data/wiki, weight: 3.0e-1}\n")
+    config = load_config(write(tmp_path, text))
+    assert config.data.path == [{"path": "data/pubmed", "weight": 0.7}, {"path": "data/wiki", "weight": 0.3}]
+    assert config.data.sources == [("data/pubmed", 0.7), ("data/wiki", 0.3)]
+    assert load_config(None, ["data.path=[{path: a, weight: 1}, {path: b, weight: 3}]"]).data.sources == [
+        ("a", 0.25), ("b", 0.75)]
+    single = load_config(write(tmp_path, text), ["data.path=data/other"])
+    assert single.data.path == "data/other" and single.data.sources == [("data/other", 1.0)]
+    config.save(tmp_path / "saved.yaml")
+    assert load_config(tmp_path / "saved.yaml").data.path == config.data.path
+
+
+@pytest.mark.parametrize("value, expected", [
+    ("[{path: a}]", r"data.path\[0\] has no weight"),
+    ("[{path: a, weight: 1}, {weight: 1}]", r"data.path\[1\] has no path"),
+    ("[{path: a, weight: 1, wieght: 2}]", r"unknown key in data.path\[0\] 'wieght'; did you mean 'weight'"),
+    ("[{path: a, weight: 0}]", r"data.path\[0\].weight must be a positive number, got 0"),
+    ("[{path: a, weight: -1.5}]", "must be a positive number"),
+    ("[{path: a, weight: heavy}]", "must be a positive number"),
+    ("[{path: a, weight: .inf}]", "must be a positive number"),
+    ("[{path: a, weight: 1}, {path: a, weight: 2}]", "listed twice"),
+    ("[]", "a DATA folder or a list of {path, weight}"),
+    ("[data/a]", r"data.path\[0\] must be a mapping"),
+    ("3", "a DATA folder or a list"),
+])
+def test_bad_mixtures_fail_with_the_entry_named(value, expected):
+    with pytest.raises(UserError, match=expected):
+        load_config(None, [f"data.path={value}"])

@@ -65,3 +65,12 @@ def test_every_bertpre_command_in_the_readme_exists():
 @pytest.mark.parametrize("command", ["make demo", "make test"])
 def test_readme_shows_the_two_commands(command):
     assert command in README.read_text()
+
+
+def test_the_mixture_example_is_a_valid_config(tmp_path):
+    from bertpre.config import load_config
+
+    text = README.read_text(encoding="utf-8").split("### Mixing corpora", 1)[1]
+    example = re.search(r"^```yaml\n(.*?)^```", text, re.M | re.S).group(1)
+    (tmp_path / "mixture.yaml").write_text(example, encoding="utf-8")
+    assert load_config(tmp_path / "mixture.yaml").data.sources == [("data/pubmed", 0.7), ("data/wiki", 0.3)]

@@ -71,3 +71,30 @@ class InstanceBatch:
             if column is not None:
                 instance[name] = column[i].item()
         return instance
+
+    @classmethod
+    def concatenate(cls, batches: Sequence[InstanceBatch]) -> InstanceBatch:
+        """The instances of `batches` one after another; an optional column is kept when every
+        batch has it."""
+
+        def joined(name: str) -> np.ndarray | None:
+            columns = [getattr(batch, name) for batch in batches]
+            return None if any(column is None for column in columns) else np.concatenate(columns)
+
+        return cls(**{name: joined(name) for name in cls.__dataclass_fields__})
+
+    def take(self, order: np.ndarray) -> InstanceBatch:
+        """Instances `order[0]`, `order[1]`, ... of this batch, as a new batch."""
+        order = np.asarray(order, dtype=np.int64)
+        lengths = self.lengths[order]
+        # Token positions of the chosen instances, in their new order.
+        tokens = np.repeat(self.starts[order] - (np.cumsum(lengths) - lengths), lengths) + np.arange(
+            int(lengths.sum()))
+        return InstanceBatch(
+            input_ids=self.input_ids[tokens],
+            token_type_ids=self.token_type_ids[tokens],
+            lengths=lengths,
+            seed_keys=self.seed_keys[order],
+            **{name: None if getattr(self, name) is None else getattr(self, name)[order]
+               for name in ("next_sentence_label", "truncated", "single_sentence_chunk", "document_index")},
+        )

@@ -349,6 +349,19 @@ class PretrainingInstances(torch.utils.data.Dataset):
     def set_epoch(self, epoch: int) -> None:
         """Plan the instances of `epoch` and this rank's share of them, in shuffled order."""
         self.epoch = epoch
+        rows, seed_keys = self.epoch_rows(epoch)
+        per_rank = len(rows) // self.world_size  # equal steps on every rank: drop the remainder
+        self._rows = rows[: per_rank * self.world_size][self.rank :: self.world_size]
+        self._seed_keys = seed_keys[: per_rank * self.world_size][self.rank :: self.world_size]
+
+    def epoch_rows(self, epoch: int) -> tuple[np.ndarray, np.ndarray]:
+        """All ranks' instances of `epoch` in shuffled order, without changing the current epoch.
+
+        Returns:
+            (N, 7) int64 rows (document, segment ranges, label, one-sentence chunk), one per
+            instance in reading order, so that fetching one is a single row lookup; and the
+            (N,) uint64 seed keys of their masking draws.
+        """
         plan = plan_epoch(
             self.index,
             max_seq_length=self.max_seq_length,
@@ -359,16 +372,12 @@ class PretrainingInstances(torch.utils.data.Dataset):
         )
         rng = np.random.default_rng([self.seed & ((1 << 64) - 1), epoch, _INSTANCE_TAG])
         order = rng.permutation(len(plan.document))
-        per_rank = len(order) // self.world_size  # equal steps on every rank: drop the remainder
-        mine = order[: per_rank * self.world_size][self.rank :: self.world_size]
-        # One row per instance in reading order, so that fetching one is a single row lookup.
-        self._rows = np.stack([column.astype(np.int64) for column in vars(plan).values()], axis=1)[
-            mine
-        ]
+        rows = np.stack([column.astype(np.int64) for column in vars(plan).values()], axis=1)[order]
         # Keyed by the instance's place in the plan: the same on every rank and worker.
-        self._seed_keys = keyed_random.derive_keys(
-            keyed_random.derive_key(self.seed, epoch, _INSTANCE_TAG), mine
+        seed_keys = keyed_random.derive_keys(
+            keyed_random.derive_key(self.seed, epoch, _INSTANCE_TAG), order
         )
+        return rows, seed_keys
 
     def __len__(self) -> int:
         return len(self._rows)
@@ -385,8 +394,11 @@ class PretrainingInstances(torch.utils.data.Dataset):
         """Instances `indices` as one batch: [CLS] A [SEP] B [SEP] (or [CLS] A [SEP]), each
         segment trimmed by keyed coin flips until the pair fits."""
         indices = np.asarray(indices, dtype=np.int64)
-        document, a_start, a_stop, b_start, b_stop, label, single = self._rows[indices].T
-        seed_keys = self._seed_keys[indices]
+        return self.build_batch(self._rows[indices], self._seed_keys[indices])
+
+    def build_batch(self, rows: np.ndarray, seed_keys: np.ndarray) -> InstanceBatch:
+        """The instances of `rows` and `seed_keys` (as `epoch_rows` gives them) as one batch."""
+        document, a_start, a_stop, b_start, b_stop, label, single = rows.T
         pair = self.pair_task != "none"
         num_special = 3 if pair else 2
         length_a, length_b = truncated_lengths(a_stop - a_start, b_stop - b_start,

@@ -3,18 +3,21 @@
 It samples batches exactly as training would (same instances, same collator settings) and
 measures what the recipe promises: the mask rate and 80/10/10 split, the pair label balance
 (with NSP's skew: a one-sentence chunk always gets a random next segment), truncation, real
-length against padding, and the [UNK] share.
+length against padding, and the [UNK] share. For a mixture of DATA folders, it also shows each
+source's realised share of the sampled sequences and of the epoch against its weight.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
 
-from bertpre.batches import MaskingCollator, PretrainingInstances
+from bertpre.batches import MaskingCollator, MixedInstances, build_instances
 from bertpre.config import DataConfig
-from bertpre.data.folder import DataFolder
+from bertpre.data import DataFolder, DataMixture
+from bertpre.data.mixture import unique_names
 from bertpre.errors import UserError
 from bertpre.labels import KEPT, MASKED, RANDOM_TOKEN
 from bertpre.tokenizer import CLS_TOKEN, SEP_TOKEN, UNK_TOKEN
@@ -49,6 +52,8 @@ class InspectReport:
     mask_replace_prob: float
     random_replace_prob: float
     max_predictions_per_seq: int | None
+    # A mixture's sources: (name, weight, share of the epoch, share of the sampled sequences).
+    sources: list[tuple[str, float, float, float]] = dataclasses.field(default_factory=list)
 
     def rows(self) -> list[tuple[str, str, str]]:
         """(statistic, realized value, what the recipe expects) rows of the table."""
@@ -67,6 +72,8 @@ class InspectReport:
             ("tokens in split", f"{self.tokens:,}", ""),
             ("instances per epoch", f"{self.instances_per_epoch:,}", ""),
             ("sampled sequences", f"{self.sequences:,}", ""),
+            *((f"share of {name}", f"{sampled:.2%} sampled, {epoch:.2%} of the epoch", f"{weight:.2%}")
+              for name, weight, epoch, sampled in self.sources),
             (
                 "mask rate (predicted / eligible)",
                 share(self.predicted_tokens, self.eligible_tokens),
@@ -137,7 +144,7 @@ class InspectReport:
 
 
 def inspect_data(
-    data: DataFolder,
+    data: DataFolder | DataMixture,
     data_config: DataConfig,
     *,
     batches: int = 20,
@@ -145,16 +152,19 @@ def inspect_data(
     seed: int = 42,
     split: str = "train",
 ) -> InspectReport:
-    """Sample `batches` batches of epoch 0 as training would and measure them."""
+    """Sample `batches` batches of epoch 0 as training would and measure them (of one DATA
+    folder, or of a mixture's folders interleaved as training interleaves them)."""
     if split not in ("train", "validation"):
         raise UserError(f"split must be train or validation, not {split!r}")
     if batches < 1 or batch_size < 1:
         raise UserError("--batches and the batch size must be at least 1")
-    dataset = data.train if split == "train" else data.validation
-    instances = PretrainingInstances.from_config(dataset, data.tokenizer, data_config, seed=seed)
-    collate = MaskingCollator.from_config(data.tokenizer, data_config, seed)
-    unk_id = data.tokenizer.token_to_id(UNK_TOKEN)
-    boundary_ids = [data.tokenizer.token_to_id(t) for t in (CLS_TOKEN, SEP_TOKEN)]
+    mixture = data if isinstance(data, DataMixture) else DataMixture([data], [1.0], unique_names([data.path]))
+    instances = build_instances(mixture, data_config, seed=seed, split=split)
+    sources = instances.sources if isinstance(instances, MixedInstances) else [instances]
+    tokenizer = mixture.tokenizer
+    collate = MaskingCollator.from_config(tokenizer, data_config, seed)
+    unk_id = tokenizer.token_to_id(UNK_TOKEN)
+    boundary_ids = [tokenizer.token_to_id(t) for t in (CLS_TOKEN, SEP_TOKEN)]
     counts = dict.fromkeys(
         ("eligible", "predicted", "masked", "random", "kept", "label_one", "single", "single_one",
          "truncated", "real", "padded", "unknown", "text"), 0
@@ -181,13 +191,20 @@ def inspect_data(
         counts["single"] += int(rows.single_sentence_chunk.sum())
         counts["single_one"] += int((label * rows.single_sentence_chunk).sum())
         counts["truncated"] += int(rows.truncated.sum())
+    source_shares = []
+    if isinstance(instances, MixedInstances):
+        sampled = np.bincount(instances.source_of(range(sequences)), minlength=len(sources))
+        source_shares = [(name, weight, epoch, count / max(sequences, 1)) for name, weight, epoch, count
+                         in zip(mixture.names, mixture.weights, instances.shares.values(), sampled.tolist(),
+                                strict=True)]
+    unk_shares = [folder.manifest.get("counts", {}).get("unk_share") for folder in mixture.folders]
     return InspectReport(
         split=split,
         pair_task=data_config.pair_task,
-        documents=len(dataset),
-        sentences=len(instances.index.sentence_token_offsets) - 1,
-        tokens=int(instances.index.sentence_token_offsets[-1]),
-        corpus_unk_share=data.manifest.get("counts", {}).get("unk_share"),
+        documents=sum(len(source.dataset) for source in sources),
+        sentences=sum(len(source.index.sentence_token_offsets) - 1 for source in sources),
+        tokens=sum(int(source.index.sentence_token_offsets[-1]) for source in sources),
+        corpus_unk_share=unk_shares[0] if len(unk_shares) == 1 else None,
         instances_per_epoch=len(instances),
         sequences=sequences,
         eligible_tokens=counts["eligible"],
@@ -207,6 +224,7 @@ def inspect_data(
         mask_replace_prob=data_config.mask_replace_prob,
         random_replace_prob=data_config.random_replace_prob,
         max_predictions_per_seq=data_config.max_predictions_per_seq,
+        sources=source_shares,
     )
 
 

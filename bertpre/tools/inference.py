@@ -8,7 +8,7 @@ import torch
 from tokenizers import Tokenizer
 
 from bertpre.config import load_config
-from bertpre.data import load_data
+from bertpre.data import load_data, load_mixture
 from bertpre.errors import UserError
 from bertpre.model import BertForPreTraining
 from bertpre.model.hf_format import CONFIG_NAME
@@ -88,12 +88,15 @@ def fill_in(tokenizer: Tokenizer, text: str, predictions: list[list[Prediction]]
     return tokenizer.decode([next(best) if token == mask_id else token for token in ids])
 
 
-def evaluate_saved_model(source: str | Path, data: str | Path, *, config_path: str | Path | None = None,
-                         micro_batch_size: int = 32, seed: int = 42) -> dict[str, float]:
+def evaluate_saved_model(source: str | Path, data: str | Path | None = None, *,
+                         config_path: str | Path | None = None, micro_batch_size: int = 32,
+                         seed: int = 42) -> dict[str, float]:
     """`bertpre evaluate`: a saved model's metrics on a DATA folder's validation split.
 
     The pairs and masks follow the `data:` section of `config_path`, else of the run's own
-    config.yaml, else the defaults; sequences are capped at the model's positions.
+    config.yaml, else the defaults; sequences are capped at the model's positions. Without
+    `data`, the config's `data.path` is scored: for a mixture, each source as `<name>/<metric>`
+    and overall as the mixture weighs them (see `MixtureEvaluator`).
     """
     if micro_batch_size < 1:
         raise UserError(f"--micro-batch-size {micro_batch_size} must be at least 1")
@@ -102,10 +105,14 @@ def evaluate_saved_model(source: str | Path, data: str | Path, *, config_path: s
     source = Path(source)
     if config_path is None and (source / "config.yaml").is_file():
         config_path = source / "config.yaml"
+    if data is None and config_path is None:
+        raise UserError(f"{source} has no config.yaml naming its data; pass --data DATA or --config CFG")
     config = load_config(config_path)
     config = config.for_phase(len(config.phase_ends()) - 1)  # a phased run ends at its last length
     model, tokenizer = load_model_and_tokenizer(source)
-    data_folder = load_data(data)
-    check_same_vocab(data_folder.tokenizer, tokenizer, data, f"model {source}")
+    scored = load_data(data) if data is not None else load_mixture(config.data.sources)
+    folders = [scored] if data is not None else scored.folders
+    for folder in folders:
+        check_same_vocab(folder.tokenizer, tokenizer, folder.path, f"model {source}")
     config.data.max_seq_length = min(config.data.max_seq_length, model.config.max_position_embeddings)
-    return evaluate(model, data_folder, config.data, micro_batch_size=micro_batch_size, seed=seed)
+    return evaluate(model, scored, config.data, micro_batch_size=micro_batch_size, seed=seed)

@@ -17,7 +17,8 @@ from bertpre.model.hf_format import (
     read_config,
     read_folder,
 )
-from bertpre.tokenizer import load_tokenizer
+from bertpre.model.vocab_growth import grow_vocab_rows
+from bertpre.tokenizer import VocabMismatch, load_tokenizer, vocab_extension
 from bertpre.tokenizer.wordpiece import TOKENIZER_FILE, VOCAB_FILE
 from bertpre.train.checkpoint import find_checkpoint
 
@@ -81,30 +82,53 @@ def adopt_shape(config: Config, shape: BertConfig, where: str | Path) -> None:
                         f"{shape.max_position_embeddings} positions of {where}; lower it")
 
 
-def check_source_vocab(source: InitSource, data_tokenizer: Tokenizer, data_path: str | Path) -> None:
-    """Refuse DATA whose ids were made by another vocabulary than the source's weights know."""
-    if source.tokenizer().get_vocab() != data_tokenizer.get_vocab():
+def source_vocab_growth(source: InitSource, data_tokenizer: Tokenizer, data_path: str | Path,
+                        source_rows: int) -> list[list[int]]:
+    """The pieces of each token DATA's vocabulary adds to the source's (none: the same vocabulary).
+
+    Refuses DATA whose ids were made by another vocabulary than the source's weights know.
+
+    Args:
+        source_rows: the source model's embedding rows.
+    """
+    source_tokenizer = source.tokenizer()
+    try:
+        pieces = vocab_extension(source_tokenizer, data_tokenizer) or []
+    except VocabMismatch as error:
         raise UserError(
             f"DATA folder {data_path} was tokenized with another vocabulary than model.init_from "
-            f"{source.path}, whose weights fit only their own; make the DATA with `bertpre tokenize "
-            f"CORPUS --tokenizer {source.tokenizer_folder} --out {data_path}`")
+            f"{source.path}, whose weights fit only their own ({str(error).split(';')[0]}); make "
+            f"the DATA with `bertpre tokenize CORPUS --tokenizer {source.tokenizer_folder} --out "
+            f"{data_path}` (with --add-vocab N to learn new pieces)") from None
+    if pieces and source_rows != source_tokenizer.get_vocab_size():
+        raise UserError(f"model.init_from {source.path} has {source_rows} embedding rows for a "
+                        f"vocabulary of {source_tokenizer.get_vocab_size()}; its vocabulary cannot "
+                        "be extended (use DATA tokenized without --add-vocab)")
+    return pieces
 
 
-def load_source_weights(model: BertForPreTraining, source: InitSource) -> list[str]:
-    """Copy the source's tensors into `model` (built with the source's shape).
+def load_source_weights(model: BertForPreTraining, source: InitSource,
+                        new_pieces: list[list[int]] | None = None) -> list[str]:
+    """Copy the source's tensors into `model` (built with the source's shape, and its
+    vocabulary grown by `len(new_pieces)` rows, each the mean of its pieces' rows).
 
     Returns:
-        One line per head the source lacks (they keep their fresh initialization), then one for
-        tensors the model has no place for, if any.
+        What the user should know: the vocabulary grown, the heads the source lacks (they keep
+        their fresh initialization), tensors the model has no place for.
     """
     _, state_dict = read_folder(source.model_folder)
+    said = []
+    if new_pieces:
+        rows = model.config.vocab_size - len(new_pieces)
+        state_dict = grow_vocab_rows(state_dict, new_pieces)
+        said.append(f"the vocabulary grows from {rows:,} to {model.config.vocab_size:,} tokens; each "
+                    "new row starts as the mean of the rows of the pieces the old vocabulary split it into")
     expected = {name: tensor.shape for name, tensor in model.state_dict().items()}
     missing, unexpected = match_state_dict(expected, state_dict, source.model_folder)
     with torch.no_grad():
         model.load_state_dict({k: v for k, v in state_dict.items() if k in expected}, strict=False)
     model.tie_weights()
     heads = [label for prefix, label in HEADS.items() if any(name.startswith(prefix) for name in missing)]
-    said = []
     if heads:
         said.append(f"{source.path} has no weights for {', '.join(heads)}; newly initialized")
     if unexpected:

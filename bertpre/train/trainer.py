@@ -17,9 +17,15 @@ import torch
 from safetensors import SafetensorError
 from torch.nn.parallel import DistributedDataParallel
 
-from bertpre.batches import BatchStream, MaskingCollator, PretrainingInstances
-from bertpre.config import Config, check_world_size, load_config, resolve
-from bertpre.data import DataFolder, load_data
+from bertpre.batches import (
+    BatchStream,
+    MaskingCollator,
+    MixedInstances,
+    PretrainingInstances,
+    build_instances,
+)
+from bertpre.config import Config, DataConfig, check_world_size, load_config, resolve
+from bertpre.data import DataFolder, load_mixture
 from bertpre.errors import WRITE_ERRNOS, UserError
 from bertpre.model import BertForPreTraining
 from bertpre.model.cost import training_flops_per_token
@@ -32,8 +38,13 @@ from bertpre.train.checkpoint import (
     remove_partial_checkpoints,
     save_checkpoint,
 )
-from bertpre.train.evaluation import Evaluator
-from bertpre.train.init_from import InitSource, adopt_shape, check_source_vocab, load_source_weights
+from bertpre.train.evaluation import build_evaluator
+from bertpre.train.init_from import (
+    InitSource,
+    adopt_shape,
+    load_source_weights,
+    source_vocab_growth,
+)
 from bertpre.train.metrics import MetricsWindow, MetricsWriter, ProgressBar, gpu_scalars
 from bertpre.train.optim import build_optimizer, learning_rate
 from bertpre.train.run_folder import RunLock, check_resume_config
@@ -153,22 +164,27 @@ class Trainer:
         train = config.train
         for index in range(len(config.phase_ends())):
             check_world_size(config.for_phase(index), runtime.world_size)
-        self.data = load_data(config.data.path)
+        self.mixture = load_mixture(config.data.sources)
+        self.data = self.mixture.folders[0]  # every source shares its tokenizer, which the run copies
         self.run_dir = Path(train.out)
         latest = latest_checkpoint(self.run_dir) if resume else None
         # Weights come from model.init_from only at the start; a resume reads its checkpoint,
         # whose config.json is the shape the run was given.
         self.source = InitSource.find(config.init_from) if config.init_from and latest is None else None
+        self.new_pieces: list[list[int]] = []  # tokens DATA's vocabulary adds to the source's
         if self.source is not None:
             adopt_shape(config, self.source.model_config(), self.source.path)
-            check_source_vocab(self.source, self.data.tokenizer, config.data.path)
+            self.new_pieces = source_vocab_growth(self.source, self.data.tokenizer, self.data.path,
+                                                  config.model.vocab_size)
+            config.model.vocab_size += len(self.new_pieces)
         elif config.init_from:
             adopt_shape(config, read_config(latest), latest)
         resolve(config, self.data.tokenizer)
         if not resume and (self.run_dir / "checkpoints" / "latest").exists():
             raise UserError(f"run folder {self.run_dir} already holds checkpoints; resume it "
                             "(--resume), or choose a new --out")
-        check_tokenizer_matches(self.run_dir, self.data)
+        for folder in self.mixture.folders:
+            check_tokenizer_matches(self.run_dir, folder)
         self.lock = RunLock(self.run_dir)
         if runtime.is_main:
             self.lock.check_free()  # before reading a checkpoint another process may be pruning
@@ -183,7 +199,7 @@ class Trainer:
         self.model = BertForPreTraining(config.model)
         if self.source is not None:
             self.say(f"starting from the weights of {self.source.path}")
-            for line in load_source_weights(self.model, self.source):
+            for line in load_source_weights(self.model, self.source, self.new_pieces):
                 self.say(line)
         self.model.to(runtime.device)
         self.model.set_gradient_checkpointing(train.gradient_checkpointing)
@@ -220,6 +236,20 @@ class Trainer:
         if self.runtime.is_main:
             print(f"note: {note}", file=sys.stderr)
 
+    def build_instances(self, data_config: DataConfig) -> PretrainingInstances | MixedInstances:
+        """This process's training instances as `data_config` describes them (one folder or a
+        mixture); a mixture's realised shares are said once."""
+        instances = build_instances(self.mixture, data_config, seed=self.config.train.seed,
+                                    rank=self.runtime.rank, world_size=self.runtime.world_size)
+        if isinstance(instances, MixedInstances) and self.runtime.is_main:
+            shares = ", ".join(f"{name} {share:.2%} ({count:,} instances, {count / block:.2f} of its epochs)"
+                               for (name, share), count, block in zip(
+                                   instances.shares.items(), instances.draws.tolist(),
+                                   instances.stream_block.tolist(), strict=True))
+            print(f"data: {instances.size:,} instances an epoch from {len(instances.names)} "
+                  f"sources, every epoch: {shares}", file=sys.stderr)
+        return instances
+
     def start_run(self, *, resumed: bool) -> None:
         """Write the run folder's config and tokenizer; set up the model wrapper, evaluator and logs."""
         config, runtime, train = self.config, self.runtime, self.config.train
@@ -233,6 +263,9 @@ class Trainer:
         self.progress = ProgressBar(start_step=self.step, max_steps=train.max_steps,
                                     enabled=runtime.is_main)
         self.window = MetricsWindow(self.step)
+        if isinstance(self.stream.instances, MixedInstances):  # said once: equal in every epoch
+            self.metrics.log(self.step, {f"data/share/{name}": share
+                                         for name, share in self.stream.instances.shares.items()})
         if len(config.phases) > 1 and runtime.is_main:
             print(f"phase {self.phase + 1} of {len(config.phases)}: {self.describe_phase()}",
                   file=sys.stderr)
@@ -245,9 +278,7 @@ class Trainer:
         self.phase_end = self.config.phase_ends()[index]
         self.accumulation = check_world_size(config, runtime.world_size)
         seed = config.train.seed
-        instances = PretrainingInstances.from_config(
-            self.data.train, self.data.tokenizer, config.data, seed=seed, rank=runtime.rank,
-            world_size=runtime.world_size)
+        instances = self.build_instances(config.data)
         collate = MaskingCollator.from_config(self.data.tokenizer, config.data, seed,
                                               fixed_shapes=config.train.compile)
         self.stream = BatchStream(instances, collate,
@@ -256,9 +287,9 @@ class Trainer:
                                   pin_memory=runtime.device.type == "cuda", seed=seed,
                                   **(stream_state or {}))
         # Every process scores its share of the validation batches, at the phase's length.
-        self.evaluator = Evaluator(self.data, config.data,
-                                   micro_batch_size=config.train.micro_batch_size, seed=seed,
-                                   rank=runtime.rank, world_size=runtime.world_size)
+        self.evaluator = build_evaluator(self.mixture, config.data,
+                                         micro_batch_size=config.train.micro_batch_size, seed=seed,
+                                         rank=runtime.rank, world_size=runtime.world_size)
         self.token_flops = training_flops_per_token(config.model, config.data.max_seq_length,
                                                     config.data.predicted_share)
 

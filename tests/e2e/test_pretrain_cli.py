@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
+from _tiny_data import build_tiny_data  # tests/ is on sys.path
 
 ROOT = Path(__file__).parents[2]
 TINY = ROOT / "configs" / "tiny.yaml"
@@ -100,3 +102,17 @@ def test_crafted_pickle_in_a_checkpoint_stops_the_run_before_it_starts(data_dir,
     assert "optimizer.pt is not safe to load" in result.stderr
     assert not marker.exists()
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["latest", "step-00000002"]
+
+
+def test_a_mixture_of_folders_from_two_tokenizers_is_one_line_and_exit_2(data_dir, tmp_path):
+    other = build_tiny_data(tmp_path / "other", documents=30, seed=2)
+    config = yaml.safe_load(TINY.read_text())
+    config["data"]["path"] = [{"path": str(data_dir), "weight": 0.7}, {"path": str(other), "weight": 0.3}]
+    config_file = tmp_path / "mixture.yaml"
+    config_file.write_text(yaml.safe_dump(config))
+    result = run([sys.executable, "-m", "bertpre", "pretrain", "--config", str(config_file),
+                  "--out", str(tmp_path / "run")])
+    assert result.returncode == 2
+    assert result.stderr.startswith(f"error: DATA folders {data_dir} and {other} were made by "
+                                    "different tokenizers") and result.stderr.count("\n") == 1
+    assert not (tmp_path / "run").exists()

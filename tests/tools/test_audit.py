@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 
 from bertpre.cli import app
 from bertpre.config import DataConfig
+from bertpre.data import load_mixture
 from bertpre.data.folder import load_data
 from bertpre.errors import UserError
 from bertpre.tools.audit import format_report, inspect_data
@@ -86,3 +87,22 @@ def test_cli_prints_the_table_and_rejects_bad_input(data_folder, tmp_path):
     assert isinstance(result.exception, UserError)
     result = runner.invoke(app, ["inspect", str(data_folder), "--split", "test"])
     assert isinstance(result.exception, UserError)
+
+
+def test_a_config_mixture_reports_each_source_share(data_folder, tmp_path):
+    wiki = build_tiny_data(tmp_path / "wiki", documents=100, seed=1, tokenizer=data_folder / "tokenizer")
+    config = tmp_path / "mixture.yaml"
+    config.write_text(f"data:\n  path:\n    - {{path: {data_folder}, weight: 0.25}}\n"
+                      f"    - {{path: {wiki}, weight: 0.75}}\n")
+    result = CliRunner().invoke(app, ["inspect", "--config", str(config), "--batches", "4"])
+    assert result.exit_code == 0, result.output
+    shares = {line.split()[2]: line for line in result.output.splitlines() if line.startswith("share of ")}
+    assert list(shares) == ["data", "wiki"]
+    assert shares["wiki"].rstrip().endswith("75.00%") and "of the epoch" in shares["wiki"]
+    report = inspect_data(load_mixture([(data_folder, 1), (wiki, 3)]), DataConfig(), batches=4, batch_size=32)
+    (_, weight, epoch_share, sampled_share), = [row for row in report.sources if row[0] == "wiki"]
+    assert weight == 0.75 and abs(epoch_share - 0.75) <= 1 / report.instances_per_epoch
+    assert abs(sampled_share - 0.75) <= 4 * sigma(0.75, report.sequences)
+    assert report.documents == len(load_data(data_folder).train) + len(load_data(wiki).train)
+    result = CliRunner().invoke(app, ["inspect"])
+    assert isinstance(result.exception, UserError) and "--config" in str(result.exception)

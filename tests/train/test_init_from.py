@@ -145,3 +145,47 @@ def test_a_resumed_init_from_run_reads_its_checkpoint_not_the_source(tiny_data, 
     a = (straight.run_dir / "checkpoints" / "step-00000006" / "model.safetensors").read_bytes()
     b = (resumed.run_dir / "checkpoints" / "step-00000006" / "model.safetensors").read_bytes()
     assert a == b
+
+
+DOMAIN_WORDS = ["immunohistochemistry", "cardiomyopathy", "thrombocytopenia"]
+
+
+def test_a_grown_vocabulary_starts_from_the_mean_of_its_pieces_and_exports_to_transformers(tiny_data, tmp_path,
+                                                                                            capsys):
+    import transformers
+
+    from bertpre.data.build import tokenize_corpus
+    from bertpre.tokenizer import load_tokenizer, vocab_extension
+
+    source, _ = hf_folder("BertForPreTraining", tiny_data, tmp_path / "source")
+    corpus = tmp_path / "domain.txt"
+    corpus.write_text("\n\n".join(f"the cat sees {DOMAIN_WORDS[i % 3]} today {i} .\na dog finds "
+                                  f"{DOMAIN_WORDS[(i + 1) % 3]} again ." for i in range(40)) + "\n")
+    data = tmp_path / "domain"
+    tokenize_corpus([corpus], data, tokenizer_path=source, add_vocab=8, min_frequency=2,
+                    validation_share=0.1, split_sentences=False, show_progress=False)
+    pieces = vocab_extension(load_tokenizer(source), load_tokenizer(data / "tokenizer"))
+    assert pieces and len(pieces) <= 8
+
+    steps = ["train.max_steps=2", "train.save_every=2", "train.batch_size=8", "train.micro_batch_size=8"]
+    with Trainer(tiny_config(data, tmp_path / "probe", f"model.init_from={source}", *steps)) as trainer:
+        grown = trainer.model.bert.embeddings.word_embeddings.weight.detach().clone()
+    assert f"the vocabulary grows from 120 to {120 + len(pieces)} tokens" in capsys.readouterr().err
+    reference = transformers.BertForPreTraining.from_pretrained(source).eval()
+    old_rows = reference.bert.embeddings.word_embeddings.weight.detach()
+    torch.testing.assert_close(grown[:120], old_rows, rtol=0, atol=0)
+    for row, ids in enumerate(pieces, start=120):
+        torch.testing.assert_close(grown[row], old_rows[ids].mean(dim=0))
+
+    run = pretrain(tiny_config(data, tmp_path / "run", f"model.init_from={source}", *steps))
+    export(run.run_dir, tmp_path / "export")
+    tokenizer = transformers.AutoTokenizer.from_pretrained(tmp_path / "export")
+    assert len(tokenizer) == 120 + len(pieces)
+    encoded = tokenizer("the cat sees immunohistochemistry today", return_tensors="pt")
+    assert tokenizer.convert_ids_to_tokens(encoded["input_ids"][0])[4] == "immunohistochemistry"
+    exported = transformers.BertForPreTraining.from_pretrained(tmp_path / "export").eval()
+    from bertpre.model import BertForPreTraining
+
+    ours = BertForPreTraining.from_pretrained(tmp_path / "export").eval()
+    with torch.no_grad():
+        torch.testing.assert_close(ours(**encoded).prediction_logits, exported(**encoded).prediction_logits)

@@ -300,3 +300,31 @@ def test_train_step_returns_named_stats_and_the_state_dict_resumes_the_stream(da
     second.load_state_dict(first.state_dict())
     a, b = first.stream.next(), second.stream.next()
     assert a.keys() == b.keys() and all(torch.equal(a[key], b[key]) for key in a)
+
+
+def test_a_two_folder_mixture_trains_and_evaluates_each_source(data_dir, tmp_path, capsys):
+    from bertpre.tools.inference import evaluate_saved_model
+
+    wiki = build_tiny_data(tmp_path / "wiki", documents=120, seed=1, tokenizer=data_dir / "tokenizer")
+    mixture = f"[{{path: {data_dir}, weight: 0.7}}, {{path: {wiki}, weight: 0.3}}]"
+    run_dir = tmp_path / "run"
+    result = pretrain(tiny_config(data_dir, run_dir, f"data.path={mixture}", "train.max_steps=4",
+                                  "train.eval_every=2"))
+    assert result.step == 4
+    assert "instances an epoch from 2 sources, every epoch: " in capsys.readouterr().err
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    shares = {key: value for key, value in rows[0].items() if key.startswith("data/share/")}
+    names = [data_dir.name, "wiki"]
+    assert list(shares) == [f"data/share/{name}" for name in names]
+    assert shares["data/share/wiki"] == pytest.approx(0.3, abs=0.01)
+    evals = [row for row in rows if "eval/mlm_loss" in row]
+    assert [row["step"] for row in evals] == [2, 4]
+    last = evals[-1]
+    for metric in ("mlm_loss", "mlm_acc", "pair_acc"):
+        assert last[f"eval/{metric}"] == pytest.approx(
+            0.7 * last[f"eval/{names[0]}/{metric}"] + 0.3 * last[f"eval/wiki/{metric}"])
+    assert last["eval/sequences"] == last[f"eval/{names[0]}/sequences"] + last["eval/wiki/sequences"]
+    # `bertpre evaluate` on the run scores the same sources the same way.
+    again = evaluate_saved_model(run_dir, micro_batch_size=16)
+    assert again["wiki/mlm_loss"] == pytest.approx(last["eval/wiki/mlm_loss"], abs=1e-5)
+    assert again["mlm_loss"] == pytest.approx(last["eval/mlm_loss"], abs=1e-5)
