@@ -74,3 +74,16 @@ def test_the_mixture_example_is_a_valid_config(tmp_path):
     example = re.search(r"^```yaml\n(.*?)^```", text, re.M | re.S).group(1)
     (tmp_path / "mixture.yaml").write_text(example, encoding="utf-8")
     assert load_config(tmp_path / "mixture.yaml").data.sources == [("data/pubmed", 0.7), ("data/wiki", 0.3)]
+
+
+def test_the_continued_pretraining_config_in_the_readme_loads(tmp_path):
+    from bertpre.config import load_config
+
+    text = README.read_text(encoding="utf-8").split("### Continue pretraining a released BERT", 1)[1]
+    example = re.search(r"^```yaml\n(.*?)^```", text, re.M | re.S).group(1)
+    (tmp_path / "bio.yaml").write_text(example, encoding="utf-8")
+    config = load_config(tmp_path / "bio.yaml")
+    assert config.init_from == "bert-base-uncased"
+    assert config.data.sources == [("data/pubmed", 0.7), ("data/wiki", 0.3)]
+    assert config.train.max_steps == 100000 and config.schedule_span(1) == (0, 100000)
+    assert config.for_phase(1).data.max_seq_length == 512

@@ -53,7 +53,7 @@ class InitSource:
                                 "were trained with into that folder")
             return cls(path, path, path)
         if not path.is_dir():
-            check_folder(path)  # a hub name gets its own message
+            check_folder(str(path))  # a hub name gets its own message
         model_folder, tokenizer_folder = find_checkpoint(path)
         return cls(path, model_folder, tokenizer_folder)
 

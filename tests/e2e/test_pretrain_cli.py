@@ -116,3 +116,22 @@ def test_a_mixture_of_folders_from_two_tokenizers_is_one_line_and_exit_2(data_di
     assert result.stderr.startswith(f"error: DATA folders {data_dir} and {other} were made by "
                                     "different tokenizers") and result.stderr.count("\n") == 1
     assert not (tmp_path / "run").exists()
+
+
+def test_init_from_on_the_command_line_starts_from_an_export_and_refuses_a_hub_name(data_dir, tmp_path):
+    first = run(command(data_dir, tmp_path / "first", "train.max_steps=2"))
+    assert first.returncode == 0, first.stderr[-2000:]
+    exported = run([sys.executable, "-m", "bertpre", "export", str(tmp_path / "first"), "--out",
+                    str(tmp_path / "export")])
+    assert exported.returncode == 0, exported.stderr[-2000:]
+    warm = run([*command(data_dir, tmp_path / "warm", "train.max_steps=2"), "--init-from",
+                str(tmp_path / "export")])
+    assert warm.returncode == 0, warm.stderr[-2000:]
+    assert f"note: starting from the weights of {tmp_path / 'export'}" in warm.stderr
+    assert yaml.safe_load((tmp_path / "warm" / "config.yaml").read_text())["model"]["init_from"] == str(
+        tmp_path / "export")
+
+    hub = run([*command(data_dir, tmp_path / "hub"), "--init-from", "bert-base-uncased"])
+    assert hub.returncode == 2 and hub.stderr.count("\n") == 1
+    assert hub.stderr.startswith("error: 'bert-base-uncased' is not a local folder; bertpre never downloads")
+    assert not (tmp_path / "hub").exists()
