@@ -145,3 +145,27 @@ def test_a_two_phase_run_killed_at_the_boundary_resumes_bit_identical(tiny_data,
     a = load_file(straight.run_dir / "checkpoints" / "step-00000008" / "model.safetensors")
     b = load_file(resumed.run_dir / "checkpoints" / "step-00000008" / "model.safetensors")
     assert all(torch.equal(a[name], b[name]) for name in a)
+
+
+def test_a_mixture_crosses_the_boundary_and_resumes_there_exactly(tiny_data, tmp_path):
+    from _tiny_data import build_tiny_data
+
+    wiki = build_tiny_data(tmp_path / "wiki", documents=80, seed=1, tokenizer=tiny_data / "tokenizer")
+    config_file = phased_config_file(tmp_path, TWO_PHASES)
+    raw = yaml.safe_load(config_file.read_text())
+    raw["data"]["path"] = [{"path": str(tiny_data), "weight": 0.6}, {"path": str(wiki), "weight": 0.4}]
+    config_file.write_text(yaml.safe_dump(raw))
+    settings = ["train.log_every=1", "train.eval_every=1000", "train.save_every=4"]
+    straight = pretrain(load_config(config_file, [f"train.out={tmp_path / 'straight'}", *settings]))
+    stopped = pretrain(load_config(config_file, [f"train.out={tmp_path / 'resumed'}", *settings,
+                                                 "train.max_steps=4"]))
+    assert stopped.step == 4
+    resumed = pretrain(load_config(config_file, [f"train.out={tmp_path / 'resumed'}", *settings]))
+    assert resumed.step == 8
+    with Trainer(load_config(config_file, [f"train.out={tmp_path / 'probe'}", *settings])) as trainer:
+        trainer.enter_phase(1)
+        assert trainer.stream.instances.names == ["data", "wiki"]
+        assert max(instances.max_seq_length for instances in trainer.stream.instances.sources) == 256
+    a = load_file(straight.run_dir / "checkpoints" / "step-00000008" / "model.safetensors")
+    b = load_file(resumed.run_dir / "checkpoints" / "step-00000008" / "model.safetensors")
+    assert all(torch.equal(a[name], b[name]) for name in a)
