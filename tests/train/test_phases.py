@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from _killed_run import KILLED_RUN
 from safetensors.torch import load_file
 
 from bertpre.config import load_config
@@ -22,23 +23,6 @@ TWO_PHASES = [
     {"steps": 4, "data": {"max_seq_length": 256, "max_predictions_per_seq": 40},
      "train": {"batch_size": 16, "micro_batch_size": 8}, "optim": {"lr": 1.0e-3, "warmup_steps": 2}},
 ]
-KILLED_RUN = """
-import os, signal, sys
-import bertpre.train.trainer as trainer
-from bertpre.config import load_config
-original = trainer.save_checkpoint
-
-def save_then_die(run_dir, step, **kwargs):
-    folder = original(run_dir, step, **kwargs)
-    if step == int(sys.argv[2]):
-        os.kill(os.getpid(), signal.SIGKILL)
-    return folder
-
-trainer.save_checkpoint = save_then_die
-trainer.pretrain(load_config(sys.argv[1], sys.argv[3:]))
-"""
-
-
 def phased_config_file(tmp_path: Path, phases: list, **model) -> Path:
     raw = yaml.safe_load(TINY.read_text())
     raw["model"].update({"max_position_embeddings": 256, **model})

@@ -6,11 +6,11 @@ import signal
 import socket
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 import torch
+from _killed_run import KILLED_RUN
 from _tiny_data import build_tiny_data  # noqa: E402
 from safetensors.torch import load_file
 
@@ -99,23 +99,6 @@ def test_accumulation_equals_one_big_micro_batch(data_dir, tmp_path):
     a, b = final_weights(tmp_path / "whole"), final_weights(tmp_path / "split")
     for name in a:
         torch.testing.assert_close(a[name], b[name], atol=1e-6, rtol=0)
-
-
-KILLED_RUN = textwrap.dedent("""
-    import os, signal, sys
-    import bertpre.train.trainer as trainer
-    from bertpre.config import load_config
-    original = trainer.save_checkpoint
-
-    def save_then_die(run_dir, step, **kwargs):
-        folder = original(run_dir, step, **kwargs)
-        if step == int(sys.argv[2]):
-            os.kill(os.getpid(), signal.SIGKILL)
-        return folder
-
-    trainer.save_checkpoint = save_then_die
-    trainer.pretrain(load_config(sys.argv[1], sys.argv[3:]))
-""")
 
 
 @pytest.fixture
