@@ -396,6 +396,21 @@ class BertForPreTraining(nn.Module):
         """Write `config.json` and `model.safetensors` in the Hugging Face layout."""
         hf_format.write_folder(folder, self.config, self.state_dict())
 
+    def load_weights(self, state_dict: dict[str, torch.Tensor], folder: Path, *,
+                     strict: bool = False) -> tuple[list[str], list[str]]:
+        """Copy a Hugging Face folder's tensors (bertpre's names) into this model, keeping the
+        fresh initialization of the parts the folder lacks (see `hf_format.match_state_dict`).
+
+        Returns:
+            (missing names, unexpected names).
+        """
+        expected = {name: tensor.shape for name, tensor in self.state_dict().items()}
+        missing, unexpected = hf_format.match_state_dict(expected, state_dict, folder, strict=strict)
+        with torch.no_grad():
+            self.load_state_dict({k: v for k, v in state_dict.items() if k in expected}, strict=False)
+        self.tie_weights()
+        return missing, unexpected
+
     @classmethod
     def from_pretrained(cls, folder: str | Path, *, strict: bool = False) -> BertForPreTraining:
         """Load a Hugging Face BERT folder.
@@ -405,11 +420,7 @@ class BertForPreTraining(nn.Module):
         """
         config, state_dict = hf_format.read_folder(folder)
         model = cls(config)
-        expected = {name: tensor.shape for name, tensor in model.state_dict().items()}
-        missing, unexpected = hf_format.match_state_dict(expected, state_dict, Path(folder),
-                                                         strict=strict)
-        model.load_state_dict({k: v for k, v in state_dict.items() if k in expected}, strict=False)
-        model.tie_weights()
+        missing, unexpected = model.load_weights(state_dict, Path(folder), strict=strict)
         if missing:
             warnings.warn(f"{folder} has no weights for {', '.join(missing)}; they are newly "
                           "initialized", stacklevel=2)

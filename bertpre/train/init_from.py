@@ -4,7 +4,6 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-import torch
 from tokenizers import Tokenizer
 
 from bertpre.config import Config
@@ -13,7 +12,6 @@ from bertpre.model import BertConfig, BertForPreTraining
 from bertpre.model.hf_format import (
     CONFIG_NAME,
     check_folder,
-    match_state_dict,
     read_config,
     read_folder,
 )
@@ -123,11 +121,7 @@ def load_source_weights(model: BertForPreTraining, source: InitSource,
         state_dict = grow_vocab_rows(state_dict, new_pieces)
         said.append(f"the vocabulary grows from {rows:,} to {model.config.vocab_size:,} tokens; each "
                     "new row starts as the mean of the rows of the pieces the old vocabulary split it into")
-    expected = {name: tensor.shape for name, tensor in model.state_dict().items()}
-    missing, unexpected = match_state_dict(expected, state_dict, source.model_folder)
-    with torch.no_grad():
-        model.load_state_dict({k: v for k, v in state_dict.items() if k in expected}, strict=False)
-    model.tie_weights()
+    missing, unexpected = model.load_weights(state_dict, source.model_folder)
     heads = [label for prefix, label in HEADS.items() if any(name.startswith(prefix) for name in missing)]
     if heads:
         said.append(f"{source.path} has no weights for {', '.join(heads)}; newly initialized")
