@@ -1,8 +1,12 @@
 """Raw corpus to clean documents of sentences: readers, cleaning, sentence splitting, dedup."""
 
-from data_prep.documents import read_documents
+from data_prep.documents import read_documents, sample_documents
 from data_prep.errors import CorpusError
 from data_prep.paths import SUPPORTED_EXTENSIONS, resolve_paths
+from data_prep.sharding import Shard
 from data_prep.stats import CorpusStats
 
-__all__ = ["CorpusError", "CorpusStats", "SUPPORTED_EXTENSIONS", "read_documents", "resolve_paths"]
+__all__ = [
+    "CorpusError", "CorpusStats", "SUPPORTED_EXTENSIONS", "Shard", "read_documents", "resolve_paths",
+    "sample_documents",
+]
