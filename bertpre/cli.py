@@ -49,20 +49,36 @@ _MAIN_PID = os.getpid()
 # --- tokenize ---
 @app.command()
 def tokenize(
-    corpus: list[str] = typer.Argument(
-        ..., help="Corpus files, folders or globs (.txt, .jsonl, .json, .parquet, also .gz/.bz2/.xz)."),
-    out: Path = typer.Option(..., "--out", help="DATA folder to write."),
+    corpus: list[str] | None = typer.Argument(
+        None, help="Corpus files, folders or globs (.txt, .jsonl, .json, .parquet, also .gz/.bz2/.xz)."),
+    out: Path | None = typer.Option(
+        None, "--out", help="DATA folder to write (VOCAB folder with --vocab-only; with --num-shards "
+                            "{shard} in it becomes the shard index)."),
     vocab_size: int = typer.Option(30522, "--vocab-size", help="WordPiece vocab size to train."),
     lowercase: bool | None = typer.Option(
         None, "--lowercase/--cased",
         help="Lowercase and strip accents (uncased BERT) or not. Default: lowercase when "
              "training; a reused vocab.txt follows its tokenizer_config.json or its own tokens."),
     tokenizer_path: Path | None = typer.Option(
-        None, "--tokenizer", help="Reuse this tokenizer.json, vocab.txt or tokenizer folder instead of training."),
+        None, "--tokenizer", help="Reuse this tokenizer.json, vocab.txt or tokenizer (or VOCAB) folder instead of training."),
     add_vocab: int | None = typer.Option(
         None, "--add-vocab", metavar="N",
         help="With --tokenizer: append up to N frequent corpus words it lacks, after its ids "
              "(continued pretraining of a released BERT on a domain corpus)."),
+    vocab_only: bool = typer.Option(
+        False, "--vocab-only", help="Train and write only the tokenizer (a VOCAB folder for --tokenizer)."),
+    vocab_sample_bytes: int | None = typer.Option(
+        None, "--vocab-sample-bytes", metavar="N",
+        help="Train the vocab on an evenly spread sample of the documents, N bytes of text "
+             "(default: the whole corpus)."),
+    num_shards: int | None = typer.Option(
+        None, "--num-shards", metavar="N", help="Encode one of N shards of the corpus (with --tokenizer)."),
+    shard_index: int | None = typer.Option(
+        None, "--shard-index", metavar="I",
+        help="Which shard, 0 to N-1. Default: $SLURM_ARRAY_TASK_ID, else $RANK."),
+    merge_manifests: Path | None = typer.Option(
+        None, "--merge-manifests", metavar="DATA",
+        help="Check the shards in DATA and write DATA/manifest.json for the whole set (no CORPUS)."),
     text_field: str = typer.Option("text", "--text-field", help="JSON field / Parquet column holding the text."),
     validation_share: float = typer.Option(
         0.01, "--validation-share", help="Share of documents held out for validation (at least one)."),
@@ -78,22 +94,63 @@ def tokenize(
     """Train a WordPiece vocab (or reuse one) and write a tokenized DATA folder.
 
     Example: bertpre tokenize corpus/ more/*.jsonl.gz --out data/corpus --vocab-size 30522
+
+    A corpus bigger than one machine: bertpre tokenize CORPUS --vocab-only
+    --vocab-sample-bytes 1000000000 --out vocab, then in every task of an array
+    bertpre tokenize CORPUS --tokenizer vocab --num-shards 64 --out data/shard-{shard}
     """
     from bertpre.data.build import format_summary, tokenize_corpus
+    from bertpre.data.shards import resolve_shard
+    from bertpre.data.vocab import format_vocab_summary, peak_memory_line, train_vocab
 
+    if merge_manifests is not None:
+        _merge_shard_manifests(merge_manifests, corpus, out)
+        return
+    if not corpus:
+        raise UserError("give the CORPUS to tokenize (files, folders or globs), e.g. "
+                        "bertpre tokenize corpus/ --out data/corpus")
+    if out is None:
+        raise UserError("give --out, the folder to write, e.g. --out data/corpus")
+    if vocab_only:
+        if num_shards is not None or shard_index is not None:
+            raise UserError("--vocab-only trains one vocab for the whole corpus; shard the "
+                            "encoding instead: --tokenizer VOCAB --num-shards N")
+        if tokenizer_path is not None or add_vocab is not None:
+            raise UserError("--vocab-only trains a new vocab; --tokenizer and --add-vocab reuse one")
+        manifest = train_vocab(
+            corpus, out, vocab_size=vocab_size, lowercase=lowercase, text_field=text_field,
+            split_sentences=not no_sentence_split, vocab_sample_bytes=vocab_sample_bytes,
+            min_frequency=min_frequency, limit_alphabet=limit_alphabet, overwrite=overwrite,
+            show_progress=sys.stderr.isatty())
+        typer.echo(format_vocab_summary(manifest, out))
+        return
+    shard, out = resolve_shard(num_shards, shard_index, out)
     manifest = tokenize_corpus(
         corpus, out,
         vocab_size=vocab_size, lowercase=lowercase, tokenizer_path=tokenizer_path,
         add_vocab=add_vocab, text_field=text_field, split_sentences=not no_sentence_split,
         validation_share=validation_share, num_proc=num_proc, min_frequency=min_frequency,
-        limit_alphabet=limit_alphabet, overwrite=overwrite, seed=seed,
+        limit_alphabet=limit_alphabet, vocab_sample_bytes=vocab_sample_bytes, shard=shard,
+        overwrite=overwrite, seed=seed,
         show_progress=sys.stderr.isatty(),  # bars only for people watching, not in logs
     )
     replaced = manifest["counts"]["invalid_utf8_replacements"]
     if replaced:
         typer.echo(f"warning: {replaced:,} invalid UTF-8 byte sequence(s) in the corpus were "
                    "replaced with U+FFFD (counted in the manifest)", err=True)
-    typer.echo(format_summary(manifest, out))
+    typer.echo(format_summary(manifest, out, [("peak memory", peak_memory_line())]))
+
+
+def _merge_shard_manifests(folder: Path, corpus: list[str] | None, out: Path | None) -> None:
+    from bertpre.data.build import format_summary
+    from bertpre.data.shards import write_merged_manifest
+
+    if corpus or out is not None:
+        raise UserError("--merge-manifests DATA reads the shards already in DATA; it takes no "
+                        "CORPUS and no --out")
+    manifest, written = write_merged_manifest(folder)
+    typer.echo(format_summary(manifest, folder))
+    typer.echo(f"wrote {written} for {manifest['shards']['count']} shards")
 
 
 # --- pretrain ---
@@ -209,13 +266,13 @@ def inspect_command(
     Example: bertpre inspect data/corpus --config configs/base.yaml
     """
     from bertpre.config import load_config
-    from bertpre.data import load_data, load_mixture
+    from bertpre.data import load_mixture, open_data
     from bertpre.tools.audit import format_report, inspect_data
 
     if data is None and config is None:
         raise UserError("give a DATA folder to inspect, or --config CFG to inspect its data.path")
     cfg = load_config(config)
-    report = inspect_data(load_data(data) if data is not None else load_mixture(cfg.data.sources),
+    report = inspect_data(open_data(data) if data is not None else load_mixture(cfg.data.sources),
                           cfg.data, batches=batches,
                           batch_size=cfg.train.micro_batch_size, seed=cfg.train.seed, split=split)
     typer.echo(format_report(report))

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import chain
@@ -31,7 +32,7 @@ from bertpre.tokenizer.wordpiece import (
     tokenizer_lowercases,
     train_tokenizer,
 )
-from data_prep import CorpusStats, read_documents, resolve_paths
+from data_prep import CorpusStats, Shard, read_documents, resolve_paths, sample_documents
 
 # Beyond this the embedding table alone (vocab × hidden) outgrows a GPU at BERT sizes.
 MAX_VOCAB_SIZE = 1_000_000
@@ -53,6 +54,7 @@ class TokenizeOptions:
     validation_share: float = 0.01
     min_frequency: int = 2
     limit_alphabet: int = 1000
+    vocab_sample_bytes: int | None = None  # train the vocab on a sample of this many bytes
     seed: int = 42
 
 
@@ -70,6 +72,8 @@ def tokenize_corpus(
     num_proc: int = 1,
     min_frequency: int = 2,
     limit_alphabet: int = 1000,
+    vocab_sample_bytes: int | None = None,
+    shard: Shard | None = None,
     overwrite: bool = False,
     seed: int = 42,
     show_progress: bool = True,
@@ -82,6 +86,10 @@ def tokenize_corpus(
     Args:
         add_vocab: with `tokenizer_path`, append up to this many of the corpus's frequent words
             that the reused vocab lacks after its ids (`bertpre.tokenizer.extend_vocab`).
+        vocab_sample_bytes: train the vocab on a sample of the corpus's documents this many
+            UTF-8 bytes large (`data_prep.sample_documents`), then encode the whole corpus.
+        shard: encode only this shard's documents (with `tokenizer_path`): DATA is then one
+            shard of a corpus, its manifest says which.
 
     Returns:
         The manifest written to DATA/manifest.json.
@@ -99,9 +107,11 @@ def tokenize_corpus(
         validation_share=validation_share,
         min_frequency=min_frequency,
         limit_alphabet=limit_alphabet,
+        vocab_sample_bytes=vocab_sample_bytes,
         seed=seed,
     )
-    _check_options(options)
+    check_options(options)
+    _check_shard(options, shard)
     if num_proc < 1:
         raise UserError(f"--num-proc {num_proc} must be 1 or more")
     out = Path(out)
@@ -117,13 +127,19 @@ def tokenize_corpus(
 
     with staging_folder(out) as building:
         stats = CorpusStats()
+        sample = None
+        if tokenizer is None and vocab_sample_bytes is not None:
+            tokenizer, sample = train_on_sample(files, options, show_progress)
         documents = read_documents(
-            files, text_field=text_field, split_sentences=split_sentences, stats=stats
+            files, text_field=text_field, split_sentences=split_sentences, stats=stats, shard=shard
         )
         # Reading up to the first document finds an empty, binary or malformed corpus before the
         # slow stages, and before importing `datasets` (seconds), so such errors come at once.
         first_document = next(documents, None)
         if first_document is None:
+            if shard is not None:
+                raise UserError(f"shard {shard.index} of {shard.count} holds no documents of the "
+                                f"corpus {files[0]}; use fewer --num-shards")
             raise UserError(f"the corpus {files[0]} holds no documents; check the corpus files")
         from bertpre.data import encode as encoding
 
@@ -152,13 +168,21 @@ def tokenize_corpus(
                 )
                 raise_if_stopped()
             save_tokenizer(tokenizer, building / TOKENIZER_DIR)
-            fingerprint = _fingerprint(options, stats, building / TOKENIZER_DIR / TOKENIZER_FILE)
+            fingerprint = _fingerprint(options, stats, building / TOKENIZER_DIR / TOKENIZER_FILE, shard)
             encoded, counts = encoding.encode_corpus(raw, tokenizer, num_proc, fingerprint)
+            if shard is not None and len(encoded) < 2:
+                raise UserError(f"shard {shard.index} of {shard.count} holds {len(encoded)} document "
+                                "with tokens, but DATA needs one for training and one for "
+                                "validation; use fewer --num-shards")
             splits = encoding.split_by_document(encoded, validation_share, seed, fingerprint)
             splits.save_to_disk(str(building / DATASET_DIR))
         split_sizes = {name: len(split) for name, split in splits.items()}
         manifest = _manifest(options, stats, tokenizer, building / TOKENIZER_DIR, split_sizes, counts,
                              source if add_vocab is not None else None)
+        if sample is not None:
+            manifest["tokenizer"]["sample"] = sample
+        if shard is not None:
+            manifest["shard"] = {"index": shard.index, "count": shard.count}
         (building / MANIFEST_FILE).write_text(
             json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
         )
@@ -170,7 +194,52 @@ def tokenize_corpus(
     return manifest
 
 
-def _check_options(options: TokenizeOptions) -> None:
+def train_on_sample(files: list[Path], options: TokenizeOptions, show_progress: bool,
+                    stats: CorpusStats | None = None) -> tuple[Tokenizer, dict]:
+    """A vocab trained on a `vocab_sample_bytes` sample of the corpus (one streaming pass).
+
+    Returns:
+        The tokenizer, and what the sample held, for the manifest: documents, sentences, bytes.
+        `stats` gets the corpus's files and the sample's counts.
+    """
+    assert options.vocab_sample_bytes is not None
+    stats = stats if stats is not None else CorpusStats()
+    if show_progress:
+        print(f"Sampling {options.vocab_sample_bytes:,} bytes of documents for the vocab", file=sys.stderr)
+    documents = sample_documents(files, options.vocab_sample_bytes, text_field=options.text_field,
+                                 split_sentences=options.split_sentences, stats=stats)
+    tokenizer = train_tokenizer(
+        documents,
+        vocab_size=options.vocab_size,
+        lowercase=True if options.lowercase is None else options.lowercase,
+        min_frequency=options.min_frequency,
+        limit_alphabet=options.limit_alphabet,
+        length=len(documents),
+    )
+    raise_if_stopped()
+    sample = {
+        "documents": stats.documents,
+        "sentences": stats.sentences,
+        "bytes": sum(len(sentence.encode("utf-8", errors="surrogatepass"))
+                     for document in documents for sentence in document),
+    }
+    return tokenizer, sample
+
+
+def _check_shard(options: TokenizeOptions, shard: Shard | None) -> None:
+    if shard is None:
+        return
+    if options.tokenizer_path is None:
+        raise UserError("--num-shards needs --tokenizer VOCAB: every shard must encode with one "
+                        "vocabulary; train it first with `bertpre tokenize CORPUS --vocab-only "
+                        "--out VOCAB` (--vocab-sample-bytes for a sample)")
+    if options.add_vocab is not None:
+        raise UserError("--add-vocab cannot be split into shards (each would add other words); "
+                        "extend the vocab once with --vocab-only, then shard with --tokenizer")
+
+
+def check_options(options: TokenizeOptions) -> None:
+    """Refuse options that contradict each other or make no vocabulary, before any reading."""
     if options.tokenizer_path is None and options.vocab_size > MAX_VOCAB_SIZE:
         raise UserError(
             f"--vocab-size {options.vocab_size:,} is beyond any BERT vocabulary (at most "
@@ -198,13 +267,22 @@ def _check_options(options: TokenizeOptions) -> None:
         raise UserError(f"--limit-alphabet {options.limit_alphabet} must be 1 or more")
     if not options.text_field:
         raise UserError("--text-field must name a field, e.g. --text-field text")
+    if options.vocab_sample_bytes is not None:
+        if options.tokenizer_path is not None:
+            raise UserError("--vocab-sample-bytes samples the corpus to train a vocab, but "
+                            "--tokenizer reuses one; drop one of them")
+        if options.vocab_sample_bytes < 1:
+            raise UserError(f"--vocab-sample-bytes {options.vocab_sample_bytes} must be 1 or more "
+                            "(e.g. 1000000000 for 1 GB)")
 
 
-def _fingerprint(options: TokenizeOptions, stats: CorpusStats, tokenizer_file: Path) -> str:
+def _fingerprint(options: TokenizeOptions, stats: CorpusStats, tokenizer_file: Path,
+                 shard: Shard | None) -> str:
     """A hash of everything that decides the dataset, standing in for datasets' own fingerprints
     (which would hash the temporary folder's path and so differ from run to run)."""
     recipe = {
         "options": vars(options),
+        "shard": None if shard is None else [shard.index, shard.count],
         "sources": [source["sha256"] for source in stats.as_dict()["files"]],
         "tokenizer": _sha256(tokenizer_file),
         "bertpre": bertpre.__version__,
@@ -286,8 +364,8 @@ def _describe_added(manifest: dict, out: str | Path) -> str:
     return text
 
 
-def format_summary(manifest: dict, out: str | Path) -> str:
-    """The end-of-run table the CLI prints."""
+def format_summary(manifest: dict, out: str | Path, extra: Sequence[tuple[str, str]] = ()) -> str:
+    """The end-of-run table the CLI prints (a shard's, or a set of shards' merged), with `extra` rows."""
     counts, tokenizer = manifest["counts"], manifest["tokenizer"]
     total_bytes = sum(source["bytes"] for source in manifest["sources"])
     asked = manifest["options"]["vocab_size"]
@@ -296,6 +374,15 @@ def format_summary(manifest: dict, out: str | Path) -> str:
     rows = [
         ("DATA folder", str(out)),
         ("sources", f"{len(manifest['sources'])} file(s), {total_bytes / 1e6:.2f} MB"),
+    ]
+    if "shard" in manifest:
+        rows.append(("shard", f"{manifest['shard']['index']} of {manifest['shard']['count']} "
+                              "(the counts below are its own)"))
+    if "shards" in manifest:
+        folders = manifest["shards"]["folders"]
+        shown = ", ".join(folder["path"] for folder in folders[:3]) + (", …" if len(folders) > 3 else "")
+        rows.append(("shards", f"{manifest['shards']['count']} ({shown}), every one checked"))
+    rows += [
         ("documents", f"{counts['documents']:,} ({counts['train_documents']:,} train, "
                       f"{counts['validation_documents']:,} validation)"),
         ("sentences", f"{counts['sentences']:,}"),
@@ -311,5 +398,10 @@ def format_summary(manifest: dict, out: str | Path) -> str:
     ]
     if "added_pieces" in tokenizer:
         rows.append(("added to vocab", _describe_added(manifest, out)))
+    if "sample" in tokenizer:
+        sample = tokenizer["sample"]
+        rows.append(("vocab trained on", f"a sample of {sample['documents']:,} documents, "
+                                         f"{sample['bytes'] / 1e6:,.2f} MB"))
+    rows += list(extra)
     width = max(len(name) for name, _ in rows)
     return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -18,18 +18,29 @@ DATASET_DIR = "dataset"
 TOKENIZER_DIR = "tokenizer"
 MANIFEST_FILE = "manifest.json"
 TRAIN_SPLIT, VALIDATION_SPLIT = "train", "validation"
+VOCAB_KIND = "vocab"  # a manifest's "kind" in a VOCAB folder (`bertpre tokenize --vocab-only`)
 
 
 @dataclass
 class DataFolder:
     """An opened DATA folder. Each dataset row is one document: {"input_ids": list[list[int]]},
-    its sentences as token ids without special tokens."""
+    its sentences as token ids without special tokens.
+
+    A set of shards opened as one (`bertpre.data.shards`) has `path` as given (a glob or the
+    folder of the shards), the shards' folders in `shards`, and their merged manifest.
+    """
 
     path: Path
     tokenizer: Tokenizer
     train: datasets.Dataset
     validation: datasets.Dataset
     manifest: dict
+    shards: list[Path] = field(default_factory=list)
+
+    @property
+    def tokenizer_dir(self) -> Path:
+        """The folder of the tokenizer files (a shard set's first shard's)."""
+        return (self.shards[0] if self.shards else self.path) / TOKENIZER_DIR
 
 
 def load_data(path: str | Path) -> DataFolder:
@@ -42,6 +53,7 @@ def load_data(path: str | Path) -> DataFolder:
     make_one = f"create it with `bertpre tokenize CORPUS --out {path}`"
     if not path.exists():
         raise UserError(f"DATA folder {path} does not exist; {make_one}")
+    _refuse_vocab_folder(path)
     missing = [
         name
         for name in (MANIFEST_FILE, DATASET_DIR, TOKENIZER_DIR)
@@ -71,3 +83,15 @@ def load_data(path: str | Path) -> DataFolder:
         validation=splits[VALIDATION_SPLIT],
         manifest=manifest,
     )
+
+
+def _refuse_vocab_folder(path: Path) -> None:
+    """A VOCAB folder where a DATA folder belongs: say what it is for."""
+    try:
+        manifest = json.loads((path / MANIFEST_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError):
+        return
+    if isinstance(manifest, dict) and manifest.get("kind") == VOCAB_KIND:
+        raise UserError(f"{path} is a VOCAB folder (bertpre tokenize --vocab-only), not a DATA "
+                        f"folder; encode a corpus with it: bertpre tokenize CORPUS --tokenizer "
+                        f"{path} --out DATA")

@@ -7,7 +7,8 @@ from pathlib import Path
 
 from tokenizers import Tokenizer
 
-from bertpre.data.folder import TOKENIZER_DIR, DataFolder, load_data
+from bertpre.data.folder import DataFolder, load_data
+from bertpre.data.shards import load_shard_set, shard_folders
 from bertpre.errors import UserError
 
 
@@ -39,7 +40,8 @@ class DataMixture:
 
 def load_mixture(sources: str | Path | Sequence[tuple[str | Path, float]]) -> DataMixture:
     """Open every DATA folder of `sources` (a folder, or (folder, weight) pairs; weights are
-    normalised) and check that they share one vocabulary.
+    normalised) and check that they share one vocabulary. A source may be a set of shards (a
+    glob or a folder of shards), read as one corpus.
 
     Raises:
         UserError: a folder is missing or not a DATA folder; a weight is not positive; two
@@ -52,24 +54,34 @@ def load_mixture(sources: str | Path | Sequence[tuple[str | Path, float]]) -> Da
     for path, weight in sources:
         if not weight > 0:
             raise UserError(f"the weight of DATA folder {path} must be positive, got {weight!r}")
-    folders = [load_data(path) for path, _ in sources]
+    folders = [open_data(path) for path, _ in sources]
     first = folders[0]
     for folder in folders[1:]:
         if folder.tokenizer.get_vocab() != first.tokenizer.get_vocab():
             raise UserError(
                 f"DATA folders {first.path} and {folder.path} were made by different tokenizers "
                 "(other vocabularies); a mixture needs one: tokenize the corpus of "
-                f"{folder.path} again with --tokenizer {first.path / TOKENIZER_DIR}")
+                f"{folder.path} again with --tokenizer {first.tokenizer_dir}")
     total = sum(weight for _, weight in sources)
     return DataMixture(folders=folders, weights=[weight / total for _, weight in sources],
                        names=unique_names([folder.path for folder in folders]))
 
 
+def open_data(path: str | Path) -> DataFolder:
+    """A DATA folder, or a set of shards (a glob or a folder of them) opened as one."""
+    shards = shard_folders(path)
+    return load_data(path) if shards is None else load_shard_set(path, shards)
+
+
 def unique_names(paths: Sequence[Path]) -> list[str]:
-    """Each path's basename; a repeated one gets -2, -3, ... in order (`wiki`, `wiki-2`)."""
+    """Each path's basename (a glob's folder's: `wiki` for wiki/shard-*); a repeated one gets
+    -2, -3, ... in order (`wiki`, `wiki-2`)."""
     names: list[str] = []
     for path in paths:
-        base = Path(path).resolve().name or "data"
+        path = Path(path)
+        if any(character in path.name for character in "*?["):
+            path = path.parent
+        base = path.resolve().name or "data"
         name, number = base, 1
         while name in names:
             number += 1

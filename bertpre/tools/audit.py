@@ -54,6 +54,8 @@ class InspectReport:
     max_predictions_per_seq: int | None
     # A mixture's sources: (name, weight, share of the epoch, share of the sampled sequences).
     sources: list[tuple[str, float, float, float]] = dataclasses.field(default_factory=list)
+    # The shard sets read as one corpus: (name, shard folders in index order).
+    shard_sets: list[tuple[str, list[str]]] = dataclasses.field(default_factory=list)
 
     def rows(self) -> list[tuple[str, str, str]]:
         """(statistic, realized value, what the recipe expects) rows of the table."""
@@ -67,6 +69,10 @@ class InspectReport:
             else ""
         )
         rows = [
+            *((f"shards of {name}" if len(self.shard_sets) > 1 else "shards",
+               f"{len(folders)}: " + ", ".join(folders if len(folders) <= 4 else [*folders[:2], "…", folders[-1]]),
+               "each index once")
+              for name, folders in self.shard_sets),
             ("documents in split", f"{self.documents:,}", ""),
             ("sentences in split", f"{self.sentences:,}", ""),
             ("tokens in split", f"{self.tokens:,}", ""),
@@ -225,6 +231,8 @@ def inspect_data(
         random_replace_prob=data_config.random_replace_prob,
         max_predictions_per_seq=data_config.max_predictions_per_seq,
         sources=source_shares,
+        shard_sets=[(name, [str(path) for path in folder.shards])
+                    for name, folder in zip(mixture.names, mixture.folders, strict=True) if folder.shards],
     )
 
 

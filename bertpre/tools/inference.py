@@ -8,7 +8,7 @@ import torch
 from tokenizers import Tokenizer
 
 from bertpre.config import load_config
-from bertpre.data import load_data, load_mixture
+from bertpre.data import load_mixture, open_data
 from bertpre.errors import UserError
 from bertpre.model import BertForPreTraining
 from bertpre.model.hf_format import CONFIG_NAME
@@ -110,7 +110,7 @@ def evaluate_saved_model(source: str | Path, data: str | Path | None = None, *,
     config = load_config(config_path)
     config = config.for_phase(len(config.phase_ends()) - 1)  # a phased run ends at its last length
     model, tokenizer = load_model_and_tokenizer(source)
-    scored = load_data(data) if data is not None else load_mixture(config.data.sources)
+    scored = open_data(data) if data is not None else load_mixture(config.data.sources)
     folders = [scored] if data is not None else scored.folders
     for folder in folders:
         check_same_vocab(folder.tokenizer, tokenizer, folder.path, f"model {source}")

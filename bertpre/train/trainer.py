@@ -512,17 +512,31 @@ class Trainer:
             self.say(f"resuming with {change}")
 
     def prepare_run_folder(self) -> None:
-        """Create RUN, drop partial checkpoints, write config.yaml and the tokenizer copy."""
+        """Create RUN, drop partial checkpoints, write config.yaml, data.json and the tokenizer copy."""
         self.run_dir.mkdir(parents=True, exist_ok=True)
         remove_partial_checkpoints(self.run_dir)
         self.config.save(self.run_dir / "config.yaml")
+        self.write_data_record()
         if not (self.run_dir / "tokenizer").exists():
             # Copied aside and renamed: a kill mid-copy must not leave a torn tokenizer that
             # every later resume would refuse.
             staging = self.run_dir / ".tokenizer.tmp"
             shutil.rmtree(staging, ignore_errors=True)
-            shutil.copytree(self.data.path / "tokenizer", staging)
+            shutil.copytree(self.data.tokenizer_dir, staging)
             staging.replace(self.run_dir / "tokenizer")
+
+    def write_data_record(self) -> None:
+        """RUN/data.json: the DATA this (re)start reads, each source with its weight and its
+        manifest (a set of shards' merged one, which lists the shards)."""
+        record = {"sources": [
+            {"name": name, "path": str(folder.path), "weight": weight,
+             **({"shards": [str(path) for path in folder.shards]} if folder.shards else {}),
+             "manifest": folder.manifest}
+            for name, weight, folder in zip(self.mixture.names, self.mixture.weights,
+                                            self.mixture.folders, strict=True)]}
+        staging = self.run_dir / ".data.json.tmp"
+        staging.write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        staging.replace(self.run_dir / DATA_RECORD)
 
     def wrap_model(self) -> torch.nn.Module:
         """The objective as the step calls it: compiled whole and/or DDP-wrapped as configured."""
@@ -535,10 +549,13 @@ class Trainer:
         return model
 
 
+DATA_RECORD = "data.json"  # in RUN: what the run read
+
+
 def check_tokenizer_matches(run_dir: Path, data: DataFolder) -> None:
     """DATA's dataset must come from DATA's tokenizer, and a resumed run must keep its vocabulary."""
     recorded = (data.manifest.get("tokenizer") or {}).get("sha256") if isinstance(data.manifest, dict) else None
-    tokenizer_file = data.path / "tokenizer" / TOKENIZER_FILE
+    tokenizer_file = data.tokenizer_dir / TOKENIZER_FILE
     if recorded and tokenizer_file.is_file():
         if hashlib.sha256(tokenizer_file.read_bytes()).hexdigest() != recorded:
             raise UserError(f"DATA folder {data.path} holds a tokenizer other than the one its "

@@ -72,7 +72,10 @@ def test_run_folder_layout_and_tensorboard_tags(data_dir, tmp_path):
     pretrain(tiny_config(data_dir, run_dir, "train.max_steps=4", "train.eval_every=2",
                          "train.save_every=2"))
     assert sorted(p.name for p in run_dir.iterdir()) == [
-        "checkpoints", "config.yaml", "metrics.jsonl", "tensorboard", "tokenizer"]
+        "checkpoints", "config.yaml", "data.json", "metrics.jsonl", "tensorboard", "tokenizer"]
+    record = json.loads((run_dir / "data.json").read_text())
+    assert record["sources"] == [{"name": "data", "path": str(data_dir), "weight": 1.0,
+                                  "manifest": json.loads((data_dir / "manifest.json").read_text())}]
     assert load_config(run_dir / "config.yaml").model.vocab_size == 120
     accumulator = EventAccumulator(str(run_dir / "tensorboard"))
     accumulator.Reload()

@@ -1,0 +1,157 @@
+"""`bertpre tokenize --vocab-only`: a VOCAB folder, the WordPiece tokenizer alone, trained on a
+corpus or on a sample of it, for shards on many machines to encode with (`--tokenizer VOCAB`)."""
+from __future__ import annotations
+
+import hashlib
+import json
+import resource
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from tokenizers import Tokenizer
+
+import bertpre
+from bertpre.data.build import TokenizeOptions, check_options, train_on_sample
+from bertpre.data.folder import MANIFEST_FILE, VOCAB_KIND
+from bertpre.errors import raise_if_stopped
+from bertpre.folders import check_out, replace_folder, staging_folder
+from bertpre.tokenizer.wordpiece import (
+    TOKENIZER_FILE,
+    save_tokenizer,
+    tokenizer_lowercases,
+    train_tokenizer,
+)
+from data_prep import CorpusStats, read_documents, resolve_paths
+
+
+def train_vocab(
+    corpus_paths: Sequence[str | Path],
+    out: str | Path,
+    *,
+    vocab_size: int = 30522,
+    lowercase: bool | None = None,
+    text_field: str = "text",
+    split_sentences: bool = True,
+    vocab_sample_bytes: int | None = None,
+    min_frequency: int = 2,
+    limit_alphabet: int = 1000,
+    overwrite: bool = False,
+    show_progress: bool = True,
+) -> dict:
+    """Train a WordPiece vocab on the corpus (or a `vocab_sample_bytes` sample) and write VOCAB:
+    the tokenizer files of a DATA folder's tokenizer/, and a manifest.
+
+    Without a sample the documents are spooled to disk, as `bertpre tokenize` does, so memory
+    holds the trainer's word counts and not the corpus; with one, memory holds the sample.
+
+    Returns:
+        The manifest written to VOCAB/manifest.json.
+    """
+    options = TokenizeOptions(
+        vocab_size=vocab_size, lowercase=lowercase, text_field=text_field,
+        split_sentences=split_sentences, min_frequency=min_frequency,
+        limit_alphabet=limit_alphabet, vocab_sample_bytes=vocab_sample_bytes,
+    )
+    check_options(options)
+    out = Path(out)
+    files = resolve_paths(corpus_paths)
+    check_out(out, "tokenize", overwrite=overwrite, sources=files)
+    with staging_folder(out) as building:
+        stats = CorpusStats()
+        if vocab_sample_bytes is not None:
+            tokenizer, sample = train_on_sample(files, options, show_progress, stats)
+        else:
+            tokenizer = _train_on_everything(files, options, building, stats, show_progress)
+            sample = None
+        save_tokenizer(tokenizer, building)
+        manifest = _vocab_manifest(options, stats, tokenizer, building / TOKENIZER_FILE, sample)
+        (building / MANIFEST_FILE).write_text(
+            json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        replace_folder(building, out)
+    return manifest
+
+
+def _train_on_everything(files: list[Path], options: TokenizeOptions, scratch: Path,
+                         stats: CorpusStats, show_progress: bool) -> Tokenizer:
+    documents = read_documents(files, text_field=options.text_field,
+                               split_sentences=options.split_sentences, stats=stats)
+    from bertpre.data import encode as encoding  # datasets takes seconds to import
+
+    with encoding.progress_bars(show_progress):
+        raw, character_counts = encoding.spool_documents(documents, scratch / "documents.arrow",
+                                                         show_progress)
+        tokenizer = train_tokenizer(
+            encoding.SentenceBatches(raw, show_progress),
+            vocab_size=options.vocab_size,
+            lowercase=True if options.lowercase is None else options.lowercase,
+            min_frequency=options.min_frequency,
+            limit_alphabet=options.limit_alphabet,
+            length=len(raw),
+            character_counts=character_counts,
+        )
+    raise_if_stopped()
+    del raw
+    for spooled in scratch.glob("*.arrow"):
+        spooled.unlink()
+    return tokenizer
+
+
+def _vocab_manifest(options: TokenizeOptions, stats: CorpusStats, tokenizer: Tokenizer,
+                    tokenizer_file: Path, sample: dict | None) -> dict:
+    """What VOCAB holds and what it was trained on; like a DATA manifest, no run's paths or times."""
+    corpus = stats.as_dict()
+    trained_on = sample if sample is not None else {
+        "documents": corpus["documents"], "sentences": corpus["sentences"],
+        "characters": corpus["characters"]}
+    return {
+        "bertpre_version": bertpre.__version__,
+        "kind": VOCAB_KIND,
+        "sources": corpus["files"],
+        "options": {name: value for name, value in vars(options).items()
+                    if name in ("vocab_size", "lowercase", "text_field", "split_sentences",
+                                "min_frequency", "limit_alphabet", "vocab_sample_bytes")},
+        "trained_on": trained_on,
+        "tokenizer": {
+            "trained": True,
+            "vocab_size": tokenizer.get_vocab_size(with_added_tokens=True),
+            "lowercase": tokenizer_lowercases(tokenizer),
+            "sha256": hashlib.sha256(tokenizer_file.read_bytes()).hexdigest(),
+        },
+    }
+
+
+def peak_memory_line() -> str:
+    """This process's peak resident memory, and its largest worker's (Linux reports KiB)."""
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    workers = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    scale = 1 if sys.platform == "darwin" else 1024  # macOS reports bytes
+    line = f"{own * scale / 2**20:,.0f} MiB"
+    if workers:
+        line += f" (largest worker process {workers * scale / 2**20:,.0f} MiB)"
+    return line
+
+
+def format_vocab_summary(manifest: dict, out: str | Path) -> str:
+    """The end-of-run table of `--vocab-only`."""
+    tokenizer, options, trained_on = manifest["tokenizer"], manifest["options"], manifest["trained_on"]
+    total_bytes = sum(source["bytes"] for source in manifest["sources"])
+    asked = options["vocab_size"]
+    short = f" (asked {asked:,}: the text has too few subwords)" if tokenizer["vocab_size"] < asked else ""
+    if "bytes" in trained_on:
+        text = (f"a sample of {trained_on['documents']:,} documents, {trained_on['bytes'] / 1e6:,.2f} MB "
+                f"(--vocab-sample-bytes {options['vocab_sample_bytes']:,})")
+    else:
+        text = f"all {trained_on['documents']:,} documents"
+    rows = [
+        ("VOCAB folder", str(out)),
+        ("sources", f"{len(manifest['sources'])} file(s), {total_bytes / 1e6:,.2f} MB"),
+        ("trained on", text),
+        ("vocab", f"{tokenizer['vocab_size']:,} tokens{short}, "
+                  f"{'lowercase' if tokenizer['lowercase'] else 'cased'}"),
+        ("peak memory", peak_memory_line()),
+        ("next", f"bertpre tokenize CORPUS --tokenizer {out} --out DATA "
+                 "(--num-shards N for many machines)"),
+    ]
+    width = max(len(name) for name, _ in rows)
+    return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
