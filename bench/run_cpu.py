@@ -23,6 +23,7 @@ BENCHMARKS: dict[str, tuple[str, list[str], str]] = {
     "model": ("model", ["--steps", "6", "--warmup", "2"], "--out"),
     "collate": ("collate", ["--rounds", "3"], "--out"),
     "tokenize": ("tokenize_speed", ["--rounds", "1"], "--results"),
+    "tokenize_scale": ("tokenize_scale", ["--megabytes", "5", "10"], "--out"),
     "create_instances": ("create_instances", ["--rounds", "3"], "--out"),
     "loader": ("loader", ["--batches", "300", "--rounds", "3"], "--out"),
     "pretrain": ("pretrain", ["--steps", "12", "--warmup", "4"], "--out"),

@@ -87,3 +87,14 @@ def test_the_continued_pretraining_config_in_the_readme_loads(tmp_path):
     assert config.data.sources == [("data/pubmed", 0.7), ("data/wiki", 0.3)]
     assert config.train.max_steps == 100000 and config.schedule_span(1) == (0, 100000)
     assert config.for_phase(1).data.max_seq_length == 512
+
+
+def test_the_sharded_corpus_example_names_a_glob_of_shards(tmp_path):
+    from bertpre.config import load_config
+
+    text = README.read_text(encoding="utf-8").split("### A corpus bigger than one machine", 1)[1]
+    example = re.search(r"^```yaml\n(.*?)^```", text, re.M | re.S).group(1)
+    (tmp_path / "shards.yaml").write_text(example, encoding="utf-8")
+    assert load_config(tmp_path / "shards.yaml").data.sources == [("data/wiki/shard-*", 1.0)]
+    for flag in ("--vocab-only", "--vocab-sample-bytes", "--num-shards", "--shard-index", "--merge-manifests"):
+        assert flag in text, flag

@@ -21,6 +21,7 @@ from bench import (  # noqa: E402
     model,
     pretrain,
     run_cpu,
+    tokenize_scale,
     tokenize_speed,
 )
 
@@ -279,3 +280,35 @@ def test_pretrain_tiny_run(private_tmp, keep_torch_threads):
     assert result["benchmark"].startswith("pretraining throughput, whole loop")
     assert set(result["machine"]["load_average_1_5_15_min"]) == {"before", "after"}
     assert len(result["bertpre"]["tokens_per_s"]) == len(result["peer"]["tokens_per_s"]) == 2
+
+
+def test_tokenize_scale_builds_fresh_documents_in_eight_files(tmp_path):
+    source = tmp_path / "lines.txt"
+    source.write_text("\n".join(f"Line number {index} has a few words in it." for index in range(300)) + "\n",
+                      encoding="utf-8")
+    corpus = tokenize_scale.build_corpus(tmp_path / "corpus", 0.05, [source])
+    files = sorted((tmp_path / "corpus").iterdir())
+    assert len(files) == corpus["files"] == 8
+    documents = [block for path in files for block in path.read_text(encoding="utf-8").split("\n\n") if block.strip()]
+    assert len(documents) == corpus["documents"] and len(set(documents)) == len(documents)
+    assert sum(path.stat().st_size for path in files) >= 50_000
+
+
+def test_tokenize_scale_measures_a_process_anonymous_memory(tmp_path):
+    allocate = [sys.executable, "-c", "import time; block = bytearray(80 * 2**20); time.sleep(0.5)"]
+    measured = tokenize_scale.run_processes([allocate], [{}], tmp_path)
+    assert measured["peak_rss_anon_mib"] >= 75 and measured["peak_rss_mib"] >= 75
+    assert 0.4 < measured["seconds"] < 30
+
+
+@pytest.mark.slow
+def test_tokenize_scale_tiny_run(tmp_path):
+    source = tmp_path / "lines.txt"
+    source.write_text("\n".join(f"Sentence {index} of the tiny corpus. It has two sentences." for index in range(500)),
+                      encoding="utf-8")
+    assert tokenize_scale.main(["--corpora", str(source), "--megabytes", "0.05", "0.1", "--shards", "2",
+                                "--num-proc", "1", "--sample-bytes", "20000", "--floor-shards", "0", "--out", str(tmp_path / "r")]) == 0
+    (result,) = (tmp_path / "r").iterdir()
+    record = json.loads(result.read_text())
+    assert set(record["sizes"]["0.1"]["runs"]) == {"vocab sample", "unsharded, --num-proc 1", "2 shards together",
+                                                   "one task of 2 alone"}
