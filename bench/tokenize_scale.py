@@ -25,6 +25,7 @@ deduplication drops. The whole set runs on a small corpus and on the big one: pe
 grow with the corpus.
 
     .venv/bin/python -m bench.tokenize_scale                       # 25 MB and 50 MB, shards 1 2 4
+    .venv/bin/python -m bench.tokenize_scale --megabytes 50 200 --shards 4   # less startup in the figures
     .venv/bin/python -m bench.tokenize_scale --megabytes 4 8       # quick
 """
 from __future__ import annotations
@@ -230,7 +231,10 @@ def main(argv: list[str] | None = None) -> int:
     for name, ratios in growth.items():
         print(f"  {name:<26} " + " / ".join(f"{ratio:.2f}" for ratio in ratios.values()))
     print("MB/s over the unsharded --num-proc 1 run: " + ", ".join(f"{name} {ratio:.2f}" for name, ratio in speedups.items()))
-    path = write_result("tokenize_scale", {
+    default_sizes = parser.get_default("megabytes")
+    name = "tokenize_scale" if args.megabytes == default_sizes else \
+        "tokenize_scale-" + "-".join(f"{megabytes:g}" for megabytes in args.megabytes) + "MB"
+    path = write_result(name, {
         "settings": {"megabytes": args.megabytes, "shards": args.shards, "sample_bytes": args.sample_bytes,
                      "num_proc": args.num_proc, "floor_shards": args.floor_shards, "corpora": [path.name for path in sources]},
         "sizes": sizes,

@@ -82,8 +82,9 @@ def shard_folders(spec: str | Path) -> list[Path] | None:
     if path.is_dir():
         if (path / DATASET_DIR).exists():
             return None
-        inside = sorted(child for child in path.iterdir()
-                        if child.is_dir() and (child / MANIFEST_FILE).is_file())
+        # Hidden folders are skipped: a task still writing its shard stages it as one.
+        inside = sorted(child for child in path.iterdir() if not child.name.startswith(".")
+                        and child.is_dir() and (child / MANIFEST_FILE).is_file())
         return inside or None
     if not path.exists() and any(character in text for character in "*?["):
         matches = sorted(Path(match) for match in glob.glob(str(path)) if Path(match).is_dir())
