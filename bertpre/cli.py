@@ -312,6 +312,10 @@ def evaluate(
         help="Config whose data: settings to use (default: the run's config.yaml, else defaults)."),
     micro_batch_size: int = typer.Option(32, "--micro-batch-size", help="Sequences per forward pass."),
     seed: int = typer.Option(42, "--seed", help="Seed of the fixed validation pairs and masks."),
+    max_seq_length: int | None = typer.Option(
+        None, "--max-seq-length",
+        help="Score at this length (default: the config's data.max_seq_length); past training "
+             "length only with relative positions (rope, transformer_xl)."),
 ) -> None:
     """MLM loss, perplexity, MLM accuracy and pair accuracy on DATA's validation split.
 
@@ -320,7 +324,8 @@ def evaluate(
     from bertpre.tools.inference import evaluate_saved_model
 
     metrics = evaluate_saved_model(source, data, config_path=config,
-                                   micro_batch_size=micro_batch_size, seed=seed)
+                                   micro_batch_size=micro_batch_size, seed=seed,
+                                   max_seq_length=max_seq_length)
     width = max(16, *(len(name) + 1 for name in metrics))
     for name, value in metrics.items():
         typer.echo(f"{name:<{width}} {value:.4f}" if isinstance(value, float) else f"{name:<{width}} {value}")

@@ -408,7 +408,7 @@ def _validate(config: Config, warmup_given: bool, ratio_given: bool) -> None:
 
     if data.max_seq_length < 8:
         raise UserError(f"data.max_seq_length must be at least 8, got {data.max_seq_length}")
-    if data.max_seq_length > model.max_position_embeddings:
+    if data.max_seq_length > model.max_position_embeddings and model.position_embedding_type == "absolute":
         raise UserError(
             f"data.max_seq_length ({data.max_seq_length}) is larger than "
             f"model.max_position_embeddings ({model.max_position_embeddings}); lower one or raise the other"

@@ -16,6 +16,14 @@ from bertpre.errors import UserError
 from bertpre.labels import IGNORE_INDEX
 from bertpre.model import hf_format
 from bertpre.model.config import HIDDEN_ACTS, BertConfig
+from bertpre.model.positions import (
+    PositionInputs,
+    apply_rotary,
+    relative_distances,
+    rotary_angles,
+    sinusoid_table,
+    transformer_xl_bias,
+)
 
 # --- the network ---------------------------------------------------------------------------
 
@@ -36,27 +44,31 @@ def activation(name: str) -> Callable[[torch.Tensor], torch.Tensor]:
 class BertEmbeddings(nn.Module):
     """Word + position + token type embeddings, then LayerNorm and dropout.
 
-    Their width is `embedding_size` when set (ALBERT), else `hidden_size`.
+    Their width is `embedding_size` when set (ALBERT), else `hidden_size`. With relative
+    positions (`rope`, `transformer_xl`) there is no position table: attention sees positions.
     """
 
     def __init__(self, config: BertConfig) -> None:
         super().__init__()
         width = config.embedding_size or config.hidden_size
         self.word_embeddings = nn.Embedding(config.vocab_size, width, padding_idx=config.pad_token_id)
-        self.position_embeddings = nn.Embedding(config.max_position_embeddings, width)
+        if config.position_embedding_type == "absolute":
+            self.position_embeddings = nn.Embedding(config.max_position_embeddings, width)
         self.token_type_embeddings = nn.Embedding(config.type_vocab_size, width)
         self.LayerNorm = nn.LayerNorm(width, eps=config.layer_norm_eps)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
-        seq_length = input_ids.shape[1]
-        if seq_length > self.position_embeddings.num_embeddings:
-            raise ValueError(
-                f"sequence length {seq_length} exceeds max_position_embeddings "
-                f"{self.position_embeddings.num_embeddings}; truncate the input"
-            )
-        position_ids = torch.arange(seq_length, device=input_ids.device)  # (T,)
-        embeddings = self.word_embeddings(input_ids) + self.position_embeddings(position_ids)
+        embeddings = self.word_embeddings(input_ids)
+        if hasattr(self, "position_embeddings"):
+            seq_length = input_ids.shape[1]
+            if seq_length > self.position_embeddings.num_embeddings:
+                raise ValueError(
+                    f"sequence length {seq_length} exceeds max_position_embeddings "
+                    f"{self.position_embeddings.num_embeddings}; truncate the input"
+                )
+            position_ids = torch.arange(seq_length, device=input_ids.device)  # (T,)
+            embeddings = embeddings + self.position_embeddings(position_ids)
         if token_type_ids is None:
             embeddings = embeddings + self.token_type_embeddings.weight[0]
         else:
@@ -65,7 +77,9 @@ class BertEmbeddings(nn.Module):
 
 
 class BertSelfAttention(nn.Module):
-    """Multi-head attention scores and context through `F.scaled_dot_product_attention`."""
+    """Multi-head attention scores and context through `F.scaled_dot_product_attention`;
+    relative positions rotate queries and keys (`rope`) or add a bias (`transformer_xl`, with
+    this layer's projection `r_net` of the distance sinusoids)."""
 
     def __init__(self, config: BertConfig) -> None:
         super().__init__()
@@ -74,14 +88,27 @@ class BertSelfAttention(nn.Module):
         self.query = nn.Linear(config.hidden_size, config.hidden_size)
         self.key = nn.Linear(config.hidden_size, config.hidden_size)
         self.value = nn.Linear(config.hidden_size, config.hidden_size)
+        if config.position_embedding_type == "transformer_xl":
+            self.r_net = nn.Linear(config.hidden_size, config.hidden_size, bias=False)  # W_R
         self.dropout_prob = config.attention_probs_dropout_prob
 
-    def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+    def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None,
+                positions: PositionInputs | None = None) -> torch.Tensor:
         B, T, C = hidden_states.shape
         shape = (B, T, self.num_attention_heads, self.attention_head_size)
         query = self.query(hidden_states).view(shape).transpose(1, 2)  # (B, nh, T, hs)
         key = self.key(hidden_states).view(shape).transpose(1, 2)
         value = self.value(hidden_states).view(shape).transpose(1, 2)
+        if positions is not None and positions.kind == "rope":
+            query = apply_rotary(query, positions.cos, positions.sin)
+            key = apply_rotary(key, positions.cos, positions.sin)
+        elif positions is not None and positions.kind == "transformer_xl":
+            r = self.r_net(positions.sinusoids.to(hidden_states.dtype))  # (2T-1, C)
+            r = r.view(-1, self.num_attention_heads, self.attention_head_size)  # (2T-1, nh, hs)
+            bias = transformer_xl_bias(query, key, r, positions.r_w_bias, positions.r_r_bias)
+            if attention_mask is not None:
+                bias = bias.masked_fill(~attention_mask, float("-inf"))
+            attention_mask = bias.to(query.dtype)  # (B, nh, T, T), added to the scores
         context = F.scaled_dot_product_attention(
             query, key, value, attn_mask=attention_mask,
             dropout_p=self.dropout_prob if self.training else 0.0,
@@ -110,8 +137,9 @@ class BertAttention(nn.Module):
         self.self = BertSelfAttention(config)
         self.output = BertSelfOutput(config)
 
-    def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
-        return self.output(self.self(hidden_states, attention_mask), hidden_states)
+    def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None,
+                positions: PositionInputs | None = None) -> torch.Tensor:
+        return self.output(self.self(hidden_states, attention_mask, positions), hidden_states)
 
 
 class BertIntermediate(nn.Module):
@@ -148,17 +176,30 @@ class BertLayer(nn.Module):
         self.intermediate = BertIntermediate(config)
         self.output = BertOutput(config)
 
-    def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
-        attention_output = self.attention(hidden_states, attention_mask)
+    def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None,
+                positions: PositionInputs | None = None) -> torch.Tensor:
+        attention_output = self.attention(hidden_states, attention_mask, positions)
         return self.output(self.intermediate(attention_output), attention_output)
 
 
 class BertEncoder(nn.Module):
-    """The stack of layers; with `share_layers` one layer is applied `num_hidden_layers` times."""
+    """The stack of layers; with `share_layers` one layer is applied `num_hidden_layers` times.
+
+    It turns positions into what attention needs (`position_inputs`); Transformer-XL's u and v
+    (`r_w_bias`, `r_r_bias`, per head) live here, shared by every layer.
+    """
 
     def __init__(self, config: BertConfig) -> None:
         super().__init__()
         self.num_hidden_layers = config.num_hidden_layers
+        self.position_embedding_type = config.position_embedding_type
+        self.rope_theta = config.rope_theta
+        self.num_attention_heads = config.num_attention_heads
+        self.attention_head_size = config.hidden_size // config.num_attention_heads
+        if config.position_embedding_type == "transformer_xl":
+            bias_shape = (config.num_attention_heads, self.attention_head_size)
+            self.r_w_bias = nn.Parameter(torch.empty(bias_shape).normal_(std=config.initializer_range))
+            self.r_r_bias = nn.Parameter(torch.empty(bias_shape).normal_(std=config.initializer_range))
         if config.embedding_size is not None:
             # ALBERT's name and place for the projection of factorized embeddings.
             self.embedding_hidden_mapping_in = nn.Linear(config.embedding_size, config.hidden_size)
@@ -166,15 +207,29 @@ class BertEncoder(nn.Module):
         self.layer = nn.ModuleList([BertLayer(config) for _ in range(distinct)])
         self.gradient_checkpointing = False
 
+    def position_inputs(self, length: int, device: torch.device) -> PositionInputs | None:
+        """The rotary angles or the distance sinusoids for `length` tokens (None: absolute)."""
+        if self.position_embedding_type == "rope":
+            cos, sin = rotary_angles(torch.arange(length, device=device), self.attention_head_size,
+                                     self.rope_theta)
+            return PositionInputs("rope", cos=cos, sin=sin)
+        if self.position_embedding_type == "transformer_xl":
+            width = self.num_attention_heads * self.attention_head_size
+            return PositionInputs("transformer_xl",
+                                  sinusoids=sinusoid_table(relative_distances(length, device), width),
+                                  r_w_bias=self.r_w_bias, r_r_bias=self.r_r_bias)
+        return None
+
     def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
         if hasattr(self, "embedding_hidden_mapping_in"):
             hidden_states = self.embedding_hidden_mapping_in(hidden_states)  # (B, T, E) -> (B, T, C)
+        positions = self.position_inputs(hidden_states.shape[1], hidden_states.device)
         for index in range(self.num_hidden_layers):
             layer = self.layer[index % len(self.layer)]
             if self.gradient_checkpointing and self.training:
-                hidden_states = checkpoint(layer, hidden_states, attention_mask, use_reentrant=False)
+                hidden_states = checkpoint(layer, hidden_states, attention_mask, positions, use_reentrant=False)
             else:
-                hidden_states = layer(hidden_states, attention_mask)
+                hidden_states = layer(hidden_states, attention_mask, positions)
         return hidden_states  # (B, T, C)
 
 

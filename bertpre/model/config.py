@@ -4,8 +4,18 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 
 from bertpre.errors import UserError
+from bertpre.model.positions import POSITION_EMBEDDING_TYPES
 
 HIDDEN_ACTS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu", "swish")
+# A model with relative positions exports as Hugging Face remote code (transformers has no
+# such BERT): config.json names these classes of the export's own two Python files.
+REMOTE_MODEL_TYPE = "bertpre"
+REMOTE_AUTO_MAP = {
+    "AutoConfig": "configuration_bertpre.BertpreConfig",
+    "AutoModel": "modeling_bertpre.BertpreModel",
+    "AutoModelForMaskedLM": "modeling_bertpre.BertpreForMaskedLM",
+    "AutoModelForPreTraining": "modeling_bertpre.BertpreForPreTraining",
+}
 
 
 @dataclass
@@ -15,6 +25,9 @@ class BertConfig:
     `vocab_size` may be the string "auto" until it is resolved from the tokenizer.
     `embedding_size` (ALBERT factorized embeddings) and `share_layers` (ALBERT cross-layer
     sharing) are bertpre's additions; `None` / `False` give plain BERT.
+    `position_embedding_type` is BERT's `absolute` table, or relative positions: `rope`
+    (rotary, with `rope_theta`) or `transformer_xl` (see `bertpre.model.positions`); with
+    these `max_position_embeddings` is only the length the model is meant for, not a limit.
     """
 
     vocab_size: int | str = 30522
@@ -32,6 +45,8 @@ class BertConfig:
     pad_token_id: int = 0
     embedding_size: int | None = None
     share_layers: bool = False
+    position_embedding_type: str = "absolute"
+    rope_theta: float = 10000.0
 
     def validate(self) -> None:
         """Raise UserError naming the first field that cannot build a model."""
@@ -63,12 +78,30 @@ class BertConfig:
             raise UserError(
                 f"model.pad_token_id ({self.pad_token_id}) must be below vocab_size ({self.vocab_size})"
             )
+        if self.position_embedding_type not in POSITION_EMBEDDING_TYPES:
+            raise UserError(f"model.position_embedding_type {self.position_embedding_type!r} is not "
+                            f"supported; use one of {', '.join(POSITION_EMBEDDING_TYPES)}")
+        head_size = self.hidden_size // self.num_attention_heads
+        if self.position_embedding_type == "rope" and head_size % 2:
+            raise UserError(f"model.position_embedding_type rope rotates pairs of a head's "
+                            f"{head_size} dimensions; choose hidden_size / num_attention_heads even")
+        if self.position_embedding_type == "transformer_xl" and self.hidden_size % 2:
+            raise UserError("model.position_embedding_type transformer_xl needs an even hidden_size "
+                            "(its sinusoids come in sin/cos pairs)")
+        if isinstance(self.rope_theta, bool) or not isinstance(self.rope_theta, (int, float)) \
+                or not self.rope_theta > 1:
+            raise UserError(f"model.rope_theta must be a number above 1 (e.g. 10000), got {self.rope_theta!r}")
         if self.embedding_size is not None and (
             not isinstance(self.embedding_size, int) or self.embedding_size < 1
         ):
             raise UserError(
                 f"model.embedding_size must be a positive integer or null, got {self.embedding_size!r}"
             )
+
+    @property
+    def relative_positions(self) -> bool:
+        """Whether positions enter attention (`rope`, `transformer_xl`) rather than a table."""
+        return self.position_embedding_type != "absolute"
 
     @property
     def is_albert(self) -> bool:
@@ -89,10 +122,18 @@ class BertConfig:
         return asdict(self)
 
     def to_hf_dict(self) -> dict:
-        """config.json content for Hugging Face `BertConfig` / `BertForPreTraining`."""
+        """config.json content: Hugging Face `BertConfig` / `BertForPreTraining` for absolute
+        positions; for relative ones, the remote-code config of an export's
+        `configuration_bertpre.py` (`model_type` "bertpre", `auto_map`)."""
+        if self.relative_positions:
+            hf = {"architectures": ["BertpreForPreTraining"], "model_type": REMOTE_MODEL_TYPE,
+                  "auto_map": dict(REMOTE_AUTO_MAP)}
+            hf.update(self.to_dict())
+            hf.update(tie_word_embeddings=True)
+            return hf
         hf = {"architectures": ["BertForPreTraining"], "model_type": "bert"}
         hf.update({f.name: getattr(self, f.name) for f in fields(self)
-                   if f.name not in ("embedding_size", "share_layers")})
+                   if f.name not in ("embedding_size", "share_layers", "rope_theta")})
         hf.update(position_embedding_type="absolute", tie_word_embeddings=True)
         # Kept (harmless to transformers, which stores unknown keys) so a round trip is exact.
         if self.is_albert:
@@ -101,18 +142,19 @@ class BertConfig:
 
     @classmethod
     def from_hf_dict(cls, hf: dict) -> BertConfig:
-        """Build from a Hugging Face BERT config.json dict; unknown keys are ignored."""
+        """Build from a Hugging Face BERT config.json dict (or a bertpre remote-code one);
+        unknown keys are ignored."""
         model_type = hf.get("model_type", "bert")
-        if model_type != "bert":
+        if model_type not in ("bert", REMOTE_MODEL_TYPE):
             raise UserError(
                 f"config.json has model_type {model_type!r}; bertpre reads BERT checkpoints "
-                "(model_type 'bert')"
+                f"(model_type 'bert', or {REMOTE_MODEL_TYPE!r} from its own exports)"
             )
         embedding_type = hf.get("position_embedding_type", "absolute")
-        if embedding_type != "absolute":
+        if model_type == "bert" and embedding_type != "absolute":
             raise UserError(
-                f"config.json has position_embedding_type {embedding_type!r}; bertpre supports "
-                "only 'absolute'"
+                f"config.json has position_embedding_type {embedding_type!r}; bertpre reads "
+                "BERT's 'absolute', and 'rope' or 'transformer_xl' from its own exports"
             )
         known = {f.name for f in fields(cls)}
         values = {k: v for k, v in hf.items() if k in known}

@@ -54,7 +54,7 @@ def fill_mask(
         raise UserError(f"--top-k must be at least 1, not {top_k}")
     ids = tokenizer.encode(text).ids  # [CLS] ... [SEP]
     limit = model.config.max_position_embeddings
-    if len(ids) > limit:
+    if len(ids) > limit and not model.config.relative_positions:
         raise UserError(f"the text is {len(ids)} tokens long; this model reads at most {limit}")
     input_ids = torch.tensor([ids])  # (1, T)
     mask_id = tokenizer.token_to_id(MASK_TOKEN)
@@ -90,11 +90,13 @@ def fill_in(tokenizer: Tokenizer, text: str, predictions: list[list[Prediction]]
 
 def evaluate_saved_model(source: str | Path, data: str | Path | None = None, *,
                          config_path: str | Path | None = None, micro_batch_size: int = 32,
-                         seed: int = 42) -> dict[str, float]:
+                         seed: int = 42, max_seq_length: int | None = None) -> dict[str, float]:
     """`bertpre evaluate`: a saved model's metrics on a DATA folder's validation split.
 
     The pairs and masks follow the `data:` section of `config_path`, else of the run's own
-    config.yaml, else the defaults; sequences are capped at the model's positions. Without
+    config.yaml, else the defaults; sequences are capped at the model's positions (an absolute
+    table's; relative positions read any length). `max_seq_length` scores at another length,
+    the cap on predictions scaled with it; a length past an absolute table is refused. Without
     `data`, the config's `data.path` is scored: for a mixture, each source as `<name>/<metric>`
     and overall as the mixture weighs them (see `MixtureEvaluator`).
     """
@@ -114,5 +116,18 @@ def evaluate_saved_model(source: str | Path, data: str | Path | None = None, *,
     folders = [scored] if data is not None else scored.folders
     for folder in folders:
         check_same_vocab(folder.tokenizer, tokenizer, folder.path, f"model {source}")
-    config.data.max_seq_length = min(config.data.max_seq_length, model.config.max_position_embeddings)
+    positions = model.config.max_position_embeddings
+    if max_seq_length is not None:
+        if max_seq_length < 8:
+            raise UserError(f"--max-seq-length {max_seq_length} must be at least 8")
+        if max_seq_length > positions and not model.config.relative_positions:
+            raise UserError(f"--max-seq-length {max_seq_length} is longer than the {positions} positions "
+                            f"of {source} (an absolute position table); models with relative "
+                            "positions (model.position_embedding_type rope or transformer_xl) read any length")
+        cap = config.data.max_predictions_per_seq
+        if cap is not None:
+            config.data.max_predictions_per_seq = max(1, round(cap * max_seq_length / config.data.max_seq_length))
+        config.data.max_seq_length = max_seq_length
+    elif not model.config.relative_positions:
+        config.data.max_seq_length = min(config.data.max_seq_length, positions)
     return evaluate(model, scored, config.data, micro_batch_size=micro_batch_size, seed=seed)

@@ -30,7 +30,7 @@ CUDA_RNG = "cuda_current_device"  # key of this process's own GPU's RNG state in
 # Fields that fix parameter shapes: a checkpoint must agree on all of them to be loaded.
 SHAPE_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
                 "intermediate_size", "max_position_embeddings", "type_vocab_size",
-                "embedding_size", "share_layers")
+                "embedding_size", "share_layers", "position_embedding_type", "rope_theta")
 
 
 def step_folder_name(step: int) -> str:

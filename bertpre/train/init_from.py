@@ -75,7 +75,7 @@ def adopt_shape(config: Config, shape: BertConfig, where: str | Path) -> None:
                             f"model.init_from the model's shape comes from the source, so remove "
                             f"model.{name} from the config")
         setattr(config.model, name, wanted)
-    if config.data.max_seq_length > shape.max_position_embeddings:
+    if config.data.max_seq_length > shape.max_position_embeddings and not shape.relative_positions:
         raise UserError(f"data.max_seq_length ({config.data.max_seq_length}) is larger than the "
                         f"{shape.max_position_embeddings} positions of {where}; lower it")
 
