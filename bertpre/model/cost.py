@@ -12,8 +12,10 @@ BYTES_PER_ELEMENT = {"fp32": 4, "fp16": 2, "bf16": 2}
 class ParameterCounts:
     """Parameters by part; the tied MLM decoder weight is the word embedding table, counted once.
 
-    `embeddings`: word/position/token-type tables and ALBERT's projection to hidden size;
-    `attention` and `feed_forward`: weights and biases of the distinct layers;
+    `embeddings`: word/position/token-type tables and ALBERT's projection to hidden size (no
+    position table with relative positions);
+    `attention` and `feed_forward`: weights and biases of the distinct layers (with
+    `transformer_xl`, each layer's W_R and the shared u and v too);
     `layer_norms`: the embedding and layer LayerNorms; `heads`: MLM transform (dense and
     LayerNorm), MLM output bias and the pair classifier.
     """
@@ -44,12 +46,16 @@ def count_parameters(config: BertConfig) -> ParameterCounts:
     d, i, v = config.hidden_size, config.intermediate_size, config.vocab_size
     width = config.embedding_size or d
     distinct_layers = 1 if config.share_layers else config.num_hidden_layers
-    tables = (v + config.max_position_embeddings + config.type_vocab_size) * width
+    positions = config.max_position_embeddings if config.position_embedding_type == "absolute" else 0
+    tables = (v + positions + config.type_vocab_size) * width
     projection = (width * d + d) if config.embedding_size is not None else 0
     attention_matrices, feed_forward_matrices = 4 * d * d, 2 * d * i
+    if config.position_embedding_type == "transformer_xl":
+        attention_matrices += d * d  # W_R, no bias
+    relative_biases = 2 * d if config.position_embedding_type == "transformer_xl" else 0  # u and v
     return ParameterCounts(
         embeddings=tables + projection,
-        attention=distinct_layers * (attention_matrices + 4 * d),
+        attention=distinct_layers * (attention_matrices + 4 * d) + relative_biases,
         feed_forward=distinct_layers * (feed_forward_matrices + i + d),
         layer_norms=2 * width + distinct_layers * 2 * 2 * d,
         pooler=d * d + d,
@@ -64,12 +70,17 @@ def training_flops_per_token(config: BertConfig, seq_length: int, predicted_shar
     6·N_enc (weight matrices applied to every token, shared layers counted per use) +
     12·L·s·d (attention scores and weighted sum) + 6·f·(d·w + w·V) (MLM head on the predicted
     share f only; w = embedding_size or d). Pooler and pair head (once per sequence) are left out.
+    `transformer_xl` adds 12·L·s·d for the position scores (q + v)·r over the 2s − 1 distances;
+    its W_R projects those distances once per batch, not per token, and is left out; `rope`
+    adds only elementwise work.
     """
     d, i, v = config.hidden_size, config.intermediate_size, config.vocab_size
     width = config.embedding_size or d
     projection = width * d if config.embedding_size is not None else 0
     n_encoder = config.num_hidden_layers * (4 * d * d + 2 * d * i) + projection
     attention = 12 * config.num_hidden_layers * seq_length * d
+    if config.position_embedding_type == "transformer_xl":
+        attention *= 2
     head = 6 * predicted_share * (d * width + width * v)
     return 6 * n_encoder + attention + head
 
@@ -106,6 +117,10 @@ def estimate_memory(
     parameters = count_parameters(config).total
 
     per_layer = s * (p * (9 * d + 2 * i) + 2 * d)
+    if config.position_embedding_type == "transformer_xl":
+        # The position scores by distance (a, s, 2s - 1), the (a, s, s) bias SDPA keeps, q + v
+        # and the projected distances (about another d a token).
+        per_layer += p * s * (config.num_attention_heads * (3 * s - 1) + 2 * d)
     embeddings = s * (p * width + width + (p * width if config.embedding_size is not None else 0))
     predicted = predicted_share * s
     # gathered states, transform dense/act/LayerNorm inputs, decoder input, logits, fp32 log-softmax

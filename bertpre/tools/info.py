@@ -81,6 +81,9 @@ def format_info(info: ModelInfo) -> str:
         shape += f", embedding_size {config.embedding_size}"
     if config.share_layers:
         shape += ", one layer shared by all"
+    shape += {"absolute": f", absolute positions (at most {config.max_position_embeddings})",
+              "rope": f", rotary positions (theta {config.rope_theta:g}), any length",
+              "transformer_xl": ", Transformer-XL relative positions, any length"}[config.position_embedding_type]
     rows = [
         ("embeddings", counts.embeddings), ("attention", counts.attention),
         ("feed-forward", counts.feed_forward), ("LayerNorms", counts.layer_norms),
@@ -98,7 +101,7 @@ def format_info(info: ModelInfo) -> str:
         + f" + {counts.layer_norms:,} LayerNorm + {counts.pooler:,} pooler",
     ]
     if (config.hidden_size, config.num_hidden_layers, config.intermediate_size) == (768, 12, 3072) \
-            and not config.is_albert:
+            and not config.is_albert and not config.relative_positions:
         lines.append("  (BERT-base: the encoder is the paper's 110M; the matrices, the 108.8M also quoted)")
     lines += [
         "",

@@ -22,6 +22,10 @@ IN_TEST = {
     "albert": BertConfig(**TINY, embedding_size=16, share_layers=True),
     "factorized": BertConfig(**TINY, embedding_size=8),
     "shared": BertConfig(**{**TINY, "num_hidden_layers": 5}, share_layers=True),
+    "rope": BertConfig(**TINY, position_embedding_type="rope"),
+    "transformer_xl": BertConfig(**TINY, position_embedding_type="transformer_xl"),
+    "albert-transformer_xl": BertConfig(**TINY, embedding_size=16, share_layers=True,
+                                        position_embedding_type="transformer_xl"),
     "bert-large": BertConfig(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16, intermediate_size=4096),
 }
 
@@ -39,6 +43,8 @@ def part_of(name: str) -> str:
         return "pooler"
     if "LayerNorm" in name:
         return "layer_norms"
+    if name in ("bert.encoder.r_w_bias", "bert.encoder.r_r_bias"):  # Transformer-XL's u and v
+        return "attention"
     if name.startswith("bert.embeddings.") or "embedding_hidden_mapping_in" in name:
         return "embeddings"
     return "attention" if ".attention." in name else "feed_forward"
@@ -71,7 +77,9 @@ def test_bert_base_numbers() -> None:
     assert training_flops_per_token(BertConfig(), 128, 0.15) == pytest.approx(509_607_936 + 14_155_776 + 21_627_648)
 
 
-@pytest.mark.parametrize("changes", [{}, {"embedding_size": 16, "share_layers": True}])
+@pytest.mark.parametrize("changes", [{}, {"embedding_size": 16, "share_layers": True},
+                                     {"position_embedding_type": "rope"},
+                                     {"position_embedding_type": "transformer_xl"}])
 def test_flops_equal_a_flop_counter(changes: dict) -> None:
     config = BertConfig(vocab_size=300, hidden_size=64, num_hidden_layers=3, num_attention_heads=4,
                         intermediate_size=128, **changes)
@@ -85,14 +93,21 @@ def test_flops_equal_a_flop_counter(changes: dict) -> None:
         model(input_ids, labels=labels, next_sentence_label=torch.zeros(batch, dtype=torch.long)).loss.backward()
     per_sequence_heads = 6 * (64 * 64 + 64 * 2)  # pooler and pair head, left out of the per-token figure
     expected = training_flops_per_token(config, length, 8 / 32) * batch * length + batch * per_sequence_heads
-    assert counter.get_total_flops() == expected
+    if changes.get("position_embedding_type") == "transformer_xl":
+        # Left out of the per-token figure: W_R, applied to the 2s - 1 distances once per batch
+        # (here 3% of the step), and u·k.
+        assert expected < counter.get_total_flops() < 1.05 * expected
+    else:
+        assert counter.get_total_flops() == expected
 
 
-def test_activation_estimate_matches_saved_tensors() -> None:
+@pytest.mark.parametrize("positions", ["absolute", "transformer_xl"])
+def test_activation_estimate_matches_saved_tensors(positions: str) -> None:
     """Bytes autograd keeps for backward (fused attention, fp32) are within 10% of the estimate."""
     torch.manual_seed(0)
     config = BertConfig(vocab_size=1000, hidden_size=128, num_hidden_layers=3, num_attention_heads=4,
-                        intermediate_size=512, attention_probs_dropout_prob=0.0)
+                        intermediate_size=512, attention_probs_dropout_prob=0.0,
+                        position_embedding_type=positions)
     model = BertForPreTraining(config).train()
     batch, length = 4, 64
     input_ids = torch.randint(5, 1000, (batch, length))

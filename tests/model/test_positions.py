@@ -166,3 +166,27 @@ def test_every_variant_trains_resumes_exactly_and_is_deterministic(kind, tiny_da
     for name in a:
         assert torch.equal(a[name], b[name]), name
         assert torch.equal(a[name], resumed[name]), name
+
+
+@pytest.mark.parametrize("kind", ["transformer_xl", "rope"])
+def test_relative_models_compile_to_one_graph(kind, tiny_data, tmp_path):
+    import json
+
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    steps = [f"data.path={tiny_data}", "train.log_every=1", "train.eval_every=1000", "train.max_steps=6",
+             "train.save_every=1000", "model.hidden_dropout_prob=0.0", "model.attention_probs_dropout_prob=0.0",
+             f"model.position_embedding_type={kind}"]
+    compiled = pretrain(load_config(TINY, [*steps, f"train.out={tmp_path / 'compiled'}", "train.compile=true"]))
+    graph_breaks, stats = dict(counters["graph_break"]), dict(counters["stats"])
+    torch._dynamo.reset()
+    assert graph_breaks == {} and stats["unique_graphs"] == 1
+    eager = pretrain(load_config(TINY, [*steps, f"train.out={tmp_path / 'eager'}"]))
+
+    def losses(run_dir: Path) -> list[float]:
+        rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+        return [row["train/loss"] for row in rows if "train/loss" in row]
+
+    assert compiled.step == 6 and losses(compiled.run_dir) == pytest.approx(losses(eager.run_dir), abs=2e-3)
