@@ -79,6 +79,11 @@ def tokenize(
     merge_manifests: Path | None = typer.Option(
         None, "--merge-manifests", metavar="DATA",
         help="Check the shards in DATA and write DATA/manifest.json for the whole set (no CORPUS)."),
+    word_boundaries: str | None = typer.Option(
+        None, "--word-boundaries", metavar="SEGMENTER",
+        help="jieba: store where Chinese words begin, for whole-word masking (needs bertpre[zh])."),
+    user_dict: Path | None = typer.Option(
+        None, "--user-dict", help="With --word-boundaries: extra words, one a line (a jieba user dictionary)."),
     text_field: str = typer.Option("text", "--text-field", help="JSON field / Parquet column holding the text."),
     validation_share: float = typer.Option(
         0.01, "--validation-share", help="Share of documents held out for validation (at least one)."),
@@ -117,6 +122,9 @@ def tokenize(
                             "encoding instead: --tokenizer VOCAB --num-shards N")
         if tokenizer_path is not None or add_vocab is not None:
             raise UserError("--vocab-only trains a new vocab; --tokenizer and --add-vocab reuse one")
+        if word_boundaries is not None or user_dict is not None:
+            raise UserError("--word-boundaries marks words in DATA; a VOCAB folder has none: pass it "
+                            "when encoding with --tokenizer VOCAB")
         manifest = train_vocab(
             corpus, out, vocab_size=vocab_size, lowercase=lowercase, text_field=text_field,
             split_sentences=not no_sentence_split, vocab_sample_bytes=vocab_sample_bytes,
@@ -130,7 +138,8 @@ def tokenize(
         vocab_size=vocab_size, lowercase=lowercase, tokenizer_path=tokenizer_path,
         add_vocab=add_vocab, text_field=text_field, split_sentences=not no_sentence_split,
         validation_share=validation_share, num_proc=num_proc, min_frequency=min_frequency,
-        limit_alphabet=limit_alphabet, vocab_sample_bytes=vocab_sample_bytes, shard=shard,
+        limit_alphabet=limit_alphabet, vocab_sample_bytes=vocab_sample_bytes,
+        word_boundaries=word_boundaries, user_dict=user_dict, shard=shard,
         overwrite=overwrite, seed=seed,
         show_progress=sys.stderr.isatty(),  # bars only for people watching, not in logs
     )

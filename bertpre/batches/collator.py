@@ -12,7 +12,12 @@ Choices, where BERT's recipe leaves room:
   random keys, i.e. a uniform k-subset.
 - With `whole_word_mask`, a word (a token and its following `##` pieces) shares one key, and
   words are taken in key order until the count reaches k; the last word may overshoot k, but
-  the total never exceeds `max_predictions_per_seq`.
+  the total never exceeds `max_predictions_per_seq`. When the instances carry word-start flags
+  (DATA tokenized with `--word-boundaries`, e.g. Chinese words of single characters), a word
+  is a flagged token and the unflagged ones after it, and the 80/10/10 action is drawn once per
+  word: all its tokens become [MASK], or all random tokens, or all stay. There words are often
+  several tokens long, so the word that would cross k is taken with probability
+  (k - tokens before it) / its length: the expected count is k, not k plus half a word.
 - Each predicted token independently becomes [MASK] with `mask_replace_prob`, a random
   non-special token with `random_replace_prob`, else stays (per-token draws, as in Google's
   code), so the 80/10/10 split holds in expectation, not exactly per sequence.
@@ -43,6 +48,7 @@ if TYPE_CHECKING:  # the run config sits above this package
 
 _COLLATOR_TAG = 0xC011A7E
 _REPLACEMENT_COUNTER_BASE = 1 << 32  # replacement-token draws use counters apart from the keys'
+_CROSSING_COUNTER_BASE = 1 << 33  # the draw that keeps or drops the word crossing the count
 _UNUSED_TOKEN = re.compile(r"^\[unused\d+\]$")
 
 
@@ -163,7 +169,8 @@ class MaskingCollator:
             instances = InstanceBatch.from_instances(instances)
         input_ids, attention_mask, token_type_ids = self._pad(instances)
         row_keys = keyed_random.mix64(instances.seed_keys ^ np.uint64(self.seed_key))
-        labels, mask_action, masked_ids = self.mask_tokens(input_ids, attention_mask, row_keys)
+        word_starts = self.word_start_grid(instances, attention_mask) if self.whole_word_mask else None
+        labels, mask_action, masked_ids = self.mask_tokens(input_ids, attention_mask, row_keys, word_starts)
         batch = {
             "input_ids": torch.from_numpy(masked_ids),
             "token_type_ids": torch.from_numpy(token_type_ids),
@@ -222,13 +229,24 @@ class MaskingCollator:
         token_type_ids[attention_mask] = instances.token_type_ids
         return input_ids, attention_mask, token_type_ids
 
+    @staticmethod
+    def word_start_grid(instances: InstanceBatch, attention_mask: np.ndarray) -> np.ndarray | None:
+        """(B, T) bool word-start flags padded like the ids; None when the instances have none."""
+        if instances.word_starts is None:
+            return None
+        grid = np.zeros(attention_mask.shape, dtype=bool)
+        grid[attention_mask] = instances.word_starts.astype(bool)
+        return grid
+
     def mask_tokens(
-        self, input_ids: np.ndarray, attention_mask: np.ndarray, row_keys: np.ndarray
+        self, input_ids: np.ndarray, attention_mask: np.ndarray, row_keys: np.ndarray,
+        word_starts: np.ndarray | None = None,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Choose and corrupt the predicted positions.
 
         Args:
             input_ids: (B, T) int64 padded ids; attention_mask: (B, T) bool; row_keys: (B,) uint64.
+            word_starts: (B, T) bool, where words begin (whole-word masking by given words).
         Returns:
             labels (B, T) with -100 where not predicted, mask_action (B, T), corrupted input ids.
         """
@@ -251,9 +269,17 @@ class MaskingCollator:
         ) * 2.0**-53
         selection_key = np.where(eligible, selection_key, 2.0)
         if self.whole_word_mask:
+            start_index, word_length = self.word_layout(input_ids, eligible, word_starts)
+            crossing_draw = None
+            if word_starts is not None:
+                crossing_bits = keyed_random.random_bits(row_keys[:, None],
+                                                         _CROSSING_COUNTER_BASE + start_index)
+                crossing_draw = (crossing_bits >> np.uint64(11)).astype(np.float64) * 2.0**-53
             chosen = self._choose_whole_words(
-                input_ids, eligible, selection_key, num_to_predict, cap
+                eligible, selection_key, num_to_predict, cap, start_index, word_length, crossing_draw
             )
+            if word_starts is not None:  # one 80/10/10 draw per word: its first token's
+                action_draw = action_draw[np.arange(batch_size)[:, None], start_index]
         else:
             # The k smallest keys of a row: everything up to the row's k-th smallest key.
             sorted_keys = np.sort(selection_key, axis=1)
@@ -281,27 +307,42 @@ class MaskingCollator:
             masked_ids[random_rows, random_positions] = self.replacement_ids[draw]
         return labels, mask_action, masked_ids
 
-    def _choose_whole_words(
-        self,
-        input_ids: np.ndarray,
-        eligible: np.ndarray,
-        selection_key: np.ndarray,
-        num_to_predict: np.ndarray,
-        cap: int,
-    ) -> np.ndarray:
-        """(B, T) bool: words taken in key order until `num_to_predict` tokens are reached,
-        never past `cap`. A word is a token and the `##` pieces right after it."""
-        batch_size, length = input_ids.shape
+    def word_layout(self, input_ids: np.ndarray, eligible: np.ndarray,
+                    word_starts: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(B, T) position of each token's word's first token, and the word's length in tokens.
+
+        A word is an eligible token that `word_starts` flags (without flags: one that is not a
+        `##` piece) and the eligible tokens right after it that are not; an ineligible token
+        ([CLS], [SEP], padding) ends a word.
+        """
+        length = input_ids.shape[1]
         positions = np.arange(length)
         previous_eligible = np.zeros_like(eligible)
         previous_eligible[:, 1:] = eligible[:, :-1]
-        word_start = eligible & (~self.is_continuation[input_ids] | ~previous_eligible)
-        continues = eligible & ~word_start  # a `##` piece of the word before it
+        begins = ~self.is_continuation[input_ids] if word_starts is None else word_starts
+        word_start = eligible & (begins | ~previous_eligible)
+        continues = eligible & ~word_start  # a later token of the word before it
         word_end = eligible.copy()
         word_end[:, :-1] &= ~continues[:, 1:]
         start_index = np.maximum.accumulate(np.where(word_start, positions, 0), axis=1)  # (B, T)
         end_index = np.minimum.accumulate(np.where(word_end, positions, length)[:, ::-1], axis=1)
-        word_length = end_index[:, ::-1] - start_index + 1
+        return start_index, end_index[:, ::-1] - start_index + 1
+
+    def _choose_whole_words(
+        self,
+        eligible: np.ndarray,
+        selection_key: np.ndarray,
+        num_to_predict: np.ndarray,
+        cap: int,
+        start_index: np.ndarray,
+        word_length: np.ndarray,
+        crossing_draw: np.ndarray | None = None,
+    ) -> np.ndarray:
+        """(B, T) bool: words (see `word_layout`) taken in key order until `num_to_predict`
+        tokens are reached, never past `cap`. With `crossing_draw` ((B, T) uniforms, one per
+        word), the word that crosses the count is kept only when its draw falls below the share
+        of it the count still wants."""
+        batch_size, length = eligible.shape
         # Every piece takes its word's key; tokens keyed below it belong to words taken earlier.
         word_key = np.where(
             eligible, selection_key[np.arange(batch_size)[:, None], start_index], 2.0
@@ -312,8 +353,13 @@ class MaskingCollator:
         tokens_before = (
             tokens_before.reshape(batch_size, length) - length * np.arange(batch_size)[:, None]
         )
-        return (
+        chosen = (
             eligible
             & (tokens_before < num_to_predict[:, None])
             & (tokens_before + word_length <= cap)
         )
+        if crossing_draw is not None:
+            wanted = num_to_predict[:, None] - tokens_before  # tokens still wanted before this word
+            crossing = wanted < word_length
+            chosen &= ~crossing | (crossing_draw < wanted / word_length)
+        return chosen

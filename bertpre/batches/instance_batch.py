@@ -28,6 +28,9 @@ class InstanceBatch:
     truncated: np.ndarray | None = None  # (B,) bool
     single_sentence_chunk: np.ndarray | None = None  # (B,) bool
     document_index: np.ndarray | None = None  # (B,) int64
+    # (total,) uint8, 1 where a token begins a word: from DATA's `word_starts` column (Chinese
+    # whole-word masking); None: words are a token and its `##` pieces.
+    word_starts: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.lengths)
@@ -55,8 +58,12 @@ class InstanceBatch:
         labels = None
         if all("next_sentence_label" in instance for instance in instances):
             labels = np.array([int(instance["next_sentence_label"]) for instance in instances], np.int64)
+        word_starts = None
+        if all("word_starts" in instance for instance in instances):
+            word_starts = np.fromiter(chain.from_iterable(instance["word_starts"] for instance in instances),
+                                      np.uint8, total)
         return cls(input_ids, token_type_ids, lengths, np.array([key & _KEY_MASK for key in keys], np.uint64),
-                   labels)
+                   labels, word_starts=word_starts)
 
     def instance(self, i: int) -> dict:
         """Instance i as a dict of Python values (the form `PretrainingInstances[i]` gives)."""
@@ -66,6 +73,8 @@ class InstanceBatch:
             "token_type_ids": self.token_type_ids[start:stop].tolist(),
             "seed_key": int(self.seed_keys[i]),
         }
+        if self.word_starts is not None:
+            instance["word_starts"] = self.word_starts[start:stop].tolist()
         for name in ("truncated", "single_sentence_chunk", "document_index", "next_sentence_label"):
             column = getattr(self, name)
             if column is not None:
@@ -93,6 +102,7 @@ class InstanceBatch:
         return InstanceBatch(
             input_ids=self.input_ids[tokens],
             token_type_ids=self.token_type_ids[tokens],
+            word_starts=None if self.word_starts is None else self.word_starts[tokens],
             lengths=lengths,
             seed_keys=self.seed_keys[order],
             **{name: None if getattr(self, name) is None else getattr(self, name)[order]

@@ -71,6 +71,24 @@ def _input_ids_chunks(dataset: datasets.Dataset) -> list[pa.Array]:
     return [chunk for chunk in dataset.data.column("input_ids").chunks if len(chunk)]
 
 
+def _word_starts_chunks(dataset: datasets.Dataset, token_chunks: list[np.ndarray]) -> list[np.ndarray] | None:
+    """The `word_starts` column (when DATA has one) as flat arrays laid out like `token_chunks`."""
+    if "word_starts" not in dataset.column_names:
+        return None
+    if dataset._indices is not None:  # noqa: SLF001
+        dataset = dataset.flatten_indices()
+    chunks = [_flat_tokens(chunk) for chunk in dataset.data.column("word_starts").chunks if len(chunk)]
+    if [len(chunk) for chunk in chunks] != [len(tokens) for tokens in token_chunks]:
+        # Columns chunked differently (not as bertpre writes them): lay the flags out anew.
+        flat = np.concatenate(chunks) if chunks else np.zeros(0, np.uint8)
+        bounds = np.cumsum([0] + [len(tokens) for tokens in token_chunks])
+        if len(flat) != bounds[-1]:
+            raise UserError("the dataset's word_starts column does not match its input_ids; "
+                            "tokenize the corpus again")
+        chunks = [flat[start:stop] for start, stop in zip(bounds[:-1], bounds[1:], strict=True)]
+    return chunks
+
+
 def _flat_tokens(chunk: pa.Array) -> np.ndarray:
     """All token ids of an Arrow chunk of documents, as one numpy array (zero-copy when possible)."""
     return chunk.flatten().flatten().to_numpy(zero_copy_only=False)
@@ -335,6 +353,7 @@ class PretrainingInstances(torch.utils.data.Dataset):
         if self.index.sentence_token_offsets[-1] == 0:
             raise UserError("the dataset has no tokens; tokenize a non-empty corpus")
         self._chunk_tokens = [_flat_tokens(chunk) for chunk in _input_ids_chunks(dataset)]
+        self._chunk_word_starts = _word_starts_chunks(dataset, self._chunk_tokens)
         self._chunk_starts = self.index.chunk_token_offsets[:-1].tolist()
         self.set_epoch(0)
 
@@ -382,10 +401,19 @@ class PretrainingInstances(torch.utils.data.Dataset):
     def __len__(self) -> int:
         return len(self._rows)
 
-    def _tokens(self, start: int, stop: int) -> np.ndarray:
+    def _tokens(self, start: int, stop: int, chunks: list[np.ndarray] | None = None) -> np.ndarray:
+        """Tokens [start, stop) (global positions), or the same range of `chunks`' flags."""
         chunk = bisect.bisect_right(self._chunk_starts, start) - 1
         base = self._chunk_starts[chunk]
-        return self._chunk_tokens[chunk][start - base : stop - base]
+        return (chunks or self._chunk_tokens)[chunk][start - base : stop - base]
+
+    def _word_starts(self, start: int, stop: int) -> np.ndarray:
+        """The word-start flags of tokens [start, stop); a segment cut inside a word starts one."""
+        flags = self._tokens(start, stop, self._chunk_word_starts)
+        if len(flags) and not flags[0]:
+            flags = flags.copy()
+            flags[0] = 1
+        return flags
 
     def __getitem__(self, i: int) -> dict:
         return self.__getitems__([i]).instance(0)
@@ -410,12 +438,17 @@ class PretrainingInstances(torch.utils.data.Dataset):
             a_from[i] += _front_trims(int(a_stop[i] - a_start[i] - length_a[i]), key, 0)
             b_from[i] += _front_trims(int(b_stop[i] - b_start[i] - length_b[i]), key, _B_COUNTER_BASE)
         cls, sep = np.array([self.cls_token_id]), np.array([self.sep_token_id])
-        pieces = []
+        pieces, flags, one = [], [], np.ones(1, np.uint8)
+        with_words = self._chunk_word_starts is not None
         for a, a_length, b, b_length in zip(a_from.tolist(), length_a.tolist(), b_from.tolist(),
                                             length_b.tolist(), strict=True):
             pieces += (cls, self._tokens(a, a + a_length), sep)
+            if with_words:
+                flags += (one, self._word_starts(a, a + a_length), one)
             if pair:
                 pieces += (self._tokens(b, b + b_length), sep)
+                if with_words:
+                    flags += (self._word_starts(b, b + b_length), one)
         lengths = length_a + length_b + num_special
         first_segment = length_a + 2 if pair else lengths
         position = np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths, lengths)
@@ -428,18 +461,20 @@ class PretrainingInstances(torch.utils.data.Dataset):
             truncated=truncated,
             single_sentence_chunk=single.astype(bool),
             document_index=document,
+            word_starts=np.concatenate(flags).astype(np.uint8) if with_words else None,
         )
 
     def __getstate__(self) -> dict:
         # Token arrays are views of memory-mapped Arrow buffers; a pickled copy (spawned
         # workers) reopens them from the dataset instead of copying the corpus.
         state = dict(self.__dict__)
-        del state["_chunk_tokens"]
+        del state["_chunk_tokens"], state["_chunk_word_starts"]
         return state
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
         self._chunk_tokens = [_flat_tokens(chunk) for chunk in _input_ids_chunks(self.dataset)]
+        self._chunk_word_starts = _word_starts_chunks(self.dataset, self._chunk_tokens)
 
 
 def _special_id(tokenizer: Tokenizer, token: str) -> int:

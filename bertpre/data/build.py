@@ -22,6 +22,7 @@ from bertpre.data.folder import (
 from bertpre.errors import UserError, raise_if_stopped
 from bertpre.folders import check_out, replace_folder, staging_folder
 from bertpre.tokenizer.vocab_extension import extend_vocab, vocab_sha256
+from bertpre.tokenizer.word_boundaries import WordStarts, read_user_dict
 from bertpre.tokenizer.wordpiece import (
     MAX_INPUT_CHARS_PER_WORD,
     SPECIAL_TOKENS,
@@ -55,6 +56,8 @@ class TokenizeOptions:
     min_frequency: int = 2
     limit_alphabet: int = 1000
     vocab_sample_bytes: int | None = None  # train the vocab on a sample of this many bytes
+    word_boundaries: str | None = None  # "jieba": store each token's word-start flag
+    user_dict: str | None = None  # the segmenter's extra words (a jieba user dictionary)
     seed: int = 42
 
 
@@ -73,6 +76,8 @@ def tokenize_corpus(
     min_frequency: int = 2,
     limit_alphabet: int = 1000,
     vocab_sample_bytes: int | None = None,
+    word_boundaries: str | None = None,
+    user_dict: str | Path | None = None,
     shard: Shard | None = None,
     overwrite: bool = False,
     seed: int = 42,
@@ -90,6 +95,9 @@ def tokenize_corpus(
             UTF-8 bytes large (`data_prep.sample_documents`), then encode the whole corpus.
         shard: encode only this shard's documents (with `tokenizer_path`): DATA is then one
             shard of a corpus, its manifest says which.
+        word_boundaries: "jieba": segment each sentence into words and store a `word_starts`
+            column for whole-word masking (`bertpre.tokenizer.word_boundaries`), with the extra
+            words of the jieba dictionary `user_dict`.
 
     Returns:
         The manifest written to DATA/manifest.json.
@@ -108,10 +116,13 @@ def tokenize_corpus(
         min_frequency=min_frequency,
         limit_alphabet=limit_alphabet,
         vocab_sample_bytes=vocab_sample_bytes,
+        word_boundaries=word_boundaries,
+        user_dict=None if user_dict is None else str(user_dict),
         seed=seed,
     )
     check_options(options)
     _check_shard(options, shard)
+    word_starts = _word_starts(options)
     if num_proc < 1:
         raise UserError(f"--num-proc {num_proc} must be 1 or more")
     out = Path(out)
@@ -169,7 +180,9 @@ def tokenize_corpus(
                 raise_if_stopped()
             save_tokenizer(tokenizer, building / TOKENIZER_DIR)
             fingerprint = _fingerprint(options, stats, building / TOKENIZER_DIR / TOKENIZER_FILE, shard)
-            encoded, counts = encoding.encode_corpus(raw, tokenizer, num_proc, fingerprint)
+            if word_starts is not None:
+                word_starts.prefix = getattr(tokenizer.model, "continuing_subword_prefix", "##") or "##"
+            encoded, counts = encoding.encode_corpus(raw, tokenizer, num_proc, fingerprint, word_starts)
             if shard is not None and len(encoded) < 2:
                 raise UserError(f"shard {shard.index} of {shard.count} holds {len(encoded)} document "
                                 "with tokens, but DATA needs one for training and one for "
@@ -183,6 +196,8 @@ def tokenize_corpus(
             manifest["tokenizer"]["sample"] = sample
         if shard is not None:
             manifest["shard"] = {"index": shard.index, "count": shard.count}
+        if word_starts is not None:
+            manifest["word_boundaries"] = _describe_word_boundaries(options, word_starts)
         (building / MANIFEST_FILE).write_text(
             json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
         )
@@ -224,6 +239,28 @@ def train_on_sample(files: list[Path], options: TokenizeOptions, show_progress: 
                      for document in documents for sentence in document),
     }
     return tokenizer, sample
+
+
+def _word_starts(options: TokenizeOptions) -> WordStarts | None:
+    """The word-start marker --word-boundaries asks for, its segmenter checked installed."""
+    if options.word_boundaries is None:
+        if options.user_dict is not None:
+            raise UserError("--user-dict adds words to the segmenter of --word-boundaries jieba; "
+                            "pass that too")
+        return None
+    WordStarts.check_installed()
+    entries = read_user_dict(options.user_dict) if options.user_dict is not None else []
+    return WordStarts(options.word_boundaries, entries)
+
+
+def _describe_word_boundaries(options: TokenizeOptions, word_starts: WordStarts) -> dict:
+    """The segmenter and its user dictionary, for the manifest."""
+    from importlib.metadata import version
+
+    entry = {"segmenter": f"rjieba {version('rjieba')}", "user_dict_words": len(word_starts.user_dict)}
+    if options.user_dict is not None:
+        entry["user_dict_sha256"] = _sha256(Path(options.user_dict))
+    return entry
 
 
 def _check_shard(options: TokenizeOptions, shard: Shard | None) -> None:

@@ -19,6 +19,7 @@ from bertpre.data.folder import TRAIN_SPLIT, VALIDATION_SPLIT
 from bertpre.errors import UserError
 from bertpre.tokenizer.alphabet import CharacterCounts
 from bertpre.tokenizer.sentence_encoder import ChunkEncoder, sum_per_group
+from bertpre.tokenizer.word_boundaries import WordStarts
 from bertpre.tokenizer.wordpiece import build_tokenizer
 
 DOCUMENTS_FEATURES = datasets.Features({"sentences": datasets.List(datasets.Value("string"))})
@@ -30,6 +31,8 @@ ENCODED_FEATURES = datasets.Features(
         **{name: datasets.Value("int64") for name in COUNT_COLUMNS},
     }
 )
+# With --word-boundaries: per sentence, 1 for each token that begins a word.
+WORD_STARTS_FEATURE = datasets.List(datasets.List(datasets.Value("uint8")))
 BATCH_DOCUMENTS = 1000
 
 
@@ -101,11 +104,12 @@ class SentenceBatches:
                 yield [sentence for document in batch["sentences"] for sentence in document]
 
 
-def encode_documents(batch: pa.Table, encoder: ChunkEncoder) -> pa.Table:
+def encode_documents(batch: pa.Table, encoder: ChunkEncoder, word_starts: WordStarts | None = None) -> pa.Table:
     """Encode a batch of documents' sentences in one call, counting as it goes.
 
     Sentences without tokens (only characters the normalizer removes) are dropped, and so are
-    documents left without sentences: pair sampling could draw nothing from them.
+    documents left without sentences: pair sampling could draw nothing from them. With
+    `word_starts`, a `word_starts` column holds each kept sentence's word-start flags.
     """
     documents = batch.column("sentences").combine_chunks()
     sentences_per_document = pc.list_value_length(documents).to_numpy(zero_copy_only=False)
@@ -123,19 +127,42 @@ def encode_documents(batch: pa.Table, encoder: ChunkEncoder) -> pa.Table:
     sentences = pa.ListArray.from_arrays(sentence_offsets, pa.array(encoded.ids, pa.int32()))
     columns = {
         "input_ids": pa.ListArray.from_arrays(document_offsets, sentences),
+        **({"word_starts": _word_starts_column(documents.flatten(), encoder, word_starts, encoded,
+                                               kept, sentence_offsets, document_offsets)}
+           if word_starts is not None else {}),
         "num_sentences": kept_per_document,
         "num_tokens": sum_per_group(encoded.lengths, document_ends),
         "num_unk_tokens": sum_per_group(encoded.unk_tokens, document_ends),
         "num_long_words": sum_per_group(encoded.long_words, document_ends),
     }
-    return pa.table({name: column if name == "input_ids" else pa.array(column[has_sentences], pa.int64())
+    return pa.table({name: column if name in ("input_ids", "word_starts")
+                     else pa.array(column[has_sentences], pa.int64())
                      for name, column in columns.items()})
 
 
+def _word_starts_column(sentences: pa.Array, encoder: ChunkEncoder, word_starts: WordStarts,
+                        encoded, kept: np.ndarray, sentence_offsets: np.ndarray,
+                        document_offsets: np.ndarray) -> pa.ListArray:
+    """The kept sentences' word-start flags, shaped like `input_ids` (documents of sentences)."""
+    texts = sentences.to_pylist()
+    encodings = encoder.literal_tokenizer.encode_batch(texts, add_special_tokens=False)
+    flags = [word_starts.of_sentence(text, encoding)
+             for text, encoding, keep in zip(texts, encodings, kept.tolist(), strict=True) if keep]
+    ids = [encoding.ids for encoding, keep in zip(encodings, kept.tolist(), strict=True) if keep]
+    flat = np.concatenate(flags) if flags else np.zeros(0, np.uint8)
+    if len(flat) != len(encoded.ids) or not np.array_equal(np.concatenate(ids or [[]]), encoded.ids):
+        raise RuntimeError("word boundaries were computed on other tokens than the sentence "
+                           "encoder's; please report this as a bug")
+    per_sentence = pa.ListArray.from_arrays(sentence_offsets, pa.array(flat, pa.uint8()))
+    return pa.ListArray.from_arrays(document_offsets, per_sentence)
+
+
 def encode_corpus(
-    documents: datasets.Dataset, tokenizer: Tokenizer, num_proc: int, fingerprint: str
+    documents: datasets.Dataset, tokenizer: Tokenizer, num_proc: int, fingerprint: str,
+    word_starts: WordStarts | None = None,
 ) -> tuple[datasets.Dataset, dict[str, int]]:
-    """Token ids of every sentence, one row per document, and the summed counts.
+    """Token ids of every sentence, one row per document, and the summed counts (and, with
+    `word_starts`, each token's word-start flag, segmented in the encoding processes).
 
     `fingerprint` replaces datasets' own, which would hash the temporary folder's path and so
     differ from run to run (and with it DATA's state.json).
@@ -147,8 +174,10 @@ def encode_corpus(
             batch_size=BATCH_DOCUMENTS,
             num_proc=num_proc if num_proc > 1 else None,
             remove_columns=["sentences"],
-            features=ENCODED_FEATURES,
-            fn_kwargs={"encoder": ChunkEncoder(tokenizer)},
+            features=ENCODED_FEATURES if word_starts is None else datasets.Features(
+                {"input_ids": ENCODED_FEATURES["input_ids"], "word_starts": WORD_STARTS_FEATURE,
+                 **{name: ENCODED_FEATURES[name] for name in COUNT_COLUMNS}}),
+            fn_kwargs={"encoder": ChunkEncoder(tokenizer), "word_starts": word_starts},
             new_fingerprint=f"{fingerprint}-encoded",
             load_from_cache_file=False,
             desc="Encoding sentences",

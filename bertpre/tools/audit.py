@@ -54,6 +54,13 @@ class InspectReport:
     max_predictions_per_seq: int | None
     # A mixture's sources: (name, weight, share of the epoch, share of the sampled sequences).
     sources: list[tuple[str, float, float, float]] = dataclasses.field(default_factory=list)
+    # Whole-word masking: predicted words, their tokens, those of words of 2+ tokens, and the
+    # words only partly predicted (None: whole_word_mask is off).
+    masked_words: int | None = None
+    masked_word_tokens: int = 0
+    masked_tokens_in_long_words: int = 0
+    partly_masked_words: int = 0
+    word_source: str = ""  # "DATA's word_starts" or "## pieces"
     # The shard sets read as one corpus: (name, shard folders in index order).
     shard_sets: list[tuple[str, list[str]]] = dataclasses.field(default_factory=list)
 
@@ -101,6 +108,15 @@ class InspectReport:
                 f"{1 - self.mask_replace_prob - self.random_replace_prob:.0%}",
             ),
         ]
+        if self.masked_words is not None:
+            rows += [
+                (f"whole words ({self.word_source})", f"{self.masked_words:,} predicted", ""),
+                ("  tokens in words of 2+ tokens", share(self.masked_tokens_in_long_words,
+                                                          self.masked_word_tokens), ""),
+                ("  mean predicted word length",
+                 f"{self.masked_word_tokens / self.masked_words:.2f}" if self.masked_words else "-", ""),
+                ("  words predicted only in part", share(self.partly_masked_words, self.masked_words), "0%"),
+            ]
         if self.pair_task != "none":
             single = self.single_sentence_chunks / self.sequences if self.sequences else 0.0
             label = "label 1 (random next)" if self.pair_task == "nsp" else "label 1 (swapped)"
@@ -173,8 +189,10 @@ def inspect_data(
     boundary_ids = [tokenizer.token_to_id(t) for t in (CLS_TOKEN, SEP_TOKEN)]
     counts = dict.fromkeys(
         ("eligible", "predicted", "masked", "random", "kept", "label_one", "single", "single_one",
-         "truncated", "real", "padded", "unknown", "text"), 0
+         "truncated", "real", "padded", "unknown", "text", "words", "word_tokens", "long_word_tokens",
+         "partial_words"), 0
     )  # fmt: skip
+    word_source = ""
     sequences = min(len(instances), batches * batch_size)
     for start in range(0, sequences, batch_size):
         rows = instances.__getitems__(range(start, min(start + batch_size, sequences)))
@@ -197,6 +215,16 @@ def inspect_data(
         counts["single"] += int(rows.single_sentence_chunk.sum())
         counts["single_one"] += int((label * rows.single_sentence_chunk).sum())
         counts["truncated"] += int(rows.truncated.sum())
+        if collate.whole_word_mask:
+            eligible = real & ~collate.never_predicted[original]
+            starts = collate.word_start_grid(rows, real)
+            word_source = "DATA's word_starts" if starts is not None else "## pieces"
+            words, tokens, long_tokens, partial = count_masked_words(collate, original, eligible, starts,
+                                                                    labels >= 0)
+            counts["words"] += words
+            counts["word_tokens"] += tokens
+            counts["long_word_tokens"] += long_tokens
+            counts["partial_words"] += partial
     source_shares = []
     if isinstance(instances, MixedInstances):
         sampled = np.bincount(instances.source_of(range(sequences)), minlength=len(sources))
@@ -231,9 +259,30 @@ def inspect_data(
         random_replace_prob=data_config.random_replace_prob,
         max_predictions_per_seq=data_config.max_predictions_per_seq,
         sources=source_shares,
+        masked_words=counts["words"] if collate.whole_word_mask else None,
+        masked_word_tokens=counts["word_tokens"],
+        masked_tokens_in_long_words=counts["long_word_tokens"],
+        partly_masked_words=counts["partial_words"],
+        word_source=word_source,
         shard_sets=[(name, [str(path) for path in folder.shards])
                     for name, folder in zip(mixture.names, mixture.folders, strict=True) if folder.shards],
     )
+
+
+def count_masked_words(collate: MaskingCollator, input_ids: np.ndarray, eligible: np.ndarray,
+                       word_starts: np.ndarray | None, predicted: np.ndarray) -> tuple[int, int, int, int]:
+    """Over a batch: words with a predicted token, their tokens, the predicted tokens of words
+    of 2+ tokens, and the words predicted only in part."""
+    start_index, word_length = collate.word_layout(input_ids, eligible, word_starts)
+    rows = np.arange(len(input_ids))[:, None]
+    word_id = (rows * input_ids.shape[1] + start_index)[eligible]  # one id per word of the batch
+    predicted_in_word = np.bincount(word_id, weights=predicted[eligible], minlength=input_ids.size)
+    length_of_word = np.zeros(input_ids.size)
+    length_of_word[word_id] = word_length[eligible]
+    touched = predicted_in_word > 0
+    long_words = touched & (length_of_word >= 2)
+    return (int(touched.sum()), int(length_of_word[touched].sum()), int(predicted_in_word[long_words].sum()),
+            int((touched & (predicted_in_word < length_of_word)).sum()))
 
 
 def format_report(report: InspectReport) -> str:
