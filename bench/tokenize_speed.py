@@ -8,6 +8,9 @@
   collected in memory, nothing written).
 - end to end (bertpre only): `tokenize_corpus`, i.e. also reading, cleaning and splitting
   sentences with data_prep.
+- with `--word-boundaries jieba`: encode+write again with Chinese word starts (segmentation
+  in the encoding processes), next to the plain encode+write of the same rounds (results
+  named tokenize-word-boundaries-DATE.json).
 
 MB are the corpus files' bytes on disk. Rounds of the two alternate (and which goes first
 alternates too) so machine noise hits both alike; medians are compared (and, less sensitive to other load on the machine, the
@@ -15,6 +18,8 @@ fastest rounds). Target: bertpre's overhead at most 20% (ratio <= 1.2).
 
     .venv/bin/python -m bench.tokenize_speed                    # wikitext-2 valid+test, 3 rounds
     .venv/bin/python -m bench.tokenize_speed --rounds 1         # shorter
+    .venv/bin/python -m bench.tokenize_speed --corpora ../shared/corpora/zh-fortunes.txt \
+        --vocab-size 8000 --word-boundaries jieba             # the cost of word starts
 """
 from __future__ import annotations
 
@@ -33,6 +38,7 @@ from bench.common import CORPORA, RESULTS, median, write_result
 from bertpre.data import encode as encoding
 from bertpre.data.build import tokenize_corpus
 from bertpre.tokenizer import SPECIAL_TOKENS, build_tokenizer, train_tokenizer
+from bertpre.tokenizer.word_boundaries import WORD_BOUNDARIES, WordStarts
 from data_prep import CorpusStats, read_documents
 
 BATCH_DOCUMENTS = encoding.BATCH_DOCUMENTS
@@ -56,8 +62,10 @@ def encode_with_tokenizers(tokenizer: Tokenizer, batches: list[list[str]]) -> in
     return tokens
 
 
-def encode_and_write_with_bertpre(raw: datasets.Dataset, tokenizer: Tokenizer, num_proc: int, out: Path) -> int:
-    encoded, counts = encoding.encode_corpus(raw, tokenizer, num_proc, fingerprint="bench")
+def encode_and_write_with_bertpre(raw: datasets.Dataset, tokenizer: Tokenizer, num_proc: int, out: Path,
+                                  word_starts: WordStarts | None = None) -> int:
+    encoded, counts = encoding.encode_corpus(raw, tokenizer, num_proc, fingerprint="bench",
+                                             word_starts=word_starts)
     splits = encoding.split_by_document(encoded, 0.01, 42, fingerprint="bench")
     splits.save_to_disk(str(out))
     return counts["num_tokens"]
@@ -80,6 +88,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--vocab-size", type=int, default=30522)
     parser.add_argument("--num-proc", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--word-boundaries", choices=WORD_BOUNDARIES, default=None,
+                        help="also time encode+write with these word starts")
     parser.add_argument("--results", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
 
@@ -99,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     ]
     times: dict[str, list[float]] = {name: [] for name in
                                      ("train_bertpre", "train_tokenizers", "encode_bertpre",
-                                      "encode_tokenizers", "end_to_end_bertpre")}
+                                      "encode_tokenizers", "end_to_end_bertpre", "encode_words")}
     with tempfile.TemporaryDirectory() as scratch:
         scratch = Path(scratch)
         raw, _ = encoding.spool_documents(documents, scratch / "documents.arrow", show_progress=False)
@@ -118,12 +128,16 @@ def main(argv: list[str] | None = None) -> int:
                 "encode_tokenizers": partial(encode_with_tokenizers, tokenizer, batches),
             })
             assert results["encode_bertpre"] == results["encode_tokenizers"], results
+            if args.word_boundaries:
+                run_timed(times, False, {"encode_words": partial(
+                    encode_and_write_with_bertpre, raw, tokenizer, args.num_proc,
+                    scratch / f"dataset-words-{round_index}", WordStarts(args.word_boundaries))})
             run_timed(times, False, {"end_to_end_bertpre": partial(
                 tokenize_corpus, files, scratch / f"data-{round_index}", vocab_size=args.vocab_size,
                 num_proc=args.num_proc, show_progress=False)})
 
-    median_seconds = {name: median(values) for name, values in times.items()}
-    fastest = {name: min(values) for name, values in times.items()}
+    median_seconds = {name: median(values) for name, values in times.items() if values}
+    fastest = {name: min(values) for name, values in times.items() if values}
     rows = [
         ("vocab training", "train_bertpre", "train_tokenizers"),
         ("encode+write", "encode_bertpre", "encode_tokenizers"),
@@ -145,11 +159,22 @@ def main(argv: list[str] | None = None) -> int:
     end_to_end = megabytes / median_seconds["end_to_end_bertpre"]
     print(f"{'end to end':<16}{end_to_end:>14.2f}{'-':>17}{'-':>12}   (bertpre tokenize, reading included)")
     figures["end to end"] = {"bertpre_mb_per_s": end_to_end, "bertpre_seconds": median_seconds["end_to_end_bertpre"]}
+    if args.word_boundaries:
+        with_words = megabytes / median_seconds["encode_words"]
+        print(f"{'encode+write, --word-boundaries ' + args.word_boundaries:<16}{with_words:>14.2f}   "
+              f"(plain {megabytes / median_seconds['encode_bertpre']:.2f} MB/s, time ratio "
+              f"{median_seconds['encode_words'] / median_seconds['encode_bertpre']:.2f})")
+        figures["encode+write with word boundaries"] = {
+            "bertpre_mb_per_s": with_words, "without_mb_per_s": megabytes / median_seconds["encode_bertpre"],
+            "bertpre_seconds": median_seconds["encode_words"],
+            "ratio_to_without": median_seconds["encode_words"] / median_seconds["encode_bertpre"]}
 
-    path = write_result("tokenize", {
+    name = "tokenize" if args.word_boundaries is None else "tokenize-word-boundaries"
+    path = write_result(name, {
         "corpus": {"files": [path.name for path in files], "megabytes": megabytes,
                    "documents": len(documents), "sentences": len(sentences)},
-        "settings": {"vocab_size": args.vocab_size, "num_proc": args.num_proc, "rounds": args.rounds},
+        "settings": {"vocab_size": args.vocab_size, "num_proc": args.num_proc, "rounds": args.rounds,
+                     "word_boundaries": args.word_boundaries},
         "figures": figures,
         "seconds": times,
         "target": "bertpre time / tokenizers time <= 1.2 for vocab training and encode+write",

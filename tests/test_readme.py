@@ -98,3 +98,14 @@ def test_the_sharded_corpus_example_names_a_glob_of_shards(tmp_path):
     assert load_config(tmp_path / "shards.yaml").data.sources == [("data/wiki/shard-*", 1.0)]
     for flag in ("--vocab-only", "--vocab-sample-bytes", "--num-shards", "--shard-index", "--merge-manifests"):
         assert flag in text, flag
+
+
+def test_the_chinese_bert_example_turns_on_whole_word_masking(tmp_path):
+    from bertpre.config import load_config
+
+    text = README.read_text(encoding="utf-8").split("### Chinese BERT", 1)[1]
+    example = re.search(r"^```yaml\n(.*?)^```", text, re.M | re.S).group(1)
+    (tmp_path / "zh.yaml").write_text(example, encoding="utf-8")
+    config = load_config(tmp_path / "zh.yaml")
+    assert config.data.whole_word_mask and config.data.sources == [("data/zh", 1.0)]
+    assert "--word-boundaries jieba" in text and "--user-dict" in text

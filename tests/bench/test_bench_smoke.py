@@ -269,6 +269,20 @@ def test_tokenize_speed_tiny_run(private_tmp):
     assert set(result["figures"]) == {"vocab training", "encode+write", "end to end"}
 
 
+def test_tokenize_speed_with_word_boundaries(private_tmp):
+    pytest.importorskip("rjieba")
+    corpus = private_tmp / "zh.txt"
+    corpus.write_text("我们在北京大学学习自然语言处理。今天天气很好。\n\n他们研究中文模型的训练数据。\n\n" * 30,
+                      encoding="utf-8")
+    out = private_tmp / "results"
+    assert tokenize_speed.main(["--corpora", str(corpus), "--vocab-size", "100", "--num-proc", "1",
+                                "--rounds", "1", "--word-boundaries", "jieba", "--results", str(out)]) == 0
+    [path] = out.iterdir()
+    result = json.loads(path.read_text())
+    assert result["benchmark"] == "tokenize-word-boundaries"
+    assert result["figures"]["encode+write with word boundaries"]["bertpre_mb_per_s"] > 0
+
+
 def test_pretrain_tiny_run(private_tmp, keep_torch_threads):
     data = build_tiny_data(private_tmp / "data", documents=60)
     out = private_tmp / "results"
