@@ -48,6 +48,14 @@ class MetricsWriter:
         self._tensorboard = SummaryWriter(str(run_dir / "tensorboard"), purge_step=purge_step)
         self._jsonl = self.jsonl_path.open("a", encoding="utf-8")
 
+    def describe_run(self, layout: dict, texts: dict[str, str]) -> None:
+        """Write the Custom Scalars layout and, at step 0, texts (the config, the data)."""
+        if not self.enabled:
+            return
+        self._tensorboard.add_custom_scalars(layout)
+        for tag, text in texts.items():
+            self._tensorboard.add_text(tag, text, 0)
+
     def log(self, step: int, scalars: dict[str, float]) -> None:
         """Record `scalars` (tag → value) for `step`."""
         if not self.enabled:
@@ -91,6 +99,10 @@ class ProgressBar:
         self._bar.set_postfix(loss=f"{loss:.4f}", lr=f"{lr:.2e}", tok_s=f"{tokens_per_s:,.0f}",
                               refresh=False)
         self._bar.update(steps)
+
+    def write(self, line: str) -> None:
+        """A line on stderr above the bar (shown also when the bar is off)."""
+        tqdm.write(line, file=sys.stderr)
 
     def close(self) -> None:
         self._bar.close()

@@ -17,6 +17,7 @@ import torch
 from safetensors import SafetensorError
 from torch.nn.parallel import DistributedDataParallel
 
+import bertpre
 from bertpre.batches import (
     BatchStream,
     MaskingCollator,
@@ -47,6 +48,7 @@ from bertpre.train.init_from import (
 )
 from bertpre.train.metrics import MetricsWindow, MetricsWriter, ProgressBar, gpu_scalars
 from bertpre.train.optim import build_optimizer, learning_rate
+from bertpre.train.report import CUSTOM_SCALARS_LAYOUT, RunPlan, end_block, eta_line, start_block
 from bertpre.train.run_folder import RunLock, check_resume_config
 from bertpre.train.runtime import (
     Runtime,
@@ -57,6 +59,7 @@ from bertpre.train.runtime import (
 )
 from bertpre.train.step import (
     DEVICE_STATS,
+    HOST_STATS,
     HostCounts,
     PretrainingObjective,
     device_batch,
@@ -210,6 +213,9 @@ class Trainer:
         self.scaler = runtime.grad_scaler()
         seed_everything(train.seed + runtime.rank)  # dropout differs across processes
         self.step, self.skipped_steps, self.consecutive_skips = 0, 0, 0
+        self.tokens_seen = 0  # real tokens trained on, over all sessions of the run
+        self.last_train: dict[str, float] = {}  # the last logging window's train/* scalars
+        self.last_eval: dict[str, float] = {}  # the last evaluation's results
         # The first step whose loss or gradient norm was not finite (0: none), kept on the
         # device and read only before a log, an evaluation or a save.
         self.diverged_at = torch.zeros((), dtype=torch.int64, device=runtime.device)
@@ -263,12 +269,52 @@ class Trainer:
         self.progress = ProgressBar(start_step=self.step, max_steps=train.max_steps,
                                     enabled=runtime.is_main)
         self.window = MetricsWindow(self.step)
+        self.start_step, self.eta_said = self.step, False
+        self.metrics.describe_run(CUSTOM_SCALARS_LAYOUT, self.run_texts())
         if isinstance(self.stream.instances, MixedInstances):  # said once: equal in every epoch
             self.metrics.log(self.step, {f"data/share/{name}": share
                                          for name, share in self.stream.instances.shares.items()})
         if len(config.phases) > 1 and runtime.is_main:
             print(f"phase {self.phase + 1} of {len(config.phases)}: {self.describe_phase()}",
                   file=sys.stderr)
+
+    def run_texts(self) -> dict[str, str]:
+        """The resolved config and each DATA source's counts, for TensorBoard's Text tab."""
+        import yaml
+
+        config = yaml.safe_dump(self.config.to_dict(), sort_keys=False)
+        sources = []
+        for name, weight, folder in zip(self.mixture.names, self.mixture.weights, self.mixture.folders,
+                                        strict=True):
+            counts = folder.manifest.get("counts", {}) if isinstance(folder.manifest, dict) else {}
+            sources.append(f"- **{name}** ({folder.path}, weight {weight:.3g}): "
+                           f"{counts.get('documents', len(folder.train)):,} documents, "
+                           f"{counts.get('tokens', 0):,} tokens, [UNK] share {counts.get('unk_share', 0):.4%}")
+        return {"run/config": f"bertpre {bertpre.__version__}\n\n```yaml\n{config}```",
+                "run/data": "\n".join(sources)}
+
+    def run_plan(self) -> RunPlan:
+        """The start block's numbers, from the config, the model, the runtime and the data."""
+        model, train, runtime = self.config.model, self.phase_config.train, self.runtime
+        device = runtime.device.type
+        if device == "cuda":
+            device += f" ({torch.cuda.get_device_name(runtime.device)})"
+        counts = [folder.manifest.get("counts", {}) if isinstance(folder.manifest, dict) else {}
+                  for folder in self.mixture.folders]
+        return RunPlan(
+            run_dir=str(self.run_dir),
+            parameters=self.model.num_parameters(),
+            shape=(f"{model.num_hidden_layers} layers, hidden {model.hidden_size}, "
+                   f"{model.position_embedding_type} positions"),
+            start_step=self.step, max_steps=self.config.train.max_steps,
+            batch_size=train.batch_size, seq_length=self.phase_config.data.max_seq_length,
+            precision=runtime.precision_line or f"precision {runtime.precision}",
+            devices=f"{runtime.world_size} process{'es' if runtime.world_size > 1 else ''} on {device}",
+            documents=sum(len(folder.train) for folder in self.mixture.folders),
+            corpus_tokens=sum(int(count.get("tokens", 0)) for count in counts),
+            steps_per_epoch=len(self.stream.instances) * runtime.world_size / train.batch_size,
+            phases=len(self.config.phases),
+        )
 
     def enter_phase(self, index: int, stream_state: dict[str, int] | None = None) -> None:
         """Build phase `index`'s batches, evaluator and step shape; its stream starts at
@@ -327,9 +373,9 @@ class Trainer:
         """Run steps until `train.max_steps` or a stop signal; log, evaluate and save on schedule."""
         train = self.config.train
         exit_code = 0
-        # Said once the run is set up; a fallback's note (fp16 on a CPU) has said it already.
-        if self.runtime.is_main and self.runtime.precision_line and not self.runtime.note:
-            print(self.runtime.precision_line, file=sys.stderr)
+        if self.runtime.is_main:
+            self.progress.write(start_block(self.run_plan()))
+        started = time.perf_counter()
         with StopSignals() as signals, contextlib.closing(self.metrics), \
                 contextlib.closing(self.progress):
             while self.step < train.max_steps:
@@ -337,6 +383,9 @@ class Trainer:
                 if stats.skipped:
                     continue
                 self.step += 1
+                if self.step == self.start_step + 1:  # the ETA leaves out the first step's start-up
+                    self.eta_clock = (time.perf_counter(), self.step)
+                self.tokens_seen += stats.host_counts[HOST_STATS.index("tokens")]
                 self.window.add(stats.device_sums, stats.host_counts, stats.grad_norm)
                 finished = self.step == train.max_steps
                 if self.step % train.log_every == 0 or finished:
@@ -353,6 +402,13 @@ class Trainer:
                     exit_code = SIGNAL_EXIT_CODES.get(stop, 130)
                     break
                 self.window.pause(time.perf_counter() - pause_start)
+        if self.runtime.is_main:
+            latest = latest_checkpoint(self.run_dir)
+            self.progress.write(end_block(
+                run_dir=str(self.run_dir), start_step=self.start_step, step=self.step,
+                tokens_seen=self.tokens_seen, wall_seconds=time.perf_counter() - started,
+                train=self.last_train, evaluation=self.last_eval,
+                checkpoint=None if latest is None else str(latest), stopped=bool(exit_code)))
         return TrainResult(run_dir=self.run_dir, step=self.step, skipped_steps=self.skipped_steps,
                            exit_code=exit_code, notes=self.notes)
 
@@ -453,6 +509,18 @@ class Trainer:
                                       skipped_steps=self.skipped_steps)
         scalars.update(gpu_scalars(self.runtime, scalars["perf/tokens_per_s"], self.token_flops))
         self.metrics.log(self.step, scalars)
+        self.last_train = {tag.split("/", 1)[1]: value for tag, value in scalars.items()
+                           if tag.startswith("train/")}
+        if not self.eta_said and self.runtime.is_main and self.step > self.window.start_step:
+            self.eta_said = True
+            clock, clock_step = self.eta_clock
+            if self.step > clock_step:
+                seconds_per_step = (time.perf_counter() - clock) / (self.step - clock_step)
+            else:  # a window of one step: its own time
+                seconds_per_step = (time.perf_counter() - self.window.start_time) / (self.step - self.window.start_step)
+            self.progress.write(eta_line(step=self.step, max_steps=self.config.train.max_steps,
+                                         seconds_per_step=seconds_per_step,
+                                         tokens_per_s=scalars["perf/tokens_per_s"]))
         self.progress.update(loss=scalars["train/loss"], lr=stats.lr,
                              tokens_per_s=scalars["perf/tokens_per_s"],
                              steps=self.step - self.window.start_step)
@@ -463,8 +531,12 @@ class Trainer:
         self.check_finite()
         results = self.evaluator(self.model, device=self.runtime.device,
                                  autocast=self.runtime.autocast())
-        self.metrics.log(self.step, {f"eval/{k}": float(v) for k, v in results.items()
-                                     if v == v})  # NaN: nothing to measure (no pairs)
+        results = {name: float(value) for name, value in results.items()
+                   if value == value}  # NaN: nothing to measure (no pairs)
+        # On the loss chart beside train/loss, which is the same sum.
+        results["loss"] = results["mlm_loss"] + results.get("pair_loss", 0.0)
+        self.metrics.log(self.step, {f"eval/{name}": value for name, value in results.items()})
+        self.last_eval = results
 
     def stop_requested(self, signals: StopSignals) -> int:
         """The signal number any process received (0 for none), agreed by all processes."""
@@ -477,7 +549,7 @@ class Trainer:
     def state_dict(self) -> dict[str, int]:
         """The trainer's own state: step, skipped steps and the batch stream's position."""
         return {"step": self.step, "skipped_steps": self.skipped_steps, "phase": self.phase,
-                **self.stream.state_dict()}
+                "tokens_seen": self.tokens_seen, **self.stream.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any], source: Path | None = None) -> None:
         """Continue from `state_dict()` as saved in a checkpoint's trainer_state.json."""
@@ -485,6 +557,7 @@ class Trainer:
             raise UserError(f"checkpoint {source} was written by {state['world_size']} processes; "
                             f"resume it with the same number (now {self.runtime.world_size})")
         self.step, self.skipped_steps = int(state["step"]), int(state["skipped_steps"])
+        self.tokens_seen = int(state.get("tokens_seen", 0))  # older checkpoints did not count
         stream = {"epoch": int(state["epoch"]), "position": int(state["position"])}
         phase = self.phase_at(self.step)
         if phase != int(state.get("phase", 0)):  # saved at a boundary: the stream was the last phase's

@@ -280,7 +280,8 @@ def test_train_step_returns_named_stats_and_the_state_dict_resumes_the_stream(da
                                      schedule=optim.schedule)
     assert 4.0 < stats.loss < 7.0 and stats.grad_norm > 0
     # batch 32 = 2 micro-batches of 16; train() counts the step, train_step() does not
-    assert first.state_dict() == {"step": 0, "skipped_steps": 0, "phase": 0, "epoch": 0, "position": 32}
+    assert first.state_dict() == {"step": 0, "skipped_steps": 0, "phase": 0, "tokens_seen": 0, "epoch": 0,
+                                  "position": 32}
 
     second = trainer.Trainer(tiny_config(data_dir, tmp_path / "other", "train.max_steps=3"))
     second.load_state_dict(first.state_dict())

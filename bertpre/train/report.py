@@ -1,0 +1,112 @@
+"""What a run shows its user: the block it starts with, the time it expects to take, the block it
+ends with, and the TensorBoard layout that opens on the loss curves."""
+from __future__ import annotations
+
+import datetime
+import math
+from dataclasses import dataclass
+
+# TensorBoard's Custom Scalars tab: one chart per question, train and eval on the same axes, so
+# a run with a single evaluation shows it as a point on the loss curve. Tags are regexes.
+CUSTOM_SCALARS_LAYOUT = {
+    "1. loss": {
+        "loss (train and eval)": ["Multiline", [r"^train/loss$", r"^eval/loss$"]],
+        "MLM loss (train and eval, each source)": ["Multiline", [r"^train/mlm_loss$", r"^eval/(.+/)?mlm_loss$"]],
+        "pair loss (train and eval)": ["Multiline", [r"^train/pair_loss$", r"^eval/(.+/)?pair_loss$"]],
+    },
+    "2. accuracy": {
+        "MLM accuracy (train and eval)": ["Multiline", [r"^train/mlm_acc$", r"^eval/(.+/)?mlm_acc$"]],
+        "MLM accuracy by action ([MASK], random, kept; eval)": ["Multiline", [r"^eval/mlm_acc_(mask|random|kept)$"]],
+        "pair accuracy (train and eval)": ["Multiline", [r"^train/pair_acc$", r"^eval/(.+/)?pair_acc$"]],
+    },
+    "3. optimization": {
+        "learning rate": ["Multiline", [r"^train/lr$"]],
+        "gradient norm": ["Multiline", [r"^train/grad_norm$"]],
+    },
+    "4. speed": {
+        "tokens/s": ["Multiline", [r"^perf/tokens_per_s$"]],
+        "MFU (GPU)": ["Multiline", [r"^perf/mfu$"]],
+    },
+}
+
+
+@dataclass
+class RunPlan:
+    """The numbers of the start block."""
+
+    run_dir: str
+    parameters: int
+    shape: str  # e.g. "12 layers, hidden 768, absolute positions"
+    start_step: int
+    max_steps: int
+    batch_size: int
+    seq_length: int
+    precision: str
+    devices: str  # e.g. "1 process on cpu", "8 processes on cuda (NVIDIA H100)"
+    documents: int
+    corpus_tokens: int
+    steps_per_epoch: float
+    phases: int = 1
+
+    @property
+    def tokens_per_step(self) -> int:
+        """Tokens an optimizer step reads at most (sequences × length; padding included)."""
+        return self.batch_size * self.seq_length
+
+
+def start_block(plan: RunPlan) -> str:
+    """The lines a run opens with: what it trains, on what, for how long."""
+    remaining = plan.max_steps - plan.start_step
+    epochs = plan.max_steps / plan.steps_per_epoch if plan.steps_per_epoch else math.inf
+    steps = (f"{plan.max_steps:,} steps" if not plan.start_step
+             else f"steps {plan.start_step:,} to {plan.max_steps:,} ({remaining:,} to go)")
+    phases = f" in {plan.phases} phases (the figures are phase 1's)" if plan.phases > 1 else ""
+    epochs_text = f"{epochs:,.2f}" if epochs < 10 else f"{epochs:,.1f}"
+    return "\n".join([
+        f"run {plan.run_dir}: BERT of {plan.parameters / 1e6:,.1f}M parameters ({plan.shape})",
+        f"  {steps}{phases}, {plan.batch_size:,} sequences of {plan.seq_length} tokens a step: "
+        f"{plan.tokens_per_step:,} tokens a step, {plan.tokens_per_step * plan.max_steps:,} in all",
+        f"  {plan.precision}; {plan.devices}",
+        f"  data: {plan.documents:,} documents, {plan.corpus_tokens:,} tokens; an epoch is "
+        f"{plan.steps_per_epoch:,.0f} steps, so the run reads {epochs_text} epochs",
+    ])
+
+
+def format_duration(seconds: float) -> str:
+    """2 h 05 min, 4 min 10 s, 12 s."""
+    seconds = max(0, round(seconds))
+    hours, rest = divmod(seconds, 3600)
+    minutes, seconds = divmod(rest, 60)
+    if hours:
+        return f"{hours} h {minutes:02d} min"
+    return f"{minutes} min {seconds:02d} s" if minutes else f"{seconds} s"
+
+
+def eta_line(*, step: int, max_steps: int, seconds_per_step: float, tokens_per_s: float,
+             now: datetime.datetime | None = None) -> str:
+    """The time to finish at the measured rate, said once after the first logging window."""
+    remaining = (max_steps - step) * seconds_per_step
+    finish = (now or datetime.datetime.now()) + datetime.timedelta(seconds=remaining)
+    return (f"at {tokens_per_s:,.0f} tokens/s ({seconds_per_step:.3g} s a step): about "
+            f"{format_duration(remaining)} to step {max_steps:,} (around {finish:%Y-%m-%d %H:%M})")
+
+
+def end_block(*, run_dir: str, start_step: int, step: int, tokens_seen: int, wall_seconds: float,
+              train: dict[str, float], evaluation: dict[str, float], checkpoint: str | None,
+              stopped: bool) -> str:
+    """The lines a run closes with: what it did, where it left things, what to run next."""
+
+    def metrics(values: dict[str, float], names: tuple[str, ...]) -> str:
+        shown = [f"{name} {values[name]:.4f}" for name in names if name in values]
+        return ", ".join(shown) if shown else "none yet"
+
+    state = "stopped" if stopped else "finished"
+    return "\n".join([
+        f"run {run_dir} {state} at step {step:,} ({step - start_step:,} steps this session, "
+        f"{tokens_seen:,} tokens, {format_duration(wall_seconds)})",
+        f"  last train window: {metrics(train, ('loss', 'mlm_loss', 'mlm_acc', 'pair_acc'))}",
+        f"  last evaluation:   {metrics(evaluation, ('loss', 'mlm_loss', 'mlm_acc', 'pair_acc'))}",
+        f"  checkpoint: {checkpoint or 'none saved'}",
+        f"  TensorBoard: tensorboard --logdir {run_dir}/tensorboard (open the Custom Scalars tab)",
+        f"  export: bertpre export {run_dir} --out {run_dir}-export",
+    ])
