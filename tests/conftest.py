@@ -6,7 +6,10 @@ those marked `gpu`, which are skipped where there is no GPU.
 """
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -20,6 +23,12 @@ HAS_CUDA = torch.cuda.is_available()
 VISIBLE_DEVICES = os.environ.get("CUDA_VISIBLE_DEVICES")
 os.environ["CUDA_VISIBLE_DEVICES"] = ""
 os.environ["BERTPRE_DEVICE"] = "cpu"  # train.device auto → cpu in this process too
+# transformers copies an export's remote code (`trust_remote_code=True`) into HF_MODULES_CACHE,
+# read once when it is imported: a temporary folder here, not ~/.cache; and the Hub is never asked.
+if "HF_MODULES_CACHE" not in os.environ:
+    os.environ["HF_MODULES_CACHE"] = tempfile.mkdtemp(prefix="bertpre-tests-hf-modules-")
+    atexit.register(shutil.rmtree, os.environ["HF_MODULES_CACHE"], ignore_errors=True)
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

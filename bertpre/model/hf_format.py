@@ -1,4 +1,5 @@
-"""Hugging Face model folders as `(BertConfig, state_dict)`: read BERT folders, write BERT or ALBERT ones.
+"""Hugging Face model folders as `(BertConfig, state_dict)`: read BERT folders, write BERT, ALBERT
+or remote-code ones.
 
 Nothing here builds a model or touches the network: `BertForPreTraining.from_pretrained` and
 `save_pretrained` are built on these functions.
@@ -8,6 +9,7 @@ from __future__ import annotations
 import json
 import pickle
 import re
+from importlib import resources
 from pathlib import Path
 
 import torch
@@ -15,7 +17,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from bertpre.errors import UserError
-from bertpre.model.config import BertConfig
+from bertpre.model.config import REMOTE_AUTO_MAP, BertConfig
 
 CONFIG_NAME = "config.json"
 SAFETENSORS_NAME = "model.safetensors"
@@ -27,6 +29,9 @@ TIED_KEYS = ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias")
 BUFFER_SUFFIXES = ("position_ids", "token_type_ids")
 # Parts a BertModel-only (or BertForMaskedLM) folder may lack; they keep their fresh init.
 HEAD_PREFIXES = ("cls.", "bert.pooler.")
+# The files config.json's auto_map names (configuration_bertpre.py, modeling_bertpre.py): package
+# data in bertpre/model/remote_code/, never imported by bertpre (they import transformers).
+REMOTE_CODE_FILES = tuple(sorted({reference.split(".")[0] + ".py" for reference in REMOTE_AUTO_MAP.values()}))
 
 
 # --- reading -------------------------------------------------------------------------------
@@ -180,6 +185,16 @@ def write_folder(folder: str | Path, config: BertConfig, state_dict: dict[str, t
                for name, tensor in state_dict.items() if name not in TIED_KEYS}
     write_json(folder / CONFIG_NAME, config.to_hf_dict())
     save_file(tensors, folder / SAFETENSORS_NAME, metadata={"format": "pt"})
+
+
+def write_remote_code_folder(folder: str | Path, config: BertConfig,
+                             state_dict: dict[str, torch.Tensor]) -> None:
+    """Write the remote-code layout: `write_folder`'s files (config.json with `auto_map`, bertpre's
+    tensor names) and the two Python files transformers loads with `trust_remote_code=True`."""
+    write_folder(folder, config, state_dict)
+    source = resources.files("bertpre.model").joinpath("remote_code")
+    for name in REMOTE_CODE_FILES:
+        (Path(folder) / name).write_bytes(source.joinpath(name).read_bytes())
 
 
 def write_albert_folder(folder: str | Path, config: BertConfig,

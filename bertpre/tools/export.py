@@ -1,8 +1,9 @@
-"""`bertpre export`: a run's checkpoint and tokenizer as a Hugging Face folder (BERT or ALBERT)."""
+"""`bertpre export`: a run's checkpoint and tokenizer as a Hugging Face folder (BERT, ALBERT or remote code)."""
 from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -10,8 +11,8 @@ from safetensors import SafetensorError
 
 from bertpre.errors import UserError
 from bertpre.folders import MARKERS, check_out, make_files_readable, replace_folder, staging_folder
-from bertpre.model import BertForPreTraining
-from bertpre.model.hf_format import write_albert_folder, write_folder
+from bertpre.model import BertConfig, BertForPreTraining
+from bertpre.model.hf_format import write_albert_folder, write_folder, write_remote_code_folder
 from bertpre.tokenizer import load_tokenizer
 from bertpre.tokenizer.wordpiece import TOKENIZER_CONFIG_FILE, TOKENIZER_FILES
 from bertpre.train.checkpoint import find_checkpoint
@@ -32,8 +33,9 @@ def export(source: str | Path, out: str | Path, overwrite: bool = False) -> Expo
     """Write a run's latest (or a given) checkpoint and its tokenizer as a Hugging Face folder.
 
     Plain BERT goes to the `BertForPreTraining` layout; a model with ALBERT options goes to
-    `AlbertForPreTraining`. The folder is written beside `out` and renamed into place, so a
-    failed export leaves no half-written folder.
+    `AlbertForPreTraining`; one with relative positions (which transformers' BERT lacks) to the
+    remote-code layout, its own `modeling_bertpre.py` beside the weights. The folder is written
+    beside `out` and renamed into place, so a failed export leaves no half-written folder.
     """
     checkpoint, tokenizer_folder = find_checkpoint(source)
     out = Path(out)
@@ -44,7 +46,7 @@ def export(source: str | Path, out: str | Path, overwrite: bool = False) -> Expo
     tokenizer = load_tokenizer(tokenizer_folder)
     model.config.check_vocab_fits(tokenizer.get_vocab_size(), str(tokenizer_folder))
 
-    write = write_albert_folder if model.config.is_albert else write_folder
+    architecture, write = export_layout(model.config)
     with staging_folder(out) as staging:
         try:
             write(staging, model.config, model.state_dict())
@@ -65,10 +67,19 @@ def export(source: str | Path, out: str | Path, overwrite: bool = False) -> Expo
     return ExportSummary(
         checkpoint=checkpoint,
         out=out,
-        architecture="AlbertForPreTraining" if model.config.is_albert else "BertForPreTraining",
+        architecture=architecture,
         parameters=model.num_parameters(),
         tokenizer_files=copied,
     )
+
+
+def export_layout(config: BertConfig) -> tuple[str, Callable[[Path, BertConfig, dict], None]]:
+    """The architecture an export names and the function that writes it, for this model."""
+    if config.relative_positions:  # ALBERT options or not: transformers' ALBERT has no such positions
+        return "BertpreForPreTraining (remote code: trust_remote_code=True)", write_remote_code_folder
+    if config.is_albert:
+        return "AlbertForPreTraining", write_albert_folder
+    return "BertForPreTraining", write_folder
 
 
 def limit_model_max_length(folder: Path, positions: int) -> None:

@@ -29,6 +29,8 @@ def test_wheel_ships_presets_and_runs_outside_the_checkout(tmp_path: Path) -> No
     names = zipfile.ZipFile(wheel).namelist()
     assert "bertpre/configs/tiny.yaml" in names and "bertpre/configs/base.yaml" in names
     assert not any(name.startswith("configs/") for name in names)
+    assert {"bertpre/model/remote_code/configuration_bertpre.py",
+            "bertpre/model/remote_code/modeling_bertpre.py"} <= set(names)  # copied into exports
 
     venv = tmp_path / "venv"
     run([sys.executable, "-m", "venv", venv], cwd=tmp_path)
