@@ -26,6 +26,22 @@ app = typer.Typer(
 )
 
 EXIT_BAD_INPUT = 2
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from bertpre import __version__
+
+        typer.echo(f"bertpre {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                 help="Print the version and exit."),
+) -> None:
+    """Pretrain BERT-style encoders from scratch on your own corpus."""
 PRESETS = ", ".join(preset_names())
 EXIT_INTERRUPTED = 130
 EXIT_TERMINATED = 143  # 128 + SIGTERM, as a shell reports a process the signal ended

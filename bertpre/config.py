@@ -10,6 +10,7 @@ from typing import Any
 
 import yaml
 
+import bertpre
 from bertpre.configs import preset_file, preset_names
 from bertpre.errors import UserError
 from bertpre.labels import PAIR_TASKS
@@ -198,8 +199,9 @@ class Config:
         return said
 
     def save(self, path: Path) -> None:
-        """Write the config as YAML (the run's `config.yaml`)."""
-        path.write_text(yaml.safe_dump(self.to_dict(), sort_keys=False), encoding="utf-8")
+        """Write the config as YAML (the run's `config.yaml`), headed by the bertpre version."""
+        header = f"# written by bertpre {bertpre.__version__}: this run's config, every key resolved\n"
+        path.write_text(header + yaml.safe_dump(self.to_dict(), sort_keys=False), encoding="utf-8")
 
 
 SECTIONS: dict[str, type] = {

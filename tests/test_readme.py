@@ -59,6 +59,7 @@ def test_every_bertpre_command_in_the_readme_exists():
     mentioned |= set(re.findall(r"-m bertpre ([a-z-]+)", code))
     mentioned |= set(re.findall(r"`bertpre ([a-z-]+)", text))
     assert mentioned, "the README shows no bertpre command"
+    mentioned = {name for name in mentioned if not name.startswith("-")}  # bertpre --version
     assert mentioned <= registered, mentioned - registered
 
 

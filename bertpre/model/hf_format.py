@@ -16,6 +16,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
+import bertpre
 from bertpre.errors import UserError
 from bertpre.model.config import REMOTE_AUTO_MAP, BertConfig
 
@@ -183,7 +184,7 @@ def write_folder(folder: str | Path, config: BertConfig, state_dict: dict[str, t
     folder.mkdir(parents=True, exist_ok=True)
     tensors = {name: tensor.detach().contiguous().cpu()
                for name, tensor in state_dict.items() if name not in TIED_KEYS}
-    write_json(folder / CONFIG_NAME, config.to_hf_dict())
+    write_json(folder / CONFIG_NAME, {**config.to_hf_dict(), "bertpre_version": bertpre.__version__})
     save_file(tensors, folder / SAFETENSORS_NAME, metadata={"format": "pt"})
 
 
@@ -212,7 +213,7 @@ def write_albert_folder(folder: str | Path, config: BertConfig,
         hidden = config.hidden_size
         tensors["albert.encoder.embedding_hidden_mapping_in.weight"] = torch.eye(hidden)
         tensors["albert.encoder.embedding_hidden_mapping_in.bias"] = torch.zeros(hidden)
-    write_json(folder / CONFIG_NAME, albert_config(config))
+    write_json(folder / CONFIG_NAME, {**albert_config(config), "bertpre_version": bertpre.__version__})
     save_file(tensors, folder / SAFETENSORS_NAME, metadata={"format": "pt"})
 
 

@@ -1,0 +1,150 @@
+"""What a run shows: TensorBoard's layout and texts, the start and end blocks, the ETA, --version,
+and (slow, with Chromium) the loss chart on the first screen of the Custom Scalars tab."""
+from __future__ import annotations
+
+import datetime
+import importlib.metadata
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from bertpre.config import load_config
+from bertpre.train.report import CUSTOM_SCALARS_LAYOUT, eta_line, format_duration
+from bertpre.train.trainer import pretrain
+
+ROOT = Path(__file__).parents[2]
+TINY = ROOT / "configs" / "tiny.yaml"
+DOCS_SCREENSHOT = ROOT / "docs" / "tensorboard-custom-scalars.png"
+
+
+@pytest.fixture(scope="module")
+def run(tiny_data, tmp_path_factory) -> tuple[Path, str]:
+    """A 12-step tiny run (batch 32 of 64 tokens), logged every 4 steps, evaluated at 6 and 12,
+    and what it wrote on stderr."""
+    import contextlib
+    import io
+
+    out = tmp_path_factory.mktemp("report") / "run"
+    stderr = io.StringIO()
+    with contextlib.redirect_stderr(stderr):
+        pretrain(load_config(TINY, [f"data.path={tiny_data}", f"train.out={out}", "train.max_steps=12",
+                                    "train.log_every=4", "train.eval_every=6"]))
+    return out, stderr.getvalue()
+
+
+def test_event_files_hold_the_custom_scalars_layout_and_the_config(run):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.plugins.custom_scalar import layout_pb2
+
+    out, _ = run
+    events = EventAccumulator(str(out / "tensorboard"), size_guidance={"tensors": 0})
+    events.Reload()
+    tags = events.Tags()["tensors"]
+    assert "custom_scalars__config__" in tags
+    layout = layout_pb2.Layout()
+    layout.ParseFromString(events.Tensors("custom_scalars__config__")[0].tensor_proto.string_val[0])
+    titles = [[chart.title for chart in category.chart] for category in layout.category]
+    assert titles == [list(charts) for charts in CUSTOM_SCALARS_LAYOUT.values()]
+    assert list(layout.category[0].chart[0].multiline.tag) == [r"^train/loss$", r"^eval/loss$"]
+    config = events.Tensors("run/config/text_summary")[0]
+    assert config.step == 0
+    text = config.tensor_proto.string_val[0].decode()
+    assert text.startswith("bertpre ") and "max_seq_length: 64" in text
+    assert "documents" in events.Tensors("run/data/text_summary")[0].tensor_proto.string_val[0].decode()
+
+
+def test_eval_loss_sits_beside_train_loss(run):
+    out, _ = run
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    evaluations = [row for row in rows if "eval/mlm_loss" in row]
+    assert [row["step"] for row in evaluations] == [6, 12]
+    for row in evaluations:
+        assert row["eval/loss"] == pytest.approx(row["eval/mlm_loss"] + row["eval/pair_loss"])
+
+
+def test_the_run_introduces_itself_with_its_numbers_and_says_goodbye(run):
+    out, stderr = run
+    lines = stderr.replace("\r", "\n").splitlines()
+    start = lines.index(next(line for line in lines if line.startswith(f"run {out}: BERT of ")))
+    assert lines[start + 1] == "  12 steps, 32 sequences of 64 tokens a step: 2,048 tokens a step, 24,576 in all"
+    assert lines[start + 2] == "  precision fp32 (as configured); 1 process on cpu"
+    data = re.fullmatch(r"  data: ([\d,]+) documents, ([\d,]+) tokens; an epoch is ([\d,]+) steps, "
+                        r"so the run reads ([\d.]+) epochs", lines[start + 3])
+    assert data and int(data[1].replace(",", "")) == 60
+    assert float(data[4]) == pytest.approx(12 / int(data[3].replace(",", "")), rel=0.1)  # steps shown rounded
+    eta = next(line for line in lines if re.search(r"tokens/s \(.* s a step\): about .* to step 12 \(around ", line))
+    assert eta
+    end = lines.index(next(line for line in lines if line.startswith(f"run {out} finished at step 12 ")))
+    tokens = int(re.search(r"12 steps this session, ([\d,]+) tokens", lines[end])[1].replace(",", ""))
+    assert 0 < tokens <= 12 * 2048
+    assert lines[end + 1].startswith("  last train window: loss ")
+    assert lines[end + 2].startswith("  last evaluation:   loss ")
+    assert lines[end + 3] == f"  checkpoint: {out}/checkpoints/step-00000012"
+    assert lines[end + 5] == f"  export: bertpre export {out} --out {out}-export"
+    state = json.loads((out / "checkpoints" / "step-00000012" / "trainer_state.json").read_text())
+    assert state["tokens_seen"] == tokens
+
+
+def test_eta_and_durations_read_as_people_write_them():
+    now = datetime.datetime(2026, 11, 23, 20, 0)
+    assert eta_line(step=100, max_steps=1100, seconds_per_step=4.5, tokens_per_s=12345.6, now=now) == (
+        "at 12,346 tokens/s (4.5 s a step): about 1 h 15 min to step 1,100 (around 2026-11-23 21:15)")
+    assert [format_duration(s) for s in (4, 65, 3600, 7325)] == ["4 s", "1 min 05 s", "1 h 00 min", "2 h 02 min"]
+
+
+def test_version_is_the_package_version(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "bertpre", "--version"], capture_output=True, text=True,
+                            env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=60)
+    assert result.returncode == 0
+    assert result.stdout.strip() == f"bertpre {importlib.metadata.version('bertpre')}"
+
+
+def test_the_version_is_in_the_run_config_and_the_checkpoint(run):
+    out, _ = run
+    version = importlib.metadata.version("bertpre")
+    assert (out / "config.yaml").read_text().startswith(f"# written by bertpre {version}:")
+    config = json.loads((out / "checkpoints" / "step-00000012" / "config.json").read_text())
+    assert config["bertpre_version"] == version
+
+
+@pytest.mark.slow
+def test_tensorboard_opens_on_the_loss_chart_in_a_headless_browser(run, tmp_path):
+    from _headless_browser import HeadlessChromium, find_chromium, free_port, wait_for
+
+    chromium = find_chromium()
+    if chromium is None:
+        pytest.skip("no Chromium here (Debian: apt install chromium)")
+    out, _ = run
+    port = free_port()
+    board = subprocess.Popen([sys.executable, "-m", "tensorboard.main", "--logdir", str(out / "tensorboard"),
+                              "--port", str(port), "--host", "127.0.0.1"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    browser = None
+    try:
+        wait_for(f"http://127.0.0.1:{port}/data/plugin/custom_scalars/layout")
+        browser = HeadlessChromium(chromium)
+        browser.open(f"http://127.0.0.1:{port}/?darkMode=false#custom_scalars")
+        deadline, found = time.monotonic() + 60, {"boxes": []}
+        while not found["boxes"] and time.monotonic() < deadline:
+            time.sleep(0.5)
+            found = browser.text_boxes("loss (train and eval)")
+        assert found["boxes"], "the loss chart's title never appeared"
+        box = found["boxes"][0]
+        assert box["width"] > 0 and 0 <= box["top"] and box["bottom"] <= found["viewportHeight"]  # first screen
+        time.sleep(2)  # let the lines draw
+        browser.screenshot(tmp_path / "custom-scalars.png")
+        assert (tmp_path / "custom-scalars.png").stat().st_size > 10_000
+        if os.environ.get("BERTPRE_UPDATE_SCREENSHOT"):
+            shutil.copyfile(tmp_path / "custom-scalars.png", DOCS_SCREENSHOT)
+    finally:
+        if browser is not None:
+            browser.close()
+        board.terminate()
+        board.wait(timeout=30)
