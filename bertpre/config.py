@@ -13,7 +13,7 @@ import yaml
 import bertpre
 from bertpre.configs import preset_file, preset_names
 from bertpre.errors import UserError
-from bertpre.labels import PAIR_TASKS
+from bertpre.labels import MASK_COUNTS, PAIR_TASKS
 from bertpre.model.config import BertConfig
 from bertpre.tokenizer.wordpiece import PAD_TOKEN
 
@@ -45,6 +45,7 @@ class DataConfig:
     mask_replace_prob: float = 0.8
     random_replace_prob: float = 0.1
     whole_word_mask: bool = False
+    mask_count: str = "exact"  # exact: round(p·n) a sequence; sampled: each token (word) with probability p
     max_predictions_per_seq: int | None = 20
     num_workers: int = 2
 
@@ -420,6 +421,7 @@ def _validate(config: Config, warmup_given: bool, ratio_given: bool) -> None:
         raise UserError(f"data.pair_task {data.pair_task!r} needs model.type_vocab_size >= 2")
     _check_range("data.short_seq_prob", data.short_seq_prob, 0.0, 1.0)
     _check_range("data.mlm_probability", data.mlm_probability, 0.0, 1.0, low_open=True)
+    _check_choice("data.mask_count", data.mask_count, MASK_COUNTS)
     _check_range("data.mask_replace_prob", data.mask_replace_prob, 0.0, 1.0)
     _check_range("data.random_replace_prob", data.random_replace_prob, 0.0, 1.0)
     if data.mask_replace_prob + data.random_replace_prob > 1.0 + 1e-9:

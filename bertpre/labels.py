@@ -7,6 +7,7 @@ says how the collator corrupted each predicted position.
 
 IGNORE_INDEX = -100  # Hugging Face's and torch.nn.CrossEntropyLoss's value
 PAIR_TASKS = ("nsp", "sop", "none")  # next sentence, sentence order, one segment (no pair label)
+MASK_COUNTS = ("exact", "sampled")  # round(p·n) predictions a sequence, or each token drawn with p
 
 # mask_action codes: not predicted, replaced by [MASK], replaced by a random token, kept as is.
 NO_ACTION, MASKED, RANDOM_TOKEN, KEPT = 0, 1, 2, 3

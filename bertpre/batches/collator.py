@@ -9,7 +9,9 @@ Choices, where BERT's recipe leaves room:
 - Each sequence gets exactly `k = floor(n * mlm_probability + 0.5)` predictions among its n
   eligible tokens (never [CLS], [SEP], [PAD] or [MASK]; [UNK] is eligible, as in Google's code),
   at least 1 when n >= 1, at most `max_predictions_per_seq`. The k positions are the k smallest
-  random keys, i.e. a uniform k-subset.
+  random keys, i.e. a uniform k-subset. With `mask_count="sampled"`, k is instead the number of
+  eligible tokens whose key falls below `mlm_probability` (each token, or each word, drawn on its
+  own, as Hugging Face's collator draws them; possibly 0), still capped.
 - With `whole_word_mask`, a word (a token and its following `##` pieces) shares one key, and
   words are taken in key order until the count reaches k; the last word may overshoot k, but
   the total never exceeds `max_predictions_per_seq`. When the instances carry word-start flags
@@ -40,7 +42,7 @@ from tokenizers import Tokenizer
 from bertpre.batches import keyed_random
 from bertpre.batches.instance_batch import InstanceBatch
 from bertpre.errors import UserError
-from bertpre.labels import IGNORE_INDEX, KEPT, MASKED, NO_ACTION, RANDOM_TOKEN
+from bertpre.labels import IGNORE_INDEX, KEPT, MASK_COUNTS, MASKED, NO_ACTION, RANDOM_TOKEN
 from bertpre.tokenizer.wordpiece import CLS_TOKEN, MASK_TOKEN, PAD_TOKEN, SEP_TOKEN, UNK_TOKEN
 
 if TYPE_CHECKING:  # the run config sits above this package
@@ -61,6 +63,8 @@ class MaskingCollator:
         mask_replace_prob: share of predicted tokens replaced by [MASK].
         random_replace_prob: share of predicted tokens replaced by a random non-special token.
         whole_word_mask: choose a word's pieces together.
+        mask_count: "exact" (round(p·n) predictions a sequence) or "sampled" (each token or
+            word with probability p).
         max_predictions_per_seq: cap on predictions per sequence (None: no cap).
         seed: mixed into every instance's key; two collators with different seeds mask differently.
         pad_to_multiple_of: pad the batch's longest length up to a multiple of this (e.g. 8).
@@ -84,6 +88,7 @@ class MaskingCollator:
         random_replace_prob: float = 0.1,
         whole_word_mask: bool = False,
         max_predictions_per_seq: int | None = None,
+        mask_count: str = "exact",
         seed: int = 0,
         pad_to_multiple_of: int | None = None,
         pad_to_length: int | None = None,
@@ -108,7 +113,10 @@ class MaskingCollator:
         self.mlm_probability = mlm_probability
         self.mask_replace_prob = mask_replace_prob
         self.random_replace_prob = random_replace_prob
+        if mask_count not in MASK_COUNTS:
+            raise UserError(f"mask_count must be one of {', '.join(MASK_COUNTS)}, not {mask_count!r}")
         self.whole_word_mask = whole_word_mask
+        self.mask_count = mask_count
         self.max_predictions_per_seq = max_predictions_per_seq
         self.pad_to_multiple_of = pad_to_multiple_of
         self.pad_to_length = pad_to_length
@@ -158,7 +166,7 @@ class MaskingCollator:
         return cls(tokenizer, mlm_probability=data_config.mlm_probability,
                    mask_replace_prob=data_config.mask_replace_prob,
                    random_replace_prob=data_config.random_replace_prob,
-                   whole_word_mask=data_config.whole_word_mask,
+                   whole_word_mask=data_config.whole_word_mask, mask_count=data_config.mask_count,
                    max_predictions_per_seq=data_config.max_predictions_per_seq, seed=seed,
                    pad_to_length=data_config.max_seq_length if fixed_shapes else None)
 
@@ -270,6 +278,10 @@ class MaskingCollator:
         selection_key = np.where(eligible, selection_key, 2.0)
         if self.whole_word_mask:
             start_index, word_length = self.word_layout(input_ids, eligible, word_starts)
+            if self.mask_count == "sampled":  # the tokens of the words whose key is below p
+                word_key = selection_key[np.arange(batch_size)[:, None], start_index]
+                drawn = (eligible & (word_key < self.mlm_probability)).sum(axis=1)
+                num_to_predict = np.minimum(drawn, cap)
             crossing_draw = None
             if word_starts is not None:
                 crossing_bits = keyed_random.random_bits(row_keys[:, None],
@@ -281,6 +293,8 @@ class MaskingCollator:
             if word_starts is not None:  # one 80/10/10 draw per word: its first token's
                 action_draw = action_draw[np.arange(batch_size)[:, None], start_index]
         else:
+            if self.mask_count == "sampled":  # the tokens whose key is below p
+                num_to_predict = np.minimum((selection_key < self.mlm_probability).sum(axis=1), cap)
             # The k smallest keys of a row: everything up to the row's k-th smallest key.
             sorted_keys = np.sort(selection_key, axis=1)
             kth_key = sorted_keys[np.arange(batch_size), np.maximum(num_to_predict, 1) - 1]
