@@ -1,0 +1,262 @@
+"""Does a bertpre step teach as much as a reference step? Held-out MLM loss of bertpre's Trainer and
+of a plain transformers loop, same shape, optimizer, schedule, data and steps, K seeds each.
+
+- bertpre: `bertpre pretrain` (`pair_task: none`, one segment per sequence, its pair sampling,
+  masking and truncation), with any `--set` overrides (the ablations: `data.mask_count=sampled`,
+  `data.mlm_probability=0.3`, ...).
+- reference: `transformers.BertForMaskedLM` trained as the Hugging Face `run_mlm` example does:
+  each document tokenized with [CLS] … [SEP], all concatenated and cut into blocks of L tokens,
+  `DataCollatorForLanguageModeling` (each token masked with p, 80/10/10), AdamW without decay on
+  biases and LayerNorms, `get_linear_schedule_with_warmup`, gradients clipped at 1.
+- scoring: every final model by the same code (full logits, cross-entropy and accuracy over the
+  predicted positions) on two held-out sets of the validation documents, each masked once with a
+  fixed seed: cut bertpre's way (its instances and collator) and the reference's way (blocks and
+  its collator).
+
+Writes bench/results/learning-DATE.json (NAME-DATE with `--name`): per seed, each side's loss and
+accuracy on both sets; per side the mean and standard deviation; bertpre − reference with a 95%
+Welch interval.
+
+    .venv/bin/python -m bench.learning                                   # 3 seeds, 600 steps (~30 min on 2 cores)
+    .venv/bin/python -m bench.learning --name learning-sampled --set data.mask_count=sampled
+    .venv/bin/python -m bench.learning --steps 20 --seeds 1 --hidden 64 # quick
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+from bench.common import CORPORA, RESULTS, ROOT, transformers_bert_tokenizer, write_result
+
+# t quantiles at 0.975 by degrees of freedom (interpolated in 1/df; the normal's beyond 30).
+_T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 8: 2.306, 10: 2.228, 15: 2.131,
+         20: 2.086, 30: 2.042}
+
+
+def t975(df: float) -> float:
+    """The 97.5% quantile of Student's t with `df` (possibly fractional) degrees of freedom."""
+    if df >= 30:
+        return 1.96 + (2.042 - 1.96) * 30 / df
+    points = sorted(_T975)
+    low = max(point for point in points if point <= max(df, 1))
+    high = min(point for point in points if point >= max(df, 1))
+    if low == high:
+        return _T975[low]
+    weight = (1 / low - 1 / df) / (1 / low - 1 / high)
+    return _T975[low] + weight * (_T975[high] - _T975[low])
+
+
+def welch(ours: list[float], theirs: list[float]) -> dict:
+    """Difference of means with its 95% Welch interval (None with fewer than two values a side)."""
+    difference = statistics.fmean(ours) - statistics.fmean(theirs)
+    if min(len(ours), len(theirs)) < 2:
+        return {"difference": difference, "interval": None}
+    a, b = statistics.variance(ours) / len(ours), statistics.variance(theirs) / len(theirs)
+    if a + b == 0:
+        return {"difference": difference, "interval": [difference, difference]}
+    df = (a + b) ** 2 / (a**2 / (len(ours) - 1) + b**2 / (len(theirs) - 1))
+    half = t975(df) * math.sqrt(a + b)
+    return {"difference": difference, "interval": [difference - half, difference + half], "df": df}
+
+
+def model_shape(args) -> dict:
+    return {"hidden_size": args.hidden, "num_hidden_layers": args.layers,
+            "num_attention_heads": max(1, args.hidden // 64), "intermediate_size": 4 * args.hidden}
+
+
+def bertpre_overrides(args, data: Path, out: Path, seed: int) -> list[str]:
+    shape = model_shape(args)
+    return [f"data.path={data}", f"train.out={out}", f"data.max_seq_length={args.length}",
+            "data.pair_task=none", "data.max_predictions_per_seq=null", "data.num_workers=0",
+            f"train.max_steps={args.steps}", f"train.batch_size={args.batch_size}",
+            f"train.micro_batch_size={args.batch_size}", f"train.seed={seed}",
+            f"train.log_every={max(1, args.steps // 10)}", f"train.eval_every={args.steps}",
+            f"train.save_every={args.steps}", f"optim.lr={args.lr}", f"optim.warmup_steps={args.warmup}",
+            "optim.schedule=linear", *(f"model.{key}={value}" for key, value in shape.items()),
+            *args.set]
+
+
+def train_bertpre(args, data: Path, out: Path, seed: int):
+    from bertpre.config import load_config
+    from bertpre.model import BertForPreTraining
+    from bertpre.train.checkpoint import latest_checkpoint
+    from bertpre.train.trainer import pretrain
+
+    pretrain(load_config(ROOT / "configs" / "tiny.yaml", bertpre_overrides(args, data, out, seed)))
+    return BertForPreTraining.from_pretrained(latest_checkpoint(out)).eval()
+
+
+def blocks_of(documents, hf_tokenizer, length: int) -> list[list[int]]:
+    """The reference's examples: documents as [CLS] … [SEP], concatenated, cut into `length` tokens."""
+    ids: list[int] = []
+    for document in documents:
+        ids += hf_tokenizer(" ".join(document))["input_ids"]
+    return [ids[start:start + length] for start in range(0, len(ids) - length + 1, length)]
+
+
+def train_reference(args, data_path: Path, seed: int):
+    """`BertForMaskedLM` trained as run_mlm does, on the same training documents."""
+    import transformers
+
+    from bertpre.data import load_data
+    from bertpre.tokenizer.wordpiece import tokenizer_lowercases
+
+    data = load_data(data_path)
+    hf_tokenizer = transformers_bert_tokenizer(data_path / "tokenizer" / "vocab.txt",
+                                               tokenizer_lowercases(data.tokenizer))
+    texts = [[data.tokenizer.decode(sentence) for sentence in document] for document in data.train["input_ids"]]
+    blocks = blocks_of(texts, hf_tokenizer, args.length)
+    collate = transformers.DataCollatorForLanguageModeling(hf_tokenizer, mlm_probability=0.15, return_tensors="pt")
+    torch.manual_seed(seed)
+    config = transformers.BertConfig(vocab_size=data.tokenizer.get_vocab_size(), max_position_embeddings=512,
+                                     **model_shape(args))
+    model = transformers.BertForMaskedLM(config).train()
+    decay = [p for p in model.parameters() if p.ndim >= 2]
+    no_decay = [p for p in model.parameters() if p.ndim < 2]
+    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}],
+                                  lr=args.lr, betas=(0.9, 0.999), eps=1e-6)
+    schedule = transformers.get_linear_schedule_with_warmup(optimizer, args.warmup, args.steps)
+    generator = torch.Generator().manual_seed(seed)
+    order: list[int] = []
+    for _ in range(args.steps):
+        if len(order) < args.batch_size:
+            order += torch.randperm(len(blocks), generator=generator).tolist()
+        batch = collate([{"input_ids": blocks[i]} for i in order[:args.batch_size]])
+        order = order[args.batch_size:]
+        loss = model(**batch).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        schedule.step()
+        optimizer.zero_grad(set_to_none=True)
+    return model.eval()
+
+
+def held_out_sets(args, data_path: Path) -> dict[str, list[dict[str, torch.Tensor]]]:
+    """The validation documents as masked batches, cut bertpre's way and the reference's way."""
+    import transformers
+
+    from bertpre.batches import MaskingCollator, PretrainingInstances
+    from bertpre.data import load_data
+    from bertpre.tokenizer.wordpiece import tokenizer_lowercases
+
+    data = load_data(data_path)
+    instances = PretrainingInstances(data.validation, data.tokenizer, max_seq_length=args.length,
+                                     pair_task="none", seed=1234)
+    ours = MaskingCollator(data.tokenizer, seed=1234)
+    bertpre_cut = [ours(instances.__getitems__(range(start, min(start + 32, len(instances)))))
+                   for start in range(0, len(instances), 32)]
+    hf_tokenizer = transformers_bert_tokenizer(data_path / "tokenizer" / "vocab.txt",
+                                               tokenizer_lowercases(data.tokenizer))
+    texts = [[data.tokenizer.decode(sentence) for sentence in document] for document in data.validation["input_ids"]]
+    blocks = blocks_of(texts, hf_tokenizer, args.length)
+    theirs = transformers.DataCollatorForLanguageModeling(hf_tokenizer, mlm_probability=0.15, return_tensors="pt")
+    torch.manual_seed(1234)
+    reference_cut = [theirs([{"input_ids": block} for block in blocks[start:start + 32]])
+                     for start in range(0, len(blocks), 32)]
+    keep = ("input_ids", "attention_mask", "token_type_ids", "labels")
+    return {name: [{key: batch[key] for key in keep if key in batch} for batch in batches]
+            for name, batches in (("bertpre_cut", bertpre_cut), ("reference_cut", reference_cut))}
+
+
+def bertpre_logits(model):
+    return lambda batch: model(batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids")).prediction_logits
+
+
+def reference_logits(model):
+    return lambda batch: model(**{key: value for key, value in batch.items() if key != "labels"}).logits
+
+
+@torch.no_grad()
+def score(logits_of, batches: list[dict[str, torch.Tensor]]) -> dict[str, float]:
+    """Mean cross-entropy and accuracy over every predicted position of `batches`."""
+    loss = correct = count = 0.0
+    for batch in batches:
+        logits = logits_of(batch).float()  # (B, T, V)
+        predicted = batch["labels"] != -100
+        loss += torch.nn.functional.cross_entropy(logits[predicted], batch["labels"][predicted],
+                                                  reduction="sum").item()
+        correct += (logits[predicted].argmax(-1) == batch["labels"][predicted]).sum().item()
+        count += predicted.sum().item()
+    return {"mlm_loss": loss / count, "mlm_acc": correct / count, "predictions": int(count)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--corpora", type=Path, nargs="+", default=None,
+                        help="text files (default: ../shared/corpora/wikitext2-valid.txt and -test.txt)")
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=600)
+    parser.add_argument("--warmup", type=int, default=60)
+    parser.add_argument("--length", type=int, default=64)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--lr", type=float, default=5e-4)
+    parser.add_argument("--hidden", type=int, default=256)
+    parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--vocab-size", type=int, default=8000)
+    parser.add_argument("--set", action="append", default=[], help="a bertpre config override (repeatable)")
+    parser.add_argument("--no-reference", action="store_true", help="bertpre only (ablations)")
+    parser.add_argument("--name", default="learning")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+    files = args.corpora or [CORPORA / "wikitext2-valid.txt", CORPORA / "wikitext2-test.txt"]
+    if not all(path.is_file() for path in files):
+        print(f"no corpus: {', '.join(map(str, files))} absent; pass --corpora FILE...")
+        return 0
+    torch.set_num_threads(torch.get_num_threads())
+
+    from bertpre.data.build import tokenize_corpus
+
+    results: dict[str, list[dict]] = {"bertpre": [], "reference": []}
+    with tempfile.TemporaryDirectory(prefix="bertpre-learning-") as scratch:
+        data = Path(scratch) / "data"
+        tokenize_corpus(files, data, vocab_size=args.vocab_size, validation_share=0.05, show_progress=False)
+        sets = held_out_sets(args, data)
+        for seed in range(args.seeds):
+            ours = train_bertpre(args, data, Path(scratch) / f"run-{seed}", seed)
+            results["bertpre"].append({name: score(bertpre_logits(ours), batches) for name, batches in sets.items()})
+            if not args.no_reference:
+                theirs = train_reference(args, data, seed)
+                results["reference"].append({name: score(reference_logits(theirs), batches)
+                                             for name, batches in sets.items()})
+            print(f"seed {seed}: " + "; ".join(
+                f"{side} " + ", ".join(f"{name} {values[name]['mlm_loss']:.4f}" for name in sets)
+                for side, runs in results.items() if runs for values in runs[-1:]), flush=True)
+
+    summary = {}
+    for side, runs in results.items():
+        if runs:
+            summary[side] = {name: {"mean": statistics.fmean(run[name]["mlm_loss"] for run in runs),
+                                    "std": statistics.stdev(run[name]["mlm_loss"] for run in runs) if len(runs) > 1 else 0.0,
+                                    "acc_mean": statistics.fmean(run[name]["mlm_acc"] for run in runs)}
+                             for name in sets}
+    comparison = {}
+    if results["reference"]:
+        comparison = {name: welch([run[name]["mlm_loss"] for run in results["bertpre"]],
+                                  [run[name]["mlm_loss"] for run in results["reference"]]) for name in sets}
+    print(f"\nheld-out MLM loss, mean ± std over {args.seeds} seed(s), {args.steps} steps")
+    for side, by_set in summary.items():
+        print(f"  {side:<10} " + "  ".join(f"{name} {v['mean']:.4f} ± {v['std']:.4f} (acc {v['acc_mean']:.2%})"
+                                           for name, v in by_set.items()))
+    for name, welch_result in comparison.items():
+        interval = welch_result["interval"]
+        shown = f"[{interval[0]:+.4f}, {interval[1]:+.4f}]" if interval else "(one seed: no interval)"
+        print(f"  bertpre - reference on {name}: {welch_result['difference']:+.4f} {shown}")
+    path = write_result(args.name, {
+        "settings": {key: value for key, value in vars(args).items() if key not in ("out", "corpora")}
+        | {"corpora": [path.name for path in files]},
+        "per_seed": results, "summary": summary, "bertpre_minus_reference": comparison,
+        "target": "bertpre's mean held-out MLM loss no worse than the reference's beyond noise on both sets",
+    }, args.out, argv, versions=("torch", "transformers"))
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

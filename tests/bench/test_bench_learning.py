@@ -1,0 +1,41 @@
+"""bench.learning: its statistics, and the whole benchmark at a tiny size."""
+import json
+import statistics
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))  # the bench package lives at the repository root
+from bench import learning  # noqa: E402
+
+
+def test_welch_interval_matches_the_textbook_case():
+    ours, theirs = [5.90, 5.93, 5.95], [5.87, 5.88, 5.90]
+    result = learning.welch(ours, theirs)
+    assert result["difference"] == pytest.approx(statistics.fmean(ours) - statistics.fmean(theirs))
+    # Welch-Satterthwaite: (a + b)^2 / (a^2/2 + b^2/2) = 3.30 here, and t(0.975, 3.3) is about 3.05.
+    half = (result["interval"][1] - result["interval"][0]) / 2
+    a, b = statistics.variance(ours) / 3, statistics.variance(theirs) / 3
+    assert result["df"] == pytest.approx((a + b) ** 2 / (a**2 / 2 + b**2 / 2)) == pytest.approx(3.30, abs=0.01)
+    assert 3.0 * (a + b) ** 0.5 < half < 3.1 * (a + b) ** 0.5
+    assert learning.welch([1.0], [2.0])["interval"] is None
+    assert learning.t975(4) == 2.776 and learning.t975(1000) == pytest.approx(1.96, abs=0.01)
+
+
+def test_learning_bench_tiny_run(tmp_path):
+    pytest.importorskip("transformers")
+    corpus = tmp_path / "corpus.txt"
+    words = "the river runs past the old mill where the miller keeps his grain and his cat".split()
+    corpus.write_text("\n\n".join(" ".join(words[(i + j) % len(words)] for j in range(60)) + " ."
+                                  for i in range(60)) + "\n", encoding="utf-8")
+    assert learning.main(["--corpora", str(corpus), "--steps", "2", "--warmup", "1", "--seeds", "2",
+                          "--hidden", "32", "--layers", "1", "--length", "32", "--batch-size", "4", "--vocab-size", "120",
+                          "--out", str(tmp_path / "results")]) == 0
+    (result,) = (tmp_path / "results").iterdir()
+    record = json.loads(result.read_text())
+    assert len(record["per_seed"]["bertpre"]) == len(record["per_seed"]["reference"]) == 2
+    for side in ("bertpre", "reference"):
+        assert set(record["summary"][side]) == {"bertpre_cut", "reference_cut"}
+    assert all(entry["interval"] for entry in record["bertpre_minus_reference"].values())
