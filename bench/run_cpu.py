@@ -27,6 +27,7 @@ BENCHMARKS: dict[str, tuple[str, list[str], str]] = {
     "create_instances": ("create_instances", ["--rounds", "3"], "--out"),
     "loader": ("loader", ["--batches", "300", "--rounds", "3"], "--out"),
     "pretrain": ("pretrain", ["--steps", "12", "--warmup", "4"], "--out"),
+    "positions": ("positions", ["--steps", "40", "--rounds", "2", "--round-steps", "3"], "--out"),
 }
 
 
