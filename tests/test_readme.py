@@ -110,3 +110,13 @@ def test_the_chinese_bert_example_turns_on_whole_word_masking(tmp_path):
     config = load_config(tmp_path / "zh.yaml")
     assert config.data.whole_word_mask and config.data.sources == [("data/zh", 1.0)]
     assert "--word-boundaries jieba" in text and "--user-dict" in text
+
+
+def test_the_relative_positions_example_loads(tmp_path):
+    from bertpre.config import load_config
+
+    text = README.read_text(encoding="utf-8").split("### Relative positions", 1)[1]
+    example = re.search(r"^```yaml\n(.*?)^```", text, re.M | re.S).group(1)
+    (tmp_path / "rope.yaml").write_text(example, encoding="utf-8")
+    model = load_config(tmp_path / "rope.yaml").model
+    assert (model.position_embedding_type, model.rope_theta) == ("rope", 10000)
