@@ -10,8 +10,8 @@ of a plain transformers loop, same shape, optimizer, schedule, data and steps, K
   biases and LayerNorms, `get_linear_schedule_with_warmup`, gradients clipped at 1.
 - scoring: every final model by the same code (full logits, cross-entropy and accuracy over the
   predicted positions) on two held-out sets of the validation documents, each masked once with a
-  fixed seed: cut bertpre's way (its instances and collator) and the reference's way (blocks and
-  its collator).
+  fixed seed: cut bertpre's way (its sentence-aligned chunks of one document each, unpacked, and
+  its collator) and the reference's way (blocks and its collator).
 
 Writes bench/results/learning-DATE.json (NAME-DATE with `--name`): per seed, each side's loss and
 accuracy on both sets; per side the mean and standard deviation; bertpre − reference with a 95%
@@ -19,11 +19,13 @@ Welch interval.
 
     .venv/bin/python -m bench.learning                                   # 3 seeds, 600 steps (~30 min on 2 cores)
     .venv/bin/python -m bench.learning --name learning-sampled --set data.mask_count=sampled
+    .venv/bin/python -m bench.learning --no-reference --name learning-truncate-end --variant truncate-end
     .venv/bin/python -m bench.learning --steps 20 --seeds 1 --hidden 64 # quick
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import statistics
 import sys
@@ -82,13 +84,45 @@ def bertpre_overrides(args, data: Path, out: Path, seed: int) -> list[str]:
             *args.set]
 
 
+@contextlib.contextmanager
+def variant(name: str | None):
+    """A recipe switch with no config key, applied to bertpre's side while it trains (ablations)."""
+    import bertpre.batches.pairs as pairs
+    import bertpre.train.trainer as trainer
+
+    patches = {
+        None: [],
+        # over-long chunks trimmed from the end only, as a reference block simply stops
+        "truncate-end": [(pairs, "_front_trims", lambda removed, key, counter_base: 0)],
+        # warmup from lr 0 at step 0, as get_linear_schedule_with_warmup (bertpre's first is lr/W)
+        "warmup-from-zero": [(trainer, "learning_rate", _warmup_from_zero(trainer.learning_rate))],
+    }[name]
+    saved = [(module, attribute, getattr(module, attribute)) for module, attribute, _ in patches]
+    for module, attribute, value in patches:
+        setattr(module, attribute, value)
+    try:
+        yield
+    finally:
+        for module, attribute, value in saved:
+            setattr(module, attribute, value)
+
+
+def _warmup_from_zero(learning_rate):
+    def shifted(step: int, *, lr: float, warmup_steps: int, max_steps: int, schedule: str = "linear") -> float:
+        if step < warmup_steps:
+            return lr * step / warmup_steps
+        return learning_rate(step, lr=lr, warmup_steps=warmup_steps, max_steps=max_steps, schedule=schedule)
+    return shifted
+
+
 def train_bertpre(args, data: Path, out: Path, seed: int):
     from bertpre.config import load_config
     from bertpre.model import BertForPreTraining
     from bertpre.train.checkpoint import latest_checkpoint
     from bertpre.train.trainer import pretrain
 
-    pretrain(load_config(ROOT / "configs" / "tiny.yaml", bertpre_overrides(args, data, out, seed)))
+    with variant(args.variant):
+        pretrain(load_config(ROOT / "configs" / "tiny.yaml", bertpre_overrides(args, data, out, seed)))
     return BertForPreTraining.from_pretrained(latest_checkpoint(out)).eval()
 
 
@@ -147,8 +181,9 @@ def held_out_sets(args, data_path: Path) -> dict[str, list[dict[str, torch.Tenso
     from bertpre.tokenizer.wordpiece import tokenizer_lowercases
 
     data = load_data(data_path)
+    # One document a sequence (no packing), so that the set stays put whatever recipe trains.
     instances = PretrainingInstances(data.validation, data.tokenizer, max_seq_length=args.length,
-                                     pair_task="none", seed=1234)
+                                     pair_task="none", seed=1234, pack_documents=False)
     ours = MaskingCollator(data.tokenizer, seed=1234)
     bertpre_cut = [ours(instances.__getitems__(range(start, min(start + 32, len(instances)))))
                    for start in range(0, len(instances), 32)]
@@ -201,6 +236,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--vocab-size", type=int, default=8000)
     parser.add_argument("--set", action="append", default=[], help="a bertpre config override (repeatable)")
+    parser.add_argument("--variant", choices=["truncate-end", "warmup-from-zero"], default=None,
+                        help="a bertpre recipe switch with no config key (ablations)")
     parser.add_argument("--no-reference", action="store_true", help="bertpre only (ablations)")
     parser.add_argument("--name", default="learning")
     parser.add_argument("--out", type=Path, default=RESULTS)

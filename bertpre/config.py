@@ -45,6 +45,7 @@ class DataConfig:
     mask_replace_prob: float = 0.8
     random_replace_prob: float = 0.1
     whole_word_mask: bool = False
+    pack_documents: bool = True  # pair_task none: top up a document's last chunk from another
     mask_count: str = "exact"  # exact: round(p·n) a sequence; sampled: each token (word) with probability p
     max_predictions_per_seq: int | None = 20
     num_workers: int = 2

@@ -149,12 +149,17 @@ def plan_epoch(
     pair_task: str,
     seed: int,
     epoch: int,
+    pack_documents: bool = False,
 ) -> EpochPlan:
     """Chunk every document into instances for one epoch, all documents in lockstep.
 
     Each round takes one chunk from every document (stretch) that has sentences left. NSP's
     random-next instances put the chunk's unused sentences back (Google's recipe), so the number
     of rounds depends on coin flips; they are all drawn here, from the document's key.
+
+    `pack_documents` (pair_task "none" only): a chunk that runs out of document before its
+    target length is topped up, as segment B after a [SEP], with sentences from a uniformly
+    drawn sentence of another document onwards (not consumed, as NSP's random B segments).
     """
     doc_offsets, token_offsets = index.document_sentence_offsets, index.sentence_token_offsets
     max_num_tokens = max_seq_length - (2 if pair_task == "none" else 3)
@@ -220,6 +225,11 @@ def plan_epoch(
         if pair_task == "none":
             b_start_tok = b_stop_tok = chunk_stop_tok
             a_stop_tok = chunk_stop_tok
+            if pack_documents:
+                b_start_tok, b_stop_tok = _top_up(
+                    index, document, target - (chunk_stop_tok - a_start_tok) - 1,
+                    draw_uniform(_OTHER_START), b_start_tok,
+                )
         elif pair_task == "sop":
             b_start_tok, b_stop_tok = a_stop_tok.copy(), chunk_stop_tok
             # A one-sentence chunk is split inside the sentence. ALBERT takes B from a random
@@ -273,6 +283,25 @@ def plan_epoch(
     return EpochPlan(*(column[keep][order] for column in vars(plan).values()))
 
 
+def _top_up(index: SentenceIndex, document: np.ndarray, room: np.ndarray, draw: np.ndarray,
+            empty: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Segment B (global token range) for chunks with `room` tokens left: sentences of another
+    document from a uniformly drawn one of its sentences on, until the room is reached (the
+    last one is trimmed when the instance is built) or that document ends; `empty` elsewhere."""
+    doc_offsets, token_offsets = index.document_sentence_offsets, index.sentence_token_offsets
+    own = doc_offsets[document + 1] - doc_offsets[document]
+    others = doc_offsets[-1] - own  # sentences in other documents
+    fill = (room > 0) & (others > 0)
+    pick = np.minimum(np.floor(draw * others).astype(np.int64), np.maximum(others - 1, 0))
+    sentence = pick + np.where(pick >= doc_offsets[document], own, 0)  # skip our own sentences
+    sentence = np.where(fill, sentence, doc_offsets[document])  # any valid index where unused
+    other = np.searchsorted(doc_offsets, sentence, side="right") - 1
+    last = _first_reaching(token_offsets, token_offsets[sentence] + np.maximum(room, 1)) - 1
+    last = np.clip(last, sentence, doc_offsets[other + 1] - 1)
+    return (np.where(fill, token_offsets[sentence], empty),
+            np.where(fill, token_offsets[last + 1], empty))
+
+
 def truncated_lengths(length_a, length_b, max_num_tokens: int) -> tuple:
     """Segment lengths after trimming the longer one (B on ties) a token at a time until they
     fit; element-wise over arrays."""
@@ -314,6 +343,8 @@ class PretrainingInstances(torch.utils.data.Dataset):
         short_seq_prob: share of chunks whose target length is random in [2, max].
         pair_task: "nsp", "sop" or "none" (one segment, no pair label).
         seed, rank, world_size: the seed of all draws; this rank's share of the instances.
+        pack_documents: pair_task "none": top up chunks that end with their document from
+            another document, after a [SEP] (see `plan_epoch`); ignored for NSP and SOP.
     """
 
     def __init__(
@@ -326,6 +357,7 @@ class PretrainingInstances(torch.utils.data.Dataset):
         seed: int = 42,
         rank: int = 0,
         world_size: int = 1,
+        pack_documents: bool = False,
     ) -> None:
         if pair_task not in PAIR_TASKS:
             raise UserError(f"pair_task must be one of {', '.join(PAIR_TASKS)}, not {pair_task!r}")
@@ -349,6 +381,7 @@ class PretrainingInstances(torch.utils.data.Dataset):
         self.seed = seed
         self.rank = rank
         self.world_size = world_size
+        self.pack_documents = pack_documents and pair_task == "none"
         self.index = index_sentences(dataset)
         if self.index.sentence_token_offsets[-1] == 0:
             raise UserError("the dataset has no tokens; tokenize a non-empty corpus")
@@ -363,7 +396,8 @@ class PretrainingInstances(torch.utils.data.Dataset):
         """The instances a run's `data:` section describes, for one split and one rank."""
         return cls(dataset, tokenizer, max_seq_length=data_config.max_seq_length,
                    short_seq_prob=data_config.short_seq_prob, pair_task=data_config.pair_task,
-                   seed=seed, rank=rank, world_size=world_size)
+                   seed=seed, rank=rank, world_size=world_size,
+                   pack_documents=data_config.pack_documents)
 
     def set_epoch(self, epoch: int) -> None:
         """Plan the instances of `epoch` and this rank's share of them, in shuffled order."""
@@ -388,6 +422,7 @@ class PretrainingInstances(torch.utils.data.Dataset):
             pair_task=self.pair_task,
             seed=self.seed,
             epoch=epoch,
+            pack_documents=self.pack_documents,
         )
         rng = np.random.default_rng([self.seed & ((1 << 64) - 1), epoch, _INSTANCE_TAG])
         order = rng.permutation(len(plan.document))
@@ -428,24 +463,32 @@ class PretrainingInstances(torch.utils.data.Dataset):
         """The instances of `rows` and `seed_keys` (as `epoch_rows` gives them) as one batch."""
         document, a_start, a_stop, b_start, b_stop, label, single = rows.T
         pair = self.pair_task != "none"
-        num_special = 3 if pair else 2
-        length_a, length_b = truncated_lengths(a_stop - a_start, b_stop - b_start,
-                                               self.max_seq_length - num_special)
+        # pair_task "none" has a B segment only where a packed chunk was topped up from another
+        # document; its A then fits beside it, and B is trimmed from the back (it starts a sentence).
+        with_b = np.ones(len(rows), bool) if pair else b_stop > b_start
+        num_special = 2 + with_b
+        if pair:
+            length_a, length_b = truncated_lengths(a_stop - a_start, b_stop - b_start,
+                                                   self.max_seq_length - 3)
+        else:
+            length_a, _ = truncated_lengths(a_stop - a_start, 0, self.max_seq_length - 2)
+            length_b = np.clip(self.max_seq_length - 3 - length_a, 0, b_stop - b_start)
         truncated = (length_a < a_stop - a_start) | (length_b < b_stop - b_start)
         a_from, b_from = a_start.copy(), b_start.copy()
         for i in np.flatnonzero(truncated).tolist():
             key = int(seed_keys[i])
             a_from[i] += _front_trims(int(a_stop[i] - a_start[i] - length_a[i]), key, 0)
-            b_from[i] += _front_trims(int(b_stop[i] - b_start[i] - length_b[i]), key, _B_COUNTER_BASE)
+            if pair:
+                b_from[i] += _front_trims(int(b_stop[i] - b_start[i] - length_b[i]), key, _B_COUNTER_BASE)
         cls, sep = np.array([self.cls_token_id]), np.array([self.sep_token_id])
         pieces, flags, one = [], [], np.ones(1, np.uint8)
         with_words = self._chunk_word_starts is not None
-        for a, a_length, b, b_length in zip(a_from.tolist(), length_a.tolist(), b_from.tolist(),
-                                            length_b.tolist(), strict=True):
+        for a, a_length, b, b_length, has_b in zip(a_from.tolist(), length_a.tolist(), b_from.tolist(),
+                                                   length_b.tolist(), with_b.tolist(), strict=True):
             pieces += (cls, self._tokens(a, a + a_length), sep)
             if with_words:
                 flags += (one, self._word_starts(a, a + a_length), one)
-            if pair:
+            if has_b:
                 pieces += (self._tokens(b, b + b_length), sep)
                 if with_words:
                     flags += (self._word_starts(b, b + b_length), one)

@@ -147,6 +147,53 @@ def test_single_segment_packs_consecutive_sentences(corpus, tokenizer):
         assert where[text[0]][0] == where[text[-1]][0]
 
 
+def test_packing_tops_up_a_documents_last_chunk_from_another_document(corpus, tokenizer):
+    dataset, documents, where = corpus
+    options = dict(max_seq_length=40, short_seq_prob=0.0, pair_task="none", seed=4)
+    plain = all_instances(PretrainingInstances(dataset, tokenizer, **options))
+    packed = all_instances(PretrainingInstances(dataset, tokenizer, pack_documents=True, **options))
+    topped_up = 0
+    for instance in packed:
+        ids = instance["input_ids"]
+        assert len(ids) <= 40 and ids[0] == 2 and ids[-1] == 3
+        assert instance["token_type_ids"] == [0] * len(ids) and "next_sentence_label" not in instance
+        seps = [i for i, token in enumerate(ids) if token == 3]
+        a = ids[1 : seps[0]]
+        assert a == list(range(a[0], a[0] + len(a)))  # consecutive tokens of one document
+        if len(seps) == 1:
+            continue
+        topped_up += 1
+        assert len(seps) == 2
+        b = ids[seps[0] + 1 : -1]
+        d, s = where[a[-1]]
+        assert a[-1] == documents[d][-1][-1]  # A ran out of document: B fills its room
+        other, first = where[b[0]]
+        assert other != d and documents[other][first][0] == b[0]  # B starts another's sentence
+        assert b == list(range(b[0], b[0] + len(b))) and where[b[-1]][0] == other
+        assert len(ids) == 40 or b[-1] == documents[other][-1][-1]  # full, or B's document ended
+    assert topped_up > len(packed) // 4
+    # The chunks themselves are the unpacked plan's, instance for instance.
+    assert [r["input_ids"][1 : r["input_ids"].index(3)] for r in packed] == [
+        r["input_ids"][1:-1] for r in plain
+    ]
+    mean = {name: np.mean([len(r["input_ids"]) for r in rows]) for name, rows in (("plain", plain), ("packed", packed))}
+    assert mean["packed"] > 1.1 * mean["plain"]
+
+
+def test_packing_applies_to_single_segments_only(corpus, tokenizer):
+    options = dict(max_seq_length=40, pair_task="sop", seed=4)
+    assert all_instances(PretrainingInstances(corpus[0], tokenizer, pack_documents=True, **options)) == \
+        all_instances(PretrainingInstances(corpus[0], tokenizer, **options))
+
+
+def test_packing_a_one_document_split_leaves_its_chunks_alone(tokenizer):
+    dataset = datasets.Dataset.from_dict({"input_ids": [[[11, 12, 13], [14, 15], [16]]]})
+    options = dict(max_seq_length=16, pair_task="none", seed=3)
+    rows = all_instances(PretrainingInstances(dataset, tokenizer, pack_documents=True, **options))
+    assert rows == all_instances(PretrainingInstances(dataset, tokenizer, **options))
+    assert all(r["input_ids"].count(3) == 1 for r in rows)
+
+
 def test_every_token_of_an_epoch_is_used_once_without_short_sequences(corpus, tokenizer):
     dataset, documents, _ = corpus
     instances = PretrainingInstances(

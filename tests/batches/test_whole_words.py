@@ -78,9 +78,10 @@ def test_every_word_is_masked_whole_over_ten_thousand_instances(chinese_data):
         assert abs(realised - share) < 4 * math.sqrt(share * (1 - share) / words), (action, realised)
 
 
-def test_a_segment_cut_inside_a_word_starts_a_word(chinese_data):
+@pytest.mark.parametrize("pairs", [{"pair_task": "nsp"}, {"pair_task": "none", "pack_documents": True}])
+def test_a_segment_cut_inside_a_word_starts_a_word(chinese_data, pairs):
     data = load_data(chinese_data)
-    instances = PretrainingInstances(data.train, data.tokenizer, max_seq_length=12, seed=4)
+    instances = PretrainingInstances(data.train, data.tokenizer, max_seq_length=12, seed=4, **pairs)
     rows = instances.__getitems__(range(len(instances)))
     cls, sep = data.tokenizer.token_to_id("[CLS]"), data.tokenizer.token_to_id("[SEP]")
     for row in range(len(rows)):

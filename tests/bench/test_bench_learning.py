@@ -39,3 +39,16 @@ def test_learning_bench_tiny_run(tmp_path):
     for side in ("bertpre", "reference"):
         assert set(record["summary"][side]) == {"bertpre_cut", "reference_cut"}
     assert all(entry["interval"] for entry in record["bertpre_minus_reference"].values())
+
+
+def test_variants_switch_bertpre_recipe_and_switch_back():
+    import bertpre.batches.pairs as pairs
+    import bertpre.train.trainer as trainer
+
+    schedule = dict(lr=1.0, warmup_steps=10, max_steps=100)
+    assert trainer.learning_rate(0, **schedule) == 0.1 and pairs._front_trims(64, 7, 0) > 0
+    with learning.variant("warmup-from-zero"):
+        assert [trainer.learning_rate(step, **schedule) for step in (0, 5, 10, 55)] == [0.0, 0.5, 1.0, 0.5]
+    with learning.variant("truncate-end"):
+        assert pairs._front_trims(64, 7, 0) == 0
+    assert trainer.learning_rate(0, **schedule) == 0.1 and pairs._front_trims(64, 7, 0) > 0
