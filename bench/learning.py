@@ -222,6 +222,25 @@ def score(logits_of, batches: list[dict[str, torch.Tensor]]) -> dict[str, float]
     return {"mlm_loss": loss / count, "mlm_acc": correct / count, "predictions": int(count)}
 
 
+# Settings that must match for two runs' bertpre sides to be compared as an ablation.
+_SHAPE = ("steps", "warmup", "length", "batch_size", "lr", "hidden", "layers", "vocab_size")
+
+
+def read_baseline(path: Path, args, files: list[Path]) -> dict:
+    """A recorded result whose bertpre runs this run's are compared with (same size, corpus, seeds)."""
+    import json
+
+    record = json.loads(path.read_text())
+    theirs = record["settings"]
+    different = [key for key in (*_SHAPE, "seeds") if theirs.get(key) != getattr(args, key)]
+    if theirs.get("corpora") != [file.name for file in files]:
+        different.append("corpora")
+    if different:
+        raise SystemExit(f"{path} was run with other settings ({', '.join(different)}); "
+                         "an ablation compares runs of one size")
+    return record
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--corpora", type=Path, nargs="+", default=None,
@@ -239,10 +258,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--variant", choices=["truncate-end", "warmup-from-zero"], default=None,
                         help="a bertpre recipe switch with no config key (ablations)")
     parser.add_argument("--no-reference", action="store_true", help="bertpre only (ablations)")
+    parser.add_argument("--baseline", type=Path, default=None,
+                        help="a recorded result of the same size: also print and record this run's "
+                             "bertpre minus that one's bertpre (an ablation's effect)")
     parser.add_argument("--name", default="learning")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     files = args.corpora or [CORPORA / "wikitext2-valid.txt", CORPORA / "wikitext2-test.txt"]
+    baseline = read_baseline(args.baseline, args, files) if args.baseline else None
     if not all(path.is_file() for path in files):
         print(f"no corpus: {', '.join(map(str, files))} absent; pass --corpora FILE...")
         return 0
@@ -277,6 +300,11 @@ def main(argv: list[str] | None = None) -> int:
     if results["reference"]:
         comparison = {name: welch([run[name]["mlm_loss"] for run in results["bertpre"]],
                                   [run[name]["mlm_loss"] for run in results["reference"]]) for name in sets}
+    against_baseline = {}
+    if baseline:
+        against_baseline = {name: welch([run[name]["mlm_loss"] for run in results["bertpre"]],
+                                        [run[name]["mlm_loss"] for run in baseline["per_seed"]["bertpre"]])
+                            for name in sets}
     print(f"\nheld-out MLM loss, mean ± std over {args.seeds} seed(s), {args.steps} steps")
     for side, by_set in summary.items():
         print(f"  {side:<10} " + "  ".join(f"{name} {v['mean']:.4f} ± {v['std']:.4f} (acc {v['acc_mean']:.2%})"
@@ -285,10 +313,16 @@ def main(argv: list[str] | None = None) -> int:
         interval = welch_result["interval"]
         shown = f"[{interval[0]:+.4f}, {interval[1]:+.4f}]" if interval else "(one seed: no interval)"
         print(f"  bertpre - reference on {name}: {welch_result['difference']:+.4f} {shown}")
+    for name, welch_result in against_baseline.items():
+        interval = welch_result["interval"]
+        shown = f"[{interval[0]:+.4f}, {interval[1]:+.4f}]" if interval else "(one seed: no interval)"
+        print(f"  this run - {args.baseline.name} (bertpre) on {name}: {welch_result['difference']:+.4f} {shown}")
     path = write_result(args.name, {
-        "settings": {key: value for key, value in vars(args).items() if key not in ("out", "corpora")}
+        "settings": {key: value for key, value in vars(args).items() if key not in ("out", "corpora", "baseline")}
         | {"corpora": [path.name for path in files]},
         "per_seed": results, "summary": summary, "bertpre_minus_reference": comparison,
+        **({"baseline": {"file": args.baseline.name, "settings": baseline["settings"],
+                         "bertpre_minus_baseline_bertpre": against_baseline}} if baseline else {}),
         "target": "bertpre's mean held-out MLM loss no worse than the reference's beyond noise on both sets",
     }, args.out, argv, versions=("torch", "transformers"))
     print(f"wrote {path}")

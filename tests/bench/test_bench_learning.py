@@ -30,15 +30,26 @@ def test_learning_bench_tiny_run(tmp_path):
     words = "the river runs past the old mill where the miller keeps his grain and his cat".split()
     corpus.write_text("\n\n".join(" ".join(words[(i + j) % len(words)] for j in range(60)) + " ."
                                   for i in range(60)) + "\n", encoding="utf-8")
-    assert learning.main(["--corpora", str(corpus), "--steps", "2", "--warmup", "1", "--seeds", "2",
-                          "--hidden", "32", "--layers", "1", "--length", "32", "--batch-size", "4", "--vocab-size", "120",
-                          "--out", str(tmp_path / "results")]) == 0
+    size = ["--corpora", str(corpus), "--steps", "2", "--warmup", "1", "--seeds", "2", "--hidden", "32",
+            "--layers", "1", "--length", "32", "--batch-size", "4", "--vocab-size", "120"]
+    assert learning.main([*size, "--out", str(tmp_path / "results")]) == 0
     (result,) = (tmp_path / "results").iterdir()
     record = json.loads(result.read_text())
     assert len(record["per_seed"]["bertpre"]) == len(record["per_seed"]["reference"]) == 2
     for side in ("bertpre", "reference"):
         assert set(record["summary"][side]) == {"bertpre_cut", "reference_cut"}
     assert all(entry["interval"] for entry in record["bertpre_minus_reference"].values())
+
+    # An ablation: bertpre alone with one switch, compared with the run above.
+    assert learning.main([*size, "--no-reference", "--variant", "truncate-end", "--baseline", str(result),
+                          "--name", "ablation", "--out", str(tmp_path / "ablation")]) == 0
+    (ablation,) = (tmp_path / "ablation").iterdir()
+    record = json.loads(ablation.read_text())
+    assert record["per_seed"]["reference"] == [] and record["settings"]["variant"] == "truncate-end"
+    effect = record["baseline"]["bertpre_minus_baseline_bertpre"]
+    assert set(effect) == {"bertpre_cut", "reference_cut"} and all(entry["interval"] for entry in effect.values())
+    with pytest.raises(SystemExit, match="other settings"):
+        learning.main([*size, "--steps", "3", "--no-reference", "--baseline", str(result), "--out", str(tmp_path)])
 
 
 def test_variants_switch_bertpre_recipe_and_switch_back():
