@@ -198,6 +198,15 @@ class Config:
             said.append(f"optim.warmup_steps ({self.optim.warmup_steps}) is not shorter than the "
                         f"run (train.max_steps {self.train.max_steps}): the learning rate never "
                         f"reaches optim.lr ({self.optim.lr:g}) and never decays")
+        for index in range(max(1, len(self.phases))):
+            data = self.for_phase(index).data
+            cap, wanted = data.max_predictions_per_seq, round(data.mlm_probability * (data.max_seq_length - 2))
+            if cap is not None and cap < wanted:
+                where = f"phase {index + 1}: " if self.phases else ""
+                said.append(f"{where}data.max_predictions_per_seq ({cap}) caps a full sequence's predictions "
+                            f"below data.mlm_probability ({data.mlm_probability:g} of "
+                            f"{data.max_seq_length - 2} tokens is {wanted}): the run predicts "
+                            f"{cap / (data.max_seq_length - 2):.1%} of tokens; raise the cap or set it to null")
         return said
 
     def save(self, path: Path) -> None:

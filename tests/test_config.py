@@ -152,6 +152,19 @@ def test_a_warmup_as_long_as_the_run_is_warned_about():
                     "learning rate never reaches optim.lr (0.002) and never decays"]
 
 
+def test_a_prediction_cap_below_the_mask_rate_is_warned_about():
+    from bertpre.config import preset_names
+
+    for preset in preset_names():  # Google's caps fit 15% at every length
+        assert load_config(preset).warnings() == [], preset
+    said = load_config("tiny", ["data.mlm_probability=0.3"]).warnings()  # 64 tokens, cap 10
+    assert said == ["data.max_predictions_per_seq (10) caps a full sequence's predictions below "
+                    "data.mlm_probability (0.3 of 62 tokens is 19): the run predicts 16.1% of tokens; "
+                    "raise the cap or set it to null"]
+    assert load_config("tiny", ["data.mlm_probability=0.3", "data.max_predictions_per_seq=null"]).warnings() == []
+    assert load_config("tiny", ["data.mlm_probability=0.3", "data.max_predictions_per_seq=19"]).warnings() == []
+
+
 def test_presets_resolve_by_name_and_a_file_wins(tmp_path, monkeypatch):
     from bertpre.config import resolve_config_path
 
