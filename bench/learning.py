@@ -30,6 +30,7 @@ import math
 import statistics
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import torch
@@ -264,6 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--name", default="learning")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
+    started = time.perf_counter()
     files = args.corpora or [CORPORA / "wikitext2-valid.txt", CORPORA / "wikitext2-test.txt"]
     baseline = read_baseline(args.baseline, args, files) if args.baseline else None
     if not all(path.is_file() for path in files):
@@ -279,12 +281,16 @@ def main(argv: list[str] | None = None) -> int:
         tokenize_corpus(files, data, vocab_size=args.vocab_size, validation_share=0.05, show_progress=False)
         sets = held_out_sets(args, data)
         for seed in range(args.seeds):
+            began = time.perf_counter()
             ours = train_bertpre(args, data, Path(scratch) / f"run-{seed}", seed)
-            results["bertpre"].append({name: score(bertpre_logits(ours), batches) for name, batches in sets.items()})
+            results["bertpre"].append({name: score(bertpre_logits(ours), batches) for name, batches in sets.items()}
+                                      | {"train_s": round(time.perf_counter() - began, 1)})
             if not args.no_reference:
+                began = time.perf_counter()
                 theirs = train_reference(args, data, seed)
                 results["reference"].append({name: score(reference_logits(theirs), batches)
-                                             for name, batches in sets.items()})
+                                             for name, batches in sets.items()}
+                                            | {"train_s": round(time.perf_counter() - began, 1)})
             print(f"seed {seed}: " + "; ".join(
                 f"{side} " + ", ".join(f"{name} {values[name]['mlm_loss']:.4f}" for name in sets)
                 for side, runs in results.items() if runs for values in runs[-1:]), flush=True)
@@ -320,6 +326,7 @@ def main(argv: list[str] | None = None) -> int:
     path = write_result(args.name, {
         "settings": {key: value for key, value in vars(args).items() if key not in ("out", "corpora", "baseline")}
         | {"corpora": [path.name for path in files]},
+        "wall_s": round(time.perf_counter() - started, 1),  # per_seed's train_s: each training alone
         "per_seed": results, "summary": summary, "bertpre_minus_reference": comparison,
         **({"baseline": {"file": args.baseline.name, "settings": baseline["settings"],
                          "bertpre_minus_baseline_bertpre": against_baseline}} if baseline else {}),

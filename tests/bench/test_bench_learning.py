@@ -36,6 +36,7 @@ def test_learning_bench_tiny_run(tmp_path):
     (result,) = (tmp_path / "results").iterdir()
     record = json.loads(result.read_text())
     assert len(record["per_seed"]["bertpre"]) == len(record["per_seed"]["reference"]) == 2
+    assert record["wall_s"] >= sum(run["train_s"] for side in record["per_seed"].values() for run in side) > 0
     for side in ("bertpre", "reference"):
         assert set(record["summary"][side]) == {"bertpre_cut", "reference_cut"}
     assert all(entry["interval"] for entry in record["bertpre_minus_reference"].values())
