@@ -17,7 +17,7 @@ Writes bench/results/learning-DATE.json (NAME-DATE with `--name`): per seed, eac
 accuracy on both sets; per side the mean and standard deviation; bertpre − reference with a 95%
 Welch interval.
 
-    .venv/bin/python -m bench.learning                                   # 3 seeds, 600 steps (~30 min on 2 cores)
+    .venv/bin/python -m bench.learning                                   # 3 seeds, 600 steps (~48 min on 2 cores)
     .venv/bin/python -m bench.learning --name learning-sampled --set data.mask_count=sampled
     .venv/bin/python -m bench.learning --no-reference --name learning-truncate-end --variant truncate-end
     .venv/bin/python -m bench.learning --steps 20 --seeds 1 --hidden 64 # quick
