@@ -280,17 +280,18 @@ def main(argv: list[str] | None = None) -> int:
         data = Path(scratch) / "data"
         tokenize_corpus(files, data, vocab_size=args.vocab_size, validation_share=0.05, show_progress=False)
         sets = held_out_sets(args, data)
-        for seed in range(args.seeds):
+        def train_and_score(side: str, train, logits_of) -> None:
             began = time.perf_counter()
-            ours = train_bertpre(args, data, Path(scratch) / f"run-{seed}", seed)
-            results["bertpre"].append({name: score(bertpre_logits(ours), batches) for name, batches in sets.items()}
-                                      | {"train_s": round(time.perf_counter() - began, 1)})
+            model = train()
+            train_s = round(time.perf_counter() - began, 1)
+            results[side].append({name: score(logits_of(model), batches) for name, batches in sets.items()}
+                                 | {"train_s": train_s})
+
+        for seed in range(args.seeds):
+            train_and_score("bertpre", lambda: train_bertpre(args, data, Path(scratch) / f"run-{seed}", seed),  # noqa: B023
+                            bertpre_logits)
             if not args.no_reference:
-                began = time.perf_counter()
-                theirs = train_reference(args, data, seed)
-                results["reference"].append({name: score(reference_logits(theirs), batches)
-                                             for name, batches in sets.items()}
-                                            | {"train_s": round(time.perf_counter() - began, 1)})
+                train_and_score("reference", lambda: train_reference(args, data, seed), reference_logits)  # noqa: B023
             print(f"seed {seed}: " + "; ".join(
                 f"{side} " + ", ".join(f"{name} {values[name]['mlm_loss']:.4f}" for name in sets)
                 for side, runs in results.items() if runs for values in runs[-1:]), flush=True)
@@ -302,27 +303,22 @@ def main(argv: list[str] | None = None) -> int:
                                     "std": statistics.stdev(run[name]["mlm_loss"] for run in runs) if len(runs) > 1 else 0.0,
                                     "acc_mean": statistics.fmean(run[name]["mlm_acc"] for run in runs)}
                              for name in sets}
-    comparison = {}
-    if results["reference"]:
-        comparison = {name: welch([run[name]["mlm_loss"] for run in results["bertpre"]],
-                                  [run[name]["mlm_loss"] for run in results["reference"]]) for name in sets}
-    against_baseline = {}
-    if baseline:
-        against_baseline = {name: welch([run[name]["mlm_loss"] for run in results["bertpre"]],
-                                        [run[name]["mlm_loss"] for run in baseline["per_seed"]["bertpre"]])
-                            for name in sets}
+    def against(runs: list[dict]) -> dict:
+        return {name: welch([run[name]["mlm_loss"] for run in results["bertpre"]],
+                            [run[name]["mlm_loss"] for run in runs]) for name in sets}
+
+    comparison = against(results["reference"]) if results["reference"] else {}
+    against_baseline = against(baseline["per_seed"]["bertpre"]) if baseline else {}
     print(f"\nheld-out MLM loss, mean ± std over {args.seeds} seed(s), {args.steps} steps")
     for side, by_set in summary.items():
         print(f"  {side:<10} " + "  ".join(f"{name} {v['mean']:.4f} ± {v['std']:.4f} (acc {v['acc_mean']:.2%})"
                                            for name, v in by_set.items()))
-    for name, welch_result in comparison.items():
-        interval = welch_result["interval"]
-        shown = f"[{interval[0]:+.4f}, {interval[1]:+.4f}]" if interval else "(one seed: no interval)"
-        print(f"  bertpre - reference on {name}: {welch_result['difference']:+.4f} {shown}")
-    for name, welch_result in against_baseline.items():
-        interval = welch_result["interval"]
-        shown = f"[{interval[0]:+.4f}, {interval[1]:+.4f}]" if interval else "(one seed: no interval)"
-        print(f"  this run - {args.baseline.name} (bertpre) on {name}: {welch_result['difference']:+.4f} {shown}")
+    for label, differences in (("bertpre - reference", comparison),
+                               (f"this run - {args.baseline.name if baseline else ''} (bertpre)", against_baseline)):
+        for name, welch_result in differences.items():
+            interval = welch_result["interval"]
+            shown = f"[{interval[0]:+.4f}, {interval[1]:+.4f}]" if interval else "(one seed: no interval)"
+            print(f"  {label} on {name}: {welch_result['difference']:+.4f} {shown}")
     path = write_result(args.name, {
         "settings": {key: value for key, value in vars(args).items() if key not in ("out", "corpora", "baseline")}
         | {"corpora": [path.name for path in files]},

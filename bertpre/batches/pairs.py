@@ -463,15 +463,16 @@ class PretrainingInstances(torch.utils.data.Dataset):
         """The instances of `rows` and `seed_keys` (as `epoch_rows` gives them) as one batch."""
         document, a_start, a_stop, b_start, b_stop, label, single = rows.T
         pair = self.pair_task != "none"
-        # pair_task "none" has a B segment only where a packed chunk was topped up from another
-        # document; its A then fits beside it, and B is trimmed from the back (it starts a sentence).
-        with_b = np.ones(len(rows), bool) if pair else b_stop > b_start
+        # Pairs always have a B segment (the plan drops empty ones); pair_task "none" has one only
+        # where a packed chunk was topped up from another document: its A then fits beside it, and
+        # B is trimmed from the back (it starts a sentence).
+        with_b = b_stop > b_start
         num_special = 2 + with_b
         if pair:
             length_a, length_b = truncated_lengths(a_stop - a_start, b_stop - b_start,
                                                    self.max_seq_length - 3)
         else:
-            length_a, _ = truncated_lengths(a_stop - a_start, 0, self.max_seq_length - 2)
+            length_a = np.minimum(a_stop - a_start, self.max_seq_length - 2)
             length_b = np.clip(self.max_seq_length - 3 - length_a, 0, b_stop - b_start)
         truncated = (length_a < a_stop - a_start) | (length_b < b_stop - b_start)
         a_from, b_from = a_start.copy(), b_start.copy()
