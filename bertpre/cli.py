@@ -23,6 +23,9 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=True,
+    # Plain Click help: rich markup would eat "[zh]" in "bertpre[zh]" and label flags <bool>.
+    rich_markup_mode=None,
+    context_settings={"max_content_width": 120},
 )
 
 EXIT_BAD_INPUT = 2
@@ -66,7 +69,7 @@ _MAIN_PID = os.getpid()
 @app.command()
 def tokenize(
     corpus: list[str] | None = typer.Argument(
-        None, help="Corpus files, folders or globs (.txt, .jsonl, .json, .parquet, also .gz/.bz2/.xz)."),
+        None, metavar="CORPUS", help="Corpus files, folders or globs (.txt, .jsonl, .json, .parquet, also .gz/.bz2/.xz)."),
     out: Path | None = typer.Option(
         None, "--out", help="DATA folder to write (VOCAB folder with --vocab-only; with --num-shards "
                             "{shard} in it becomes the shard index)."),
@@ -114,11 +117,15 @@ def tokenize(
 ) -> None:
     """Train a WordPiece vocab (or reuse one) and write a tokenized DATA folder.
 
+    \b
     Example: bertpre tokenize corpus/ more/*.jsonl.gz --out data/corpus --vocab-size 30522
 
-    A corpus bigger than one machine: bertpre tokenize CORPUS --vocab-only
-    --vocab-sample-bytes 1000000000 --out vocab, then in every task of an array
-    bertpre tokenize CORPUS --tokenizer vocab --num-shards 64 --out data/shard-{shard}
+    A corpus bigger than one machine: train the vocab once on a sample, then encode one
+    shard in every task of an array:
+
+    \b
+      bertpre tokenize CORPUS --vocab-only --vocab-sample-bytes 1000000000 --out vocab
+      bertpre tokenize CORPUS --tokenizer vocab --num-shards 64 --out data/shard-{shard}
     """
     from bertpre.data.build import format_summary, tokenize_corpus
     from bertpre.data.shards import resolve_shard
@@ -185,7 +192,7 @@ def pretrain(
     data: Path | None = typer.Option(None, "--data", help="DATA folder; overrides data.path."),
     out: Path | None = typer.Option(None, "--out", help="RUN folder; overrides train.out."),
     overrides: list[str] | None = typer.Option(
-        None, "--set", help="Override a config key, e.g. --set train.max_steps=10 (repeatable)."),
+        None, "--set", metavar="KEY=VALUE", help="Override a config key, e.g. --set train.max_steps=10 (repeatable)."),
     resume: bool = typer.Option(True, "--resume/--no-resume",
                                 help="Continue from RUN/checkpoints/latest when there is one."),
     init_from: Path | None = typer.Option(
@@ -194,6 +201,7 @@ def pretrain(
 ) -> None:
     """Pretrain a BERT encoder; resumes from RUN/checkpoints/latest by default.
 
+    \b
     Example: bertpre pretrain --config configs/base.yaml --data data/corpus --out runs/base
 
     Exit codes: 0 done, 2 bad input or a diverged run, 130 after SIGINT and 143 after SIGTERM
@@ -220,12 +228,13 @@ def pretrain(
 # --- export ---
 @app.command()
 def export(
-    source: Path = typer.Argument(..., help="RUN folder (uses checkpoints/latest) or a checkpoints/step-N folder."),
+    source: Path = typer.Argument(..., metavar="SOURCE", help="RUN folder (uses checkpoints/latest) or a checkpoints/step-N folder."),
     out: Path = typer.Option(..., "--out", help="Folder to write the Hugging Face layout to."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace --out if it already exists."),
 ) -> None:
     """Write a checkpoint and the run's tokenizer in the Hugging Face layout.
 
+    \b
     Example: bertpre export runs/base --out my-bert
     """
     from bertpre.tools.export import export as export_checkpoint
@@ -245,6 +254,7 @@ def demo(
 ) -> None:
     """The whole flow on the built-in sample corpus, on CPU: tokenize, pretrain, export, fill-mask.
 
+    \b
     Example: bertpre demo --out demo
     """
     from bertpre.tools.demo import format_result, run_demo
@@ -259,10 +269,11 @@ def demo(
 def info(
     config: Path = typer.Option(..., "--config", help=f"YAML config file, or a shipped preset: {PRESETS}."),
     overrides: list[str] | None = typer.Option(
-        None, "--set", help="Override a config key, e.g. --set model.num_hidden_layers=6 (repeatable)."),
+        None, "--set", metavar="KEY=VALUE", help="Override a config key, e.g. --set model.num_hidden_layers=6 (repeatable)."),
 ) -> None:
     """Parameters by part, training FLOPs per token and a memory estimate for a config.
 
+    \b
     Example: bertpre info --config configs/base.yaml --set model.num_hidden_layers=6
     """
     from bertpre.config import load_config
@@ -275,7 +286,7 @@ def info(
 @app.command("inspect")
 def inspect_command(
     data: Path | None = typer.Argument(
-        None, help="DATA folder written by `bertpre tokenize` (default: the --config's data.path, "
+        None, metavar="DATA", help="DATA folder written by `bertpre tokenize` (default: the --config's data.path, "
                    "a folder or a mixture)."),
     config: Path | None = typer.Option(
         None, "--config", help="YAML config: its data: settings, train.micro_batch_size and train.seed (default: built-in defaults)."),
@@ -288,6 +299,7 @@ def inspect_command(
     With no DATA, the config's data.path is inspected; for a mixture the table adds each
     source's realised share.
 
+    \b
     Example: bertpre inspect data/corpus --config configs/base.yaml
     """
     from bertpre.config import load_config
@@ -306,12 +318,13 @@ def inspect_command(
 # --- fill-mask ---
 @app.command("fill-mask")
 def fill_mask_command(
-    source: Path = typer.Argument(..., help="EXPORT folder, RUN folder or checkpoints/step-N folder."),
-    texts: list[str] = typer.Argument(..., help="Text(s) with one or more [MASK] tokens."),
+    source: Path = typer.Argument(..., metavar="SOURCE", help="EXPORT folder, RUN folder or checkpoints/step-N folder."),
+    texts: list[str] = typer.Argument(..., metavar="TEXT", help="Text(s) with one or more [MASK] tokens."),
     top_k: int = typer.Option(5, "--top-k", help="How many candidates to show for each [MASK]."),
 ) -> None:
     """Top-k predictions for each [MASK] in a text.
 
+    \b
     Example: bertpre fill-mask my-bert "The capital of France is [MASK]."
     """
     from bertpre.tools.inference import fill_in, fill_mask, load_model_and_tokenizer
@@ -328,7 +341,7 @@ def fill_mask_command(
 # --- evaluate ---
 @app.command()
 def evaluate(
-    source: Path = typer.Argument(..., help="RUN folder, checkpoints/step-N folder or EXPORT folder."),
+    source: Path = typer.Argument(..., metavar="SOURCE", help="RUN folder, checkpoints/step-N folder or EXPORT folder."),
     data: Path | None = typer.Option(
         None, "--data", help="DATA folder whose validation split to score (default: the config's "
                              "data.path; a mixture is scored source by source)."),
@@ -344,6 +357,7 @@ def evaluate(
 ) -> None:
     """MLM loss, perplexity, MLM accuracy and pair accuracy on DATA's validation split.
 
+    \b
     Example: bertpre evaluate runs/base --data data/corpus
     """
     from bertpre.tools.inference import evaluate_saved_model
