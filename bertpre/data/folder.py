@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -50,7 +51,7 @@ def load_data(path: str | Path) -> DataFolder:
         UserError: the folder is missing or is not a DATA folder.
     """
     path = Path(path)
-    make_one = f"create it with `bertpre tokenize CORPUS --out {path}`"
+    make_one = f"create it with `bertpre tokenize CORPUS --out {shlex.quote(str(path))}`"
     if not path.exists():
         raise UserError(f"DATA folder {path} does not exist; {make_one}")
     _refuse_vocab_folder(path)
@@ -94,4 +95,4 @@ def _refuse_vocab_folder(path: Path) -> None:
     if isinstance(manifest, dict) and manifest.get("kind") == VOCAB_KIND:
         raise UserError(f"{path} is a VOCAB folder (bertpre tokenize --vocab-only), not a DATA "
                         f"folder; encode a corpus with it: bertpre tokenize CORPUS --tokenizer "
-                        f"{path} --out DATA")
+                        f"{shlex.quote(str(path))} --out DATA")

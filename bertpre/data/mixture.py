@@ -1,6 +1,7 @@
 """Several DATA folders opened as one weighted mixture that shares one tokenizer."""
 from __future__ import annotations
 
+import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,7 +62,7 @@ def load_mixture(sources: str | Path | Sequence[tuple[str | Path, float]]) -> Da
             raise UserError(
                 f"DATA folders {first.path} and {folder.path} were made by different tokenizers "
                 "(other vocabularies); a mixture needs one: tokenize the corpus of "
-                f"{folder.path} again with --tokenizer {first.tokenizer_dir}")
+                f"{folder.path} again with --tokenizer {shlex.quote(str(first.tokenizer_dir))}")
     total = sum(weight for _, weight in sources)
     return DataMixture(folders=folders, weights=[weight / total for _, weight in sources],
                        names=unique_names([folder.path for folder in folders]))

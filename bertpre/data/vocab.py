@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import resource
+import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -150,7 +151,7 @@ def format_vocab_summary(manifest: dict, out: str | Path) -> str:
         ("vocab", f"{tokenizer['vocab_size']:,} tokens{short}, "
                   f"{'lowercase' if tokenizer['lowercase'] else 'cased'}"),
         ("peak memory", peak_memory_line()),
-        ("next", f"bertpre tokenize CORPUS --tokenizer {out} --out DATA "
+        ("next", f"bertpre tokenize CORPUS --tokenizer {shlex.quote(str(out))} --out DATA "
                  "(--num-shards N for many machines)"),
     ]
     width = max(len(name) for name, _ in rows)

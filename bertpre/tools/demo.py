@@ -1,6 +1,7 @@
 """`bertpre demo`: the whole flow on the built-in sample corpus, on CPU, in minutes."""
 from __future__ import annotations
 
+import shlex
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -143,8 +144,9 @@ def format_result(result: DemoResult) -> str:
     lines += [
         "",
         f"TensorBoard logs: {result.tensorboard_dir}",
-        f"  view them with: tensorboard --logdir {result.tensorboard_dir}",
+        f"  view them with: tensorboard --logdir {shlex.quote(str(result.tensorboard_dir))}",
         f"Hugging Face model: {result.export_dir}",
-        f"  try: bertpre fill-mask {result.export_dir} \"The [MASK] function returns a list.\"",
+        f"  try: bertpre fill-mask {shlex.quote(str(result.export_dir))} "
+        "'The [MASK] function returns a list.'",
     ]
     return "\n".join(lines)

@@ -1,6 +1,7 @@
 """Start a run from released weights (`model.init_from`): the source's shape, vocabulary and tensors."""
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass, fields
 from pathlib import Path
 
@@ -96,8 +97,8 @@ def source_vocab_growth(source: InitSource, data_tokenizer: Tokenizer, data_path
         raise UserError(
             f"DATA folder {data_path} was tokenized with another vocabulary than model.init_from "
             f"{source.path}, whose weights fit only their own ({str(error).split(';')[0]}); make "
-            f"the DATA with `bertpre tokenize CORPUS --tokenizer {source.tokenizer_folder} --out "
-            f"{data_path}` (with --add-vocab N to learn new pieces)") from None
+            f"the DATA with `bertpre tokenize CORPUS --tokenizer {shlex.quote(str(source.tokenizer_folder))} "
+            f"--out {shlex.quote(str(data_path))}` (with --add-vocab N to learn new pieces)") from None
     if pieces and source_rows != source_tokenizer.get_vocab_size():
         raise UserError(f"model.init_from {source.path} has {source_rows} embedding rows for a "
                         f"vocabulary of {source_tokenizer.get_vocab_size()}; its vocabulary cannot "

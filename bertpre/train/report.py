@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import math
+import shlex
 from dataclasses import dataclass
 
 # TensorBoard's Custom Scalars tab: one chart per question, train and eval on the same axes, so
@@ -107,6 +108,7 @@ def end_block(*, run_dir: str, start_step: int, step: int, tokens_seen: int, wal
         f"  last train window: {metrics(train, ('loss', 'mlm_loss', 'mlm_acc', 'pair_acc'))}",
         f"  last evaluation:   {metrics(evaluation, ('loss', 'mlm_loss', 'mlm_acc', 'pair_acc'))}",
         f"  checkpoint: {checkpoint or 'none saved'}",
-        f"  TensorBoard: tensorboard --logdir {run_dir}/tensorboard (open the Custom Scalars tab)",
-        f"  export: bertpre export {run_dir} --out {run_dir}-export",
+        f"  TensorBoard: tensorboard --logdir {shlex.quote(f'{run_dir}/tensorboard')} "
+        "(open the Custom Scalars tab)",
+        f"  export: bertpre export {shlex.quote(run_dir)} --out {shlex.quote(f'{run_dir}-export')}",
     ])
