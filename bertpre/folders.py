@@ -1,6 +1,7 @@
 """The folders bertpre writes: what marks one as bertpre's, guarded replacement, temporaries.
 
-A command with `--overwrite` replaces only a folder that bertpre made for that same command,
+A command claims its `--out` before it writes (`bertpre.claim`), and at the end replaces only a
+folder that still holds its claim and the files it held when claimed. A command with `--overwrite` replaces only a folder that bertpre made for that same command,
 never a folder the command reads from, and never in a way that loses the old folder before the
 new one is complete: the new folder is built beside `out` under a temporary name and swapped in.
 Temporaries carry the host and process id, so one left by a killed process is recognised and
@@ -13,10 +14,20 @@ import os
 import shutil
 import socket
 import tempfile
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
+from bertpre.claim import (
+    BOOKKEEPING_FILES,
+    Claim,
+    describe_holder,
+    process_alive,
+    read_holder,
+    real_path,
+)
 from bertpre.errors import UserError, raise_if_stopped
 
 # The file that marks a folder as made by one command, and what the folder is called in messages.
@@ -26,48 +37,172 @@ MARKERS = {
     "demo": (".bertpre-demo", "demo folder"),
 }
 RUN_MARKER = "config.yaml"  # with checkpoints/: a RUN folder, which no --overwrite replaces
+RUN_CONFIG_HEADER = b"# written by bertpre"  # how RUN/config.yaml begins (Config.save)
 
 
-def check_out(out: Path, command: str, *, overwrite: bool, sources: Sequence[Path] = ()) -> None:
-    """Refuse an `--out` that the command may not write, before any work starts.
+def check_out(out: Path, command: str, *, overwrite: bool, sources: Sequence[Path] = (),
+              claim: Claim | None = None) -> Path:
+    """Refuse an `--out` that the command may not write, before any work starts; writes nothing.
 
     Allowed: a path that does not exist (under a folder, not a file), an empty folder, or, with
     `overwrite`, a folder this same command made (it holds the command's marker file). Never a
-    folder that is, or holds, one of the command's `sources`.
+    folder that is, or holds, one of the command's `sources`, nor one another command has
+    claimed. Every comparison is between real paths: a symbolic link, `..` or a second name of
+    the same folder changes nothing.
+
+    Returns:
+        The real path of `out`, the folder the command then claims and writes.
     """
     marker, _ = MARKERS[command]
-    target = out.absolute()
+    target = real_out(out)
     for source in sources:
-        source = Path(source).absolute()
+        source = real_path(source)
         if target == source or target in source.parents:
             raise UserError(f"--out {out} holds {source}, which this command reads, so it will "
                             "not be replaced; choose another --out")
-    if not out.exists() and not out.is_symlink():
+    if not target.exists():
         ancestor = next(parent for parent in target.parents if parent.exists())
         if not ancestor.is_dir():
             raise UserError(f"cannot write --out {out}: {ancestor} is a file, not a folder")
-        return
-    if not out.is_dir() or out.is_symlink():
+        return target
+    if not target.is_dir():
         raise UserError(f"--out {out} exists and is not a folder; choose another --out")
-    if not any(out.iterdir()):
-        return
+    (claim or Claim(target, command)).check_free()
+    if not content_names(target):
+        return target
     if not overwrite:
         raise UserError(f"--out {out} already exists; pass --overwrite to replace it, or choose another --out")
-    if not (out / marker).is_file():
-        what = describe(out)
+    if not (target / marker).is_file():
+        what = describe(target)
         raise UserError(f"--out {out} is {what}, which `bertpre {command}` did not make, so "
                         "--overwrite will not replace it; choose another --out")
+    return target
+
+
+def real_out(out: Path) -> Path:
+    """The real path of `--out`; a symbolic link that leads nowhere (dangling, a loop) is refused."""
+    if os.path.islink(out) and not os.path.exists(out):
+        raise UserError(f"--out {out} is a symbolic link that leads nowhere (its target is "
+                        "missing, or it loops); fix the link or choose another --out")
+    try:
+        target = real_path(out)
+        target.exists()
+    except (OSError, RuntimeError) as error:  # a loop further up the path
+        raise UserError(f"cannot write --out {out}: {getattr(error, 'strerror', None) or error}; "
+                        "choose another --out") from None
+    if target.is_symlink():
+        raise UserError(f"--out {out} is a symbolic link that leads nowhere (its target is "
+                        "missing, or it loops); fix the link or choose another --out")
+    return target
+
+
+def content_names(folder: Path) -> set[str]:
+    """The names in `folder` that are content, not bookkeeping (a claim, an old RUN lock)."""
+    return {path.name for path in folder.iterdir()} - BOOKKEEPING_FILES
 
 
 def describe(folder: Path) -> str:
     """What a folder is, for a refusal: a RUN, DATA, export or demo folder, or other files."""
-    if (folder / RUN_MARKER).is_file() and (folder / "checkpoints").is_dir():
+    if is_run_folder(folder):
         return "a RUN folder"
     for command, (marker, kind) in MARKERS.items():
         if (folder / marker).is_file():
             article = "an" if kind[0] in "aeiou" else "a"
             return f"{article} {kind} (made by `bertpre {command}`)"
     return "a folder of other files"
+
+
+def is_run_folder(folder: Path) -> bool:
+    """A folder `bertpre pretrain` made: its config.yaml is headed by bertpre, or it has a
+    checkpoints/latest pointer (runs of bertpre before the header)."""
+    config = folder / RUN_MARKER
+    if not config.is_file():
+        return False
+    if (folder / "checkpoints" / "latest").is_file():
+        return True
+    try:
+        with config.open("rb") as handle:
+            return handle.read(len(RUN_CONFIG_HEADER)) == RUN_CONFIG_HEADER
+    except OSError:
+        return False
+
+
+def is_data_folder(folder: Path) -> bool:
+    """A folder `bertpre tokenize` made: its manifest beside a dataset or a tokenizer."""
+    return (folder / MARKERS["tokenize"][0]).is_file() and any(
+        (folder / name).exists() for name in ("dataset", "tokenizer", "tokenizer.json"))
+
+
+@dataclass
+class Output:
+    """A claimed `--out` and the temporary folder its new content is built in."""
+
+    out: Path  # as the user gave it, for messages
+    target: Path  # its real path
+    staging: Path
+    claim: Claim
+    command: str
+    names: set[str]  # the content names `target` held when it was claimed
+
+    def commit(self) -> None:
+        """Put the finished staging folder at `target`, if `target` is still as it was claimed.
+
+        At every moment either the old folder or the new one is at `target` (or, for an instant
+        between two renames, the old one sits aside under a temporary name). A folder that lost
+        the claim, or gained or lost files meanwhile, is not replaced: the new result is kept
+        beside it under another name, and the command says where.
+        """
+        raise_if_stopped()  # nothing interrupted is put in place
+        change = self.change()
+        if change:
+            kept = self.target.parent / f"{self.target.name}.new-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+            self.staging.rename(kept)
+            _, kind = MARKERS[self.command]
+            raise UserError(f"--out {self.out} changed while `bertpre {self.command}` ran ({change}), "
+                            f"so it was not replaced; the new {kind} is at {kept}: move it where "
+                            "you want it")
+        aside = None
+        if self.target.exists():
+            aside = self.target.parent / f"{temporary_prefix(self.target)}old"
+            with contextlib.suppress(FileNotFoundError):
+                shutil.rmtree(aside)
+            self.target.rename(aside)
+        self.staging.rename(self.target)
+        self.claim.keep_folder()
+        if aside is not None:
+            shutil.rmtree(aside, ignore_errors=True)
+
+    def change(self) -> str:
+        """How `target` differs from when it was claimed ("" when it does not)."""
+        if not self.claim.holds():
+            holder = read_holder(self.claim.path)
+            return "its claim is gone" if not holder else f"it was claimed by {describe_holder(holder)}"
+        names = content_names(self.target)
+        if names != self.names:
+            appeared, gone = sorted(names - self.names), sorted(self.names - names)
+            return "; ".join(filter(None, [appeared and f"{', '.join(appeared[:3])} appeared",
+                                           gone and f"{', '.join(gone[:3])} went away"]))
+        return ""
+
+
+@contextmanager
+def claimed_out(out: str | Path, command: str, *, overwrite: bool = False,
+                sources: Sequence[Path] = ()) -> Iterator[Output]:
+    """Check `--out`, claim it, and give a staging folder beside it; `Output.commit()` puts the
+    result in place. On any exit the staging folder and the claim go (and a folder the claim
+    made, when nothing was put there)."""
+    out = Path(out)
+    target = check_out(out, command, overwrite=overwrite, sources=sources)
+    claim = Claim(target, command)
+    claim.take()
+    try:
+        # Again, now that no other bertpre command can: the folder may have filled meanwhile.
+        check_out(out, command, overwrite=overwrite, sources=sources, claim=claim)
+        names = content_names(target)
+        with staging_folder(target) as staging:
+            yield Output(out, target, staging, claim, command, names)
+    finally:
+        claim.release()
 
 
 def temporary_prefix(out: Path) -> str:
@@ -89,17 +224,6 @@ def remove_stale_temporaries(out: Path) -> list[Path]:
     return removed
 
 
-def process_alive(pid: int) -> bool:
-    """Whether process `pid` exists on this host."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's process
-        return True
-    return True
-
-
 @contextmanager
 def staging_folder(out: Path) -> Iterator[Path]:
     """A fresh temporary folder beside `out`, removed on any exit unless moved into place.
@@ -118,24 +242,6 @@ def staging_folder(out: Path) -> Iterator[Path]:
         yield staging
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-
-
-def replace_folder(staging: Path, out: Path) -> None:
-    """Put the finished `staging` at `out`; an old `out` is moved aside first and deleted last.
-
-    At every moment either the old folder or the new one is at `out` (or, for an instant
-    between two renames, the old one sits aside under a temporary name).
-    """
-    raise_if_stopped()  # nothing interrupted is put in place
-    aside = None
-    if out.exists():
-        aside = out.parent / f"{temporary_prefix(out)}old"
-        with contextlib.suppress(FileNotFoundError):
-            shutil.rmtree(aside)
-        out.rename(aside)
-    staging.rename(out)
-    if aside is not None:
-        shutil.rmtree(aside, ignore_errors=True)
 
 
 def current_umask() -> int:

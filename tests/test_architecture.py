@@ -12,10 +12,11 @@ import tomllib
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "bertpre"
 # What each part may import (besides itself). Layers: tools → train → model, batches → data →
-# tokenizer; `labels`, `errors` and `folders` are shared by all; `config` is the run config.
+# tokenizer; `labels`, `errors`, `claim` and `folders` are shared by all; `config` is the run config.
 ALLOWED = {
     "errors": set(),
-    "folders": {"errors"},
+    "claim": {"errors"},
+    "folders": {"errors", "claim"},
     "labels": set(),
     "configs": set(),
     "tokenizer": {"errors"},
@@ -23,9 +24,10 @@ ALLOWED = {
     "batches": {"data", "tokenizer", "errors", "labels"},
     "model": {"errors", "labels"},
     "config": {"configs", "model", "tokenizer", "errors", "labels"},
-    "train": {"config", "model", "batches", "data", "tokenizer", "errors", "labels", "folders"},
+    "train": {"config", "model", "batches", "data", "tokenizer", "errors", "labels", "folders",
+              "claim"},
     "tools": {"train", "config", "model", "batches", "data", "tokenizer", "errors", "labels",
-              "configs", "folders"},
+              "configs", "folders", "claim"},
     "cli": {"configs", "errors", "config", "tools", "train", "data"},
 }
 

@@ -20,7 +20,7 @@ from bertpre.data.folder import (
     VALIDATION_SPLIT,
 )
 from bertpre.errors import UserError, raise_if_stopped
-from bertpre.folders import check_out, replace_folder, staging_folder
+from bertpre.folders import check_out, claimed_out
 from bertpre.tokenizer.vocab_extension import extend_vocab, vocab_sha256
 from bertpre.tokenizer.word_boundaries import WordStarts, read_user_dict
 from bertpre.tokenizer.wordpiece import (
@@ -128,7 +128,7 @@ def tokenize_corpus(
     out = Path(out)
     files = resolve_paths(corpus_paths)
     sources = [*files, *([Path(tokenizer_path)] if tokenizer_path is not None else [])]
-    check_out(out, "tokenize", overwrite=overwrite, sources=sources)
+    check_out(out, "tokenize", overwrite=overwrite, sources=sources)  # before the tokenizer loads
     tokenizer = source = None
     if tokenizer_path is not None:
         tokenizer = source = load_tokenizer(tokenizer_path, lowercase=lowercase)
@@ -136,7 +136,8 @@ def tokenize_corpus(
             raise UserError(f"--add-vocab {add_vocab:,} would grow the vocab beyond {MAX_VOCAB_SIZE:,} "
                             "tokens; choose a smaller --add-vocab")
 
-    with staging_folder(out) as building:
+    with claimed_out(out, "tokenize", overwrite=overwrite, sources=sources) as output:
+        building = output.staging
         stats = CorpusStats()
         sample = None
         if tokenizer is None and vocab_sample_bytes is not None:
@@ -170,7 +171,7 @@ def tokenize_corpus(
                     character_counts=character_counts,
                 )
                 # A signal inside training's callbacks only shortened the input: stop before
-                # encoding (replace_folder checks again before anything is kept).
+                # encoding (commit checks again before anything is kept).
                 raise_if_stopped()
             elif add_vocab is not None:
                 tokenizer = extend_vocab(
@@ -205,7 +206,7 @@ def tokenize_corpus(
         del raw, encoded, splits
         for scratch in building.glob("*.arrow"):
             scratch.unlink()
-        replace_folder(building, out)
+        output.commit()
     return manifest
 
 

@@ -16,7 +16,7 @@ import bertpre
 from bertpre.data.build import TokenizeOptions, check_options, train_on_sample
 from bertpre.data.folder import MANIFEST_FILE, VOCAB_KIND
 from bertpre.errors import raise_if_stopped
-from bertpre.folders import check_out, replace_folder, staging_folder
+from bertpre.folders import claimed_out
 from bertpre.tokenizer.wordpiece import (
     TOKENIZER_FILE,
     save_tokenizer,
@@ -57,8 +57,8 @@ def train_vocab(
     check_options(options)
     out = Path(out)
     files = resolve_paths(corpus_paths)
-    check_out(out, "tokenize", overwrite=overwrite, sources=files)
-    with staging_folder(out) as building:
+    with claimed_out(out, "tokenize", overwrite=overwrite, sources=files) as output:
+        building = output.staging
         stats = CorpusStats()
         if vocab_sample_bytes is not None:
             tokenizer, sample = train_on_sample(files, options, show_progress, stats)
@@ -69,7 +69,7 @@ def train_vocab(
         manifest = _vocab_manifest(options, stats, tokenizer, building / TOKENIZER_FILE, sample)
         (building / MANIFEST_FILE).write_text(
             json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-        replace_folder(building, out)
+        output.commit()
     return manifest
 
 

@@ -10,12 +10,13 @@ from pathlib import Path
 import numpy as np
 import pyarrow.compute as pc
 
+from bertpre.claim import BOOKKEEPING_FILES, Claim, claimed
 from bertpre.config import load_config, resolve_config_path
 from bertpre.configs import preset_names
 from bertpre.data.build import tokenize_corpus
 from bertpre.data.folder import DataFolder, load_data
 from bertpre.errors import UserError
-from bertpre.folders import MARKERS
+from bertpre.folders import MARKERS, content_names, real_out
 from bertpre.tools.export import export
 from bertpre.tools.inference import Prediction, fill_in, fill_mask, load_model_and_tokenizer
 from bertpre.train.evaluation import evaluate
@@ -62,48 +63,66 @@ def run_demo(
                         f"preset ({', '.join(preset_names())})")
     # A bad config or --max-steps fails now, before anything is written or minutes are spent.
     load_config(config_path, overrides=[] if max_steps is None else [f"train.max_steps={max_steps}"])
-    prepare_folder(out)
-    data_dir, run_dir, export_dir = out / "data", out / "run", out / "model"
+    target = check_demo_folder(out)
+    with claimed(target, "demo") as claim:
+        check_demo_folder(out, claim)  # again, now that no other bertpre command can fill it
+        prepare_folder(target)
+        claim.keep_folder()
+        data_dir, run_dir, export_dir = out / "data", out / "run", out / "model"
 
-    say("1/4  writing the built-in sample corpus (Python's own documentation)")
-    corpus = write_sample_corpus(out / "corpus")
-    say(f"2/4  training a {DEMO_VOCAB_SIZE}-token WordPiece vocab and tokenizing into {data_dir}")
-    tokenize_corpus([corpus], data_dir, vocab_size=DEMO_VOCAB_SIZE, lowercase=True,
-                    validation_share=DEMO_VALIDATION_SHARE)
+        say("1/4  writing the built-in sample corpus (Python's own documentation)")
+        corpus = write_sample_corpus(out / "corpus")
+        say(f"2/4  training a {DEMO_VOCAB_SIZE}-token WordPiece vocab and tokenizing into {data_dir}")
+        tokenize_corpus([corpus], data_dir, vocab_size=DEMO_VOCAB_SIZE, lowercase=True,
+                        validation_share=DEMO_VALIDATION_SHARE)
 
-    overrides = [f"data.path={data_dir}", f"train.out={run_dir}"]
-    if max_steps is not None:
-        overrides.append(f"train.max_steps={max_steps}")
-    config = load_config(config_path, overrides=overrides)
-    say(f"3/4  pretraining {config_path.name} for {config.train.max_steps} steps into {run_dir}")
-    result = pretrain(config, resume=False)
-    if result.exit_code != 0:
-        raise UserError(f"the demo's training was interrupted (exit {result.exit_code})")
+        overrides = [f"data.path={data_dir}", f"train.out={run_dir}"]
+        if max_steps is not None:
+            overrides.append(f"train.max_steps={max_steps}")
+        config = load_config(config_path, overrides=overrides)
+        say(f"3/4  pretraining {config_path.name} for {config.train.max_steps} steps into {run_dir}")
+        result = pretrain(config, resume=False)
+        if result.exit_code != 0:
+            raise UserError(f"the demo's training was interrupted (exit {result.exit_code})")
 
-    say(f"4/4  exporting to {export_dir} and filling masks")
-    export(run_dir, export_dir, overwrite=True)
-    model, tokenizer = load_model_and_tokenizer(export_dir)
-    data = load_data(data_dir)
-    evaluation = evaluate(model, data, config.data, micro_batch_size=config.train.micro_batch_size,
-                          seed=config.train.seed)
-    predictions = []
-    for text in DEMO_SENTENCES:
-        candidates = fill_mask(model, tokenizer, text, top_k=5)
-        predictions.append((text, fill_in(tokenizer, text, candidates), candidates))
-    return DemoResult(out=out, run_dir=run_dir, export_dir=export_dir,
-                      tensorboard_dir=run_dir / "tensorboard", steps=result.step,
-                      evaluation=evaluation, unigram_accuracy=unigram_accuracy(data),
-                      predictions=predictions)
+        say(f"4/4  exporting to {export_dir} and filling masks")
+        export(run_dir, export_dir, overwrite=True)
+        model, tokenizer = load_model_and_tokenizer(export_dir)
+        data = load_data(data_dir)
+        evaluation = evaluate(model, data, config.data, micro_batch_size=config.train.micro_batch_size,
+                              seed=config.train.seed)
+        predictions = []
+        for text in DEMO_SENTENCES:
+            candidates = fill_mask(model, tokenizer, text, top_k=5)
+            predictions.append((text, fill_in(tokenizer, text, candidates), candidates))
+        return DemoResult(out=out, run_dir=run_dir, export_dir=export_dir,
+                          tensorboard_dir=run_dir / "tensorboard", steps=result.step,
+                          evaluation=evaluation, unigram_accuracy=unigram_accuracy(data),
+                          predictions=predictions)
 
 
-def prepare_folder(out: Path) -> None:
-    """Make `out` empty, replacing only a folder an earlier demo made."""
-    if out.exists():
-        if not (out / MARKER).is_file():
+def check_demo_folder(out: Path, claim: Claim | None = None) -> Path:
+    """The real path of `out`, refused unless it is new, empty or an earlier demo's folder; writes nothing."""
+    target = real_out(out)
+    if target.exists():
+        if not target.is_dir():
+            raise UserError(f"--out {out} exists and is not a folder; choose another --out")
+        (claim or Claim(target, "demo")).check_free()
+        if content_names(target) and not (target / MARKER).is_file():
             raise UserError(f"{out} exists and was not made by `bertpre demo`; choose another --out")
-        shutil.rmtree(out)
-    out.mkdir(parents=True)
-    (out / MARKER).write_text("made by `bertpre demo`; the next demo replaces this folder\n")
+    return target
+
+
+def prepare_folder(target: Path) -> None:
+    """Empty the claimed `target` (an earlier demo's folder, or a new one) but for its claim."""
+    for path in target.iterdir():
+        if path.name in BOOKKEEPING_FILES:
+            continue
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+    (target / MARKER).write_text("made by `bertpre demo`; the next demo replaces this folder\n")
 
 
 def unigram_accuracy(data: DataFolder) -> float:

@@ -10,7 +10,7 @@ from pathlib import Path
 from safetensors import SafetensorError
 
 from bertpre.errors import UserError
-from bertpre.folders import MARKERS, check_out, make_files_readable, replace_folder, staging_folder
+from bertpre.folders import MARKERS, check_out, claimed_out, make_files_readable
 from bertpre.model import BertConfig, BertForPreTraining
 from bertpre.model.hf_format import write_albert_folder, write_folder, write_remote_code_folder
 from bertpre.tokenizer import load_tokenizer
@@ -47,7 +47,9 @@ def export(source: str | Path, out: str | Path, overwrite: bool = False) -> Expo
     model.config.check_vocab_fits(tokenizer.get_vocab_size(), str(tokenizer_folder))
 
     architecture, write = export_layout(model.config)
-    with staging_folder(out) as staging:
+    with claimed_out(out, "export", overwrite=overwrite,
+                     sources=[checkpoint, tokenizer_folder]) as output:
+        staging = output.staging
         try:
             write(staging, model.config, model.state_dict())
         except SafetensorError as error:  # safetensors reports a full disk as its own error
@@ -63,7 +65,7 @@ def export(source: str | Path, out: str | Path, overwrite: bool = False) -> Expo
         (staging / marker).write_text("made by `bertpre export`; `bertpre export --overwrite` "
                                       "may replace this folder\n", encoding="utf-8")
         make_files_readable(staging)  # safetensors writes 0600; the export is for sharing
-        replace_folder(staging, out)
+        output.commit()
     return ExportSummary(
         checkpoint=checkpoint,
         out=out,

@@ -1,19 +1,21 @@
 """One run, one folder, one config: the RUN folder's lock, and what a resume may change."""
 from __future__ import annotations
 
-import contextlib
-import json
-import os
-import socket
-import time
 from pathlib import Path
 from typing import Any
 
+from bertpre.claim import Claim, real_path
 from bertpre.config import Config
 from bertpre.errors import UserError
-from bertpre.folders import process_alive
+from bertpre.folders import (
+    MARKERS,
+    content_names,
+    describe,
+    is_data_folder,
+    is_run_folder,
+    real_out,
+)
 
-LOCK_FILE = ".lock"
 # Keys a resumed run may change: how it is watched, saved and fed, not what it computes.
 # `train.max_steps` may only grow past the step reached.
 RESUMABLE_KEYS = (
@@ -25,66 +27,54 @@ RESUMABLE_KEYS = (
 
 
 class RunLock:
-    """`RUN/.lock` while a process trains in RUN: host, pid and start time, as JSON.
+    """The claim on RUN while a process trains in it (`RUN/.bertpre-claim`, see `bertpre.claim`).
 
-    A lock whose process is gone (same host, pid not running) is stale and taken over; a lock
-    held by a live process, or by another host, refuses a second run in one line.
+    A claim whose process is gone (same host, pid not running) is stale and taken over with a
+    note; one held by a live process, or by another host, refuses a second run in one line.
     """
 
     def __init__(self, run_dir: Path) -> None:
-        self.path = run_dir / LOCK_FILE
-        self.held = False
+        self.claim = Claim(real_path(run_dir), "pretrain", label="run folder")
+        self.path = self.claim.path
 
     def check_free(self) -> None:
-        """Refuse now, before anything is read or written, if a live process holds the lock."""
-        holder = self._holder()
-        if holder is not None and not self._stale(holder):
-            raise UserError(
-                f"run folder {self.path.parent} is in use by process {holder.get('pid')} on "
-                f"{holder.get('host')} (since {holder.get('started')}); wait for it to finish, "
-                f"or choose another --out (if that process is gone, delete {self.path})")
+        """Refuse now, before anything is read or written, if a live process holds the run."""
+        self.claim.check_free()
 
     def acquire(self) -> None:
-        """Take the lock (creating RUN if needed), replacing a stale one."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        for _ in range(2):
-            try:
-                descriptor = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-            except FileExistsError:
-                self.check_free()
-                with contextlib.suppress(FileNotFoundError):
-                    self.path.unlink()  # stale: its process is gone
-                continue
-            with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
-                json.dump({"host": socket.gethostname(), "pid": os.getpid(),
-                           "started": time.strftime("%Y-%m-%d %H:%M:%S")}, handle)
-            self.held = True
-            return
-        self.check_free()
+        """Take the claim (creating RUN if needed), replacing a stale one."""
+        self.claim.take()
 
     def release(self) -> None:
-        """Remove the lock if this process holds it."""
-        if self.held:
-            with contextlib.suppress(FileNotFoundError):
-                self.path.unlink()
-            self.held = False
+        """Remove the claim if this process holds it (and RUN, if the claim made it and it is empty)."""
+        self.claim.release()
 
-    def _holder(self) -> dict[str, Any] | None:
-        try:
-            holder = json.loads(self.path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            return None
-        except (OSError, ValueError):  # torn by a kill mid-write: no live owner wrote it whole
-            return {}
-        return holder if isinstance(holder, dict) else {}
 
-    @staticmethod
-    def _stale(holder: dict[str, Any]) -> bool:
-        if not holder:
-            return True
-        same_host = holder.get("host") == socket.gethostname()
-        pid = holder.get("pid")
-        return same_host and isinstance(pid, int) and not process_alive(pid)
+def check_run_out(run_dir: Path, init_from: str | None = None, data_paths: list[Path] | None = None) -> None:
+    """Refuse a RUN folder `pretrain` may not write: one that exists and is not empty and not a
+    RUN, a file, a dangling link, or a folder inside (or holding) DATA, an export or the weights
+    the run starts from. Writes nothing."""
+    target = real_out(run_dir)
+    if target.exists():
+        if not target.is_dir():
+            raise UserError(f"--out {run_dir} exists and is not a folder; choose another --out")
+        if content_names(target) and not is_run_folder(target):
+            raise UserError(f"--out {run_dir} is {describe(target)}, not a RUN folder; `bertpre "
+                            "pretrain` writes a new or empty folder, or resumes a RUN; choose "
+                            "another --out")
+    for folder in [target, *target.parents]:
+        if folder != target and is_run_folder(folder):
+            raise UserError(f"--out {run_dir} is inside the RUN folder {folder}; choose a folder "
+                            "outside it")
+        if is_data_folder(folder) or (folder / MARKERS["export"][0]).is_file():
+            raise UserError(f"--out {run_dir} is inside {describe(folder)} at {folder}; choose a "
+                            "folder outside it")
+    for source, what in [*((path, "the DATA folder") for path in data_paths or []),
+                         *([(Path(init_from), "model.init_from")] if init_from else [])]:
+        source = real_path(source)
+        if source == target or target in source.parents:
+            raise UserError(f"--out {run_dir} holds {what} {source}, which this run reads; choose "
+                            "another --out")
 
 
 def check_resume_config(saved: Config, new: Config, step: int, run_dir: Path) -> list[str]:

@@ -49,7 +49,7 @@ from bertpre.train.init_from import (
 from bertpre.train.metrics import MetricsWindow, MetricsWriter, ProgressBar, gpu_scalars
 from bertpre.train.optim import build_optimizer, learning_rate
 from bertpre.train.report import CUSTOM_SCALARS_LAYOUT, RunPlan, end_block, eta_line, start_block
-from bertpre.train.run_folder import RunLock, check_resume_config
+from bertpre.train.run_folder import RunLock, check_resume_config, check_run_out
 from bertpre.train.runtime import (
     Runtime,
     all_reduce_sum,
@@ -170,6 +170,7 @@ class Trainer:
         self.mixture = load_mixture(config.data.sources)
         self.data = self.mixture.folders[0]  # every source shares its tokenizer, which the run copies
         self.run_dir = Path(train.out)
+        check_run_out(self.run_dir, config.init_from, [folder.path for folder in self.mixture.folders])
         latest = latest_checkpoint(self.run_dir) if resume else None
         # Weights come from model.init_from only at the start; a resume reads its checkpoint,
         # whose config.json is the shape the run was given.

@@ -113,6 +113,7 @@ def test_demo_runs_the_whole_flow(tmp_path: Path):
     # a second demo replaces the first; a folder it did not make is refused
     run(BERTPRE, "demo", "--out", "demo", "--max-steps", "1", cwd=tmp_path)
     (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("keep")  # an empty folder would be taken
     refused = run(BERTPRE, "demo", "--out", "mine", cwd=tmp_path, expect=2)
     assert refused.stderr.count("\n") == 1 and "not made by `bertpre demo`" in refused.stderr
 

@@ -165,5 +165,5 @@ def folder_state(folder: Path) -> dict[str, tuple[int, int]]:
     """Every path under `folder` with (size, mtime_ns): equal before and after = nothing written."""
     if not folder.exists():
         return {}
-    return {str(p.relative_to(folder)): (p.stat().st_size if p.is_file() else -1, p.stat().st_mtime_ns)
-            for p in sorted(folder.rglob("*"))}
+    return {str(p.relative_to(folder)): (p.lstat().st_size if p.is_file() else -1, p.lstat().st_mtime_ns)
+            for p in sorted(folder.rglob("*"))}  # lstat: a link is itself, even one that loops

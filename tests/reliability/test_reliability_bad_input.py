@@ -313,7 +313,8 @@ case("resume-max-steps-below-the-step", "is at step 36 already")(
 def lock_run(w: World, host: str, pid: int) -> list:
     import json
 
-    (w.run_copy() / ".lock").write_text(json.dumps({"host": host, "pid": pid, "started": "then"}))
+    (w.run_copy() / ".bertpre-claim").write_text(json.dumps({"command": "pretrain", "host": host,
+                                                             "pid": pid, "started": "then"}))
     return w.pretrain("--set", "train.max_steps=40")
 
 
@@ -338,6 +339,82 @@ case("pretrain-out-under-a-file", "Not a directory")(
     lambda w: w.pretrain(out=w.write("notes.txt", "keep") / "run"))
 case("demo-out-under-a-file", "Not a directory")(
     lambda w: ["demo", "--out", w.write("notes.txt", "keep") / "demo"])
+
+
+# --- --out is claimed, and every path is compared as a real path (issue 29) ---
+def symlink(w: World, name: str, target: Path) -> Path:
+    link = w.tmp / name
+    link.symlink_to(target)
+    return link
+
+
+def claim_for(w: World, folder: Path, command: str, pid: int = 1) -> Path:
+    import json
+    import socket
+
+    (folder / ".bertpre-claim").write_text(json.dumps(
+        {"command": command, "pid": pid, "host": socket.gethostname(), "started": "then"}))
+    return folder
+
+
+case("pretrain-out-is-a-data-folder", "is a DATA folder (made by `bertpre tokenize`), not a RUN folder")(
+    lambda w: w.pretrain(out=w.data))
+case("pretrain-out-is-an-export", "is an export (made by `bertpre export`), not a RUN folder")(
+    lambda w: w.pretrain(out=export_of_reference(w)))
+case("pretrain-out-is-a-users-folder", "is a folder of other files, not a RUN folder")(
+    lambda w: w.pretrain(out=w.write("mine/config.yaml", "my: own\n").parent))
+case("pretrain-out-is-a-file", "exists and is not a folder")(lambda w: w.pretrain(out=w.write("notes.txt", "keep")))
+case("pretrain-out-is-a-symlink-loop", "symbolic link that leads nowhere")(
+    lambda w: w.pretrain(out=symlink(w, "loop", w.tmp / "loop")))
+case("pretrain-out-is-a-dangling-symlink", "symbolic link that leads nowhere")(
+    lambda w: w.pretrain(out=symlink(w, "dangling", w.tmp / "gone")))
+case("pretrain-out-inside-a-data-folder", "is inside a DATA folder")(
+    lambda w: w.pretrain(out=w.data / "run"))
+case("pretrain-out-inside-an-export", "is inside an export")(
+    lambda w: w.pretrain(out=export_of_reference(w) / "run"))
+case("pretrain-out-inside-a-run", "is inside the RUN folder")(
+    lambda w: w.pretrain(out=w.run_copy() / "more"))
+case("pretrain-out-through-a-link-to-data", "is a DATA folder")(
+    lambda w: w.pretrain(out=symlink(w, "link", w.data)))
+case("export-out-is-a-symlink-loop", "symbolic link that leads nowhere")(
+    lambda w: ["export", w.reference, "--out", symlink(w, "loop", w.tmp / "loop")])
+case("tokenize-out-is-a-symlink-loop", "symbolic link that leads nowhere")(
+    lambda w: ["tokenize", w.write("c.txt", "a cat.\n"), "--out", symlink(w, "loop", w.tmp / "loop")])
+case("demo-out-is-a-symlink-loop", "symbolic link that leads nowhere")(
+    lambda w: ["demo", "--out", symlink(w, "loop", w.tmp / "loop")])
+
+
+@case("tokenize-overwrite-reads-its-corpus-through-a-link", "which this command reads")
+def tokenize_own_corpus_through_link(w: World) -> list:
+    data = w.tmp / "data"
+    shutil.copytree(w.data, data)
+    (data / "my.txt").write_text("a cat sat.\n")  # the user keeps the corpus beside its DATA
+    return ["tokenize", symlink(w, "L", data) / "my.txt", "--out", data, "--overwrite"]
+
+
+@case("export-overwrite-reads-its-run-through-a-link", "which this command reads")
+def export_own_run_through_link(w: World) -> list:
+    exported = export_of_reference(w)
+    shutil.copytree(w.reference, exported / "run")
+    return ["export", symlink(w, "LX", exported) / "run", "--out", exported, "--overwrite"]
+
+
+@case("export-overwrite-through-dotdot", "which this command reads")
+def export_own_run_through_dotdot(w: World) -> list:
+    run = w.run_copy()
+    (w.tmp / "elsewhere").mkdir()
+    return ["export", w.tmp / "elsewhere" / ".." / "run", "--out", run, "--overwrite"]
+
+
+case("tokenize-out-claimed-by-a-live-process", "is in use by process 1 on")(
+    lambda w: tokenize(w, w.write("c.txt", "a cat sat.\n"))[:2] + [
+        "--out", claim_for(w, w.folder("data"), "tokenize"), "--vocab-size", "150"])
+case("export-out-claimed-by-a-live-process", "is in use by process 1 on")(
+    lambda w: ["export", w.reference, "--out", claim_for(w, w.folder("export"), "export")])
+case("demo-out-claimed-by-a-live-process", "is in use by process 1 on")(
+    lambda w: ["demo", "--out", claim_for(w, w.folder("demo"), "demo")])
+case("pretrain-out-claimed-by-tokenize", "is in use by process 1 on")(
+    lambda w: w.pretrain(out=claim_for(w, w.folder("run"), "tokenize")))
 
 
 def run_in_process(args: list, monkeypatch, capsys) -> tuple[int, str]:

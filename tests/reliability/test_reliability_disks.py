@@ -52,7 +52,7 @@ def test_pretrain(bad_disk, tiny_config, data_dir):
                      bad_disk / "run", "--set", "train.max_steps=4")
     # a full disk keeps the run folder (what fitted, to resume from); a read-only one has nothing
     assert_refused_cleanly(result, bad_disk, keep={"run"}, progress=True)
-    assert not (bad_disk / "run" / ".lock").exists()
+    assert not (bad_disk / "run" / ".bertpre-claim").exists()
 
 
 @pytest.mark.slow

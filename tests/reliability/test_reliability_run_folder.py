@@ -9,6 +9,7 @@ import subprocess
 
 from _reliability_harness import one_line_error, run_cli, start_pretrain, wait_for
 
+from bertpre.claim import CLAIM_FILE
 from bertpre.config import load_config
 
 
@@ -18,7 +19,7 @@ def test_a_second_pretrain_on_a_folder_in_use_is_refused(tiny_config, data_dir, 
                            "train.save_every=100000", "train.eval_every=100000")
     try:
         assert wait_for(lambda: (run_dir / "metrics.jsonl").is_file(), first, timeout=120)
-        lock = json.loads((run_dir / ".lock").read_text())
+        lock = json.loads((run_dir / CLAIM_FILE).read_text())
         assert lock["pid"] == first.pid
         second = run_cli("pretrain", "--config", tiny_config, "--data", data_dir, "--out", run_dir)
         assert second.returncode == 2
@@ -26,18 +27,18 @@ def test_a_second_pretrain_on_a_folder_in_use_is_refused(tiny_config, data_dir, 
     finally:
         first.send_signal(signal.SIGTERM)
         first.communicate(timeout=120)
-    assert first.returncode == 143 and not (run_dir / ".lock").exists()
+    assert first.returncode == 143 and not (run_dir / CLAIM_FILE).exists()
 
 
 def test_a_stale_lock_is_taken_over(tiny_config, data_dir, copy_run, reference_run):
     run_dir = copy_run(reference_run)
     gone = subprocess.Popen(["true"])
     gone.wait()  # its pid now names no process: the lock it "holds" is stale
-    (run_dir / ".lock").write_text(json.dumps({"host": socket.gethostname(), "pid": gone.pid}))
+    (run_dir / CLAIM_FILE).write_text(json.dumps({"host": socket.gethostname(), "pid": gone.pid}))
     done = run_cli("pretrain", "--config", tiny_config, "--data", data_dir, "--out", run_dir,
                    "--set", "train.max_steps=38")
     assert done.returncode == 0, done.stderr[-2000:]
-    assert not (run_dir / ".lock").exists()
+    assert not (run_dir / CLAIM_FILE).exists()
 
 
 def test_a_resume_may_change_how_the_run_is_watched_and_is_told_so(tiny_config, data_dir, copy_run,
