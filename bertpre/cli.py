@@ -29,6 +29,7 @@ app = typer.Typer(
 )
 
 EXIT_BAD_INPUT = 2
+EXIT_INTERNAL_ERROR = 1
 
 
 def _print_version(value: bool) -> None:
@@ -390,11 +391,15 @@ def main() -> None:
         typer.echo(f"error: {error}", err=True)
         sys.exit(EXIT_BAD_INPUT)
     except OSError as error:  # a full or read-only disk, a path that cannot be written
-        if error.errno not in WRITE_ERRNOS:
-            raise
-        where = f" {error.filename}" if error.filename else ""
-        typer.echo(f"error: cannot write{where}: {error.strerror}; free disk space or choose a "
-                   "folder you can write to (temporary files were removed)", err=True)
+        if error.errno in WRITE_ERRNOS:
+            where = f" {error.filename}" if error.filename else ""
+            typer.echo(f"error: cannot write{where}: {error.strerror}; free disk space or choose a "
+                       "folder you can write to (temporary files were removed)", err=True)
+        elif error.filename:  # the system refused a named path: the machine's state, not a bug
+            typer.echo(f"error: {error.filename}: {error.strerror or error}; check that path and "
+                       "run the command again", err=True)
+        else:
+            sys.exit(report_internal_error(error))
         sys.exit(EXIT_BAD_INPUT)
     except (KeyboardInterrupt, typer.Abort):
         typer.echo("interrupted", err=True)
@@ -403,4 +408,27 @@ def main() -> None:
         terminated = stopped.signum == signal.SIGTERM
         typer.echo("terminated" if terminated else "interrupted", err=True)
         sys.exit(EXIT_TERMINATED if terminated else EXIT_INTERRUPTED)
+    except Exception as error:  # a bug: one line for the user, the traceback in a file for us
+        sys.exit(report_internal_error(error))
     sys.exit(code if isinstance(code, int) else 0)
+
+
+def report_internal_error(error: BaseException) -> int:
+    """Write `error`'s traceback to a file, say where in one line, and return exit code 1."""
+    import tempfile
+    import time
+    import traceback
+
+    text = "".join(traceback.format_exception(error))
+    try:
+        descriptor, path = tempfile.mkstemp(prefix=f"bertpre-error-{time.strftime('%Y%m%d-%H%M%S')}-",
+                                            suffix=".txt")
+        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+            handle.write(f"bertpre {' '.join(sys.argv[1:])}\n\n{text}")
+        where = f"the traceback is in {path}"
+    except OSError:  # no temporary folder either: the traceback goes to stderr after all
+        where = f"the traceback follows\n{text}"
+    summary = " ".join(f"{type(error).__name__}: {error}".split())[:300]
+    typer.echo(f"error: internal error ({summary}); this is a bug in bertpre, not in your input: "
+               f"{where}; please include it in a report", err=True)
+    return EXIT_INTERNAL_ERROR
