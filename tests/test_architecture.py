@@ -20,7 +20,7 @@ ALLOWED = {
     "labels": set(),
     "configs": set(),
     "tokenizer": {"errors"},
-    "data": {"tokenizer", "errors", "folders"},
+    "data": {"tokenizer", "errors", "folders", "claim"},
     "batches": {"data", "tokenizer", "errors", "labels"},
     "model": {"errors", "labels"},
     "config": {"configs", "model", "tokenizer", "errors", "labels"},

@@ -15,6 +15,7 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from bertpre.claim import claimed, real_path
 from bertpre.data.folder import DATASET_DIR, MANIFEST_FILE, DataFolder, load_data
 from bertpre.errors import UserError
 from bertpre.folders import staging_folder
@@ -212,7 +213,7 @@ def write_merged_manifest(folder: str | Path) -> tuple[dict, Path]:
     manifest = merge_manifests(check_shard_set(folder, [load_data(path) for path in paths]),
                                relative_to=folder)
     target = folder / MANIFEST_FILE
-    with staging_folder(target) as building:
+    with claimed(real_path(folder), "tokenize", label="--merge-manifests"), staging_folder(target) as building:
         written = building / MANIFEST_FILE
         written.write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
         written.replace(target)
