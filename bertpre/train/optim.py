@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from bertpre.config import OptimConfig
+from bertpre.config import Config, OptimConfig
 from bertpre.train.lamb import Lamb
 
 
@@ -47,3 +47,14 @@ def learning_rate(step: int, *, lr: float, warmup_steps: int, max_steps: int,
     if schedule == "cosine":
         return lr * 0.5 * (1.0 + math.cos(math.pi * progress))
     raise ValueError(f"unknown schedule {schedule!r}")
+
+
+def scheduled_learning_rate(config: Config, step: int) -> float:
+    """The learning rate `config` gives the update at 0-based `step`, its phases included (as
+    the Trainer sets it)."""
+    ends = config.phase_ends()
+    index = next((index for index, end in enumerate(ends) if step < end), len(ends) - 1)
+    start, end = config.schedule_span(index)
+    optim = config.for_phase(index).optim
+    return learning_rate(step - start, lr=optim.lr, warmup_steps=optim.warmup_steps,
+                         max_steps=end - start, schedule=optim.schedule)

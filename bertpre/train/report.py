@@ -7,6 +7,9 @@ import math
 import shlex
 from dataclasses import dataclass
 
+from bertpre.config import Config
+from bertpre.train.optim import scheduled_learning_rate
+
 # TensorBoard's Custom Scalars tab: one chart per question, train and eval on the same axes, so
 # a run with a single evaluation shows it as a point on the loss curve. Tags are regexes.
 CUSTOM_SCALARS_LAYOUT = {
@@ -112,3 +115,33 @@ def end_block(*, run_dir: str, start_step: int, step: int, tokens_seen: int, wal
         "(open the Custom Scalars tab)",
         f"  export: bertpre export {shlex.quote(run_dir)} --out {shlex.quote(f'{run_dir}-export')}",
     ])
+
+
+def finished_run_note(config: Config, step: int) -> str:
+    """What a run started again at `train.max_steps` says: nothing to do, and how to go on."""
+    run_dir = config.train.out
+    lines = [f"run folder {run_dir} is already at step {step:,} = train.max_steps; nothing to do"]
+    longer = config.phase_ends()[-1] if config.phases else 2 * step  # phases cap max_steps
+    if longer > step:
+        lines.append(f"  to train longer: bertpre pretrain --config "
+                     f"{shlex.quote(f'{run_dir}/config.yaml')} --out {shlex.quote(run_dir)} "
+                     f"--set train.max_steps={longer}")
+    else:
+        lines.append(f"  to train longer: its phases end here; start a new run from its weights "
+                     f"with --init-from {shlex.quote(run_dir)}")
+    lines.append(f"  to export it: bertpre export {shlex.quote(run_dir)} "
+                 f"--out {shlex.quote(f'{run_dir}-export')}")
+    return "\n".join(lines)
+
+
+def schedule_change_note(saved: Config, new: Config, step: int) -> str:
+    """What a resume that raises `train.max_steps` does to the learning rate at `step`: the
+    schedule is the new config's, so its decay stretches to the new end (see the README)."""
+    before, after = scheduled_learning_rate(saved, step), scheduled_learning_rate(new, step)
+    old_end, new_end = saved.phase_ends()[-1], new.phase_ends()[-1]
+    if old_end == new_end or new.optim.schedule == "constant":
+        return f"the learning-rate schedule does not change: {after:.4g} at step {step:,}"
+    decay = f"the {new.optim.schedule} decay now ends at step {new_end:,} instead of {old_end:,}"
+    if before == after:  # still warming up
+        return f"the learning rate at step {step:,} stays {after:.4g} (warmup); {decay}"
+    return f"the learning rate jumps from {before:.4g} to {after:.4g} at step {step:,}: {decay}"

@@ -48,7 +48,15 @@ from bertpre.train.init_from import (
 )
 from bertpre.train.metrics import MetricsWindow, MetricsWriter, ProgressBar, gpu_scalars
 from bertpre.train.optim import build_optimizer, learning_rate
-from bertpre.train.report import CUSTOM_SCALARS_LAYOUT, RunPlan, end_block, eta_line, start_block
+from bertpre.train.report import (
+    CUSTOM_SCALARS_LAYOUT,
+    RunPlan,
+    end_block,
+    eta_line,
+    finished_run_note,
+    schedule_change_note,
+    start_block,
+)
 from bertpre.train.run_folder import RunLock, check_resume_config, check_run_out
 from bertpre.train.runtime import (
     Runtime,
@@ -268,7 +276,7 @@ class Trainer:
         self.metrics = MetricsWriter(self.run_dir, enabled=runtime.is_main,
                                      purge_after=self.step if resumed else None)
         self.progress = ProgressBar(start_step=self.step, max_steps=train.max_steps,
-                                    enabled=runtime.is_main)
+                                    enabled=runtime.is_main and self.step < train.max_steps)
         self.window = MetricsWindow(self.step)
         self.start_step, self.eta_said = self.step, False
         self.metrics.describe_run(CUSTOM_SCALARS_LAYOUT, self.run_texts())
@@ -374,6 +382,13 @@ class Trainer:
         """Run steps until `train.max_steps` or a stop signal; log, evaluate and save on schedule."""
         train = self.config.train
         exit_code = 0
+        if self.step >= train.max_steps:  # a finished run started again: say so, train nothing
+            self.metrics.close()
+            self.progress.close()
+            if self.runtime.is_main:
+                self.progress.write(finished_run_note(self.config, self.step))
+            return TrainResult(run_dir=self.run_dir, step=self.step,
+                               skipped_steps=self.skipped_steps, notes=self.notes)
         if self.runtime.is_main:
             self.progress.write(start_block(self.run_plan()))
         started = time.perf_counter()
@@ -582,8 +597,11 @@ class Trainer:
         saved = self.run_dir / "config.yaml"
         if not saved.is_file():
             return
-        for change in check_resume_config(load_config(saved), self.config, self.step, self.run_dir):
+        saved_config = load_config(saved)
+        for change in check_resume_config(saved_config, self.config, self.step, self.run_dir):
             self.say(f"resuming with {change}")
+        if saved_config.train.max_steps != self.config.train.max_steps:
+            self.say(schedule_change_note(saved_config, self.config, self.step))
 
     def prepare_run_folder(self) -> None:
         """Create RUN, drop partial checkpoints, write config.yaml, data.json and the tokenizer copy."""

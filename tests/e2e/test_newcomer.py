@@ -1,7 +1,11 @@
 """What a newcomer meets first: help pages, printed hints, a finished run resumed, fill-mask."""
 from __future__ import annotations
 
+import json
+import os
 import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -9,10 +13,15 @@ import typer
 from typer.testing import CliRunner
 
 from bertpre.cli import app
+from bertpre.config import load_config
 from bertpre.data import load_data
 from bertpre.errors import UserError
 from bertpre.tools.demo import DemoResult, format_result
-from bertpre.train.report import end_block
+from bertpre.train.optim import learning_rate
+from bertpre.train.report import end_block, finished_run_note, schedule_change_note
+
+ROOT = Path(__file__).parents[2]
+ENV = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
 
 COMMANDS = ["tokenize", "pretrain", "export", "demo", "info", "inspect", "fill-mask", "evaluate"]
 
@@ -91,3 +100,74 @@ def test_a_missing_data_folder_suggests_a_command_with_its_path_quoted(tmp_path)
         load_data(missing)
     suggested = str(raised.value).split("`")[1]
     assert shlex.split(suggested) == ["bertpre", "tokenize", "CORPUS", "--out", str(missing)]
+
+
+def bertpre(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "bertpre", *args], cwd=cwd, env=ENV,
+                          capture_output=True, text=True, timeout=180)
+
+
+def test_a_finished_run_started_again_says_so_and_how_to_train_longer(tiny_data, tmp_path):
+    """Step 6 of 6, started again: nothing to do, exit 0; its suggested command trains on, and
+    the note gives the learning rate's jump with the schedule's own numbers."""
+    first = ["pretrain", "--config", "tiny", "--data", str(tiny_data), "--out", "my run",
+             "--set", "train.max_steps=6", "--set", "optim.warmup_steps=2",
+             "--set", "train.log_every=1"]
+    assert bertpre(*first, cwd=tmp_path).returncode == 0
+    metrics = (tmp_path / "my run" / "metrics.jsonl").read_text()
+
+    again = bertpre(*first, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert "run folder my run is already at step 6 = train.max_steps; nothing to do\n" in again.stderr
+    assert "steps this session" not in again.stderr and "%|" not in again.stderr  # no bar, no run
+    assert (tmp_path / "my run" / "metrics.jsonl").read_text() == metrics
+    suggested = command_after(again.stderr, "bertpre pretrain")
+    assert suggested == ["bertpre", "pretrain", "--config", "my run/config.yaml", "--out", "my run",
+                         "--set", "train.max_steps=12"]
+    assert command_after(again.stderr, "bertpre export") == [
+        "bertpre", "export", "my run", "--out", "my run-export"]
+
+    longer = bertpre(*suggested[1:], cwd=tmp_path)
+    assert longer.returncode == 0, longer.stderr[-2000:]
+    before = learning_rate(6, lr=2e-3, warmup_steps=2, max_steps=6)  # 0: the old decay's end
+    after = learning_rate(6, lr=2e-3, warmup_steps=2, max_steps=12)  # 2e-3 * (1 - 4/10)
+    assert (before, after) == (0.0, pytest.approx(1.2e-3))
+    assert (f"note: the learning rate jumps from {before:.4g} to {after:.4g} at step 6: the linear "
+            "decay now ends at step 12 instead of 6\n") in longer.stderr
+    logged = [json.loads(line) for line in (tmp_path / "my run" / "metrics.jsonl").read_text().splitlines()]
+    # The update at 0-based step 6 is logged as step 7, with the learning rate it used.
+    assert [row["train/lr"] for row in logged if row["step"] == 7 and "train/lr" in row] == [after]
+
+
+@pytest.mark.parametrize("schedule, warmup, step, old, new, expected", [
+    ("linear", 10, 50, 100, 200,
+     "the learning rate jumps from {a} to {b} at step 50: the linear decay now ends at step 200 instead of 100"),
+    ("cosine", 10, 50, 100, 400,
+     "the learning rate jumps from {a} to {b} at step 50: the cosine decay now ends at step 400 instead of 100"),
+    ("linear", 60, 50, 100, 200,
+     "the learning rate at step 50 stays {b} (warmup); the linear decay now ends at step 200 instead of 100"),
+    ("constant", 10, 50, 100, 200, "the learning-rate schedule does not change: {b} at step 50"),
+])
+def test_the_resume_note_gives_the_schedules_own_learning_rates(schedule, warmup, step, old, new, expected):
+    settings = [f"optim.schedule={schedule}", f"optim.warmup_steps={warmup}", "optim.lr=1e-3"]
+    saved = load_config("tiny", [*settings, f"train.max_steps={old}"])
+    resumed = load_config("tiny", [*settings, f"train.max_steps={new}"])
+    before = learning_rate(step, lr=1e-3, warmup_steps=warmup, max_steps=old, schedule=schedule)
+    after = learning_rate(step, lr=1e-3, warmup_steps=warmup, max_steps=new, schedule=schedule)
+    assert schedule_change_note(saved, resumed, step) == expected.format(a=f"{before:.4g}", b=f"{after:.4g}")
+
+
+def test_a_finished_phased_run_is_told_to_start_anew_from_its_weights():
+    config = load_config("base", ["train.out=runs/my base"])
+    note = finished_run_note(config, config.train.max_steps).splitlines()
+    assert note[0] == "run folder runs/my base is already at step 1,000,000 = train.max_steps; nothing to do"
+    assert note[1] == ("  to train longer: its phases end here; start a new run from its weights "
+                       "with --init-from 'runs/my base'")
+
+
+def test_raising_max_steps_within_the_phases_keeps_the_schedule():
+    saved = load_config("base", ["train.max_steps=500000"])
+    resumed = load_config("base", ["train.max_steps=1000000"])
+    lr = learning_rate(400_000, lr=1e-4, warmup_steps=10_000, max_steps=1_000_000)  # one schedule: continue
+    assert schedule_change_note(saved, resumed, 400_000) == (
+        f"the learning-rate schedule does not change: {lr:.4g} at step 400,000")
