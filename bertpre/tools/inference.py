@@ -81,11 +81,13 @@ def fill_mask(
 
 
 def fill_in(tokenizer: Tokenizer, text: str, predictions: list[list[Prediction]]) -> str:
-    """`text` with each `[MASK]` replaced by its most likely token, decoded as words."""
-    ids = tokenizer.encode(text).ids
+    """`text` with each `[MASK]` replaced by its most likely token, decoded as words; a word the
+    vocabulary lacks shows as `[UNK]`, as the model saw it, rather than vanishing."""
+    ids = tokenizer.encode(text, add_special_tokens=False).ids  # no [CLS] and [SEP] to hide
     mask_id = tokenizer.token_to_id(MASK_TOKEN)
     best = iter(tokenizer.token_to_id(candidates[0].token) for candidates in predictions)
-    return tokenizer.decode([next(best) if token == mask_id else token for token in ids])
+    return tokenizer.decode([next(best) if token == mask_id else token for token in ids],
+                            skip_special_tokens=False)
 
 
 def evaluate_saved_model(source: str | Path, data: str | Path | None = None, *,

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 import typer
 from typer.testing import CliRunner
 
@@ -16,6 +17,8 @@ from bertpre.cli import app
 from bertpre.config import load_config
 from bertpre.data import load_data
 from bertpre.errors import UserError
+from bertpre.model.bert import BertConfig, BertForPreTraining
+from bertpre.tokenizer.wordpiece import save_tokenizer, train_tokenizer
 from bertpre.tools.demo import DemoResult, format_result
 from bertpre.train.optim import learning_rate
 from bertpre.train.report import end_block, finished_run_note, schedule_change_note
@@ -171,3 +174,26 @@ def test_raising_max_steps_within_the_phases_keeps_the_schedule():
     lr = learning_rate(400_000, lr=1e-4, warmup_steps=10_000, max_steps=1_000_000)  # one schedule: continue
     assert schedule_change_note(saved, resumed, 400_000) == (
         f"the learning-rate schedule does not change: {lr:.4g} at step 400,000")
+
+
+@pytest.fixture(scope="module")
+def export_folder(tmp_path_factory):
+    """An untrained tiny model and its tokenizer in one folder, as `bertpre export` writes it."""
+    tokenizer = train_tokenizer([["the cat sat on the mat.", "the dog sat on the log."] * 10],
+                                vocab_size=60, min_frequency=1)
+    torch.manual_seed(0)
+    model = BertForPreTraining(BertConfig(
+        vocab_size=tokenizer.get_vocab_size(), hidden_size=32, num_hidden_layers=2,
+        num_attention_heads=4, intermediate_size=64, max_position_embeddings=32))
+    folder = tmp_path_factory.mktemp("export")
+    model.save_pretrained(folder)
+    save_tokenizer(tokenizer, folder)
+    return folder
+
+
+def test_fill_mask_shows_an_unknown_word_as_unk_rather_than_dropping_it(export_folder):
+    result = CliRunner().invoke(app, ["fill-mask", str(export_folder), "the zebra sat on the [MASK]."])
+    assert result.exit_code == 0, result.output
+    filled = result.output.splitlines()[1]
+    assert filled.startswith("  → the [UNK] sat on the")  # "zebra": no z in the vocab
+    assert "[MASK]" not in filled and "[CLS]" not in filled and "[SEP]" not in filled
