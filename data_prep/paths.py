@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import glob
+import stat
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -15,8 +16,19 @@ SUPPORTED_EXTENSIONS = tuple(
 )
 
 
+def is_stream(path: Path) -> bool:
+    """A pipe: a FIFO, or process substitution's `/dev/fd/N` (`<(zcat corpus.txt.gz)`), which can
+    be read once, from its start."""
+    try:
+        return stat.S_ISFIFO(path.stat().st_mode)
+    except OSError:
+        return False
+
+
 def split_extension(path: Path) -> tuple[str, str | None]:
     """The corpus format (".txt", ".jsonl", ...) and compression (".gz", ... or None) of a file.
+
+    A pipe whose name has no corpus extension (`/dev/fd/63`) is plain text.
 
     Raises:
         CorpusError: the name ends in no supported extension.
@@ -27,10 +39,24 @@ def split_extension(path: Path) -> tuple[str, str | None]:
         suffixes = suffixes[:-1]
     if suffixes and suffixes[-1] in FORMATS:
         return suffixes[-1], compression
+    if is_stream(path):
+        return ".txt", None
     raise CorpusError(
         f"{path}: unknown corpus file type; supported: {', '.join(FORMATS)}, "
         f"each optionally compressed as {', '.join(COMPRESSIONS)}"
     )
+
+
+def _check_readable_kind(path: Path) -> None:
+    """Refuse what is neither a file nor a pipe: a device never ends (/dev/zero), a socket is
+    no corpus."""
+    mode = path.stat().st_mode
+    if stat.S_ISREG(mode) or stat.S_ISFIFO(mode):
+        return
+    kind = ("a character device" if stat.S_ISCHR(mode) else "a block device" if stat.S_ISBLK(mode)
+            else "a socket" if stat.S_ISSOCK(mode) else "not a regular file")
+    raise CorpusError(f"{path}: is {kind}, not a corpus; give files, folders, globs or a pipe "
+                      "(e.g. <(zcat corpus.txt.gz))")
 
 
 def _is_hidden(path: Path, root: Path) -> bool:
@@ -74,6 +100,7 @@ def resolve_paths(inputs: Iterable[str | Path]) -> list[Path]:
         else:
             raise CorpusError(f"{text}: no such file or folder")
         for file in found:
+            _check_readable_kind(file)
             split_extension(file)
         files.extend(found)
     if not files:

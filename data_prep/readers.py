@@ -9,8 +9,10 @@ import hashlib
 import io
 import json
 import lzma
+import os
 import shutil
 import tempfile
+import time
 import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -20,12 +22,13 @@ from typing import BinaryIO
 from data_prep.cleaning import decode_utf8
 from data_prep.errors import CorpusError
 from data_prep.json_values import JsonValues
-from data_prep.paths import split_extension
+from data_prep.paths import is_stream, split_extension
 from data_prep.stats import CorpusStats, SourceFile
 
 MAX_LINE_BYTES = 1 << 20
 _BINARY_PROBE_BYTES = 8192
 _BUFFER_BYTES = 1 << 16
+PIPE_WRITER_WAIT_SECONDS = 3.0  # how long a pipe may stay without a writer before it is refused
 _DECOMPRESSORS = {
     ".gz": lambda file: gzip.GzipFile(fileobj=file, mode="rb"),
     ".bz2": lambda file: bz2.BZ2File(file, "rb"),
@@ -35,18 +38,29 @@ _DECOMPRESSION_ERRORS = (OSError, EOFError, lzma.LZMAError, zlib.error)
 
 
 class _HashingReader(io.RawIOBase):
-    """A raw file that feeds every byte it reads into a sha256, so a file is read only once."""
+    """A raw file that feeds every byte it reads into a sha256, so a file is read only once.
 
-    def __init__(self, file: io.FileIO) -> None:
+    `head`: bytes already taken from the file (a pipe's first read), served first.
+    """
+
+    def __init__(self, file: io.FileIO, head: bytes = b"") -> None:
         self.file = file
+        self.head = head
         self.sha256 = hashlib.sha256()
+        self.bytes_read = 0
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, buffer: bytearray | memoryview) -> int:
-        count = self.file.readinto(buffer)
+        if self.head:
+            count = min(len(buffer), len(self.head))
+            buffer[:count] = self.head[:count]
+            self.head = self.head[count:]
+        else:
+            count = self.file.readinto(buffer)
         self.sha256.update(memoryview(buffer)[:count])
+        self.bytes_read += count
         return count
 
     def close(self) -> None:
@@ -67,19 +81,55 @@ def _format_size(count: int) -> str:
     return f"{count} bytes"
 
 
+def _open_pipe(path: Path) -> tuple[io.FileIO, bytes]:
+    """Open a pipe without blocking, and its first bytes once a writer has given some.
+
+    A plain open() of a FIFO no process writes to would wait forever; opened non-blocking,
+    a read says at once whether a writer holds the other end (it would block) or none does
+    (end of file). No writer within PIPE_WRITER_WAIT_SECONDS is an error.
+    """
+    descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    deadline = time.monotonic() + PIPE_WRITER_WAIT_SECONDS
+    try:
+        while True:
+            try:
+                head = os.read(descriptor, _BUFFER_BYTES)
+            except BlockingIOError:  # a writer is there and has not written yet
+                head = b""
+                break
+            if head:
+                break
+            if time.monotonic() >= deadline:
+                raise CorpusError(
+                    f"{path}: is a pipe that no process writes to (none in "
+                    f"{PIPE_WRITER_WAIT_SECONDS:g} s); start its writer first, e.g. "
+                    "bertpre tokenize <(zcat corpus.txt.gz) --out DATA"
+                )
+            time.sleep(0.05)
+        os.set_blocking(descriptor, True)
+    except BaseException:
+        os.close(descriptor)
+        raise
+    return io.FileIO(descriptor, "rb", closefd=True), head
+
+
 @contextmanager
 def _open_decompressed(path: Path, source: SourceFile) -> Iterator[io.BufferedReader]:
-    """Open a file for reading its decompressed bytes, hashing its bytes on disk on the way."""
+    """Open a file (or a pipe, read once) for reading its decompressed bytes, hashing its bytes
+    on disk on the way."""
     _, compression = split_extension(path)
+    pipe = is_stream(path)
     try:
-        file = io.FileIO(path, "rb")
+        file, head = _open_pipe(path) if pipe else (io.FileIO(path, "rb"), b"")
     except OSError as error:
         raise CorpusError(f"{path}: cannot open: {error.strerror or error}") from None
-    with _HashingReader(file) as hashing:
+    with _HashingReader(file, head) as hashing:
         stream: BinaryIO = _DECOMPRESSORS[compression](hashing) if compression else hashing
         try:
             yield io.BufferedReader(stream, _BUFFER_BYTES)  # type: ignore[arg-type]
             source.sha256 = hashing.hexdigest_to_end()
+            if pipe:  # its size is known only now
+                source.bytes = hashing.bytes_read
         except _DECOMPRESSION_ERRORS as error:
             raise CorpusError(f"{path}: cannot read {compression or 'file'}: {error}") from None
 
@@ -266,8 +316,9 @@ def _read_parquet_file(
     max_line_bytes: int,
     stats: CorpusStats,
 ) -> Iterator[list[str]]:
-    """Parquet needs random access: compressed files are unpacked to a temporary file first."""
-    if compression is None:
+    """Parquet needs random access: compressed files and pipes are unpacked to a temporary file
+    first."""
+    if compression is None and not is_stream(path):
         source.sha256 = _sha256_of_file(path)
         yield from _read_parquet(path, path, text_field, max_line_bytes, stats)
         return

@@ -33,7 +33,14 @@ from bertpre.tokenizer.wordpiece import (
     tokenizer_lowercases,
     train_tokenizer,
 )
-from data_prep import CorpusStats, Shard, read_documents, resolve_paths, sample_documents
+from data_prep import (
+    CorpusStats,
+    Shard,
+    is_stream,
+    read_documents,
+    resolve_paths,
+    sample_documents,
+)
 
 # Beyond this the embedding table alone (vocab × hidden) outgrows a GPU at BERT sizes.
 MAX_VOCAB_SIZE = 1_000_000
@@ -127,6 +134,10 @@ def tokenize_corpus(
         raise UserError(f"--num-proc {num_proc} must be 1 or more")
     out = Path(out)
     files = resolve_paths(corpus_paths)
+    if vocab_sample_bytes is not None and any(map(is_stream, files)):
+        raise UserError("--vocab-sample-bytes reads the corpus twice (the sample, then every "
+                        "document), and a pipe can be read once: write it to a file, or train the "
+                        "vocab first with --vocab-only --vocab-sample-bytes, then --tokenizer VOCAB")
     sources = [*files, *([Path(tokenizer_path)] if tokenizer_path is not None else [])]
     check_out(out, "tokenize", overwrite=overwrite, sources=sources)  # before the tokenizer loads
     tokenizer = source = None
