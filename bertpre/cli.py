@@ -371,6 +371,60 @@ def evaluate(
         typer.echo(f"{name:<{width}} {value:.4f}" if isinstance(value, float) else f"{name:<{width}} {value}")
 
 
+# --- finetune ---
+@app.command()
+def finetune(
+    source: Path = typer.Argument(..., metavar="SOURCE",
+                                  help="EXPORT, RUN (its latest checkpoint), checkpoints/step-N, or a Hugging Face BERT folder."),
+    train: Path = typer.Option(..., "--train", help="Training file: CSV, TSV, JSONL, JSON or Parquet (tagging: CoNLL or JSONL)."),
+    validation: Path = typer.Option(..., "--validation", help="Validation file, same layout."),
+    test: Path | None = typer.Option(None, "--test", help="Test file: scored instead of validation when given."),
+    out: Path = typer.Option(..., "--out", help="Folder for results.json (new, empty, or an earlier finetune --out)."),
+    task: str = typer.Option("classification", "--task", help="classification, regression (float labels) or tagging."),
+    text_column: str | None = typer.Option(None, "--text-column", help="Text column (default: text; tagging: tokens)."),
+    text_pair_column: str | None = typer.Option(None, "--text-pair-column", help="Second text of a pair: [CLS] a [SEP] b [SEP]."),
+    label_column: str | None = typer.Option(None, "--label-column", help="Label column (default: label; tagging: tags)."),
+    mode: str | None = typer.Option(None, "--mode", help="full (train encoder and head) or probe (frozen encoder, linear head)."),
+    preset: str | None = typer.Option(None, "--preset", help="bert (default: lr 2e-5, batch 32, 3 epochs), small-data or probe."),
+    seeds: int | None = typer.Option(None, "--seeds", metavar="N", help="Run seeds 0 to N-1 (default 3)."),
+    seed: list[int] | None = typer.Option(None, "--seed", metavar="S", help="Run these seeds (repeatable)."),
+    epochs: int | None = typer.Option(None, "--epochs", help="Passes over the training file."),
+    lr: float | None = typer.Option(None, "--lr", help="Peak learning rate."),
+    batch_size: int | None = typer.Option(None, "--batch-size", help="Examples a step."),
+    max_seq_length: int | None = typer.Option(None, "--max-seq-length", help="Tokens an example, [CLS] and [SEP] included."),
+    warmup_ratio: float | None = typer.Option(None, "--warmup-ratio", help="Share of steps warming up."),
+    weight_decay: float | None = typer.Option(None, "--weight-decay", help="AdamW weight decay (never on biases and LayerNorm)."),
+    config: Path | None = typer.Option(None, "--config", help="YAML file of settings (lr, epochs, batch_size, ..., preset)."),
+    overrides: list[str] | None = typer.Option(None, "--set", metavar="KEY=VALUE", help="Override a setting, e.g. --set pooling=mean (repeatable)."),
+    precision: str = typer.Option("auto", "--precision", help="auto, fp32, bf16 or fp16 (auto: bf16 on GPUs that have it, else fp32)."),
+) -> None:
+    """Fine-tune (or probe) a pretrained BERT on a labelled task over several seeds; report each
+    seed's scores, their mean and std, and the majority-class baseline.
+
+    \b
+    Example: bertpre finetune my-bert --train sst2/train.tsv --validation sst2/dev.tsv
+             --text-column sentence --out results/sst2
+    """
+    from bertpre.finetune.report import format_table
+    from bertpre.finetune.run import TaskFiles, choose_seeds, load_hyperparameters
+    from bertpre.finetune.run import finetune as run_finetune
+
+    settings = list(overrides or [])
+    for name, value in [("mode", mode), ("epochs", epochs), ("lr", lr), ("batch_size", batch_size),
+                        ("max_seq_length", max_seq_length), ("warmup_ratio", warmup_ratio),
+                        ("weight_decay", weight_decay)]:
+        if value is not None:
+            settings.append(f"{name}={value}")
+    chosen_preset = preset if preset is not None else ("probe" if mode == "probe" else None)
+    hp = load_hyperparameters(chosen_preset, config, settings)
+    files = TaskFiles(task=task, train=train, validation=validation, test=test, text_column=text_column,
+                      text_pair_column=text_pair_column, label_column=label_column)
+    result = run_finetune(source, files, out, hp=hp, seeds=choose_seeds(seeds, seed), precision=precision,
+                          say=lambda line: typer.echo(line, err=True))
+    typer.echo(format_table(result))
+    typer.echo(f"results: {out / 'results.json'}")
+
+
 def main() -> None:
     """Console-script entry point: usage and user errors become one line on stderr, exit code 2."""
     command = typer.main.get_command(app)

@@ -28,7 +28,9 @@ ALLOWED = {
               "claim"},
     "tools": {"train", "config", "model", "batches", "data", "tokenizer", "errors", "labels",
               "configs", "folders", "claim"},
-    "cli": {"configs", "errors", "config", "tools", "train", "data"},
+    "finetune": {"train", "config", "model", "batches", "data", "tokenizer", "errors", "labels",
+                 "configs", "folders", "claim", "tools"},
+    "cli": {"configs", "errors", "config", "tools", "train", "data", "finetune"},
 }
 
 

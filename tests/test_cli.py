@@ -6,7 +6,7 @@ from typer.testing import CliRunner
 
 from bertpre.cli import app
 
-COMMANDS = ["tokenize", "pretrain", "export", "demo", "info", "inspect", "fill-mask", "evaluate"]
+COMMANDS = ["tokenize", "pretrain", "export", "demo", "info", "inspect", "fill-mask", "evaluate", "finetune"]
 
 
 def test_every_command_is_registered_in_the_order_of_the_flow():

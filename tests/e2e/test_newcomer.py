@@ -26,7 +26,7 @@ from bertpre.train.report import end_block, finished_run_note, schedule_change_n
 ROOT = Path(__file__).parents[2]
 ENV = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
 
-COMMANDS = ["tokenize", "pretrain", "export", "demo", "info", "inspect", "fill-mask", "evaluate"]
+COMMANDS = ["tokenize", "pretrain", "export", "demo", "info", "inspect", "fill-mask", "evaluate", "finetune"]
 
 
 def help_page(command: str) -> str:

@@ -1,0 +1,181 @@
+"""One seed of fine-tuning: the full model trained with its head (AdamW without decay on biases
+and LayerNorm, warmup then linear decay, clipping), or a linear probe trained on frozen features;
+both end with predictions on the scored split."""
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from bertpre.finetune.encoding import Encoded, pad_batch
+from bertpre.finetune.model import build_task_model
+from bertpre.finetune.source import Encoder
+from bertpre.labels import IGNORE_INDEX
+from bertpre.train.optim import learning_rate, parameter_groups
+from bertpre.train.runtime import Runtime
+
+
+@dataclass
+class Hyperparameters:
+    """How one seed trains (a preset's values, overridden by options)."""
+
+    mode: str = "full"  # full | probe
+    epochs: int = 3
+    lr: float = 2e-5
+    batch_size: int = 32
+    max_seq_length: int = 128
+    warmup_ratio: float = 0.1
+    weight_decay: float = 0.01
+    max_grad_norm: float = 1.0
+    pooling: str = "cls"  # probe features: cls | mean
+    eval_batch_size: int = 64
+
+
+def schedule_steps(examples: int, hp: Hyperparameters) -> tuple[int, int]:
+    """(total optimizer steps, warmup steps) for `hp.epochs` passes over `examples`."""
+    total = hp.epochs * math.ceil(examples / hp.batch_size)
+    return total, math.ceil(total * hp.warmup_ratio)
+
+
+def shuffled_batches(count: int, batch_size: int, generator: torch.Generator) -> Iterator[list[int]]:
+    order = torch.randperm(count, generator=generator).tolist()
+    for start in range(0, count, batch_size):
+        yield order[start:start + batch_size]
+
+
+def task_loss(logits: torch.Tensor, labels: torch.Tensor, task: str) -> torch.Tensor:
+    if task == "regression":
+        return nn.functional.mse_loss(logits.squeeze(-1).float(), labels.float())
+    return nn.functional.cross_entropy(logits.flatten(0, -2).float(), labels.flatten(),
+                                       ignore_index=IGNORE_INDEX)
+
+
+def finetune_full(encoder: Encoder, train: Encoded, scored: Encoded, *, task: str, num_labels: int,
+                  hp: Hyperparameters, seed: int, runtime: Runtime) -> np.ndarray:
+    """Train encoder and head together from `seed`; return the predictions on `scored`."""
+    torch.manual_seed(seed)
+    model = build_task_model(encoder.config, encoder.state, num_labels,
+                             tagging=task == "tagging").to(runtime.device)
+    optimizer = torch.optim.AdamW(parameter_groups(model, hp.weight_decay), lr=hp.lr,
+                                  fused=runtime.device.type == "cuda" or None)
+    scaler = runtime.grad_scaler()
+    total, warmup = schedule_steps(len(train), hp)
+    generator = torch.Generator().manual_seed(seed)
+    pad_id = pad_token_id(encoder)
+    step = 0
+    model.train()
+    for _ in range(hp.epochs):
+        for indices in shuffled_batches(len(train), hp.batch_size, generator):
+            batch = to_device(pad_batch(train, indices, pad_id, regression=task == "regression",
+                                        tagging=task == "tagging"), runtime.device)
+            for group in optimizer.param_groups:
+                group["lr"] = learning_rate(step, lr=hp.lr, warmup_steps=warmup, max_steps=total)
+            with runtime.autocast():
+                logits = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
+            loss = task_loss(logits, batch["labels"], task)
+            optimizer.zero_grad(set_to_none=True)
+            if scaler is not None:
+                scaler.scale(loss).backward()
+                scaler.unscale_(optimizer)
+            else:
+                loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), hp.max_grad_norm)
+            if scaler is not None:
+                scaler.step(optimizer)
+                scaler.update()
+            else:
+                optimizer.step()
+            step += 1
+    return predict(model, scored, task=task, batch_size=hp.eval_batch_size, pad_id=pad_id,
+                   runtime=runtime)
+
+
+@torch.no_grad()
+def predict(model: nn.Module, encoded: Encoded, *, task: str, batch_size: int, pad_id: int,
+            runtime: Runtime) -> np.ndarray:
+    """Class ids (or values) per example; for tagging, the concatenated first-piece predictions."""
+    model.eval()
+    outputs = []
+    for start in range(0, len(encoded), batch_size):
+        indices = list(range(start, min(start + batch_size, len(encoded))))
+        batch = to_device(pad_batch(encoded, indices, pad_id, regression=task == "regression",
+                                    tagging=task == "tagging"), runtime.device)
+        with runtime.autocast():
+            logits = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).float()
+        if task == "regression":
+            outputs.append(logits.squeeze(-1).cpu())
+        elif task == "tagging":
+            outputs.append(logits.argmax(-1)[batch["labels"] != IGNORE_INDEX].cpu())
+        else:
+            outputs.append(logits.argmax(-1).cpu())
+    return torch.cat(outputs).numpy()
+
+
+@torch.no_grad()
+def encoder_features(encoder: Encoder, encoded: Encoded, *, task: str, pooling: str, batch_size: int,
+                     runtime: Runtime) -> torch.Tensor:
+    """Frozen features: the [CLS] output or the mean over tokens per example (B, C); for
+    tagging, each word's first piece (words, C). fp32, on the CPU."""
+    model = build_task_model(encoder.config, encoder.state, 1, tagging=True).bert.to(runtime.device)
+    model.eval()
+    pad_id = pad_token_id(encoder)
+    features = []
+    for start in range(0, len(encoded), batch_size):
+        indices = list(range(start, min(start + batch_size, len(encoded))))
+        batch = to_device(pad_batch(encoded, indices, pad_id, regression=task == "regression",
+                                    tagging=task == "tagging"), runtime.device)
+        with runtime.autocast():
+            hidden = model(batch["input_ids"], batch["attention_mask"],
+                           batch["token_type_ids"]).last_hidden_state.float()  # (B, T, C)
+        if task == "tagging":
+            features.append(hidden[batch["labels"] != IGNORE_INDEX].cpu())
+        elif pooling == "mean":
+            mask = batch["attention_mask"].unsqueeze(-1).float()
+            features.append(((hidden * mask).sum(1) / mask.sum(1)).cpu())
+        else:
+            features.append(hidden[:, 0].cpu())
+    return torch.cat(features)
+
+
+def probe_labels(encoded: Encoded, task: str) -> torch.Tensor:
+    """The labels probe features line up with: per example, or per kept word for tagging."""
+    if task == "tagging":
+        return torch.tensor([label for labels in encoded.labels for label in labels if label != IGNORE_INDEX])
+    return torch.tensor(encoded.labels, dtype=torch.float32 if task == "regression" else torch.long)
+
+
+def train_probe(train_features: torch.Tensor, train_labels: torch.Tensor, scored_features: torch.Tensor,
+                *, task: str, num_labels: int, hp: Hyperparameters, seed: int) -> np.ndarray:
+    """A linear head on frozen features (AdamW, warmup then linear decay); predictions on `scored`."""
+    torch.manual_seed(seed)
+    head = nn.Linear(train_features.shape[1], num_labels)
+    optimizer = torch.optim.AdamW(parameter_groups(head, hp.weight_decay), lr=hp.lr)
+    total, warmup = schedule_steps(len(train_features), hp)
+    generator = torch.Generator().manual_seed(seed)
+    step = 0
+    for _ in range(hp.epochs):
+        for indices in shuffled_batches(len(train_features), hp.batch_size, generator):
+            for group in optimizer.param_groups:
+                group["lr"] = learning_rate(step, lr=hp.lr, warmup_steps=warmup, max_steps=total)
+            loss = task_loss(head(train_features[indices]), train_labels[indices], task)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(head.parameters(), hp.max_grad_norm)
+            optimizer.step()
+            step += 1
+    with torch.no_grad():
+        logits = head(scored_features)
+    return (logits.squeeze(-1) if task == "regression" else logits.argmax(-1)).numpy()
+
+
+def pad_token_id(encoder: Encoder) -> int:
+    pad = encoder.tokenizer.token_to_id("[PAD]")
+    return 0 if pad is None else pad
+
+
+def to_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
+    return {name: tensor.to(device, non_blocking=True) for name, tensor in batch.items()}

@@ -1,0 +1,324 @@
+"""`bertpre finetune`: one pretrained model, one task, N seeds → results.json in a claimed --out.
+
+The work is keyed by the weights' hash, the task files' hashes and the hyperparameters; a line of
+`OUT/results.jsonl` records each finished (checkpoint, task, mode), so running the same command
+again reuses it instead of training again.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+import bertpre
+from bertpre.claim import Claim, claimed, real_path
+from bertpre.errors import UserError
+from bertpre.finetune.encoding import Encoded, encode_texts, encode_words
+from bertpre.finetune.loop import (
+    Hyperparameters,
+    encoder_features,
+    finetune_full,
+    probe_labels,
+    train_probe,
+)
+from bertpre.finetune.report import score, stuck, summarize
+from bertpre.finetune.source import Encoder, load_encoder
+from bertpre.finetune.tasks import TaskData, load_task, majority_label
+from bertpre.folders import content_names, real_out
+from bertpre.train.runtime import Runtime, init_runtime
+
+MARKER = ".bertpre-finetune"
+RESULTS_FILE = "results.json"
+SWEEP_FILE = "results.jsonl"
+PRESETS: dict[str, Hyperparameters] = {
+    # BERT's paper: lr 2e-5 (of 5e-5, 3e-5, 2e-5), batch 32, 3 epochs, 10% warmup, decay 0.01.
+    "bert": Hyperparameters(),
+    # Few examples: more passes, as small GLUE tasks (RTE, MRPC, STS-B) are usually run.
+    "small-data": Hyperparameters(epochs=20),
+    # A linear probe on frozen features: a larger lr and more passes cost little.
+    "probe": Hyperparameters(mode="probe", lr=1e-3, epochs=20, weight_decay=0.0),
+}
+MAX_SEEDS = 100
+
+
+def load_hyperparameters(preset: str | None, config: Path | None, overrides: list[str]) -> Hyperparameters:
+    """Preset (default `bert`, or the config's `preset:`) < the YAML config < `--set key=value`."""
+    values: dict[str, Any] = {}
+    if config is not None:
+        try:
+            loaded = yaml.safe_load(Path(config).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise UserError(f"--config {config}: no such file") from None
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
+            raise UserError(f"--config {config} is not a readable YAML file ({error})") from None
+        if loaded is None:
+            loaded = {}
+        if not isinstance(loaded, dict):
+            raise UserError(f"--config {config} must be a mapping of settings, e.g. `lr: 3.0e-5`")
+        loaded = dict(loaded.get("finetune", loaded)) if isinstance(loaded.get("finetune"), dict) else loaded
+        preset = loaded.pop("preset", preset)
+        values.update(loaded)
+    for override in overrides:
+        key, separator, text = override.partition("=")
+        if not separator:
+            raise UserError(f"--set {override!r} must look like key=value, e.g. --set lr=3e-5")
+        values[key.removeprefix("finetune.")] = yaml.safe_load(text)
+    name = preset or "bert"
+    if name not in PRESETS:
+        raise UserError(f"preset {name!r} is not one of {', '.join(PRESETS)}")
+    return check_hyperparameters(replace(PRESETS[name], **known_keys(values)))
+
+
+def known_keys(values: dict[str, Any]) -> dict[str, Any]:
+    names = [field.name for field in fields(Hyperparameters)]
+    for key in values:
+        if key not in names:
+            import difflib
+
+            close = difflib.get_close_matches(key, names, n=1)
+            hint = f"; did you mean {close[0]!r}" if close else f" (settings: {', '.join(names)})"
+            raise UserError(f"unknown fine-tuning setting {key!r}{hint}")
+    return values
+
+
+def check_hyperparameters(hp: Hyperparameters) -> Hyperparameters:
+    """Every value of the right type, finite and in range (one line naming the first that is not)."""
+    integers = {"epochs": (1, 10_000), "batch_size": (1, 1 << 20), "max_seq_length": (3, 1 << 16),
+                "eval_batch_size": (1, 1 << 20)}
+    for name, (low, high) in integers.items():
+        value = getattr(hp, name)
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise UserError(f"{name} must be an integer from {low} to {high:,}, got {value!r}")
+    numbers = {"lr": (0.0, 10.0, False), "warmup_ratio": (0.0, 1.0, True), "weight_decay": (0.0, 10.0, True),
+               "max_grad_norm": (0.0, 1e6, False)}
+    for name, (low, high, low_allowed) in numbers.items():
+        value = getattr(hp, name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+                or not (low <= value if low_allowed else low < value) or value > high:
+            bound = "from" if low_allowed else "above"
+            raise UserError(f"{name} must be a number {bound} {low:g} up to {high:g}, got {value!r}")
+        setattr(hp, name, float(value))
+    if hp.mode not in ("full", "probe"):
+        raise UserError(f"mode must be full or probe, got {hp.mode!r}")
+    if hp.pooling not in ("cls", "mean"):
+        raise UserError(f"pooling must be cls or mean, got {hp.pooling!r}")
+    return hp
+
+
+def choose_seeds(count: int | None, given: list[int] | None) -> list[int]:
+    """`--seed S ...` as given, else `--seeds N` (default 3): 0 … N-1."""
+    if given:
+        if len(set(given)) != len(given) or any(seed < 0 or seed >= 2**32 for seed in given):
+            raise UserError("--seed values must be distinct integers from 0 to 2**32-1")
+        return list(given)
+    count = 3 if count is None else count
+    if not 1 <= count <= MAX_SEEDS:
+        raise UserError(f"--seeds {count} must be from 1 to {MAX_SEEDS}")
+    return list(range(count))
+
+
+@dataclass
+class TaskFiles:
+    """What the user named: the task, its files and columns."""
+
+    task: str
+    train: Path
+    validation: Path
+    test: Path | None = None
+    text_column: str | None = None
+    text_pair_column: str | None = None
+    label_column: str | None = None
+
+
+def finetune(source: str | Path, files: TaskFiles, out: str | Path, *, hp: Hyperparameters,
+             seeds: list[int], precision: str = "auto", device: str = "auto",
+             say: Callable[[str], None] = print) -> dict[str, Any]:
+    """Fine-tune (or probe) SOURCE on the task with every seed; write and return the report."""
+    out = Path(out)
+    target = check_finetune_out(out, [source, files.train, files.validation, files.test])
+    data = load_task(files.task, files.train, files.validation, files.test,
+                     text_column=files.text_column, text_pair_column=files.text_pair_column,
+                     label_column=files.label_column)
+    encoder = load_encoder(source)
+    key = work_key(encoder, data, files, hp, seeds)
+    with claimed(target, "finetune") as claim:
+        check_finetune_out(out, [], claim)
+        (target / MARKER).write_text("made by `bertpre finetune`; its results are kept and reused\n",
+                                     encoding="utf-8")
+        claim.keep_folder()
+        done = finished_work(target, key)
+        if done is not None:
+            say(f"already done: {target / SWEEP_FILE} has these results (same weights, data, "
+                "settings and seeds); reusing them")
+            result = done
+        else:
+            runtime = init_runtime(precision, device=device)
+            result = run_seeds(encoder, data, files, hp, seeds, runtime, target, say)
+            result["key"] = key
+            append_line(target / SWEEP_FILE, result)
+        write_json(target / RESULTS_FILE, result)
+    return result
+
+
+def run_seeds(encoder: Encoder, data: TaskData, files: TaskFiles, hp: Hyperparameters, seeds: list[int],
+              runtime: Runtime, target: Path, say: Callable[[str], None]) -> dict[str, Any]:
+    task = data.task
+    train, scored = encode(encoder, data, data.train, hp), encode(encoder, data, data.evaluation, hp)
+    num_labels = 1 if task == "regression" else len(data.label_names)
+    features = None
+    if hp.mode == "probe":
+        features = [encoder_features(encoder, split, task=task, pooling=hp.pooling,
+                                     batch_size=hp.eval_batch_size, runtime=runtime)
+                    for split in (train, scored)]
+    per_seed, flags = [], []
+    for seed in seeds:
+        say(f"seed {seed}: {'training' if hp.mode == 'full' else 'probing'} on {len(train):,} examples")
+        if features is None:
+            raw = finetune_full(encoder, train, scored, task=task, num_labels=num_labels, hp=hp,
+                                seed=seed, runtime=runtime)
+        else:
+            raw = train_probe(features[0], probe_labels(train, task), features[1], task=task,
+                              num_labels=num_labels, hp=hp, seed=seed)
+        predictions = decode(raw, scored, data)
+        per_seed.append(score(task, predictions, data.evaluation.labels, data.label_names))
+        reason = stuck(task, predictions)
+        if reason:
+            flags.append(f"seed {seed} predicted {reason} (stuck at one class: try another lr or more epochs)")
+    baseline = majority_baseline(data)
+    return {
+        "source": str(encoder.source),
+        "checkpoint": str(encoder.model_folder),
+        "checkpoint_step": encoder.step,
+        "weights_sha256": encoder.weights_sha256,
+        "task": task,
+        "mode": hp.mode,
+        "split": data.split,
+        "seeds": seeds,
+        "metrics": summarize(per_seed),
+        "baselines": {"majority": baseline},
+        "flags": flags,
+        "labels": data.label_names,
+        "hyperparameters": asdict(hp),
+        "precision": runtime.precision,
+        "data": {**data.files, "columns": {"text": files.text_column, "text_pair": files.text_pair_column,
+                                           "label": files.label_column},
+                 "examples": {"train": len(data.train), data.split: len(data.evaluation)}},
+        "bertpre_version": bertpre.__version__,
+    }
+
+
+def encode(encoder: Encoder, data: TaskData, examples, hp: Hyperparameters) -> Encoded:
+    if data.task == "tagging":
+        index = {name: number for number, name in enumerate(data.label_names)}
+        return encode_words(encoder.tokenizer, examples.texts,
+                            [[index[tag] for tag in tags] for tags in examples.labels], hp.max_seq_length)
+    labels = (examples.labels if data.task == "regression"
+              else [data.label_names.index(label) for label in examples.labels])
+    return encode_texts(encoder.tokenizer, examples.texts, examples.pairs, labels, hp.max_seq_length)
+
+
+def decode(raw: np.ndarray, scored: Encoded, data: TaskData) -> list[Any]:
+    """Model outputs → label names, values, or one tag a word (words lost to truncation: the
+    training file's most frequent tag, as a model that never saw them)."""
+    if data.task == "regression":
+        return [float(value) for value in raw]
+    if data.task != "tagging":
+        return [data.label_names[int(index)] for index in raw]
+    fallback = majority_label([tag for tags in data.train.labels for tag in tags])
+    tags, position = [], 0
+    for words, kept in zip(scored.word_counts, scored.kept_words, strict=True):
+        sentence = [data.label_names[int(index)] for index in raw[position:position + kept]]
+        tags.append(sentence + [fallback] * (words - kept))
+        position += kept
+    return tags
+
+
+def majority_baseline(data: TaskData) -> dict[str, float | None]:
+    """The scores of always answering the training file's most frequent label (for regression,
+    its mean)."""
+    evaluation = data.evaluation
+    if data.task == "regression":
+        mean = float(np.mean(data.train.labels))
+        predictions: list[Any] = [mean] * len(evaluation)
+    elif data.task == "tagging":
+        majority = majority_label([tag for tags in data.train.labels for tag in tags])
+        predictions = [[majority] * len(tags) for tags in evaluation.labels]
+    else:
+        predictions = [majority_label(data.train.labels)] * len(evaluation)
+    scores = score(data.task, predictions, evaluation.labels, data.label_names)
+    return {name: value if value is not None and math.isfinite(value) else None for name, value in scores.items()}
+
+
+def work_key(encoder: Encoder, data: TaskData, files: TaskFiles, hp: Hyperparameters, seeds: list[int]) -> str:
+    """What makes two results the same: weights, task, files, columns, settings and seeds."""
+    described = {"weights": encoder.weights_sha256, "task": data.task, "mode": hp.mode,
+                 "files": {split: entry["sha256"] for split, entry in data.files.items()},
+                 "columns": [files.text_column, files.text_pair_column, files.label_column],
+                 "hyperparameters": asdict(hp), "seeds": seeds}
+    return hashlib.sha256(json.dumps(described, sort_keys=True).encode()).hexdigest()
+
+
+def finished_work(folder: Path, key: str) -> dict[str, Any] | None:
+    """The recorded result with this key, if `results.jsonl` has one (damaged lines are skipped)."""
+    path = folder / SWEEP_FILE
+    if not path.is_file():
+        return None
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue  # a line torn by a kill: its work is simply done again
+        if isinstance(record, dict) and record.get("key") == key:
+            return record
+    return None
+
+
+def check_finetune_out(out: Path, sources: list[Any], claim: Claim | None = None) -> Path:
+    """`--out` may be new, empty or an earlier `bertpre finetune` folder, and may not hold what
+    the command reads. Writes nothing."""
+    target = real_out(out)
+    for source in sources:
+        if source is None:
+            continue
+        source = real_path(source)
+        if source == target or target in source.parents:
+            raise UserError(f"--out {out} holds {source}, which this command reads; choose another --out")
+    if target.exists():
+        if not target.is_dir():
+            raise UserError(f"--out {out} exists and is not a folder; choose another --out")
+        (claim or Claim(target, "finetune")).check_free()
+        if content_names(target) and not (target / MARKER).is_file():
+            raise UserError(f"--out {out} holds files `bertpre finetune` did not write; choose a new "
+                            "or empty folder, or an earlier finetune --out")
+    else:
+        ancestor = next(parent for parent in target.parents if parent.exists())
+        if not ancestor.is_dir():
+            raise UserError(f"cannot write --out {out}: {ancestor} is a file, not a folder")
+    return target
+
+
+def write_json(path: Path, values: dict[str, Any]) -> None:
+    """Write JSON beside `path` and rename it into place: a reader sees the old file or the new."""
+    staging = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    staging.write_text(json.dumps(values, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    staging.replace(path)
+
+
+def append_line(path: Path, values: dict[str, Any]) -> None:
+    """One JSON line, written whole and flushed to disk before the command reports success."""
+    line = json.dumps(values, ensure_ascii=False) + "\n"
+    if path.is_file() and path.stat().st_size and not path.read_bytes().endswith(b"\n"):
+        line = "\n" + line  # after a line torn by a kill, start a fresh one
+    with path.open("a", encoding="utf-8") as handle:
+        handle.write(line)
+        handle.flush()
+        os.fsync(handle.fileno())
+

@@ -1,0 +1,223 @@
+"""`bertpre finetune` end to end, from a model these tests pretrain themselves: a small task the
+model can learn, probe and full, two seeds; the report's numbers; a rerun that does no work; bad
+input as one line with nothing written."""
+from __future__ import annotations
+
+import json
+import random
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bertpre.cli import main
+from bertpre.config import load_config
+from bertpre.train.trainer import pretrain
+
+ANIMALS = ["the cat", "a dog", "a small bird"]
+PEOPLE = ["the old man", "my sister", "the farmer"]
+VERBS = ["sees", "likes", "follows", "feeds", "watches", "finds"]
+OBJECTS = ["the river", "a red apple", "the green field", "an open door", "the tall tree"]
+
+
+@pytest.fixture(scope="module")
+def run_folder(tiny_data, tmp_path_factory) -> Path:
+    """A 2-layer hidden-32 model pretrained for 30 steps on the tiny grammar."""
+    out = tmp_path_factory.mktemp("finetune-source") / "run"
+    config = load_config("tiny", [
+        f"data.path={tiny_data}", f"train.out={out}", "model.hidden_size=32", "model.num_hidden_layers=2",
+        "model.num_attention_heads=4", "model.intermediate_size=64", "model.max_position_embeddings=64",
+        "data.max_seq_length=32", "data.max_predictions_per_seq=5", "data.num_workers=0",
+        "train.batch_size=8", "train.micro_batch_size=8", "train.max_steps=30", "train.precision=fp32",
+        "train.save_every=30", "train.eval_every=1000", "train.log_every=10", "optim.warmup_steps=3",
+        "optim.lr=1e-3"])
+    pretrain(config, resume=False)
+    return out
+
+
+def write_task(folder: Path, count: int, seed: int, name: str, *, pair: bool = False) -> Path:
+    """Sentences of the tiny grammar labelled by who acts: an animal or a person."""
+    rng = random.Random(seed)
+    rows = []
+    for _ in range(count):
+        animal = rng.random() < 0.5
+        subject = rng.choice(ANIMALS if animal else PEOPLE)
+        row = {"text": f"{subject} {rng.choice(VERBS)} {rng.choice(OBJECTS)} .",
+               "label": "animal" if animal else "person"}
+        if pair:
+            row["other"] = f"{rng.choice(PEOPLE + ANIMALS)} {rng.choice(VERBS)} {rng.choice(OBJECTS)} ."
+        rows.append(row)
+    path = folder / name
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    return path
+
+
+def run_main(args: list, monkeypatch, capsys) -> tuple[int, str, str]:
+    monkeypatch.setattr(sys, "argv", ["bertpre", *map(str, args)])
+    capsys.readouterr()
+    try:
+        main()
+        code = 0
+    except SystemExit as exit:
+        code = exit.code if isinstance(exit.code, int) else int(exit.code is not None)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+@pytest.fixture(scope="module")
+def task_files(tmp_path_factory) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("task")
+    return {"train": write_task(folder, 160, 0, "train.jsonl"),
+            "validation": write_task(folder, 60, 1, "validation.jsonl")}
+
+
+@pytest.mark.parametrize(("mode", "extra"), [
+    ("probe", ["--set", "pooling=mean", "--epochs", "30", "--lr", "0.01"]),
+    ("full", ["--epochs", "10", "--lr", "0.001", "--batch-size", "8"]),
+])
+def test_a_learnable_task_beats_the_majority_baseline_with_two_seeds(
+        mode, extra, run_folder, task_files, tmp_path, monkeypatch, capsys):
+    out = tmp_path / "results"
+    code, stdout, stderr = run_main(
+        ["finetune", run_folder, "--train", task_files["train"], "--validation", task_files["validation"],
+         "--out", out, "--mode", mode, "--seeds", "2", *extra], monkeypatch, capsys)
+    assert code == 0, stderr
+    result = json.loads((out / "results.json").read_text())
+    assert (result["task"], result["mode"], result["split"], result["seeds"]) == (
+        "classification", mode, "validation", [0, 1])
+    assert result["checkpoint_step"] == 30 and result["labels"] == ["animal", "person"]
+    accuracy = result["metrics"]["accuracy"]
+    per_seed = accuracy["per_seed"]
+    assert len(per_seed) == 2 and all(0.0 <= value <= 1.0 for value in per_seed)
+    assert accuracy["mean"] == pytest.approx(np.mean(per_seed))
+    assert accuracy["std"] == pytest.approx(np.std(per_seed, ddof=1))
+    assert (accuracy["min"], accuracy["max"]) == (min(per_seed), max(per_seed))
+    def labels(split: str) -> list[str]:
+        return [json.loads(line)["label"] for line in task_files[split].read_text().splitlines()]
+
+    train_majority = max(("animal", "person"), key=labels("train").count)  # the baseline's answer
+    majority = labels("validation").count(train_majority) / len(labels("validation"))
+    assert result["baselines"]["majority"]["accuracy"] == pytest.approx(majority)
+    assert min(per_seed) > max(majority, 1 - majority) + 0.15, result  # the model learned who acts
+    assert set(result["metrics"]) == {"accuracy", "f1", "f1_macro", "mcc"}
+    assert result["data"]["train"]["sha256"] and result["hyperparameters"]["mode"] == mode
+    assert "accuracy" in stdout and "majority" in stdout
+
+    # The same command again finds its results and trains nothing.
+    code, stdout_again, stderr = run_main(
+        ["finetune", run_folder, "--train", task_files["train"], "--validation", task_files["validation"],
+         "--out", out, "--mode", mode, "--seeds", "2", *extra], monkeypatch, capsys)
+    assert code == 0 and "already done" in stderr and "seed 0" not in stderr
+    assert json.loads((out / "results.json").read_text())["metrics"] == result["metrics"]
+    assert len((out / "results.jsonl").read_text().splitlines()) == 1
+
+
+def test_seeds_are_deterministic(run_folder, task_files, tmp_path, monkeypatch, capsys):
+    results = []
+    for name in ("a", "b"):
+        code, _, stderr = run_main(
+            ["finetune", run_folder, "--train", task_files["train"], "--validation", task_files["validation"],
+             "--out", tmp_path / name, "--mode", "probe", "--seed", "7", "--epochs", "3"], monkeypatch, capsys)
+        assert code == 0, stderr
+        results.append(json.loads((tmp_path / name / "results.json").read_text())["metrics"])
+    assert results[0] == results[1]
+
+
+def test_regression_scores_pearson_and_spearman(run_folder, tmp_path, monkeypatch, capsys):
+    rng = random.Random(3)
+    rows = [{"text": f"{rng.choice(ANIMALS + PEOPLE)} {rng.choice(VERBS)} .", "score": rng.random()}
+            for _ in range(40)]
+    (tmp_path / "train.csv").write_text("text,score\n" + "".join(f"{r['text']},{r['score']}\n" for r in rows))
+    code, _, stderr = run_main(
+        ["finetune", run_folder, "--train", tmp_path / "train.csv", "--validation", tmp_path / "train.csv",
+         "--task", "regression", "--label-column", "score", "--out", tmp_path / "out", "--mode", "probe",
+         "--seeds", "2", "--epochs", "2"], monkeypatch, capsys)
+    assert code == 0, stderr
+    result = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert set(result["metrics"]) == {"pearson", "spearman"} and result["labels"] == []
+
+
+def bad(tmp_path: Path, name: str, text: str) -> Path:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize(("build", "expected"), [
+    (lambda t, f: ["--train", bad(t, "x.jsonl", '{"sentence": "a", "label": 1}\n'), "--validation", f["validation"]],
+     "has no column 'text' (its columns: sentence, label)"),
+    (lambda t, f: ["--train", bad(t, "empty.jsonl", ""), "--validation", f["validation"]], "holds no examples"),
+    (lambda t, f: ["--train", bad(t, "one.jsonl", '{"text": "a cat", "label": "animal"}\n' * 3),
+                   "--validation", f["validation"]], "every example has the label 'animal'"),
+    (lambda t, f: ["--train", f["train"], "--validation", bad(t, "v.jsonl", '{"text": "a", "label": "plant"}\n')],
+     "has the label 'plant', which the training file"),
+    (lambda t, f: ["--train", f["train"], "--validation", f["validation"], "--set", "lr=.nan"], "lr must be a number"),
+    (lambda t, f: ["--train", f["train"], "--validation", f["validation"], "--set", "epoch=3"], "did you mean 'epochs'"),
+    (lambda t, f: ["--train", f["train"], "--validation", f["validation"], "--seeds", "0"], "--seeds 0 must be"),
+    (lambda t, f: ["--train", f["train"], "--validation", f["validation"], "--task", "ranking"], "--task 'ranking'"),
+])
+def test_bad_input_is_one_line_and_writes_nothing(build, expected, run_folder, task_files, tmp_path,
+                                                  monkeypatch, capsys):
+    args = build(tmp_path, task_files)
+    before = sorted(path.name for path in tmp_path.iterdir())
+    code, _, stderr = run_main(["finetune", run_folder, *args, "--out", tmp_path / "out"], monkeypatch, capsys)
+    assert code == 2, stderr
+    lines = stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and expected in lines[0], stderr
+    assert sorted(path.name for path in tmp_path.iterdir()) == before
+
+
+def test_a_source_that_is_not_a_model_and_an_out_of_other_files_are_refused(
+        task_files, tiny_data, tmp_path, monkeypatch, capsys):
+    files = ["--train", task_files["train"], "--validation", task_files["validation"]]
+    code, _, stderr = run_main(["finetune", tiny_data, *files, "--out", tmp_path / "out"], monkeypatch, capsys)
+    assert code == 2 and "neither a RUN folder" in stderr and not (tmp_path / "out").exists()
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep")
+    code, _, stderr = run_main(["finetune", tiny_data, *files, "--out", mine], monkeypatch, capsys)
+    assert code == 2 and "did not write" in stderr
+    assert sorted(path.name for path in mine.iterdir()) == ["notes.txt"]
+
+
+def test_pairs_are_encoded_as_bert_tokenizer_fast_does(tiny_data):
+    transformers = pytest.importorskip("transformers")
+    from bertpre.finetune.encoding import encode_texts
+    from bertpre.tokenizer import load_tokenizer
+
+    tokenizer = load_tokenizer(tiny_data / "tokenizer")
+    reference = transformers.BertTokenizerFast.from_pretrained(str(tiny_data / "tokenizer"))
+    rng = random.Random(0)
+    words = [*" ".join(ANIMALS + PEOPLE + VERBS + OBJECTS).split(), "zebra", "qux", "!"]
+
+    def sentence() -> str:
+        return " ".join(rng.choice(words) for _ in range(rng.randint(0, 40)))
+
+    first, second = [sentence() for _ in range(1000)], [sentence() for _ in range(1000)]
+    for length in (8, 17, 64):
+        encoded = encode_texts(tokenizer, first, second, [0] * 1000, length)
+        expected = reference(first, second, truncation="longest_first", max_length=length)
+        assert encoded.input_ids == expected["input_ids"]
+        assert encoded.token_type_ids == expected["token_type_ids"]
+
+
+def test_tagging_labels_the_first_piece_of_each_word(tiny_data):
+    from bertpre.finetune.encoding import encode_words
+    from bertpre.labels import IGNORE_INDEX
+    from bertpre.tokenizer import load_tokenizer
+
+    tokenizer = load_tokenizer(tiny_data / "tokenizer")
+    words = [["the", "farmer", "watches", "zebras"]]
+    encoded = encode_words(tokenizer, words, [[0, 1, 2, 3]], 64)
+    pieces = [tokenizer.id_to_token(token) for token in encoded.input_ids[0]]
+    expected, word = [], -1
+    for piece in pieces:
+        if piece in ("[CLS]", "[SEP]") or piece.startswith("##"):
+            expected.append(IGNORE_INDEX)
+        else:
+            word += 1
+            expected.append(word)
+    assert encoded.labels[0] == expected and encoded.kept_words == [4]
+    short = encode_words(tokenizer, words, [[0, 1, 2, 3]], 4)  # [CLS] + 2 pieces + [SEP]
+    assert short.kept_words == [2] and short.word_counts == [4]
