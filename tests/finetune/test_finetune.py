@@ -221,3 +221,33 @@ def test_tagging_labels_the_first_piece_of_each_word(tiny_data):
     assert encoded.labels[0] == expected and encoded.kept_words == [4]
     short = encode_words(tokenizer, words, [[0, 1, 2, 3]], 4)  # [CLS] + 2 pieces + [SEP]
     assert short.kept_words == [2] and short.word_counts == [4]
+
+
+def write_conll(path: Path, count: int, seed: int) -> Path:
+    """Sentences of the tiny grammar tagged with who acts: B-/I-ANIMAL or B-/I-PERSON, else O."""
+    rng = random.Random(seed)
+    blocks = []
+    for _ in range(count):
+        animal = rng.random() < 0.5
+        subject = rng.choice(ANIMALS if animal else PEOPLE).split()
+        kind = "ANIMAL" if animal else "PERSON"
+        tags = [f"B-{kind}"] + [f"I-{kind}"] * (len(subject) - 1)
+        rest = f"{rng.choice(VERBS)} {rng.choice(OBJECTS)} .".split()
+        blocks.append("\n".join(f"{word} {tag}" for word, tag in zip(subject + rest, tags + ["O"] * len(rest),
+                                                                      strict=True)))
+    path.write_text("-DOCSTART- O\n\n" + "\n\n".join(blocks) + "\n", encoding="utf-8")
+    return path
+
+
+def test_tagging_end_to_end_scores_spans(run_folder, tmp_path, monkeypatch, capsys):
+    train, validation = write_conll(tmp_path / "train.conll", 120, 0), write_conll(tmp_path / "dev.conll", 40, 1)
+    code, stdout, stderr = run_main(
+        ["finetune", run_folder, "--task", "tagging", "--train", train, "--validation", validation,
+         "--out", tmp_path / "out", "--mode", "probe", "--seeds", "2", "--epochs", "30", "--lr", "0.01"],
+        monkeypatch, capsys)
+    assert code == 0, stderr
+    result = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert result["labels"] == ["B-ANIMAL", "B-PERSON", "I-ANIMAL", "I-PERSON", "O"]
+    assert set(result["metrics"]) == {"f1", "precision", "recall", "accuracy"}
+    assert result["baselines"]["majority"]["f1"] == 0.0  # all "O": no span found
+    assert min(result["metrics"]["f1"]["per_seed"]) > 0.5, result["metrics"]
