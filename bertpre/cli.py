@@ -397,6 +397,11 @@ def finetune(
     config: Path | None = typer.Option(None, "--config", help="YAML file of settings (lr, epochs, batch_size, ..., preset)."),
     overrides: list[str] | None = typer.Option(None, "--set", metavar="KEY=VALUE", help="Override a setting, e.g. --set pooling=mean (repeatable)."),
     precision: str = typer.Option("auto", "--precision", help="auto, fp32, bf16 or fp16 (auto: bf16 on GPUs that have it, else fp32)."),
+    checkpoints: str | None = typer.Option(
+        None, "--checkpoints", metavar="WHICH",
+        help="With a RUN as SOURCE: latest, all or every:N of its checkpoints, each scored and logged "
+             "to the RUN's TensorBoard (downstream/TASK/METRIC)."),
+    watch: bool = typer.Option(False, "--watch", help="Score a RUN's checkpoints as they land, until its pretraining ends."),
 ) -> None:
     """Fine-tune (or probe) a pretrained BERT on a labelled task over several seeds; report each
     seed's scores, their mean and std, and the majority-class baseline.
@@ -405,7 +410,7 @@ def finetune(
     Example: bertpre finetune my-bert --train sst2/train.tsv --validation sst2/dev.tsv
              --text-column sentence --out results/sst2
     """
-    from bertpre.finetune.report import format_table
+    from bertpre.finetune.report import format_curve, format_table
     from bertpre.finetune.run import TaskFiles, choose_seeds, load_hyperparameters
     from bertpre.finetune.run import finetune as run_finetune
 
@@ -419,10 +424,13 @@ def finetune(
     hp = load_hyperparameters(chosen_preset, config, settings)
     files = TaskFiles(task=task, train=train, validation=validation, test=test, text_column=text_column,
                       text_pair_column=text_pair_column, label_column=label_column)
-    result = run_finetune(source, files, out, hp=hp, seeds=choose_seeds(seeds, seed), precision=precision,
-                          say=lambda line: typer.echo(line, err=True))
-    typer.echo(format_table(result))
-    typer.echo(f"results: {out / 'results.json'}")
+    results = run_finetune(source, files, out, hp=hp, seeds=choose_seeds(seeds, seed), precision=precision,
+                           checkpoints=checkpoints, watch=watch, say=lambda line: typer.echo(line, err=True))
+    if len(results) > 1:
+        typer.echo(format_curve(results))
+        typer.echo("")
+    typer.echo(format_table(results[-1]))
+    typer.echo(f"results: {out / 'results.json'} (every checkpoint: {out / 'results.jsonl'})")
 
 
 def main() -> None:

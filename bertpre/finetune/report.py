@@ -75,3 +75,18 @@ def format_table(result: dict[str, Any]) -> str:
     for flag in result["flags"]:
         lines.append(f"warning: {flag}")
     return "\n".join(lines)
+
+
+def format_curve(results: list[dict[str, Any]]) -> str:
+    """A sweep's scores by pretraining step: each metric's mean ± std, one row a checkpoint."""
+    names = list(results[0]["metrics"])
+    lines = [f"{'step':>10}  " + "  ".join(f"{name:>17}" for name in names)]
+    for result in results:
+        cells = []
+        for name in names:
+            values = result["metrics"].get(name, {})
+            mean, std = values.get("mean"), values.get("std")
+            cells.append(f"{'-' if mean is None else f'{mean:.4f}':>8} ± {'-' if std is None else f'{std:.4f}':<6}")
+        step = result.get("checkpoint_step")
+        lines.append(f"{'-' if step is None else step:>10}  " + "  ".join(cells))
+    return "\n".join(lines)

@@ -10,8 +10,9 @@ import hashlib
 import json
 import math
 import os
+import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,14 @@ from bertpre.finetune.loop import (
 )
 from bertpre.finetune.report import score, stuck, summarize
 from bertpre.finetune.source import Encoder, load_encoder
+from bertpre.finetune.sweep import (
+    is_run,
+    log_to_tensorboard,
+    parse_checkpoints,
+    run_checkpoints,
+    run_in_progress,
+    task_name,
+)
 from bertpre.finetune.tasks import TaskData, load_task, majority_label
 from bertpre.folders import content_names, real_out
 from bertpre.train.runtime import Runtime, init_runtime
@@ -140,36 +149,122 @@ class TaskFiles:
 
 def finetune(source: str | Path, files: TaskFiles, out: str | Path, *, hp: Hyperparameters,
              seeds: list[int], precision: str = "auto", device: str = "auto",
-             say: Callable[[str], None] = print) -> dict[str, Any]:
-    """Fine-tune (or probe) SOURCE on the task with every seed; write and return the report."""
-    out = Path(out)
+             checkpoints: str | None = None, watch: bool = False, poll_seconds: float = 30.0,
+             say: Callable[[str], None] = print) -> list[dict[str, Any]]:
+    """Fine-tune (or probe) SOURCE on the task with every seed; write and return the report(s).
+
+    With `checkpoints` (latest, all, every:N) or `watch`, SOURCE is a RUN and each chosen
+    checkpoint is evaluated in step order, its scores also written to the RUN's TensorBoard;
+    `watch` goes on evaluating checkpoints as they land until the run has finished. Finished
+    work (a line of OUT/results.jsonl) is never done twice.
+    """
+    out, source = Path(out), Path(source)
     target = check_finetune_out(out, [source, files.train, files.validation, files.test])
     data = load_task(files.task, files.train, files.validation, files.test,
                      text_column=files.text_column, text_pair_column=files.text_pair_column,
                      label_column=files.label_column)
-    encoder = load_encoder(source)
-    key = work_key(encoder, data, files, hp, seeds)
+    sweep = checkpoints is not None or watch
+    if sweep:
+        parse_checkpoints(checkpoints or "all")
+        if not is_run(source):
+            raise UserError(f"--checkpoints and --watch evaluate a RUN folder's checkpoints; {source} "
+                            "is not a RUN folder (one with checkpoints/)")
+    job = Job(data=data, files=files, hp=hp, seeds=seeds, target=target, precision=precision,
+              device=device, say=say)
+    if not sweep:
+        job.encoders[source] = load_encoder(source)  # a SOURCE that is no model fails before any write
+    elif not watch and not run_checkpoints(source, checkpoints):
+        raise UserError(f"{source} has no checkpoint that --checkpoints {checkpoints} chooses; see "
+                        f"{source / 'checkpoints'}")
     with claimed(target, "finetune") as claim:
         check_finetune_out(out, [], claim)
-        (target / MARKER).write_text("made by `bertpre finetune`; its results are kept and reused\n",
-                                     encoding="utf-8")
+        marker = target / MARKER
+        marker.write_text("made by `bertpre finetune`; its results are kept and reused\n", encoding="utf-8")
+        try:
+            if not sweep:
+                results = [job.evaluate(source)[0]]
+            else:
+                results = sweep_run(job, source, checkpoints or "all", watch, poll_seconds)
+            write_json(target / RESULTS_FILE, results[-1])
+        except BaseException:
+            if claim.created and not (target / SWEEP_FILE).exists():
+                marker.unlink(missing_ok=True)  # nothing finished: the folder goes with the claim
+            else:
+                claim.keep_folder()
+            raise
         claim.keep_folder()
-        done = finished_work(target, key)
+    return results
+
+
+def sweep_run(job: Job, run: Path, spec: str, watch: bool, poll_seconds: float) -> list[dict[str, Any]]:
+    """Evaluate the run's chosen checkpoints in step order (and, watching, the ones that land
+    later, until no pretraining holds the run)."""
+    name = task_name(job.files.train)
+    results, seen = [], set()
+    while True:
+        finished = not (watch and run_in_progress(run))
+        for step, folder in run_checkpoints(run, spec):
+            if step in seen:
+                continue
+            seen.add(step)
+            try:
+                result, fresh = job.evaluate(folder, record=False)
+            except UserError as error:
+                if folder.exists():
+                    raise
+                job.say(f"note: checkpoint {folder.name} was removed while it was read ({error}); skipped")
+                continue
+            if fresh:  # TensorBoard first: a kill before the line below does both again
+                log_to_tensorboard(run, name, result)
+                append_line(job.target / SWEEP_FILE, result)
+            results.append(result)
+            job.say(f"step {step}: " + ", ".join(f"{metric} {values['mean']:.4f}"
+                                                 for metric, values in result["metrics"].items()
+                                                 if values["mean"] is not None))
+        if finished:
+            break
+        time.sleep(poll_seconds)
+    if not results:
+        raise UserError(f"{run} has no checkpoint that --checkpoints {spec} chooses; see "
+                        f"{run / 'checkpoints'}")
+    return results
+
+
+@dataclass
+class Job:
+    """One task, its settings and seeds, evaluated on one checkpoint after another."""
+
+    data: TaskData
+    files: TaskFiles
+    hp: Hyperparameters
+    seeds: list[int]
+    target: Path
+    precision: str
+    device: str
+    say: Callable[[str], None]
+    runtime: Runtime | None = None
+    encoders: dict[Path, Encoder] = field(default_factory=dict)  # loaded ahead of the claim
+
+    def evaluate(self, source: Path, *, record: bool = True) -> tuple[dict[str, Any], bool]:
+        """The result for `source` (reused from results.jsonl when it is there) and whether it is new."""
+        encoder = self.encoders.pop(source, None) or load_encoder(source)
+        key = work_key(encoder, self.data, self.files, self.hp, self.seeds)
+        done = finished_work(self.target, key)
         if done is not None:
-            say(f"already done: {target / SWEEP_FILE} has these results (same weights, data, "
-                "settings and seeds); reusing them")
-            result = done
-        else:
-            runtime = init_runtime(precision, device=device)
-            result = run_seeds(encoder, data, files, hp, seeds, runtime, target, say)
-            result["key"] = key
-            append_line(target / SWEEP_FILE, result)
-        write_json(target / RESULTS_FILE, result)
-    return result
+            self.say(f"already done: {self.target / SWEEP_FILE} has the results for {encoder.model_folder} "
+                     "(same weights, data, settings and seeds); reusing them")
+            return done, False
+        if self.runtime is None:
+            self.runtime = init_runtime(self.precision, device=self.device)
+        result = run_seeds(encoder, self.data, self.files, self.hp, self.seeds, self.runtime, self.say)
+        result["key"] = key
+        if record:
+            append_line(self.target / SWEEP_FILE, result)
+        return result, True
 
 
 def run_seeds(encoder: Encoder, data: TaskData, files: TaskFiles, hp: Hyperparameters, seeds: list[int],
-              runtime: Runtime, target: Path, say: Callable[[str], None]) -> dict[str, Any]:
+              runtime: Runtime, say: Callable[[str], None]) -> dict[str, Any]:
     task = data.task
     train, scored = encode(encoder, data, data.train, hp), encode(encoder, data, data.evaluation, hp)
     num_labels = 1 if task == "regression" else len(data.label_names)

@@ -18,6 +18,10 @@ CUSTOM_SCALARS_LAYOUT = {
         "MLM loss (train and eval, each source)": ["Multiline", [r"^train/mlm_loss$", r"^eval/(.+/)?mlm_loss$"]],
         "pair loss (train and eval)": ["Multiline", [r"^train/pair_loss$", r"^eval/(.+/)?pair_loss$"]],
     },
+    "1b. downstream (bertpre finetune)": {
+        "downstream scores by pretraining step (mean over seeds)": ["Multiline", [r"^downstream/"]],
+        "their std over seeds": ["Multiline", [r"^downstream_std/"]],
+    },
     "2. accuracy": {
         "MLM accuracy (train and eval)": ["Multiline", [r"^train/mlm_acc$", r"^eval/(.+/)?mlm_acc$"]],
         "MLM accuracy by action ([MASK], random, kept; eval)": ["Multiline", [r"^eval/mlm_acc_(mask|random|kept)$"]],
