@@ -402,6 +402,9 @@ def finetune(
         help="With a RUN as SOURCE: latest, all or every:N of its checkpoints, each scored and logged "
              "to the RUN's TensorBoard (downstream/TASK/METRIC)."),
     watch: bool = typer.Option(False, "--watch", help="Score a RUN's checkpoints as they land, until its pretraining ends."),
+    save_model: bool = typer.Option(
+        False, "--save-model",
+        help="Keep the best seed's model in OUT/model as a Hugging Face folder (AutoModelFor*Classification)."),
 ) -> None:
     """Fine-tune (or probe) a pretrained BERT on a labelled task over several seeds; report each
     seed's scores, their mean and std, and the majority-class baseline.
@@ -425,7 +428,8 @@ def finetune(
     files = TaskFiles(task=task, train=train, validation=validation, test=test, text_column=text_column,
                       text_pair_column=text_pair_column, label_column=label_column)
     results = run_finetune(source, files, out, hp=hp, seeds=choose_seeds(seeds, seed), precision=precision,
-                           checkpoints=checkpoints, watch=watch, say=lambda line: typer.echo(line, err=True))
+                           checkpoints=checkpoints, watch=watch, save_model=save_model,
+                           say=lambda line: typer.echo(line, err=True))
     if len(results) > 1:
         typer.echo(format_curve(results))
         typer.echo("")

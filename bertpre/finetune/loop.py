@@ -55,8 +55,8 @@ def task_loss(logits: torch.Tensor, labels: torch.Tensor, task: str) -> torch.Te
 
 
 def finetune_full(encoder: Encoder, train: Encoded, scored: Encoded, *, task: str, num_labels: int,
-                  hp: Hyperparameters, seed: int, runtime: Runtime) -> np.ndarray:
-    """Train encoder and head together from `seed`; return the predictions on `scored`."""
+                  hp: Hyperparameters, seed: int, runtime: Runtime) -> tuple[np.ndarray, nn.Module]:
+    """Train encoder and head together from `seed`; return the predictions on `scored` and the model."""
     torch.manual_seed(seed)
     model = build_task_model(encoder.config, encoder.state, num_labels,
                              tagging=task == "tagging").to(runtime.device)
@@ -91,7 +91,7 @@ def finetune_full(encoder: Encoder, train: Encoded, scored: Encoded, *, task: st
                 optimizer.step()
             step += 1
     return predict(model, scored, task=task, batch_size=hp.eval_batch_size, pad_id=pad_id,
-                   runtime=runtime)
+                   runtime=runtime), model
 
 
 @torch.no_grad()

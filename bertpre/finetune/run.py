@@ -31,6 +31,7 @@ from bertpre.finetune.loop import (
     train_probe,
 )
 from bertpre.finetune.report import score, stuck, summarize
+from bertpre.finetune.saved_model import check_can_save, save_task_model
 from bertpre.finetune.source import Encoder, load_encoder
 from bertpre.finetune.sweep import (
     is_run,
@@ -150,7 +151,7 @@ class TaskFiles:
 def finetune(source: str | Path, files: TaskFiles, out: str | Path, *, hp: Hyperparameters,
              seeds: list[int], precision: str = "auto", device: str = "auto",
              checkpoints: str | None = None, watch: bool = False, poll_seconds: float = 30.0,
-             say: Callable[[str], None] = print) -> list[dict[str, Any]]:
+             save_model: bool = False, say: Callable[[str], None] = print) -> list[dict[str, Any]]:
     """Fine-tune (or probe) SOURCE on the task with every seed; write and return the report(s).
 
     With `checkpoints` (latest, all, every:N) or `watch`, SOURCE is a RUN and each chosen
@@ -169,10 +170,14 @@ def finetune(source: str | Path, files: TaskFiles, out: str | Path, *, hp: Hyper
         if not is_run(source):
             raise UserError(f"--checkpoints and --watch evaluate a RUN folder's checkpoints; {source} "
                             "is not a RUN folder (one with checkpoints/)")
+    if save_model and sweep:
+        raise UserError("--save-model keeps one model; give one checkpoint as SOURCE, not --checkpoints or --watch")
     job = Job(data=data, files=files, hp=hp, seeds=seeds, target=target, precision=precision,
-              device=device, say=say)
+              device=device, say=say, save_model=save_model)
     if not sweep:
         job.encoders[source] = load_encoder(source)  # a SOURCE that is no model fails before any write
+        if save_model:
+            check_can_save(job.encoders[source].config, hp.mode)
     elif not watch and not run_checkpoints(source, checkpoints):
         raise UserError(f"{source} has no checkpoint that --checkpoints {checkpoints} chooses; see "
                         f"{source / 'checkpoints'}")
@@ -244,19 +249,23 @@ class Job:
     say: Callable[[str], None]
     runtime: Runtime | None = None
     encoders: dict[Path, Encoder] = field(default_factory=dict)  # loaded ahead of the claim
+    save_model: bool = False
 
     def evaluate(self, source: Path, *, record: bool = True) -> tuple[dict[str, Any], bool]:
         """The result for `source` (reused from results.jsonl when it is there) and whether it is new."""
         encoder = self.encoders.pop(source, None) or load_encoder(source)
         key = work_key(encoder, self.data, self.files, self.hp, self.seeds)
         done = finished_work(self.target, key)
+        if done is not None and self.save_model and not done.get("saved_model"):
+            done = None  # the earlier run kept no model: train again to keep one
         if done is not None:
             self.say(f"already done: {self.target / SWEEP_FILE} has the results for {encoder.model_folder} "
                      "(same weights, data, settings and seeds); reusing them")
             return done, False
         if self.runtime is None:
             self.runtime = init_runtime(self.precision, device=self.device)
-        result = run_seeds(encoder, self.data, self.files, self.hp, self.seeds, self.runtime, self.say)
+        result = run_seeds(encoder, self.data, self.files, self.hp, self.seeds, self.runtime, self.say,
+                           save_to=self.target if self.save_model else None)
         result["key"] = key
         if record:
             append_line(self.target / SWEEP_FILE, result)
@@ -264,7 +273,9 @@ class Job:
 
 
 def run_seeds(encoder: Encoder, data: TaskData, files: TaskFiles, hp: Hyperparameters, seeds: list[int],
-              runtime: Runtime, say: Callable[[str], None]) -> dict[str, Any]:
+              runtime: Runtime, say: Callable[[str], None], save_to: Path | None = None) -> dict[str, Any]:
+    """Every seed's scores on the scored split, summarized; with `save_to`, the best seed's model
+    is written there as a Hugging Face folder."""
     task = data.task
     train, scored = encode(encoder, data, data.train, hp), encode(encoder, data, data.evaluation, hp)
     num_labels = 1 if task == "regression" else len(data.label_names)
@@ -274,21 +285,35 @@ def run_seeds(encoder: Encoder, data: TaskData, files: TaskFiles, hp: Hyperparam
                                      batch_size=hp.eval_batch_size, runtime=runtime)
                     for split in (train, scored)]
     per_seed, flags = [], []
+    best: tuple[float, int, dict] | None = None  # (main score, seed, weights) of the best seed so far
     for seed in seeds:
         say(f"seed {seed}: {'training' if hp.mode == 'full' else 'probing'} on {len(train):,} examples")
         if features is None:
-            raw = finetune_full(encoder, train, scored, task=task, num_labels=num_labels, hp=hp,
-                                seed=seed, runtime=runtime)
+            raw, model = finetune_full(encoder, train, scored, task=task, num_labels=num_labels, hp=hp,
+                                       seed=seed, runtime=runtime)
         else:
             raw = train_probe(features[0], probe_labels(train, task), features[1], task=task,
                               num_labels=num_labels, hp=hp, seed=seed)
         predictions = decode(raw, scored, data)
         per_seed.append(score(task, predictions, data.evaluation.labels, data.label_names))
+        main_score = next(iter(per_seed[-1].values()))
+        if save_to is not None and (best is None or main_score > best[0]):
+            best = (main_score, seed, {name: tensor.detach().cpu().clone()
+                                       for name, tensor in model.state_dict().items()})
         reason = stuck(task, predictions)
         if reason:
             flags.append(f"seed {seed} predicted {reason} (stuck at one class: try another lr or more epochs)")
     baseline = majority_baseline(data)
+    saved = None
+    if save_to is not None and best is not None:
+        model.load_state_dict(best[2])
+        saved = {"path": str(save_task_model(save_to, model, encoder.config, task=task,
+                                             label_names=data.label_names,
+                                             tokenizer_folder=encoder.tokenizer_folder)),
+                 "seed": best[1]}
+        say(f"saved seed {best[1]}'s model (the best by {next(iter(per_seed[0]))}) to {saved['path']}")
     return {
+        "saved_model": saved,
         "source": str(encoder.source),
         "checkpoint": str(encoder.model_folder),
         "checkpoint_step": encoder.step,

@@ -28,6 +28,7 @@ class Encoder:
 
     source: Path  # as the user named it
     model_folder: Path
+    tokenizer_folder: Path
     config: BertConfig
     state: dict[str, torch.Tensor]  # BertModel's names (no `bert.` prefix)
     tokenizer: Tokenizer
@@ -53,7 +54,8 @@ def load_encoder(source: str | Path) -> Encoder:
         raise UserError(f"{found.tokenizer_folder}: the tokenizer has {vocabulary:,} tokens but the "
                         f"model {found.model_folder} has {config.vocab_size:,} embeddings; the "
                         "tokenizer does not belong to this model")
-    return Encoder(source=Path(source), model_folder=found.model_folder, config=config,
+    return Encoder(source=Path(source), model_folder=found.model_folder,
+                   tokenizer_folder=found.tokenizer_folder, config=config,
                    state=full.bert.state_dict(), tokenizer=tokenizer,
                    step=pretraining_step(found.model_folder), weights_sha256=weights_hash(found.model_folder))
 

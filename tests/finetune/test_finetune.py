@@ -251,3 +251,60 @@ def test_tagging_end_to_end_scores_spans(run_folder, tmp_path, monkeypatch, caps
     assert set(result["metrics"]) == {"f1", "precision", "recall", "accuracy"}
     assert result["baselines"]["majority"]["f1"] == 0.0  # all "O": no span found
     assert min(result["metrics"]["f1"]["per_seed"]) > 0.5, result["metrics"]
+
+
+@pytest.mark.parametrize("task", ["classification", "tagging"])
+def test_the_saved_model_loads_in_transformers_with_the_same_logits(
+        task, run_folder, task_files, tmp_path, monkeypatch, capsys):
+    transformers = pytest.importorskip("transformers")
+    import torch
+    from safetensors.torch import load_file
+
+    from bertpre.finetune.model import BertForSequenceClassification, BertForTokenClassification
+    from bertpre.model.hf_format import read_config
+
+    if task == "tagging":
+        files = ["--train", write_conll(tmp_path / "train.conll", 60, 0), "--validation",
+                 write_conll(tmp_path / "dev.conll", 20, 1), "--task", "tagging"]
+        auto, ours = transformers.AutoModelForTokenClassification, BertForTokenClassification
+    else:
+        files = ["--train", task_files["train"], "--validation", task_files["validation"]]
+        auto, ours = transformers.AutoModelForSequenceClassification, BertForSequenceClassification
+    out = tmp_path / "out"
+    code, _, stderr = run_main(["finetune", run_folder, *files, "--out", out, "--seeds", "2", "--epochs", "2",
+                                "--lr", "0.001", "--batch-size", "8", "--save-model"], monkeypatch, capsys)
+    assert code == 0, stderr
+    result = json.loads((out / "results.json").read_text())
+    saved = Path(result["saved_model"]["path"])
+    assert saved == out / "model"
+    hf, info = auto.from_pretrained(saved, output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"], info
+    assert hf.config.id2label == dict(enumerate(result["labels"]))
+    tokenizer = transformers.AutoTokenizer.from_pretrained(saved)
+    batch = tokenizer(["the cat sees the river .", "my sister feeds a red apple today ."], padding=True,
+                      return_tensors="pt")
+    model = ours(read_config(saved), len(result["labels"]))
+    weights = load_file(saved / "model.safetensors")
+    model.load_state_dict(weights, strict=task != "tagging")  # tagging saves no pooler
+    model.eval(), hf.eval()
+    with torch.no_grad():
+        expected = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
+        logits = hf(**batch).logits
+    torch.testing.assert_close(logits, expected, atol=1e-5, rtol=1e-5)
+    if task == "classification":  # the saved seed's score, recomputed by transformers
+        texts = [json.loads(line) for line in task_files["validation"].read_text().splitlines()]
+        encoded = tokenizer([row["text"] for row in texts], padding=True, return_tensors="pt")
+        with torch.no_grad():
+            predicted = hf(**encoded).logits.argmax(-1).tolist()
+        accuracy = np.mean([hf.config.id2label[p] == row["label"] for p, row in zip(predicted, texts, strict=True)])
+        seed_index = result["seeds"].index(result["saved_model"]["seed"])
+        assert accuracy == pytest.approx(result["metrics"]["accuracy"]["per_seed"][seed_index])
+        assert result["metrics"]["accuracy"]["per_seed"][seed_index] == result["metrics"]["accuracy"]["max"]
+
+
+def test_save_model_refuses_a_probe(run_folder, task_files, tmp_path, monkeypatch, capsys):
+    code, _, stderr = run_main(["finetune", run_folder, "--train", task_files["train"], "--validation",
+                                task_files["validation"], "--out", tmp_path / "out", "--mode", "probe",
+                                "--save-model"], monkeypatch, capsys)
+    assert code == 2 and "--save-model keeps a fully fine-tuned model" in stderr
+    assert not (tmp_path / "out").exists()
