@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -307,6 +308,12 @@ def _apply_override(raw: dict, override: str) -> None:
     current[key] = value
 
 
+# Integers beyond this are typos (1e23 steps, a 10^20-wide layer): refused before any arithmetic
+# (an ETA, an int64 tensor) could overflow on them. Tighter bounds are checked per key.
+MAX_INTEGER = 10**15
+MAX_STEPS = 10**12
+
+
 def _check_type(section: str, name: str, value: Any, default: Any) -> Any:
     """Return `value` converted to the type the field's default implies, or raise UserError."""
     where = f"{section}.{name}"
@@ -326,7 +333,8 @@ def _check_type(section: str, name: str, value: Any, default: Any) -> Any:
         return _check_data_path(value)
     if name == "betas":
         if (not isinstance(value, list) or len(value) != 2
-                or not all(isinstance(b, (int, float)) and not isinstance(b, bool) for b in value)):
+                or not all(isinstance(b, (int, float)) and not isinstance(b, bool) and math.isfinite(b)
+                           for b in value)):
             raise UserError(f"{where} must be a list of two numbers, e.g. [0.9, 0.999], got {value!r}")
         return [float(b) for b in value]
     expects_int = isinstance(default, int) or name in (
@@ -335,12 +343,16 @@ def _check_type(section: str, name: str, value: Any, default: Any) -> Any:
     if expects_int:
         if not isinstance(value, int) or isinstance(value, bool):
             raise UserError(f"{where} must be an integer, got {value!r}")
+        if abs(value) > MAX_INTEGER:
+            raise UserError(f"{where} must be an integer of at most {MAX_INTEGER:.0e} in size, got {value!r}")
         return value
     if expects_float:
         if isinstance(value, str) and _FLOAT.fullmatch(value.strip()):
-            return float(value)  # PyYAML reads 1e-4 (no dot) as a string
+            value = float(value)  # PyYAML reads 1e-4 (no dot) as a string
         if not isinstance(value, (int, float)) or isinstance(value, bool):
             raise UserError(f"{where} must be a number, got {value!r}")
+        if not math.isfinite(value):  # YAML's .nan and .inf
+            raise UserError(f"{where} must be a finite number, got {value!r}")
         return float(value)
     if isinstance(default, str):
         if not isinstance(value, str):
@@ -469,6 +481,8 @@ def _validate(config: Config, warmup_given: bool, ratio_given: bool) -> None:
                  "save_every", "keep_last"):
         if getattr(train, name) < 1:
             raise UserError(f"train.{name} must be a positive integer, got {getattr(train, name)}")
+    if train.max_steps > MAX_STEPS:
+        raise UserError(f"train.max_steps must be at most {MAX_STEPS:.0e}, got {train.max_steps}")
     if train.batch_size % train.micro_batch_size != 0:
         raise UserError(
             f"train.batch_size ({train.batch_size}) is not divisible by "

@@ -417,6 +417,39 @@ case("pretrain-out-claimed-by-tokenize", "is in use by process 1 on")(
     lambda w: w.pretrain(out=claim_for(w, w.folder("run"), "tokenize")))
 
 
+# --- every number finite and in range; sizes that cannot fit refused before allocation (issue 29) ---
+case("config-nan-lr", "optim.lr must be a finite number, got nan")(
+    lambda w: w.pretrain(config=w.config_with("lr: 1.0e-3", "lr: .nan")))
+case("config-nan-eps", "optim.eps must be a finite number, got nan")(
+    lambda w: w.pretrain(config=w.config_with("optim:", "optim:\n  eps: .nan")))
+case("config-nan-mlm-probability", "data.mlm_probability must be a finite number, got nan")(
+    lambda w: w.pretrain(config=w.config_with("data:", "data:\n  mlm_probability: .nan")))
+case("config-nan-max-grad-norm", "optim.max_grad_norm must be a finite number, got nan")(
+    lambda w: w.pretrain(config=w.config_with("optim:", "optim:\n  max_grad_norm: .nan")))
+case("config-inf-warmup-ratio", "optim.warmup_ratio must be a finite number, got inf")(
+    lambda w: w.pretrain(config=w.config_with("warmup_steps: 3", "warmup_ratio: .inf")))
+case("config-nan-beta", "optim.betas must be a list of two numbers")(
+    lambda w: w.pretrain(config=w.config_with("optim:", "optim:\n  betas: [.nan, 0.999]")))
+case("config-max-steps-1e23", "train.max_steps must be an integer of at most")(
+    lambda w: w.pretrain(config=w.config_with("max_steps: 36", "max_steps: 100000000000000000000000")))
+case("config-max-steps-beyond-any-run", "train.max_steps must be at most")(
+    lambda w: w.pretrain(config=w.config_with("max_steps: 36", "max_steps: 100000000000000")))
+case("config-model-cannot-fit", "alone need")(
+    lambda w: w.pretrain(config=w.config_with("hidden_size: 32", "hidden_size: 100000000")))
+case("set-nan-lr", "optim.lr must be a finite number, got nan")(lambda w: w.pretrain("--set", "optim.lr=.nan"))
+case("set-inf-dropout", "model.hidden_dropout_prob must be a finite number")(
+    lambda w: w.pretrain("--set", "model.hidden_dropout_prob=.inf"))
+case("info-nan-lr", "optim.lr must be a finite number, got nan")(
+    lambda w: ["info", "--config", w.config_with("lr: 1.0e-3", "lr: .nan")])
+case("inspect-nan-mlm-probability", "data.mlm_probability must be a finite number, got nan")(
+    lambda w: ["inspect", w.data, "--config", w.config_with("data:", "data:\n  mlm_probability: .nan")])
+case("evaluate-nan-config", "data.mlm_probability must be a finite number, got nan")(
+    lambda w: ["evaluate", w.reference, "--data", w.data, "--config",
+               w.config_with("data:", "data:\n  mlm_probability: .nan")])
+case("demo-nan-config", "optim.lr must be a finite number, got nan")(
+    lambda w: ["demo", "--out", w.tmp / "demo", "--config", w.config_with("lr: 1.0e-3", "lr: .nan")])
+
+
 def run_in_process(args: list, monkeypatch, capsys) -> tuple[int, str]:
     """`bertpre ARGS` through `bertpre.cli.main`, as the console script runs it."""
     from bertpre.cli import main
