@@ -454,7 +454,7 @@ def main() -> None:
         typer.echo(f"error: {error.format_message()}{hint}", err=True)
         sys.exit(EXIT_BAD_INPUT)
     except (UserError, CorpusError) as error:
-        typer.echo(f"error: {error}", err=True)
+        typer.echo(f"error: {one_line(str(error))}", err=True)
         sys.exit(EXIT_BAD_INPUT)
     except OSError as error:  # a full or read-only disk, a path that cannot be written
         if error.errno in WRITE_ERRNOS:
@@ -462,8 +462,8 @@ def main() -> None:
             typer.echo(f"error: cannot write{where}: {error.strerror}; free disk space or choose a "
                        "folder you can write to (temporary files were removed)", err=True)
         elif error.filename:  # the system refused a named path: the machine's state, not a bug
-            typer.echo(f"error: {error.filename}: {error.strerror or error}; check that path and "
-                       "run the command again", err=True)
+            typer.echo(f"error: {one_line(str(error.filename))[:300]}: {error.strerror or error}; check "
+                       "that path and run the command again", err=True)
         else:
             sys.exit(report_internal_error(error))
         sys.exit(EXIT_BAD_INPUT)
@@ -477,6 +477,11 @@ def main() -> None:
     except Exception as error:  # a bug: one line for the user, the traceback in a file for us
         sys.exit(report_internal_error(error))
     sys.exit(code if isinstance(code, int) else 0)
+
+
+def one_line(message: str) -> str:
+    """A message as one line: whatever a damaged file put in it, the user reads one line."""
+    return " ".join(message.split("\n")).replace("\r", " ")
 
 
 def report_internal_error(error: BaseException) -> int:

@@ -90,6 +90,12 @@ def limit_model_max_length(folder: Path, positions: int) -> None:
     path = folder / TOKENIZER_CONFIG_FILE
     if not path.is_file():  # a bare vocab.txt: transformers takes the length from config.json
         return
-    config = json.loads(path.read_text(encoding="utf-8"))
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        config = None
+    if not isinstance(config, dict):
+        raise UserError(f"the run's {path.name} is not a JSON object (damaged); restore it from the "
+                        "DATA folder's tokenizer/ and export again")
     config["model_max_length"] = positions
     path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")

@@ -3,14 +3,19 @@
 A checkpoint folder holds the model (`config.json` + `model.safetensors`, from
 `save_pretrained`), `optimizer.pt`, `scaler.pt` (fp16 only), one `rng_state_<rank>.pt` per
 process and `trainer_state.json` (step, epoch, data position, skipped steps). Every `.pt` file
-loads with `torch.load(weights_only=True)`; anything else is refused.
+loads with `torch.load(weights_only=True)`; anything else is refused. `checksums.json`, written
+last, holds every other file's size and sha256, and those of the run's tokenizer files: a
+checkpoint is checked against it before it is used, so a truncated, replaced or bit-flipped file
+is refused by name instead of being trained on or exported.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import pickle
 import random
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -26,6 +31,8 @@ from bertpre.train.runtime import Runtime, barrier
 
 LATEST = "latest"
 TRAINER_STATE = "trainer_state.json"
+CHECKSUMS = "checksums.json"
+TOKENIZER_DIR = "tokenizer"  # RUN/tokenizer: the run's copy of DATA's tokenizer files
 CUDA_RNG = "cuda_current_device"  # key of this process's own GPU's RNG state in rng_state_<rank>.pt
 # Fields that fix parameter shapes: a checkpoint must agree on all of them to be loaded.
 SHAPE_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
@@ -119,6 +126,7 @@ def save_checkpoint(run_dir: Path, step: int, *, model: torch.nn.Module,
             torch.save(scaler.state_dict(), staging / "scaler.pt")
         state = dict(trainer_state, step=step, world_size=runtime.world_size)
         (staging / TRAINER_STATE).write_text(json.dumps(state, indent=2), encoding="utf-8")
+        write_checksums(staging, run_dir / TOKENIZER_DIR)
         _fsync_tree(staging)
         if final.exists():  # the same step saved again, e.g. after a resume at it
             shutil.rmtree(final)
@@ -132,6 +140,83 @@ def save_checkpoint(run_dir: Path, step: int, *, model: torch.nn.Module,
         prune_checkpoints(checkpoints, keep_last)
     barrier(runtime)
     return final
+
+
+def file_digest(path: Path) -> dict[str, Any]:
+    """A file's size and sha256 (read in 1 MiB blocks: a checkpoint may be gigabytes)."""
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return {"bytes": path.stat().st_size, "sha256": digest.hexdigest()}
+
+
+def write_checksums(folder: Path, tokenizer: Path) -> None:
+    """Record every file of `folder` and of the run's `tokenizer` folder in `folder/checksums.json`."""
+    record: dict[str, Any] = {"files": {path.name: file_digest(path) for path in sorted(folder.iterdir())
+                                        if path.is_file() and path.name != CHECKSUMS}}
+    if tokenizer.is_dir():
+        record[TOKENIZER_DIR] = {path.name: file_digest(path) for path in sorted(tokenizer.iterdir())
+                                 if path.is_file()}
+    (folder / CHECKSUMS).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+
+
+def read_checksums(folder: Path) -> dict[str, dict[str, dict[str, Any]]] | None:
+    """`folder/checksums.json` checked for shape; None for a checkpoint written before bertpre
+    recorded checksums."""
+    path = folder / CHECKSUMS
+    if not path.is_file():
+        return None
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        record = None
+
+    def well_formed(files: object) -> bool:
+        return isinstance(files, dict) and all(
+            isinstance(entry, dict) and isinstance(entry.get("sha256"), str)
+            and isinstance(entry.get("bytes"), int) and not isinstance(entry.get("bytes"), bool)
+            for entry in files.values())
+
+    if not (isinstance(record, dict) and well_formed(record.get("files"))
+            and well_formed(record.get(TOKENIZER_DIR, {}))):
+        raise UserError(f"{path} is damaged (not the checkpoint's list of file sizes and sha256s); "
+                        f"{USE_ANOTHER_CHECKPOINT}")
+    return record
+
+
+USE_ANOTHER_CHECKPOINT = ("use another checkpoint: pass its checkpoints/step-N folder, or write its "
+                          "step-N name into checkpoints/latest to resume from it")
+
+
+def verify_checkpoint(folder: Path, *, skip_suffixes: tuple[str, ...] = (), tokenizer: Path | None = None) -> None:
+    """Compare the checkpoint's files (but those ending in `skip_suffixes`, which the caller does
+    not read) and the run's `tokenizer` files with the sizes and sha256s in `checksums.json`.
+
+    Raises:
+        UserError: a file is missing, or its size or content differs from the record.
+    """
+    record = read_checksums(folder)
+    if record is None:
+        return
+    places = [(folder, record["files"])]
+    if tokenizer is not None and TOKENIZER_DIR in record:
+        places.append((tokenizer, record[TOKENIZER_DIR]))
+    for place, files in places:
+        for name, entry in files.items():
+            path = place / name
+            if name.endswith(skip_suffixes) and place == folder:
+                continue
+            if Path(name).name != name:  # a record naming a path outside the folder is damage
+                raise UserError(f"{folder / CHECKSUMS} is damaged (names {name!r}); {USE_ANOTHER_CHECKPOINT}")
+            if not path.is_file():
+                raise UserError(f"{path} is missing (the checkpoint's {CHECKSUMS} lists it); "
+                                f"{USE_ANOTHER_CHECKPOINT}")
+            size = path.stat().st_size
+            if size != entry["bytes"] or file_digest(path)["sha256"] != entry["sha256"]:
+                what = f"{size:,} bytes, not {entry['bytes']:,}" if size != entry["bytes"] else "its sha256 differs"
+                raise UserError(f"{path} is damaged ({what}, as {folder / CHECKSUMS} recorded); "
+                                f"{USE_ANOTHER_CHECKPOINT}")
 
 
 def prune_checkpoints(checkpoints: Path, keep_last: int) -> list[Path]:
@@ -164,9 +249,16 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
     pointer = run_dir / "checkpoints" / LATEST
     if not pointer.is_file():
         return None
-    name = pointer.read_text(encoding="utf-8").strip()
+    try:
+        name = pointer.read_text(encoding="utf-8").strip()
+    except UnicodeDecodeError:
+        name = ""
+    if not re.fullmatch(r"step-\d{8,}", name):
+        raise UserError(f"{pointer} does not name a checkpoint (it should hold a step-NNNNNNNN folder "
+                        "name; it is damaged); write the name of a complete step-* folder into it, "
+                        "or pass a checkpoints/step-N folder")
     folder = run_dir / "checkpoints" / name
-    if not name or not (folder / CONFIG_NAME).is_file():
+    if not (folder / CONFIG_NAME).is_file():
         raise UserError(f"{pointer} names {name!r}, which is missing or incomplete; point it at a "
                         "complete step-* folder, or pass a checkpoints/step-N folder")
     return folder
@@ -194,6 +286,9 @@ def find_checkpoint(source: str | Path) -> tuple[Path, Path]:
     if not any((tokenizer / name).is_file() for name in (TOKENIZER_FILE, VOCAB_FILE)):
         raise UserError(f"{run}: no tokenizer/ folder with tokenizer.json or vocab.txt; the run's "
                         "model needs the run's tokenizer")
+    # The optimizer, scaler and RNG states are read only by a resume, which checks them itself.
+    verify_checkpoint(checkpoint, skip_suffixes=(".pt",),
+                      tokenizer=tokenizer if tokenizer != checkpoint else None)
     return checkpoint, tokenizer
 
 
@@ -204,8 +299,10 @@ def load_safely(path: Path) -> Any:
     except pickle.UnpicklingError:
         raise UserError(f"checkpoint file {path} is not safe to load (it holds more than tensors "
                         "and plain data); delete it or resume from another checkpoint") from None
-    except (RuntimeError, EOFError, OSError) as error:
-        raise UserError(f"checkpoint file {path} cannot be read ({error}); it may be damaged") from None
+    except Exception as error:  # noqa: BLE001 - torch.load of a damaged file raises many kinds
+        detail = " ".join(str(error).split())[:160] or type(error).__name__
+        raise UserError(f"checkpoint file {path} cannot be read ({detail}); it is damaged, "
+                        f"{USE_ANOTHER_CHECKPOINT}") from None
 
 
 def check_same_shape(saved: BertConfig, current: BertConfig, folder: Path) -> None:
@@ -230,7 +327,8 @@ def load_checkpoint(folder: Path, *, model: torch.nn.Module, optimizer: torch.op
     if not (folder / TRAINER_STATE).is_file():
         raise UserError(f"checkpoint {folder} has no {TRAINER_STATE}; it is incomplete (export it, "
                         "or resume from another checkpoint)")
-    state = json.loads((folder / TRAINER_STATE).read_text(encoding="utf-8"))
+    verify_checkpoint(folder, tokenizer=folder.parent.parent / TOKENIZER_DIR)
+    state = read_trainer_state(folder)
     check_same_shape(read_config(folder), model.config, folder)
     # Every .pt file is checked, used or not: an unsafe file means the folder is not trusted.
     loaded = {path.name: load_safely(path) for path in sorted(folder.glob("*.pt"))}
@@ -242,9 +340,43 @@ def load_checkpoint(folder: Path, *, model: torch.nn.Module, optimizer: torch.op
 
     saved_model = type(model).from_pretrained(folder)
     model.load_state_dict(saved_model.state_dict())
-    optimizer.load_state_dict(optimizer_state)
-    if scaler is not None and scaler_state is not None:
-        scaler.load_state_dict(scaler_state)
-    if rng_state is not None:
-        restore_rng_state(rng_state)
+    for name, restore in [("optimizer.pt", lambda: optimizer.load_state_dict(optimizer_state)),
+                          ("scaler.pt", lambda: scaler is not None and scaler_state is not None
+                           and scaler.load_state_dict(scaler_state)),
+                          (f"rng_state_{runtime.rank}.pt", lambda: rng_state is not None
+                           and restore_rng_state(rng_state))]:
+        try:
+            restore()
+        except (KeyError, ValueError, TypeError, RuntimeError, IndexError, AttributeError) as error:
+            raise UserError(f"checkpoint file {folder / name} is damaged or from another setup "
+                            f"({type(error).__name__}: {str(error)[:120]}); resume from another "
+                            "checkpoint") from None
+    return state
+
+
+# What trainer_state.json must hold: integer counters, none negative (world_size at least 1).
+TRAINER_STATE_INTEGERS = {"step": 0, "epoch": 0, "position": 0, "skipped_steps": 0}
+TRAINER_STATE_OPTIONAL = {"tokens_seen": 0, "phase": 0, "world_size": 1}
+
+
+def read_trainer_state(folder: Path) -> dict[str, Any]:
+    """`folder/trainer_state.json`, checked: a JSON object of non-negative integer counters whose
+    step is the folder's own (step-NNNNNNNN)."""
+    path = folder / TRAINER_STATE
+    try:
+        state = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        raise UserError(f"{path} is not valid JSON (damaged); resume from another checkpoint") from None
+    if not isinstance(state, dict):
+        raise UserError(f"{path} must be a JSON object of counters (step, epoch, ...); it is damaged, "
+                        "resume from another checkpoint")
+    for key, low in [*TRAINER_STATE_INTEGERS.items(),
+                     *((key, low) for key, low in TRAINER_STATE_OPTIONAL.items() if key in state)]:
+        value = state.get(key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise UserError(f"{path}: {key} must be an integer of at least {low}, got {value!r}; the "
+                            "file is damaged, resume from another checkpoint")
+    if folder.name.startswith("step-") and folder.name != step_folder_name(state["step"]):
+        raise UserError(f"{path} says step {state['step']}, but its folder is {folder.name}; the file "
+                        "is damaged or was copied from another checkpoint")
     return state

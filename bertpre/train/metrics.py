@@ -35,8 +35,12 @@ class MetricsWriter:
         from torch.utils.tensorboard import SummaryWriter  # tensorboard import is slow
 
         if purge_after is not None and self.jsonl_path.exists():
-            kept = [line for line in self.jsonl_path.read_text(encoding="utf-8").splitlines()
-                    if (step := _row_step(line)) is not None and step <= purge_after]
+            lines = self.jsonl_path.read_text(encoding="utf-8", errors="replace").splitlines()
+            kept = [line for line in lines if (step := _row_step(line)) is not None and step <= purge_after]
+            damaged = sum(1 for line in lines if line.strip() and _row_step(line) is None)
+            if damaged:
+                print(f"warning: {self.jsonl_path}: {damaged} damaged line(s) skipped (not JSON "
+                      "rows with a step); the rest of the log is kept", file=sys.stderr)
             # Written aside and renamed: a kill during the rewrite must not lose the kept rows.
             staging = self.jsonl_path.with_name(self.jsonl_path.name + ".tmp")
             staging.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
@@ -83,9 +87,11 @@ class MetricsWriter:
 def _row_step(line: str) -> int | None:
     """The step of a metrics.jsonl row; None for a blank line or a row torn by a kill mid-write."""
     try:
-        return json.loads(line).get("step", 0) if line.strip() else None
-    except json.JSONDecodeError:
+        row = json.loads(line) if line.strip() else None
+    except ValueError:
         return None
+    step = row.get("step", 0) if isinstance(row, dict) else None
+    return step if isinstance(step, int) and not isinstance(step, bool) else None
 
 
 class ProgressBar:

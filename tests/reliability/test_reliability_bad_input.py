@@ -232,7 +232,7 @@ case("fill-mask-top-k-zero", "--top-k must be at least 1")(
 case("fill-mask-not-a-model", "no such folder")(lambda w: ["fill-mask", w.tmp / "nowhere", "a [MASK] ."])
 
 
-@case("evaluate-other-tokenizer-data", "another vocab")
+@case("evaluate-other-tokenizer-data", "made by another tokenizer")
 def evaluate_on_other_data(w: World) -> list:
     shutil.copytree(w.data, w.tmp / "data2")
     (w.tmp / "data2" / "tokenizer" / "tokenizer.json").unlink()

@@ -141,7 +141,8 @@ def test_lamb_state_survives_a_checkpoint_round_trip(tmp_path):
     optimizer = build_optimizer(model, optim, runtime.device)
     one_step(model, optimizer)
     folder = save_checkpoint(tmp_path, 1, model=model, optimizer=optimizer, scaler=None,
-                             trainer_state={}, runtime=runtime, keep_last=1)
+                             trainer_state={"epoch": 0, "position": 0, "skipped_steps": 0},
+                             runtime=runtime, keep_last=1)
     fresh = tiny_bert()
     fresh.eval()
     fresh_optimizer = build_optimizer(fresh, optim, runtime.device)

@@ -266,7 +266,7 @@ def test_data_made_by_another_tokenizer_is_refused(data_dir, tmp_path):
     tampered = tmp_path / "tampered"
     shutil.copytree(data_dir, tampered)
     shutil.copy(other / "tokenizer" / "tokenizer.json", tampered / "tokenizer" / "tokenizer.json")
-    with pytest.raises(UserError, match="tokenizer other than the one its dataset was made with"):
+    with pytest.raises(UserError, match="is not the tokenizer the dataset was made with"):
         pretrain(tiny_config(tampered, tmp_path / "run2", "train.max_steps=1"))
 
 
