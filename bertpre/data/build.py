@@ -14,10 +14,12 @@ from tokenizers import Tokenizer
 import bertpre
 from bertpre.data.folder import (
     DATASET_DIR,
+    FILES,
     MANIFEST_FILE,
     TOKENIZER_DIR,
     TRAIN_SPLIT,
     VALIDATION_SPLIT,
+    record_files,
 )
 from bertpre.errors import UserError, raise_if_stopped
 from bertpre.folders import check_out, claimed_out
@@ -210,6 +212,7 @@ def tokenize_corpus(
             manifest["shard"] = {"index": shard.index, "count": shard.count}
         if word_starts is not None:
             manifest["word_boundaries"] = _describe_word_boundaries(options, word_starts)
+        manifest[FILES] = record_files(building)  # load_data checks each file's size and sha256
         (building / MANIFEST_FILE).write_text(
             json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
         )

@@ -69,13 +69,15 @@ def load_data(path: str | Path) -> DataFolder:
     except (ValueError, UnicodeDecodeError):
         raise UserError(f"{path / MANIFEST_FILE} is not valid JSON; {make_one} again") from None
     check_manifest(manifest, path / MANIFEST_FILE, make_one)
+    check_recorded_files(path, manifest, make_one)
     tokenizer = load_tokenizer(path / TOKENIZER_DIR)
     check_tokenizer_files(path / TOKENIZER_DIR, tokenizer, manifest, make_one)
+    check_dataset_files(path / DATASET_DIR, make_one)
     import datasets  # here, not at the top: importing it takes seconds, and the CLI imports us
 
     try:
         splits = datasets.load_from_disk(str(path / DATASET_DIR))
-    except Exception as error:  # noqa: BLE001 - any failure to read these files is damage
+    except Exception as error:  # noqa: BLE001 - the files were checked; anything left is damage too
         detail = " ".join(str(error).split())[:160]
         raise UserError(f"{path / DATASET_DIR} cannot be opened, a file in it is damaged "
                         f"({type(error).__name__}: {detail}); {make_one} again") from None
@@ -97,6 +99,7 @@ def load_data(path: str | Path) -> DataFolder:
 
 # The manifest's parts that bertpre reads, and their JSON types.
 MANIFEST_PARTS = {"counts": dict, "tokenizer": dict, "options": dict, "sources": list}
+FILES = "files"  # manifest key: every file of DATA but the manifest, with its size and sha256
 
 
 def check_manifest(manifest: object, path: Path, make_one: str) -> None:
@@ -113,17 +116,59 @@ def check_manifest(manifest: object, path: Path, make_one: str) -> None:
             raise UserError(f"{path}: counts.{name} must be a number of at least 0, got {value!r}; "
                             f"it is damaged, {make_one} again")
     digest = manifest["tokenizer"].get("sha256")
-    if digest is not None and not (isinstance(digest, str) and len(digest) == 64):
-        raise UserError(f"{path}: tokenizer.sha256 must be a sha256 hex digest, got {digest!r}")
+    if digest is not None and not is_sha256(digest):
+        raise UserError(f"{path}: tokenizer.sha256 must be a sha256 hex digest, got {digest!r}; it is "
+                        f"damaged, {make_one} again")
+    files = manifest.get(FILES)
+    if files is not None and not (isinstance(files, dict) and all(
+            isinstance(entry, dict) and is_sha256(entry.get("sha256")) and isinstance(entry.get("bytes"), int)
+            and not isinstance(entry.get("bytes"), bool) and ".." not in Path(name).parts
+            and not Path(name).is_absolute() for name, entry in files.items())):
+        raise UserError(f"{path}: {FILES} must map each file to its bytes and sha256; it is damaged, "
+                        f"{make_one} again")
 
 
-def check_tokenizer_files(folder: Path, tokenizer: Tokenizer, manifest: dict, make_one: str) -> None:
+def is_sha256(value: object) -> bool:
+    return isinstance(value, str) and len(value) == 64 and all(c in "0123456789abcdef" for c in value)
+
+
+def file_digest(path: Path) -> dict[str, int | str]:
+    """A file's size and sha256, read in 1 MiB blocks (an Arrow file may be gigabytes)."""
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return {"bytes": path.stat().st_size, "sha256": digest.hexdigest()}
+
+
+def record_files(folder: Path) -> dict[str, dict[str, int | str]]:
+    """The manifest's `files`: every file of `folder`'s tokenizer/ and dataset/, by relative path."""
+    return {path.relative_to(folder).as_posix(): file_digest(path)
+            for part in (TOKENIZER_DIR, DATASET_DIR) for path in sorted((folder / part).rglob("*"))
+            if path.is_file()}
+
+
+def check_recorded_files(folder: Path, manifest: dict, make_one: str) -> None:
+    """Every file the manifest lists (DATA written by bertpre 0.1 with `files`) is there, with its
+    recorded size and sha256: a truncated, replaced or bit-flipped file is named before it is read."""
+    for name, entry in (manifest.get(FILES) or {}).items():
+        path = folder / name
+        if not path.is_file():
+            raise UserError(f"{path} is missing ({folder / MANIFEST_FILE} lists it); {make_one} again")
+        size = path.stat().st_size
+        if size != entry["bytes"] or file_digest(path)["sha256"] != entry["sha256"]:
+            what = f"{size:,} bytes, not {entry['bytes']:,}" if size != entry["bytes"] else "its sha256 differs"
+            raise UserError(f"{path} is damaged ({what}, as {folder / MANIFEST_FILE} recorded); "
+                            f"{make_one} again")
+
+
+def check_tokenizer_files(folder: Path, tokenizer: Tokenizer, manifest: dict | None, make_one: str) -> None:
     """tokenizer.json is the one the dataset was encoded with (the manifest's hash), and vocab.txt,
-    which slow tokenizers read, lists the same tokens in the same order."""
-    recorded = manifest["tokenizer"].get("sha256")
+    which slow tokenizers and `transformers` read, lists the same tokens in the same order."""
+    recorded = (manifest or {}).get("tokenizer", {}).get("sha256")
     tokenizer_file = folder / "tokenizer.json"
     if recorded and tokenizer_file.is_file():
-        if hashlib.sha256(tokenizer_file.read_bytes()).hexdigest() != recorded:
+        if file_digest(tokenizer_file)["sha256"] != recorded:
             raise UserError(f"{tokenizer_file} is not the tokenizer the dataset was made with (its "
                             f"sha256 differs from the manifest's); {make_one} again")
     vocab_file = folder / "vocab.txt"
@@ -136,24 +181,77 @@ def check_tokenizer_files(folder: Path, tokenizer: Tokenizer, manifest: dict, ma
         if listed != expected:
             raise UserError(f"{vocab_file} does not list {tokenizer_file}'s {len(expected):,} tokens in "
                             f"order (edited or damaged); {make_one} again")
+    for name in ("tokenizer_config.json", "special_tokens_map.json"):  # transformers reads these
+        if (folder / name).is_file():
+            read_json_object(folder / name, make_one)
+
+
+def read_json_object(path: Path, make_one: str) -> dict:
+    """A JSON file that must hold an object, or a UserError naming it."""
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        value = None
+    except FileNotFoundError:
+        raise UserError(f"{path} is missing; {make_one} again") from None
+    if not isinstance(value, dict):
+        raise UserError(f"{path} is damaged (not a JSON object); {make_one} again")
+    return value
+
+
+def check_dataset_files(dataset: Path, make_one: str) -> None:
+    """The `datasets.save_to_disk` files of both splits, each read and checked by name: the split
+    list, each split's state.json and dataset_info.json, and every Arrow file (whole, and with
+    `input_ids` lists of sentences of integer ids)."""
+    listed = read_json_object(dataset / "dataset_dict.json", make_one).get("splits")
+    if not isinstance(listed, list) or {TRAIN_SPLIT, VALIDATION_SPLIT} - set(map(str, listed)):
+        raise UserError(f"{dataset} lacks the train and validation splits ({dataset / 'dataset_dict.json'} "
+                        f"does not list both); {make_one} again")
+    for split in (TRAIN_SPLIT, VALIDATION_SPLIT):
+        state = read_json_object(dataset / split / "state.json", make_one)
+        read_json_object(dataset / split / "dataset_info.json", make_one)
+        files = state.get("_data_files")
+        names = [entry.get("filename") for entry in files if isinstance(entry, dict)] if isinstance(files, list) else []
+        if not names or not all(isinstance(name, str) and Path(name).name == name for name in names):
+            raise UserError(f"{dataset / split / 'state.json'} does not list its Arrow files (damaged); "
+                            f"{make_one} again")
+        for name in names:
+            check_arrow_file(dataset / split / name, make_one)
+
+
+def check_arrow_file(path: Path, make_one: str) -> None:
+    """One Arrow stream of a split: readable to its end, every offset valid, the right columns."""
+    import pyarrow as pa
+
+    if not path.is_file():
+        raise UserError(f"{path} is missing; {make_one} again")
+    try:
+        with pa.memory_map(str(path)) as source:
+            table = pa.ipc.open_stream(source).read_all()
+            table.validate(full=True)
+    except (pa.ArrowException, OSError, ValueError) as error:
+        detail = " ".join(str(error).split())[:120]
+        raise UserError(f"{path} is damaged, not a whole Arrow file ({detail}); {make_one} again") from None
+    for column, required in (("input_ids", True), ("word_starts", False)):
+        flags = column == "word_starts"  # word-start flags may be booleans, token ids may not
+        if column not in table.column_names:
+            if required:
+                raise UserError(f"{path} has no input_ids column (damaged, or not made by bertpre "
+                                f"tokenize); {make_one} again")
+            continue
+        kind = table.schema.field(column).type
+        if not (pa.types.is_list(kind) and pa.types.is_list(kind.value_type)
+                and (pa.types.is_integer(kind.value_type.value_type)
+                     or (flags and pa.types.is_boolean(kind.value_type.value_type)))):
+            raise UserError(f"{path}: {column} is {kind}, not lists of sentences of integers (damaged); "
+                            f"{make_one} again")
 
 
 def check_split(split: datasets.Dataset, where: Path, documents: object, vocab_size: int, make_one: str) -> None:
-    """A split's Arrow data: whole (every offset and length valid), `input_ids` a list of lists of
-    integers, as many rows as the manifest counts, every id inside the vocabulary."""
-    import pyarrow as pa
+    """A split as opened: as many rows as the manifest counts, every id inside the vocabulary."""
     import pyarrow.compute as pc
 
     table = split.data.table
-    try:
-        table.validate(full=True)
-        column_type = table.schema.field("input_ids").type
-    except (pa.ArrowException, KeyError) as error:
-        raise UserError(f"{where}: the Arrow data is damaged ({str(error)[:160]}); {make_one} again") from None
-    if not (pa.types.is_list(column_type) and pa.types.is_list(column_type.value_type)
-            and pa.types.is_integer(column_type.value_type.value_type)):
-        raise UserError(f"{where}: input_ids is {column_type}, not lists of sentences of token ids; "
-                        f"{make_one} again")
     if isinstance(documents, int) and table.num_rows != documents:
         raise UserError(f"{where} holds {table.num_rows:,} documents but the manifest counts "
                         f"{documents:,}; {make_one} again")

@@ -59,5 +59,10 @@ def test_load_data_needs_both_splits(tmp_path, data_folder):
     shutil.copytree(data_folder, partial)
     shutil.rmtree(partial / "dataset" / "validation")
     (partial / "dataset" / "dataset_dict.json").write_text(json.dumps({"splits": ["train"]}))
+    with pytest.raises(UserError, match="dataset_dict.json is damaged"):  # the manifest's sha256
+        load_data(partial)
+    manifest = json.loads((partial / "manifest.json").read_text())
+    del manifest["files"]  # DATA written before manifests recorded their files
+    (partial / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(UserError, match="lacks the train and validation splits"):
         load_data(partial)

@@ -7,6 +7,7 @@ process would print (warnings, logging set up at import).
 """
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -183,7 +184,7 @@ def resume_with_another_size(w: World) -> list:
     return w.pretrain("--set", "model.hidden_size=64", "--set", "train.max_steps=40")
 
 
-@case("checkpoint-truncated-safetensors", "model.safetensors: not a readable safetensors file")
+@case("checkpoint-truncated-safetensors", "model.safetensors is damaged (")
 def resume_truncated_weights(w: World) -> list:
     truncate(w.latest(w.run_copy()) / "model.safetensors")
     return w.pretrain("--set", "train.max_steps=40")
@@ -191,7 +192,9 @@ def resume_truncated_weights(w: World) -> list:
 
 @case("checkpoint-pickle-payload", "is not safe to load")
 def resume_pickle_payload(w: World) -> list:
-    torch.save({"state": Payload(w.tmp / "payload-ran")}, w.latest(w.run_copy()) / "optimizer.pt")
+    checkpoint = w.latest(w.run_copy())
+    torch.save({"state": Payload(w.tmp / "payload-ran")}, checkpoint / "optimizer.pt")
+    (checkpoint / "checksums.json").unlink()  # whoever plants a payload can rewrite the checksums too
     return w.pretrain("--set", "train.max_steps=40")
 
 
@@ -211,7 +214,7 @@ case("inspect-not-a-data-folder", "is not a DATA folder")(lambda w: ["inspect", 
 case("inspect-bad-split", "split must be train or validation")(lambda w: ["inspect", w.data, "--split", "test"])
 
 
-@case("export-truncated-safetensors", "not a readable safetensors file")
+@case("export-truncated-safetensors", "model.safetensors is damaged")
 def export_truncated_weights(w: World) -> list:
     truncate(w.latest(w.run_copy()) / "model.safetensors")
     return ["export", w.tmp / "run", "--out", w.tmp / "export"]
@@ -237,6 +240,9 @@ def evaluate_on_other_data(w: World) -> list:
     shutil.copytree(w.data, w.tmp / "data2")
     (w.tmp / "data2" / "tokenizer" / "tokenizer.json").unlink()
     (w.tmp / "data2" / "tokenizer" / "vocab.txt").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nzebra\n")
+    manifest = json.loads((w.tmp / "data2" / "manifest.json").read_text())
+    del manifest["files"]  # as DATA written before manifests recorded their files (else: "is missing")
+    (w.tmp / "data2" / "manifest.json").write_text(json.dumps(manifest))
     return ["evaluate", w.reference, "--data", w.tmp / "data2"]
 
 

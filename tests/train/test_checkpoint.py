@@ -71,8 +71,8 @@ def test_layout_latest_and_pruning(tmp_path):
     assert (checkpoints / "latest").read_text().strip() == "step-00000006"
     assert latest_checkpoint(tmp_path) == checkpoints / "step-00000006"
     names = sorted(p.name for p in (checkpoints / "step-00000006").iterdir())
-    assert names == ["config.json", "model.safetensors", "optimizer.pt", "rng_state_0.pt",
-                     "trainer_state.json"]
+    assert names == ["checksums.json", "config.json", "model.safetensors", "optimizer.pt",
+                     "rng_state_0.pt", "trainer_state.json"]
     for name in ("optimizer.pt", "rng_state_0.pt"):
         torch.load(checkpoints / "step-00000006" / name, weights_only=True)
     assert json.loads((checkpoints / "step-00000006" / "config.json").read_text())["architectures"] == [
@@ -96,6 +96,7 @@ def test_crafted_pickle_is_refused_and_never_runs(tmp_path, file_name):
     folder = save(tmp_path / "run", 3, model, optimizer)
     marker = tmp_path / "payload-ran"
     torch.save({"state": Payload(marker)}, folder / file_name)
+    (folder / "checksums.json").unlink()  # whoever plants a payload can rewrite the checksums too
 
     fresh = tiny_model()
     fresh.bert.embeddings.word_embeddings.weight.data.zero_()
