@@ -68,11 +68,12 @@ def load_data(path: str | Path) -> DataFolder:
         manifest = json.loads((path / MANIFEST_FILE).read_text(encoding="utf-8"))
     except (ValueError, UnicodeDecodeError):
         raise UserError(f"{path / MANIFEST_FILE} is not valid JSON; {make_one} again") from None
-    check_manifest(manifest, path / MANIFEST_FILE, make_one)
-    check_recorded_files(path, manifest, make_one)
+    fix = f"{make_one} again"
+    check_manifest(manifest, path / MANIFEST_FILE, fix)
+    check_recorded_files(path, manifest, fix)
     tokenizer = load_tokenizer(path / TOKENIZER_DIR)
-    check_tokenizer_files(path / TOKENIZER_DIR, tokenizer, manifest, make_one)
-    check_dataset_files(path / DATASET_DIR, make_one)
+    check_tokenizer_files(path / TOKENIZER_DIR, tokenizer, manifest, fix)
+    arrow_files = check_dataset_files(path / DATASET_DIR, fix)
     import datasets  # here, not at the top: importing it takes seconds, and the CLI imports us
 
     try:
@@ -80,14 +81,15 @@ def load_data(path: str | Path) -> DataFolder:
     except Exception as error:  # noqa: BLE001 - the files were checked; anything left is damage too
         detail = " ".join(str(error).split())[:160]
         raise UserError(f"{path / DATASET_DIR} cannot be opened, a file in it is damaged "
-                        f"({type(error).__name__}: {detail}); {make_one} again") from None
+                        f"({type(error).__name__}: {detail}); {fix}") from None
     if not isinstance(splits, datasets.DatasetDict) or {TRAIN_SPLIT, VALIDATION_SPLIT} - set(splits):
         raise UserError(
-            f"{path / DATASET_DIR} lacks the train and validation splits; {make_one} again"
+            f"{path / DATASET_DIR} lacks the train and validation splits; {fix}"
         )
     for name in (TRAIN_SPLIT, VALIDATION_SPLIT):
-        check_split(splits[name], path / DATASET_DIR / name, manifest["counts"].get(f"{name}_documents"),
-                    tokenizer.get_vocab_size(), make_one)
+        files = arrow_files[name]  # a split's one Arrow file is named; several, by their folder
+        check_split(splits[name], files[0] if len(files) == 1 else files[0].parent,
+                    manifest["counts"].get(f"{name}_documents"), tokenizer.get_vocab_size(), fix)
     return DataFolder(
         path=path,
         tokenizer=tokenizer,
@@ -102,30 +104,30 @@ MANIFEST_PARTS = {"counts": dict, "tokenizer": dict, "options": dict, "sources":
 FILES = "files"  # manifest key: every file of DATA but the manifest, with its size and sha256
 
 
-def check_manifest(manifest: object, path: Path, make_one: str) -> None:
+def check_manifest(manifest: object, path: Path, fix: str) -> None:
     """A DATA manifest is a JSON object with its parts of the right types, counts non-negative."""
     if not isinstance(manifest, dict):
         raise UserError(f"{path} is not a DATA manifest (a JSON object; it holds a "
-                        f"{type(manifest).__name__}); {make_one} again")
+                        f"{type(manifest).__name__}); {fix}")
     for part, kind in MANIFEST_PARTS.items():
         if not isinstance(manifest.get(part), kind):
             raise UserError(f"{path} has no {part!r} {'object' if kind is dict else 'list'}; it is "
-                            f"damaged, {make_one} again")
+                            f"damaged, {fix}")
     for name, value in manifest["counts"].items():
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
             raise UserError(f"{path}: counts.{name} must be a number of at least 0, got {value!r}; "
-                            f"it is damaged, {make_one} again")
+                            f"it is damaged, {fix}")
     digest = manifest["tokenizer"].get("sha256")
     if digest is not None and not is_sha256(digest):
         raise UserError(f"{path}: tokenizer.sha256 must be a sha256 hex digest, got {digest!r}; it is "
-                        f"damaged, {make_one} again")
+                        f"damaged, {fix}")
     files = manifest.get(FILES)
     if files is not None and not (isinstance(files, dict) and all(
             isinstance(entry, dict) and is_sha256(entry.get("sha256")) and isinstance(entry.get("bytes"), int)
             and not isinstance(entry.get("bytes"), bool) and ".." not in Path(name).parts
             and not Path(name).is_absolute() for name, entry in files.items())):
         raise UserError(f"{path}: {FILES} must map each file to its bytes and sha256; it is damaged, "
-                        f"{make_one} again")
+                        f"{fix}")
 
 
 def is_sha256(value: object) -> bool:
@@ -148,21 +150,23 @@ def record_files(folder: Path) -> dict[str, dict[str, int | str]]:
             if path.is_file()}
 
 
-def check_recorded_files(folder: Path, manifest: dict, make_one: str) -> None:
+def check_recorded_files(folder: Path, manifest: dict, fix: str) -> None:
     """Every file the manifest lists (DATA written by bertpre 0.1 with `files`) is there, with its
     recorded size and sha256: a truncated, replaced or bit-flipped file is named before it is read."""
     for name, entry in (manifest.get(FILES) or {}).items():
+        if name == f"{TOKENIZER_DIR}/tokenizer.json" and manifest["tokenizer"].get("sha256"):
+            continue  # checked against tokenizer.sha256 once loaded, said as another tokenizer
         path = folder / name
         if not path.is_file():
-            raise UserError(f"{path} is missing ({folder / MANIFEST_FILE} lists it); {make_one} again")
+            raise UserError(f"{path} is missing ({folder / MANIFEST_FILE} lists it); {fix}")
         size = path.stat().st_size
         if size != entry["bytes"] or file_digest(path)["sha256"] != entry["sha256"]:
             what = f"{size:,} bytes, not {entry['bytes']:,}" if size != entry["bytes"] else "its sha256 differs"
             raise UserError(f"{path} is damaged ({what}, as {folder / MANIFEST_FILE} recorded); "
-                            f"{make_one} again")
+                            f"{fix}")
 
 
-def check_tokenizer_files(folder: Path, tokenizer: Tokenizer, manifest: dict | None, make_one: str) -> None:
+def check_tokenizer_files(folder: Path, tokenizer: Tokenizer, manifest: dict | None, fix: str) -> None:
     """tokenizer.json is the one the dataset was encoded with (the manifest's hash), and vocab.txt,
     which slow tokenizers and `transformers` read, lists the same tokens in the same order."""
     recorded = (manifest or {}).get("tokenizer", {}).get("sha256")
@@ -170,7 +174,7 @@ def check_tokenizer_files(folder: Path, tokenizer: Tokenizer, manifest: dict | N
     if recorded and tokenizer_file.is_file():
         if file_digest(tokenizer_file)["sha256"] != recorded:
             raise UserError(f"{tokenizer_file} is not the tokenizer the dataset was made with (its "
-                            f"sha256 differs from the manifest's); {make_one} again")
+                            f"sha256 differs from the manifest's); {fix}")
     vocab_file = folder / "vocab.txt"
     if tokenizer_file.is_file() and vocab_file.is_file():
         try:
@@ -180,86 +184,93 @@ def check_tokenizer_files(folder: Path, tokenizer: Tokenizer, manifest: dict | N
         expected = [tokenizer.id_to_token(index) for index in range(tokenizer.get_vocab_size())]
         if listed != expected:
             raise UserError(f"{vocab_file} does not list {tokenizer_file}'s {len(expected):,} tokens in "
-                            f"order (edited or damaged); {make_one} again")
+                            f"order (edited or damaged); {fix}")
     for name in ("tokenizer_config.json", "special_tokens_map.json"):  # transformers reads these
         if (folder / name).is_file():
-            read_json_object(folder / name, make_one)
+            read_json_object(folder / name, fix)
 
 
-def read_json_object(path: Path, make_one: str) -> dict:
+def read_json_object(path: Path, fix: str) -> dict:
     """A JSON file that must hold an object, or a UserError naming it."""
     try:
         value = json.loads(path.read_text(encoding="utf-8"))
     except (ValueError, UnicodeDecodeError):
         value = None
     except FileNotFoundError:
-        raise UserError(f"{path} is missing; {make_one} again") from None
+        raise UserError(f"{path} is missing; {fix}") from None
     if not isinstance(value, dict):
-        raise UserError(f"{path} is damaged (not a JSON object); {make_one} again")
+        raise UserError(f"{path} is damaged (not a JSON object); {fix}")
     return value
 
 
-def check_dataset_files(dataset: Path, make_one: str) -> None:
+def check_dataset_files(dataset: Path, fix: str) -> dict[str, list[Path]]:
     """The `datasets.save_to_disk` files of both splits, each read and checked by name: the split
     list, each split's state.json and dataset_info.json, and every Arrow file (whole, and with
-    `input_ids` lists of sentences of integer ids)."""
-    listed = read_json_object(dataset / "dataset_dict.json", make_one).get("splits")
+    `input_ids` lists of sentences of integer ids).
+
+    Returns:
+        Each split's Arrow files.
+    """
+    listed = read_json_object(dataset / "dataset_dict.json", fix).get("splits")
     if not isinstance(listed, list) or {TRAIN_SPLIT, VALIDATION_SPLIT} - set(map(str, listed)):
         raise UserError(f"{dataset} lacks the train and validation splits ({dataset / 'dataset_dict.json'} "
-                        f"does not list both); {make_one} again")
+                        f"does not list both); {fix}")
+    arrow_files = {}
     for split in (TRAIN_SPLIT, VALIDATION_SPLIT):
-        state = read_json_object(dataset / split / "state.json", make_one)
-        read_json_object(dataset / split / "dataset_info.json", make_one)
+        state = read_json_object(dataset / split / "state.json", fix)
+        read_json_object(dataset / split / "dataset_info.json", fix)
         files = state.get("_data_files")
         names = [entry.get("filename") for entry in files if isinstance(entry, dict)] if isinstance(files, list) else []
         if not names or not all(isinstance(name, str) and Path(name).name == name for name in names):
             raise UserError(f"{dataset / split / 'state.json'} does not list its Arrow files (damaged); "
-                            f"{make_one} again")
-        for name in names:
-            check_arrow_file(dataset / split / name, make_one)
+                            f"{fix}")
+        arrow_files[split] = [dataset / split / name for name in names]
+        for path in arrow_files[split]:
+            check_arrow_file(path, fix)
+    return arrow_files
 
 
-def check_arrow_file(path: Path, make_one: str) -> None:
+def check_arrow_file(path: Path, fix: str) -> None:
     """One Arrow stream of a split: readable to its end, every offset valid, the right columns."""
     import pyarrow as pa
 
     if not path.is_file():
-        raise UserError(f"{path} is missing; {make_one} again")
+        raise UserError(f"{path} is missing; {fix}")
     try:
         with pa.memory_map(str(path)) as source:
             table = pa.ipc.open_stream(source).read_all()
             table.validate(full=True)
     except (pa.ArrowException, OSError, ValueError) as error:
         detail = " ".join(str(error).split())[:120]
-        raise UserError(f"{path} is damaged, not a whole Arrow file ({detail}); {make_one} again") from None
+        raise UserError(f"{path} is damaged, not a whole Arrow file ({detail}); {fix}") from None
     for column, required in (("input_ids", True), ("word_starts", False)):
         flags = column == "word_starts"  # word-start flags may be booleans, token ids may not
         if column not in table.column_names:
             if required:
                 raise UserError(f"{path} has no input_ids column (damaged, or not made by bertpre "
-                                f"tokenize); {make_one} again")
+                                f"tokenize); {fix}")
             continue
         kind = table.schema.field(column).type
         if not (pa.types.is_list(kind) and pa.types.is_list(kind.value_type)
                 and (pa.types.is_integer(kind.value_type.value_type)
                      or (flags and pa.types.is_boolean(kind.value_type.value_type)))):
             raise UserError(f"{path}: {column} is {kind}, not lists of sentences of integers (damaged); "
-                            f"{make_one} again")
+                            f"{fix}")
 
 
-def check_split(split: datasets.Dataset, where: Path, documents: object, vocab_size: int, make_one: str) -> None:
+def check_split(split: datasets.Dataset, where: Path, documents: object, vocab_size: int, fix: str) -> None:
     """A split as opened: as many rows as the manifest counts, every id inside the vocabulary."""
     import pyarrow.compute as pc
 
     table = split.data.table
     if isinstance(documents, int) and table.num_rows != documents:
         raise UserError(f"{where} holds {table.num_rows:,} documents but the manifest counts "
-                        f"{documents:,}; {make_one} again")
+                        f"{documents:,}; {fix}")
     extremes = pc.min_max(pc.list_flatten(pc.list_flatten(table.column("input_ids"))))
     low, high = extremes["min"].as_py(), extremes["max"].as_py()
     if low is not None and (low < 0 or high >= vocab_size):
         raise UserError(f"{where} holds token id {low if low < 0 else high}, outside the tokenizer's "
-                        f"{vocab_size:,} ids (damaged, or made by another tokenizer); {make_one} again")
+                        f"{vocab_size:,} ids (damaged, or made by another tokenizer); {fix}")
 
 
 def _refuse_vocab_folder(path: Path) -> None:

@@ -16,6 +16,7 @@ from bertpre.tokenizer import MASK_TOKEN, SPECIAL_TOKENS, load_tokenizer
 from bertpre.tokenizer.wordpiece import TOKENIZER_FILE, VOCAB_FILE, check_same_vocab
 from bertpre.train.checkpoint import find_checkpoint
 from bertpre.train.evaluation import evaluate
+from bertpre.train.run_config import read_run_config
 
 
 @dataclass
@@ -111,7 +112,8 @@ def evaluate_saved_model(source: str | Path, data: str | Path | None = None, *,
         config_path = source / "config.yaml"
     if data is None and config_path is None:
         raise UserError(f"{source} has no config.yaml naming its data; pass --data DATA or --config CFG")
-    config = load_config(config_path)
+    own = config_path is not None and Path(config_path) == source / "config.yaml"
+    config = read_run_config(source / "config.yaml") if own else load_config(config_path)
     config = config.for_phase(len(config.phase_ends()) - 1)  # a phased run ends at its last length
     model, tokenizer = load_model_and_tokenizer(source)
     scored = open_data(data) if data is not None else load_mixture(config.data.sources)

@@ -23,10 +23,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from bertpre.data.folder import check_tokenizer_files
 from bertpre.errors import UserError
 from bertpre.model.config import BertConfig
 from bertpre.model.hf_format import CONFIG_NAME, read_config
-from bertpre.tokenizer.wordpiece import TOKENIZER_FILE, VOCAB_FILE
+from bertpre.tokenizer.wordpiece import TOKENIZER_FILE, VOCAB_FILE, load_tokenizer
 from bertpre.train.runtime import Runtime, barrier
 
 LATEST = "latest"
@@ -196,12 +197,13 @@ def verify_checkpoint(folder: Path, *, skip_suffixes: tuple[str, ...] = (), toke
     Raises:
         UserError: a file is missing, or its size or content differs from the record.
     """
-    record = read_checksums(folder)
-    if record is None:
-        return
+    record = read_checksums(folder) or {"files": {}}
     places = [(folder, record["files"])]
     if tokenizer is not None and TOKENIZER_DIR in record:
         places.append((tokenizer, record[TOKENIZER_DIR]))
+    elif tokenizer is not None and tokenizer.is_dir():  # a run from before checksums: its files agree
+        check_tokenizer_files(tokenizer, load_tokenizer(tokenizer), None,
+                              "copy the DATA folder's tokenizer/ files back into it")
     for place, files in places:
         for name, entry in files.items():
             path = place / name
@@ -294,6 +296,10 @@ def find_checkpoint(source: str | Path) -> tuple[Path, Path]:
 
 def load_safely(path: Path) -> Any:
     """`torch.load(weights_only=True)` with errors for people; never runs pickled code."""
+    with path.open("rb") as handle:
+        if handle.read(4) != b"PK\x03\x04":  # torch.save writes a zip archive
+            raise UserError(f"checkpoint file {path} cannot be read (not a file torch.save wrote); it is "
+                            f"damaged, {USE_ANOTHER_CHECKPOINT}")
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError:
@@ -337,6 +343,14 @@ def load_checkpoint(folder: Path, *, model: torch.nn.Module, optimizer: torch.op
     optimizer_state = loaded["optimizer.pt"]
     scaler_state = loaded.get("scaler.pt")
     rng_state = loaded.get(f"rng_state_{runtime.rank}.pt")
+    for name, value, keys in [("optimizer.pt", optimizer_state, OPTIMIZER_KEYS),
+                              (f"rng_state_{runtime.rank}.pt", rng_state, RNG_KEYS)]:
+        if value is not None and not (isinstance(value, dict) and keys <= set(value)):
+            raise UserError(f"checkpoint file {folder / name} is damaged or from another setup (it lacks "
+                            f"{', '.join(sorted(keys))}); {USE_ANOTHER_CHECKPOINT}")
+    if rng_state is not None and not all(isinstance(rng_state[key], torch.Tensor) for key in RNG_KEYS):
+        raise UserError(f"checkpoint file {folder / f'rng_state_{runtime.rank}.pt'} is damaged (its RNG "
+                        f"states are not tensors); {USE_ANOTHER_CHECKPOINT}")
 
     saved_model = type(model).from_pretrained(folder)
     model.load_state_dict(saved_model.state_dict())
@@ -352,6 +366,12 @@ def load_checkpoint(folder: Path, *, model: torch.nn.Module, optimizer: torch.op
                             f"({type(error).__name__}: {str(error)[:120]}); resume from another "
                             "checkpoint") from None
     return state
+
+
+# What optimizer.pt and rng_state_<rank>.pt must hold to be restored.
+OPTIMIZER_KEYS = frozenset({"state", "param_groups"})
+RNG_KEYS = frozenset({"python_version", "python", "python_gauss", "numpy", "numpy_position", "numpy_gauss",
+                      "torch"})
 
 
 # What trainer_state.json must hold: integer counters, none negative (world_size at least 1).

@@ -26,7 +26,7 @@ from bertpre.batches import (
     PretrainingInstances,
     build_instances,
 )
-from bertpre.config import Config, DataConfig, check_world_size, load_config, resolve
+from bertpre.config import Config, DataConfig, check_world_size, resolve
 from bertpre.data import DataFolder, load_mixture
 from bertpre.errors import WRITE_ERRNOS, UserError
 from bertpre.model import BertForPreTraining
@@ -58,6 +58,7 @@ from bertpre.train.report import (
     schedule_change_note,
     start_block,
 )
+from bertpre.train.run_config import read_run_config
 from bertpre.train.run_folder import RunLock, check_resume_config, check_run_out
 from bertpre.train.runtime import (
     Runtime,
@@ -599,7 +600,7 @@ class Trainer:
         saved = self.run_dir / "config.yaml"
         if not saved.is_file():
             return
-        saved_config = load_config(saved)
+        saved_config = read_run_config(saved)
         for change in check_resume_config(saved_config, self.config, self.step, self.run_dir):
             self.say(f"resuming with {change}")
         if saved_config.train.max_steps != self.config.train.max_steps:

@@ -1,0 +1,44 @@
+"""RUN/config.yaml read back: the run's own config, whole, or refused naming the file.
+
+`pretrain` writes it with every key resolved, so a key that a file written by this version of
+bertpre lacks means the file was cut short or edited, not that the default applies: a resume or
+an evaluation must not quietly take defaults. (A file from another version may lack keys added
+since; it must still hold every section.)
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+import bertpre
+from bertpre.config import SECTIONS, Config, load_config
+from bertpre.errors import UserError
+from bertpre.train.run_folder import flatten
+
+RESTORE = "restore it from the run's --config and --set values, or start a new run with another --out"
+HEADER = f"# written by bertpre {bertpre.__version__}:"  # how Config.save begins the file
+
+
+def read_run_config(path: Path) -> Config:
+    """The config a run was started with, from its `config.yaml`.
+
+    Raises:
+        UserError: the file is not a valid config, or lacks keys that `pretrain` writes.
+    """
+    try:
+        config = load_config(path)
+    except UserError as error:
+        raise UserError(f"the run's config {path} is damaged ({error}); {RESTORE}") from None
+    text = path.read_text(encoding="utf-8")
+    raw = yaml.safe_load(text) or {}
+    given = flatten({name: values for name, values in raw.items() if isinstance(values, dict) or name == "phases"})
+    expected = flatten(config.to_dict()) if text.startswith(HEADER) else {f"{name}.": None for name in SECTIONS}
+    missing = [key for key in expected if key != "phases" and not any(
+        name == key or (key.endswith(".") and name.startswith(key)) for name in given)]
+    if missing:
+        first = f"the {missing[0][:-1]} section" if missing[0].endswith(".") else missing[0]
+        more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
+        raise UserError(f"the run's config {path} lacks {first}{more} (cut short or edited; pretrain "
+                        f"writes every key); {RESTORE}")
+    return config
