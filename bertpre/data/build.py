@@ -16,9 +16,11 @@ from bertpre.data.folder import (
     DATASET_DIR,
     FILES,
     MANIFEST_FILE,
+    SELF_DIGEST,
     TOKENIZER_DIR,
     TRAIN_SPLIT,
     VALIDATION_SPLIT,
+    manifest_digest,
     record_files,
 )
 from bertpre.errors import UserError, raise_if_stopped
@@ -213,6 +215,7 @@ def tokenize_corpus(
         if word_starts is not None:
             manifest["word_boundaries"] = _describe_word_boundaries(options, word_starts)
         manifest[FILES] = record_files(building)  # load_data checks each file's size and sha256
+        manifest[SELF_DIGEST] = manifest_digest(manifest)  # and the manifest's own content
         (building / MANIFEST_FILE).write_text(
             json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
         )

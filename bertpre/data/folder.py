@@ -102,6 +102,14 @@ def load_data(path: str | Path) -> DataFolder:
 # The manifest's parts that bertpre reads, and their JSON types.
 MANIFEST_PARTS = {"counts": dict, "tokenizer": dict, "options": dict, "sources": list}
 FILES = "files"  # manifest key: every file of DATA but the manifest, with its size and sha256
+SELF_DIGEST = "manifest_sha256"  # manifest key: the sha256 of the rest of the manifest (`manifest_digest`)
+
+
+def manifest_digest(manifest: dict) -> str:
+    """The sha256 of a manifest's content but its own digest, as canonical JSON: any change to a
+    value or key is seen; a change of layout (spaces, key order) is not a change."""
+    rest = {key: value for key, value in manifest.items() if key != SELF_DIGEST}
+    return hashlib.sha256(json.dumps(rest, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
 
 
 def check_manifest(manifest: object, path: Path, fix: str) -> None:
@@ -109,6 +117,9 @@ def check_manifest(manifest: object, path: Path, fix: str) -> None:
     if not isinstance(manifest, dict):
         raise UserError(f"{path} is not a DATA manifest (a JSON object; it holds a "
                         f"{type(manifest).__name__}); {fix}")
+    recorded = manifest.get(SELF_DIGEST)
+    if (recorded is not None or FILES in manifest) and recorded != manifest_digest(manifest):
+        raise UserError(f"{path} is damaged (its content does not match its {SELF_DIGEST}); {fix}")
     for part, kind in MANIFEST_PARTS.items():
         if not isinstance(manifest.get(part), kind):
             raise UserError(f"{path} has no {part!r} {'object' if kind is dict else 'list'}; it is "
