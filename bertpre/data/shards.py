@@ -104,7 +104,13 @@ def check_shard_set(spec: str | Path, folders: Sequence[DataFolder]) -> list[Dat
             or tokenizer; an index is missing or held twice.
     """
     for folder in folders:
-        if not isinstance(folder.manifest.get("shard"), dict):
+        shard = folder.manifest.get("shard")
+        if isinstance(shard, dict) and not (
+                all(isinstance(shard.get(key), int) and not isinstance(shard.get(key), bool)
+                    for key in ("index", "count")) and 0 <= shard["index"] < shard["count"]):
+            raise UserError(f"{folder.path / MANIFEST_FILE}: shard must hold an index from 0 to count - 1 "
+                            f"and a count, got {shard!r}; it is damaged, tokenize that shard again")
+        if not isinstance(shard, dict):
             others = ", ".join(str(other.path) for other in folders[:3])
             raise UserError(f"{spec} holds {folder.path}, which is not a shard (tokenized without "
                             f"--num-shards); {spec} must name the shards of one corpus, not "

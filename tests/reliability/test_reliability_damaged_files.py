@@ -475,3 +475,46 @@ def test_more_random_damage(block, tmp_path, data_dir, reference_run, tiny_confi
     outcomes = [run_random_case(number, tmp_path, data_dir, reference_run, tiny_config, monkeypatch, capsys)
                 for number in range(block * 20, block * 20 + 20)]
     check_detected(outcomes)
+
+
+# --- a set of shards is checked shard by shard --------------------------------------------------
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory, corpus, data_dir) -> Path:
+    from bertpre.data.build import tokenize_corpus
+    from data_prep import Shard
+
+    root = tmp_path_factory.mktemp("shards")
+    for index in range(2):
+        tokenize_corpus([corpus], root / f"shard-{index}", tokenizer_path=data_dir / "tokenizer",
+                        validation_share=0.1, shard=Shard(index, 2))
+    return root
+
+
+SHARD_CASES = {
+    "arrow-truncated": (f"shard-1/{ARROW}", truncate, "is damaged (", False),
+    "arrow-truncated-old": (f"shard-1/{ARROW}", truncate, "not a whole Arrow file", True),
+    "index-a-string-old": ("shard-1/manifest.json", edit_json(lambda v: v["shard"].update(index="1")),
+                           "shard must hold an index from 0 to count - 1", True),
+    "index-beyond-count-old": ("shard-0/manifest.json", edit_json(lambda v: v["shard"].update(index=7)),
+                               "shard must hold an index from 0 to count - 1", True),
+}
+
+
+@pytest.mark.parametrize("command", DATA_READERS)
+@pytest.mark.parametrize("name", list(SHARD_CASES))
+def test_damaged_shard_is_one_line_naming_it(name, command, shards, tmp_path, reference_run, tiny_config,
+                                             monkeypatch, capsys):
+    damaged, damage, expected, old = SHARD_CASES[name]
+    copy = shutil.copytree(shards, tmp_path / "shards")
+    for shard in copy.iterdir():
+        if old:
+            make_old(shard)
+    damage(copy / damaged)
+    before = folder_state(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    args = data_commands(str(copy / "shard-*"), tmp_path, tiny_config, reference_run)[command]
+    code, stderr = run_in_process(args, monkeypatch, capsys)
+    lines = stderr.splitlines()
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("error: "), stderr[-3000:]
+    assert str(copy / damaged) in lines[0] and expected in lines[0], lines[0]
+    assert folder_state(tmp_path) == before
