@@ -10,7 +10,6 @@ is refused by name instead of being trained on or exported.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import pickle
@@ -23,7 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from bertpre.data.folder import check_tokenizer_files
+from bertpre.data.folder import check_tokenizer_files, file_digest
 from bertpre.errors import UserError
 from bertpre.model.config import BertConfig
 from bertpre.model.hf_format import CONFIG_NAME, read_config
@@ -141,15 +140,6 @@ def save_checkpoint(run_dir: Path, step: int, *, model: torch.nn.Module,
         prune_checkpoints(checkpoints, keep_last)
     barrier(runtime)
     return final
-
-
-def file_digest(path: Path) -> dict[str, Any]:
-    """A file's size and sha256 (read in 1 MiB blocks: a checkpoint may be gigabytes)."""
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return {"bytes": path.stat().st_size, "sha256": digest.hexdigest()}
 
 
 def write_checksums(folder: Path, tokenizer: Path) -> None:
@@ -353,6 +343,15 @@ def load_checkpoint(folder: Path, *, model: torch.nn.Module, optimizer: torch.op
                         f"states are not tensors); {USE_ANOTHER_CHECKPOINT}")
 
     saved_model = type(model).from_pretrained(folder)
+    # A flipped exponent bit makes a weight inf or NaN: refuse it here rather than as a divergence
+    # one step into the resumed run (a checkpoint without checksums.json cannot be checked otherwise).
+    for name, tensors in [("model.safetensors", saved_model.state_dict()),
+                          ("optimizer.pt", dict(enumerate(tensors_in(optimizer_state))))]:
+        bad = next((key for key, tensor in tensors.items()
+                    if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all())), None)
+        if bad is not None:
+            raise UserError(f"checkpoint file {folder / name} is damaged (it holds a value that is not "
+                            f"finite{f', in {bad}' if isinstance(bad, str) else ''}); {USE_ANOTHER_CHECKPOINT}")
     model.load_state_dict(saved_model.state_dict())
     for name, restore in [("optimizer.pt", lambda: optimizer.load_state_dict(optimizer_state)),
                           ("scaler.pt", lambda: scaler is not None and scaler_state is not None
@@ -366,6 +365,17 @@ def load_checkpoint(folder: Path, *, model: torch.nn.Module, optimizer: torch.op
                             f"({type(error).__name__}: {str(error)[:120]}); resume from another "
                             "checkpoint") from None
     return state
+
+
+def tensors_in(value: Any) -> list[torch.Tensor]:
+    """Every tensor inside nested dicts and lists (an optimizer's state)."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, dict):
+        return [tensor for item in value.values() for tensor in tensors_in(item)]
+    if isinstance(value, (list, tuple)):
+        return [tensor for item in value for tensor in tensors_in(item)]
+    return []
 
 
 # What optimizer.pt and rng_state_<rank>.pt must hold to be restored.

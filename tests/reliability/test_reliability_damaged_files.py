@@ -13,6 +13,7 @@ where each file's own structure is checked. Cases run in this process through
 from __future__ import annotations
 
 import json
+import os
 import random
 import shutil
 import time
@@ -250,6 +251,27 @@ add("rng-state-is-optimizer-old", Case("run", f"{LATEST}/rng_state_0.pt", conten
                                        "is damaged or from another setup", ("pretrain",), old=True))
 add("rng-state-a-tensor-old", Case("run", f"{LATEST}/rng_state_0.pt", lambda p: torch.save(torch.zeros(3), p),
                                    "is damaged or from another setup", ("pretrain",), old=True))
+
+
+def weight_not_finite(path: Path) -> None:
+    from safetensors.torch import load_file, save_file
+
+    tensors = load_file(path)
+    tensors["bert.encoder.layer.0.intermediate.dense.weight"][0, 0] = float("nan")
+    save_file(tensors, path, metadata={"format": "pt"})
+
+
+def optimizer_moment_infinite(path: Path) -> None:
+    state = torch.load(path, weights_only=True)
+    next(iter(state["state"].values()))["exp_avg_sq"].view(-1)[0] = float("inf")
+    torch.save(state, path)
+
+
+add("safetensors-nan-weight-old", Case("run", MODEL, weight_not_finite,
+                                       "not finite, in bert.encoder.layer.0.intermediate.dense.weight",
+                                       ("pretrain",), old=True))
+add("optimizer-inf-moment-old", Case("run", f"{LATEST}/optimizer.pt", optimizer_moment_infinite,
+                                     "holds a value that is not finite", ("pretrain",), old=True))
 add("scaler-garbage-old", Case("run", f"{LATEST}/scaler.pt", write(b"\x80\x04garbage"), "cannot be read (",
                                ("pretrain",), old=True))
 add("checksums-garbage", Case("run", f"{LATEST}/checksums.json", write(b"\xff\x00"),
@@ -354,7 +376,7 @@ def test_new_folders_record_their_files(data_dir, reference_run):
 
 # --- random damage ------------------------------------------------------------------------------
 FAST_CASES = 240
-SLOW_CASES = 1200
+SLOW_CASES = int(os.environ.get("BERTPRE_DAMAGE_CASES", "1200"))  # more to search: set it higher
 DAMAGES = ("truncate", "flip", "swap", "empty")
 # What a successful command may write in the folder it read (a resume's new checkpoint and logs).
 WRITTEN_BY_PRETRAIN = ("checkpoints/", "metrics.jsonl", "tensorboard/", "config.yaml", "data.json")
@@ -424,7 +446,12 @@ def run_random_case(number: int, root: Path, data_dir: Path, reference_run: Path
         lines = stderr.splitlines()
         assert code in (0, 2), said
         assert not any("Traceback" in line for line in lines), said
-        if code == 2:
+        # A flipped exponent bit can make a weight huge yet finite (0.02 → 7e36): in a checkpoint
+        # without checksums.json that is seen only when the resumed run diverges, in its one error line.
+        diverged = code == 2 and lines[-1].startswith("error: training diverged")
+        if diverged:
+            assert old and command == "pretrain" and name.name in ("model.safetensors", "optimizer.pt"), said
+        if code == 2 and not diverged:
             assert len(lines) == 1 and lines[0].startswith("error: "), said
             assert folder_state(target) == before, said
         else:
