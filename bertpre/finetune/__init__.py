@@ -1,4 +1,19 @@
 """Downstream evaluation: fine-tune (or probe) a pretrained BERT on labelled tasks, over seeds."""
+from bertpre.finetune.metrics import (
+    METRICS,
+    accuracy,
+    f1_binary,
+    f1_macro,
+    majority_class,
+    matthews_corrcoef,
+    pearson,
+    span_scores,
+    spearman,
+)
 from bertpre.finetune.run import PRESETS, TaskFiles, finetune, load_hyperparameters
 
-__all__ = ["PRESETS", "TaskFiles", "finetune", "load_hyperparameters"]
+__all__ = [
+    "METRICS", "PRESETS", "TaskFiles", "accuracy", "f1_binary", "f1_macro", "finetune",
+    "load_hyperparameters", "majority_class", "matthews_corrcoef", "pearson", "span_scores",
+    "spearman",
+]

@@ -9,7 +9,8 @@ import numpy as np
 
 
 def accuracy(predictions: Sequence, labels: Sequence) -> float:
-    """The share of predictions equal to their label, in [0, 1]."""
+    """The share of predictions equal to their label, in [0, 1] (0.0 for no examples, where
+    scikit-learn raises)."""
     predictions, labels = np.asarray(predictions), np.asarray(labels)
     return float((predictions == labels).mean()) if labels.size else 0.0
 
@@ -22,15 +23,23 @@ def f1_of(true_positives: int, false_positives: int, false_negatives: int) -> fl
 
 
 def f1_binary(predictions: Sequence, labels: Sequence, positive: int = 1) -> float:
-    """F1 of the `positive` class (GLUE's F1 for MRPC and QQP)."""
+    """F1 of the `positive` class against all others (GLUE's F1 for MRPC and QQP), as scikit-learn's
+    `f1_score(average="binary", zero_division=0)`: 0.0 when the class is neither predicted nor
+    true, and when it is never predicted correctly."""
     predicted, true = np.asarray(predictions) == positive, np.asarray(labels) == positive
     return f1_of(int((predicted & true).sum()), int((predicted & ~true).sum()), int((~predicted & true).sum()))
 
 
-def f1_macro(predictions: Sequence, labels: Sequence) -> float:
-    """The unweighted mean of every class's F1, over the classes that are true or predicted."""
+def f1_macro(predictions: Sequence, labels: Sequence, num_labels: int | None = None) -> float:
+    """The unweighted mean of the classes' F1 (scikit-learn's `average="macro", zero_division=0`).
+
+    Args:
+        num_labels: average over the classes 0 … num_labels-1, a class neither true nor predicted
+            counting 0.0 (scikit-learn's `labels=range(num_labels)`); by default, over the classes
+            that are true or predicted.
+    """
     predictions, labels = np.asarray(predictions), np.asarray(labels)
-    classes = np.union1d(predictions, labels)
+    classes = np.union1d(predictions, labels) if num_labels is None else np.arange(num_labels)
     if not classes.size:
         return 0.0
     return float(np.mean([f1_binary(predictions, labels, positive=value) for value in classes]))
@@ -51,12 +60,21 @@ def matthews_corrcoef(predictions: Sequence, labels: Sequence) -> float:
     return float(covariance / np.sqrt(spread)) if spread > 0 else 0.0
 
 
+def is_undefined(x: np.ndarray, y: np.ndarray) -> bool:
+    """Whether a correlation of x and y has no value: fewer than 2 pairs, a nan, or a constant side."""
+    return x.size < 2 or bool(np.isnan(x).any() or np.isnan(y).any()) or bool(
+        (x == x[0]).all() or (y == y[0]).all())
+
+
 def pearson(predictions: Sequence[float], targets: Sequence[float]) -> float:
-    """Pearson's r; nan when either side is constant (as scipy returns)."""
+    """Pearson's r, as scipy's `pearsonr`; nan when undefined: either side constant (as scipy
+    returns), fewer than 2 pairs (where scipy raises), or a nan in either side."""
     x, y = np.asarray(predictions, dtype=np.float64), np.asarray(targets, dtype=np.float64)
-    if x.size < 2:
+    # Tested on the values, not on the centred sums: [0.1, 0.1, 0.1] minus its mean is not exactly 0.
+    if is_undefined(x, y):
         return float("nan")
     x, y = x - x.mean(), y - y.mean()
+    x, y = x / np.abs(x).max(), y / np.abs(y).max()  # as scipy: no under- or overflow in the sums
     norms = np.sqrt((x @ x) * (y @ y))
     if norms == 0:
         return float("nan")
@@ -76,8 +94,11 @@ def average_ranks(values: np.ndarray) -> np.ndarray:
 
 
 def spearman(predictions: Sequence[float], targets: Sequence[float]) -> float:
-    """Spearman's rho: Pearson's r of the average ranks; nan when either side is constant."""
+    """Spearman's rho, as scipy's `spearmanr`: Pearson's r of the ranks, ties sharing their average
+    rank; nan when undefined (as `pearson`)."""
     x, y = np.asarray(predictions, dtype=np.float64), np.asarray(targets, dtype=np.float64)
+    if is_undefined(x, y):
+        return float("nan")
     return pearson(average_ranks(x), average_ranks(y))
 
 
@@ -98,8 +119,11 @@ def split_tag(tag: str) -> tuple[str, str]:
 
 
 def spans(sequences: Sequence[Sequence[str]]) -> set[tuple[str, int, int]]:
-    """(type, first, last) of every span, positions counted over the sentences laid end to end
-    with an "O" between them (so a span never crosses sentences)."""
+    """(type, first, last) of every span, exactly as seqeval's `get_entities` (its default mode,
+    conlleval's reading): B- and S- open a span; I- or E- open one after O, E- or S- or when the type
+    changes; a span ends before B-, S- or O, after E- or S-, and where the type changes. Positions
+    count over the sentences laid end to end with an "O" between them (so a span never crosses
+    sentences)."""
     flat = [tag for sentence in sequences for tag in [*sentence, "O"]]
     found, previous, previous_type, begin = set(), "O", "", 0
     for position, tag in enumerate([*flat, "O"]):
@@ -113,9 +137,53 @@ def spans(sequences: Sequence[Sequence[str]]) -> set[tuple[str, int, int]]:
     return found
 
 
-def span_scores(predicted: Sequence[Sequence[str]], true: Sequence[Sequence[str]]) -> dict[str, float]:
-    """Micro-averaged span precision, recall and F1 (0.0 where a denominator is 0)."""
-    predicted_spans, true_spans = spans(predicted), spans(true)
+STRICT_PREFIXES = {"IOB2": ("B", "I", "O"), "IOBES": ("B", "I", "O", "E", "S")}
+
+
+def strict_spans(sequences: Sequence[Sequence[str]], scheme: str) -> set[tuple[str, int, int]]:
+    """(type, first, last) of every well-formed span, as seqeval's `mode="strict"`: in IOB2 a B-
+    and the I- of its type after it; in IOBES an S-, or a B-, I- of its type, and an E- of its type
+    closing it (a span left unclosed counts for nothing). Positions as in `spans`.
+
+    Raises:
+        ValueError: a tag whose prefix the scheme has not (seqeval raises too).
+    """
+    allowed, found, offset = STRICT_PREFIXES[scheme], set(), 0
+    for sentence in sequences:
+        tags = []
+        for tag in sentence:
+            if tag[:1] not in allowed:
+                raise ValueError(f"the tag {tag!r} is not {scheme} (its prefix is none of {', '.join(allowed)})")
+            tags.append((tag[:1], tag[1:].strip("-") or "_"))
+        position = 0
+        while position < len(tags):
+            prefix, kind = tags[position]
+            end = position + 1
+            if prefix == "B":
+                while end < len(tags) and tags[end][1] == kind and tags[end - 1][0] != "E" and (
+                        tags[end][0] == "I" or (scheme == "IOBES" and tags[end][0] == "E")):
+                    end += 1
+            if prefix == "S" or (prefix == "B" and (scheme == "IOB2" or tags[end - 1][0] == "E")):
+                found.add((kind, offset + position, offset + end - 1))
+            position = end
+        offset += len(tags) + 1
+    return found
+
+
+def span_scores(predicted: Sequence[Sequence[str]], true: Sequence[Sequence[str]],
+                scheme: str | None = None) -> dict[str, float]:
+    """Micro-averaged span precision, recall and F1 over all types, as seqeval's
+    `precision_score`, `recall_score` and `f1_score` (0.0 where a denominator is 0).
+
+    Args:
+        scheme: None for seqeval's default, lenient reading (`spans`: any BIO or BIOES tags, an
+            I- or E- with no B- before it opening a span); "IOB2" or "IOBES" for its
+            `mode="strict"` with that scheme (`strict_spans`: only well-formed spans count).
+    """
+    if scheme is not None and scheme not in STRICT_PREFIXES:
+        raise ValueError(f"unknown tagging scheme {scheme!r}: use None, 'IOB2' or 'IOBES'")
+    find = spans if scheme is None else lambda sequences: strict_spans(sequences, scheme)
+    predicted_spans, true_spans = find(predicted), find(true)
     hits = len(predicted_spans & true_spans)
     precision = hits / len(predicted_spans) if predicted_spans else 0.0
     recall = hits / len(true_spans) if true_spans else 0.0
