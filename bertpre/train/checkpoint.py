@@ -362,8 +362,8 @@ def load_checkpoint(folder: Path, *, model: torch.nn.Module, optimizer: torch.op
             restore()
         except (KeyError, ValueError, TypeError, RuntimeError, IndexError, AttributeError) as error:
             raise UserError(f"checkpoint file {folder / name} is damaged or from another setup "
-                            f"({type(error).__name__}: {str(error)[:120]}); resume from another "
-                            "checkpoint") from None
+                            f"({type(error).__name__}: {' '.join(str(error).split())[:120]}); "
+                            f"{USE_ANOTHER_CHECKPOINT}") from None
     return state
 
 
@@ -396,17 +396,17 @@ def read_trainer_state(folder: Path) -> dict[str, Any]:
     try:
         state = json.loads(path.read_text(encoding="utf-8"))
     except (ValueError, UnicodeDecodeError):
-        raise UserError(f"{path} is not valid JSON (damaged); resume from another checkpoint") from None
+        raise UserError(f"{path} is not valid JSON (damaged); {USE_ANOTHER_CHECKPOINT}") from None
     if not isinstance(state, dict):
         raise UserError(f"{path} must be a JSON object of counters (step, epoch, ...); it is damaged, "
-                        "resume from another checkpoint")
+                        f"{USE_ANOTHER_CHECKPOINT}")
     for key, low in [*TRAINER_STATE_INTEGERS.items(),
                      *((key, low) for key, low in TRAINER_STATE_OPTIONAL.items() if key in state)]:
         value = state.get(key)
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise UserError(f"{path}: {key} must be an integer of at least {low}, got {value!r}; the "
-                            "file is damaged, resume from another checkpoint")
+            raise UserError(f"{path}: {key} must be an integer of at least {low}, got {repr(value)[:60]}; the "
+                            f"file is damaged, {USE_ANOTHER_CHECKPOINT}")
     if folder.name.startswith("step-") and folder.name != step_folder_name(state["step"]):
         raise UserError(f"{path} says step {state['step']}, but its folder is {folder.name}; the file "
-                        "is damaged or was copied from another checkpoint")
+                        f"is damaged or was copied from another checkpoint, {USE_ANOTHER_CHECKPOINT}")
     return state
