@@ -109,7 +109,7 @@ def check_shard_set(spec: str | Path, folders: Sequence[DataFolder]) -> list[Dat
                 all(isinstance(shard.get(key), int) and not isinstance(shard.get(key), bool)
                     for key in ("index", "count")) and 0 <= shard["index"] < shard["count"]):
             raise UserError(f"{folder.path / MANIFEST_FILE}: shard must hold an index from 0 to count - 1 "
-                            f"and a count, got {shard!r}; it is damaged, tokenize that shard again")
+                            f"and a count, got {repr(shard)[:80]}; it is damaged, tokenize that shard again")
         if not isinstance(shard, dict):
             others = ", ".join(str(other.path) for other in folders[:3])
             raise UserError(f"{spec} holds {folder.path}, which is not a shard (tokenized without "
