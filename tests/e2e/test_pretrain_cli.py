@@ -97,6 +97,8 @@ def test_crafted_pickle_in_a_checkpoint_stops_the_run_before_it_starts(data_dir,
     pretrain(load_config(TINY, [f"data.path={data_dir}", f"train.out={run_dir}", "train.max_steps=2"]))
     marker = tmp_path / "payload-ran"
     torch.save({"state": Payload(marker)}, run_dir / "checkpoints" / "step-00000002" / "optimizer.pt")
+    # An attacker removes the checksums too, so the unpickling guard itself is what stops it.
+    (run_dir / "checkpoints" / "step-00000002" / "checksums.json").unlink()
     result = run(command(data_dir, run_dir, "train.max_steps=4"))
     assert result.returncode == 2
     assert "optimizer.pt is not safe to load" in result.stderr
