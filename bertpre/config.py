@@ -267,6 +267,8 @@ def _read_yaml(path: Path) -> dict:
         raise UserError(f"config file {path} is not valid YAML{line}: {getattr(error, 'problem', error)}") from None
     except RecursionError:
         raise UserError(f"config file {path} is nested too deeply to be a config") from None
+    except ValueError as error:  # a scalar YAML cannot turn into a value: 5,000 digits, a 13th month
+        raise UserError(f"config file {path} holds a value YAML cannot read: {error}") from None
     if raw is None:
         return {}
     if not isinstance(raw, dict):
@@ -300,60 +302,166 @@ def _apply_override(raw: dict, override: str) -> None:
         raise _unknown(f"key in {section}", key, _key_names(section))
     try:
         value = yaml.safe_load(text) if text.strip() else None
-    except yaml.YAMLError:
-        raise UserError(f"override {override!r}: the value is not a YAML scalar") from None
+    except (yaml.YAMLError, ValueError):
+        shown = override if len(override) <= 80 else override[:77] + "..."
+        raise UserError(f"override {shown!r}: the value is not a YAML scalar") from None
     current = raw.setdefault(section, {})
     if not isinstance(current, dict):
         raise UserError(f"config section {section!r} must be a mapping")
     current[key] = value
 
 
-# Integers beyond this are typos (1e23 steps, a 10^20-wide layer): refused before any arithmetic
-# (an ETA, an int64 tensor) could overflow on them. Tighter bounds are checked per key.
-MAX_INTEGER = 10**15
-MAX_STEPS = 10**12
+@dataclass(frozen=True)
+class Range:
+    """The values one numeric key may take: `low` to `high`, an end excluded where it is open."""
+
+    low: float
+    high: float
+    integer: bool = False
+    low_open: bool = False
+    high_open: bool = False
+
+    def __contains__(self, value: float) -> bool:
+        above = value > self.low if self.low_open else value >= self.low
+        below = value < self.high if self.high_open else value <= self.high
+        return above and below
+
+    def describe(self) -> str:
+        """The range in words: 'a positive integer of at most 4,096', 'in (0, 1]'."""
+        if self.integer:
+            if self.low == 1:
+                return f"a positive integer of at most {self.high:,}"
+            return f"an integer from {self.low:,} to {self.high:,}"
+        if self.high == math.inf:
+            return f"a finite number {'above' if self.low_open else 'of at least'} {self.low:g}"
+        return (f"in {'(' if self.low_open else '['}{self.low:g}, {self.high:g}"
+                f"{')' if self.high_open else ']'}")
 
 
-def _check_type(section: str, name: str, value: Any, default: Any) -> Any:
+def integers(low: int, high: int) -> Range:
+    return Range(low, high, integer=True)
+
+
+def numbers(interval: str) -> Range:
+    """A range of reals written as an interval: '[0, 1)', '(0, inf)'."""
+    low, high = (float(end) for end in interval[1:-1].split(","))
+    return Range(low, high, low_open=interval[0] == "(", high_open=interval[-1] == ")")
+
+
+# Bounds that no real run comes near, chosen so that no arithmetic on a config can overflow
+# (an ETA, an int64 tensor, a padded batch): steps, widths and lengths beyond them are typos.
+MAX_STEPS = 10**12  # a million steps a second for 30 years
+MAX_SIZE = 10**15  # a model dimension; whether the model fits is checked from its memory estimate
+MAX_SEQ_LENGTH = 2**20  # tokens a sequence; one padded micro-batch of them is already GiBs
+MAX_BATCH = 2**24  # sequences a step: 256× the largest BERT batch published (65,536)
+MAX_SEED = 2**32 - 1  # what every random generator (Python, NumPy, PyTorch) accepts
+MAX_WORKERS = 256  # DataLoader processes
+MAX_WEIGHT = 1e15  # a mixture weight; token counts as weights fit, and their sum stays finite
+
+# One rule per numeric key. A float key must also be finite (YAML's .nan, .inf are refused);
+# an integer key takes an integral number however written (1e6, 1.0e+6), never true/false.
+RULES: dict[str, Range] = {
+    "model.vocab_size": integers(1, MAX_SIZE),
+    "model.hidden_size": integers(1, MAX_SIZE),
+    "model.num_hidden_layers": integers(1, MAX_SIZE),
+    "model.num_attention_heads": integers(1, MAX_SIZE),
+    "model.intermediate_size": integers(1, MAX_SIZE),
+    "model.max_position_embeddings": integers(1, MAX_SIZE),
+    "model.type_vocab_size": integers(1, MAX_SIZE),
+    "model.pad_token_id": integers(0, MAX_SIZE),
+    "model.embedding_size": integers(1, MAX_SIZE),
+    "model.hidden_dropout_prob": numbers("[0, 1)"),
+    "model.attention_probs_dropout_prob": numbers("[0, 1)"),
+    "model.layer_norm_eps": numbers("(0, 1]"),
+    "model.initializer_range": numbers("(0, 1]"),
+    "model.rope_theta": numbers("(1, 1e12]"),  # 20,000× Llama 3's 5e5; the angles are computed in fp32
+    "data.max_seq_length": integers(8, MAX_SEQ_LENGTH),
+    "data.short_seq_prob": numbers("[0, 1]"),
+    "data.mlm_probability": numbers("(0, 1]"),
+    "data.mask_replace_prob": numbers("[0, 1]"),
+    "data.random_replace_prob": numbers("[0, 1]"),
+    "data.max_predictions_per_seq": integers(1, MAX_SEQ_LENGTH),
+    "data.num_workers": integers(0, MAX_WORKERS),
+    "data.path[].weight": numbers(f"(0, {MAX_WEIGHT:g}]"),
+    "optim.lr": numbers("(0, 1]"),
+    "optim.betas[]": numbers("[0, 1)"),
+    "optim.eps": numbers("(0, 1]"),
+    "optim.weight_decay": numbers("[0, 1]"),
+    "optim.warmup_steps": integers(0, MAX_STEPS),
+    "optim.warmup_ratio": numbers("[0, 1]"),
+    "optim.max_grad_norm": numbers("[0, inf)"),  # 0: no clipping
+    "optim.label_smoothing": numbers("[0, 1)"),
+    "train.batch_size": integers(1, MAX_BATCH),
+    "train.micro_batch_size": integers(1, MAX_BATCH),
+    "train.max_steps": integers(1, MAX_STEPS),
+    "train.seed": integers(0, MAX_SEED),
+    "train.log_every": integers(1, MAX_STEPS),
+    "train.eval_every": integers(1, MAX_STEPS),
+    "train.save_every": integers(1, MAX_STEPS),
+    "train.keep_last": integers(1, MAX_STEPS),
+    "phases[].steps": integers(1, MAX_STEPS),
+}
+
+
+def _shown(value: Any) -> str:
+    """A value as the user wrote it: 1e23 and nan bare, other strings quoted."""
+    if isinstance(value, str) and _FLOAT.fullmatch(value.strip()) and len(value.strip()) <= 40:
+        return value.strip()
+    if isinstance(value, int) and len(str(abs(value))) > 40:
+        return f"an integer of {len(str(abs(value)))} digits"
+    return repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+
+
+def check_number(where: str, rule: str, value: Any) -> int | float:
+    """`value` as the number RULES[rule] allows, or UserError naming `where` and the range.
+
+    PyYAML reads 1e-4 and 1e6 (no dot) as strings; they are taken as the numbers they spell.
+    """
+    allowed = RULES[rule]
+    number = float(value) if isinstance(value, str) and _FLOAT.fullmatch(value.strip()) else value
+    if not isinstance(number, (int, float)) or isinstance(number, bool):
+        kind = "an integer" if allowed.integer else "a number"
+        raise UserError(f"{where} must be {kind}, got {_shown(value)}")
+    if allowed.integer:
+        if isinstance(number, float):
+            if math.isfinite(number) and not number.is_integer():
+                raise UserError(f"{where} must be an integer, got {_shown(value)}")
+            number = int(number) if math.isfinite(number) else number
+    else:
+        try:
+            number = float(number)
+        except OverflowError:  # an integer of hundreds of digits
+            number = math.inf
+        if not math.isfinite(number):  # YAML's .nan and .inf
+            raise UserError(f"{where} must be a finite number, got {_shown(value)}")
+    if number not in allowed:
+        raise UserError(f"{where} must be {allowed.describe()}, got {_shown(value)}")
+    return number
+
+
+def _check_type(section: str, name: str, value: Any, default: Any, where: str | None = None) -> Any:
     """Return `value` converted to the type the field's default implies, or raise UserError."""
-    where = f"{section}.{name}"
+    where = where or f"{section}.{name}"
     if value is None:
         if default is None or name in NULLABLE:
             return None
         raise UserError(f"{where} must not be null")
     if isinstance(default, bool):
         if not isinstance(value, bool):
-            raise UserError(f"{where} must be true or false, got {value!r}")
+            raise UserError(f"{where} must be true or false, got {_shown(value)}")
         return value
-    if name == "vocab_size":
-        if value == "auto" or (isinstance(value, int) and not isinstance(value, bool)):
-            return value
-        raise UserError(f"{where} must be an integer or 'auto', got {value!r}")
+    if name == "vocab_size" and isinstance(value, str) and not _FLOAT.fullmatch(value.strip()):
+        if value != "auto":
+            raise UserError(f"{where} must be an integer or 'auto', got {value!r}")
+        return value
     if section == "data" and name == "path":
         return _check_data_path(value)
     if name == "betas":
-        if (not isinstance(value, list) or len(value) != 2
-                or not all(isinstance(b, (int, float)) and not isinstance(b, bool) and math.isfinite(b)
-                           for b in value)):
+        if not isinstance(value, list) or len(value) != 2:
             raise UserError(f"{where} must be a list of two numbers, e.g. [0.9, 0.999], got {value!r}")
-        return [float(b) for b in value]
-    expects_int = isinstance(default, int) or name in (
-        "max_predictions_per_seq", "embedding_size", "warmup_steps")
-    expects_float = isinstance(default, float) or name == "warmup_ratio"
-    if expects_int:
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise UserError(f"{where} must be an integer, got {value!r}")
-        if abs(value) > MAX_INTEGER:
-            raise UserError(f"{where} must be an integer of at most {MAX_INTEGER:.0e} in size, got {value!r}")
-        return value
-    if expects_float:
-        if isinstance(value, str) and _FLOAT.fullmatch(value.strip()):
-            value = float(value)  # PyYAML reads 1e-4 (no dot) as a string
-        if not isinstance(value, (int, float)) or isinstance(value, bool):
-            raise UserError(f"{where} must be a number, got {value!r}")
-        if not math.isfinite(value):  # YAML's .nan and .inf
-            raise UserError(f"{where} must be a finite number, got {value!r}")
-        return float(value)
+        return [check_number(f"{where}[{index}]", "optim.betas[]", beta) for index, beta in enumerate(value)]
+    if f"{section}.{name}" in RULES:
+        return check_number(where, f"{section}.{name}", value)
     if isinstance(default, str):
         if not isinstance(value, str):
             raise UserError(f"{where} must be a string, got {value!r}")
@@ -383,10 +491,7 @@ def _check_data_path(value: Any) -> str | list[dict[str, Any]]:
         path, weight = entry["path"], entry["weight"]
         if not isinstance(path, str) or not path:
             raise UserError(f"{where}.path must be a DATA folder, got {path!r}")
-        if isinstance(weight, str) and _FLOAT.fullmatch(weight.strip()):
-            weight = float(weight)
-        if not isinstance(weight, (int, float)) or isinstance(weight, bool) or not 0 < weight < float("inf"):
-            raise UserError(f"{where}.weight must be a positive number, got {weight!r}")
+        weight = check_number(f"{where}.weight", "data.path[].weight", weight)
         if path in seen:
             raise UserError(f"{where}.path {path} is listed twice; give it one entry with the summed weight")
         seen.add(path)
@@ -411,28 +516,18 @@ def _build_section(section: str, values: Any) -> Any:
     return dataclasses.replace(defaults, **converted)
 
 
-def _check_range(where: str, value: float, low: float, high: float, *, low_open: bool = False,
-                 high_open: bool = False) -> None:
-    too_low = value <= low if low_open else value < low
-    too_high = value >= high if high_open else value > high
-    if too_low or too_high:
-        left, right = "(" if low_open else "[", ")" if high_open else "]"
-        raise UserError(f"{where} must be in {left}{low}, {high}{right}, got {value!r}")
-
-
 def _check_choice(where: str, value: str, choices: tuple[str, ...]) -> None:
     if value not in choices:
         raise UserError(f"{where} is {value!r}; use one of {', '.join(choices)}")
 
 
 def _validate(config: Config, warmup_given: bool, ratio_given: bool) -> None:
-    """Every range, choice and contradiction that can be checked without data or devices."""
+    """Every choice and contradiction that can be checked without data or devices (each key's
+    own range, RULES, was checked as it was read)."""
     model, data, optim, train = config.model, config.data, config.optim, config.train
     placeholder_vocab = model.pad_token_id + 1 if model.vocab_size == "auto" else model.vocab_size
     dataclasses.replace(model, vocab_size=placeholder_vocab).validate()
 
-    if data.max_seq_length < 8:
-        raise UserError(f"data.max_seq_length must be at least 8, got {data.max_seq_length}")
     if data.max_seq_length > model.max_position_embeddings and model.position_embedding_type == "absolute":
         raise UserError(
             f"data.max_seq_length ({data.max_seq_length}) is larger than "
@@ -441,48 +536,23 @@ def _validate(config: Config, warmup_given: bool, ratio_given: bool) -> None:
     _check_choice("data.pair_task", data.pair_task, PAIR_TASKS)
     if data.pair_task != "none" and model.type_vocab_size < 2:
         raise UserError(f"data.pair_task {data.pair_task!r} needs model.type_vocab_size >= 2")
-    _check_range("data.short_seq_prob", data.short_seq_prob, 0.0, 1.0)
-    _check_range("data.mlm_probability", data.mlm_probability, 0.0, 1.0, low_open=True)
     _check_choice("data.mask_count", data.mask_count, MASK_COUNTS)
-    _check_range("data.mask_replace_prob", data.mask_replace_prob, 0.0, 1.0)
-    _check_range("data.random_replace_prob", data.random_replace_prob, 0.0, 1.0)
     if data.mask_replace_prob + data.random_replace_prob > 1.0 + 1e-9:
         raise UserError(
             "data.mask_replace_prob + data.random_replace_prob must be at most 1 "
             f"(got {data.mask_replace_prob} + {data.random_replace_prob})"
         )
-    if data.max_predictions_per_seq is not None and data.max_predictions_per_seq < 1:
-        raise UserError("data.max_predictions_per_seq must be a positive integer or null")
-    if data.num_workers < 0:
-        raise UserError(f"data.num_workers must be 0 or more, got {data.num_workers}")
 
     _check_choice("optim.name", optim.name, OPTIMIZERS)
-    _check_range("optim.lr", optim.lr, 0.0, 1.0, low_open=True)
-    for index, beta in enumerate(optim.betas):
-        _check_range(f"optim.betas[{index}]", beta, 0.0, 1.0, high_open=True)
-    _check_range("optim.eps", optim.eps, 0.0, 1.0, low_open=True)
-    _check_range("optim.weight_decay", optim.weight_decay, 0.0, 1.0)
     _check_choice("optim.schedule", optim.schedule, SCHEDULES)
-    if optim.max_grad_norm < 0:
-        raise UserError("optim.max_grad_norm must be 0 (no clipping) or more")
-    _check_range("optim.label_smoothing", optim.label_smoothing, 0.0, 1.0, high_open=True)
     if warmup_given and ratio_given:
         raise UserError("set optim.warmup_steps or optim.warmup_ratio, not both")
     if optim.warmup_ratio is not None:
-        _check_range("optim.warmup_ratio", optim.warmup_ratio, 0.0, 1.0)
         optim.warmup_steps = round(optim.warmup_ratio * train.max_steps)
         optim.warmup_ratio = None
     if optim.warmup_steps is None:
         optim.warmup_steps = 0
-    if optim.warmup_steps < 0:
-        raise UserError(f"optim.warmup_steps must be 0 or more, got {optim.warmup_steps}")
 
-    for name in ("batch_size", "micro_batch_size", "max_steps", "log_every", "eval_every",
-                 "save_every", "keep_last"):
-        if getattr(train, name) < 1:
-            raise UserError(f"train.{name} must be a positive integer, got {getattr(train, name)}")
-    if train.max_steps > MAX_STEPS:
-        raise UserError(f"train.max_steps must be at most {MAX_STEPS:.0e}, got {train.max_steps}")
     if train.batch_size % train.micro_batch_size != 0:
         raise UserError(
             f"train.batch_size ({train.batch_size}) is not divisible by "
@@ -534,9 +604,9 @@ def _build_phase(index: int, values: Any) -> PhaseConfig:
     for name in values:
         if name not in keys:
             raise _unknown(f"key in {where}", name, keys)
-    steps = values.get("steps")
-    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
-        raise UserError(f"{where}.steps must be a positive integer, got {steps!r}")
+    if "steps" not in values:
+        raise UserError(f"{where} has no steps; give every phase its optimizer steps, e.g. {{steps: 1000}}")
+    steps = check_number(f"{where}.steps", "phases[].steps", values["steps"])
     schedule = values.get("lr_schedule", "restart")
     _check_choice(f"{where}.lr_schedule", schedule, LR_SCHEDULES)
     changes: dict[str, dict[str, Any]] = {}
@@ -549,7 +619,8 @@ def _build_phase(index: int, values: Any) -> PhaseConfig:
             if name not in allowed:
                 raise _unknown(f"key in {where}.{section} (a phase changes only "
                                f"{', '.join(allowed)})", name, list(allowed))
-            changes.setdefault(section, {})[name] = _check_type(section, name, value, getattr(defaults, name))
+            changes.setdefault(section, {})[name] = _check_type(section, name, value, getattr(defaults, name),
+                                                                where=f"{where}.{section}.{name}")
     if schedule == "continue" and changes.get("optim"):
         raise UserError(f"{where} continues the previous phase's schedule, so it cannot set "
                         f"optim.{next(iter(changes['optim']))}; remove it or use lr_schedule: restart")
@@ -568,6 +639,8 @@ def _set_phases(config: Config, raw: Any, *, max_steps_given: bool, ratio_given:
         raise UserError("optim.warmup_ratio cannot be used with phases; give optim.warmup_steps "
                         "(at the top or in each phase)")
     total = sum(phase.steps for phase in config.phases)
+    if total > MAX_STEPS:
+        raise UserError(f"phases must add up to {RULES['train.max_steps'].describe()} steps, got {total:,}")
     if not max_steps_given:
         config.train.max_steps = total
     elif config.train.max_steps > total:

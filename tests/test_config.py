@@ -1,10 +1,12 @@
 """The config: shipped YAMLs load, every key is validated, overrides win, contradictions fail."""
+import dataclasses
+import math
 from pathlib import Path
 
 import pytest
 import yaml
 
-from bertpre.config import check_world_size, load_config, resolve
+from bertpre.config import NULLABLE, RULES, SECTIONS, check_world_size, load_config, resolve
 from bertpre.errors import UserError
 from bertpre.tokenizer.wordpiece import train_tokenizer
 
@@ -196,10 +198,10 @@ def test_data_path_is_a_folder_or_a_weighted_mixture(tmp_path):
     ("[{path: a}]", r"data.path\[0\] has no weight"),
     ("[{path: a, weight: 1}, {weight: 1}]", r"data.path\[1\] has no path"),
     ("[{path: a, weight: 1, wieght: 2}]", r"unknown key in data.path\[0\] 'wieght'; did you mean 'weight'"),
-    ("[{path: a, weight: 0}]", r"data.path\[0\].weight must be a positive number, got 0"),
-    ("[{path: a, weight: -1.5}]", "must be a positive number"),
-    ("[{path: a, weight: heavy}]", "must be a positive number"),
-    ("[{path: a, weight: .inf}]", "must be a positive number"),
+    ("[{path: a, weight: 0}]", r"data.path\[0\].weight must be in \(0, 1e\+15\], got 0"),
+    ("[{path: a, weight: -1.5}]", r"must be in \(0, 1e\+15\], got -1.5"),
+    ("[{path: a, weight: heavy}]", "weight must be a number, got 'heavy'"),
+    ("[{path: a, weight: .inf}]", "weight must be a finite number, got inf"),
     ("[{path: a, weight: 1}, {path: a, weight: 2}]", "listed twice"),
     ("[]", "a DATA folder or a list of {path, weight}"),
     ("[data/a]", r"data.path\[0\] must be a mapping"),
@@ -208,3 +210,119 @@ def test_data_path_is_a_folder_or_a_weighted_mixture(tmp_path):
 def test_bad_mixtures_fail_with_the_entry_named(value, expected):
     with pytest.raises(UserError, match=expected):
         load_config(None, [f"data.path={value}"])
+
+
+# --- every number finite and in range (issue 29): one rule per key, in the file and in --set ---
+KEYED_RULES = sorted(key for key in RULES if "[]" not in key and not key.startswith("phases"))
+
+
+def test_every_numeric_key_has_a_rule():
+    numeric = set()
+    for section, cls in SECTIONS.items():
+        defaults = cls(vocab_size="auto") if section == "model" else cls()
+        for field in dataclasses.fields(cls):
+            value = getattr(defaults, field.name)
+            if field.name in NULLABLE or field.name == "vocab_size" or (
+                    isinstance(value, (int, float)) and not isinstance(value, bool)):
+                numeric.add(f"{section}.{field.name}")
+    assert numeric - {"optim.betas"} == set(KEYED_RULES)
+
+
+@pytest.mark.parametrize("value, shown", [
+    (".nan", "nan"), (".inf", "inf"), ("-.inf", "-inf"), ("1e23", "1e23"), ("-1", "-1"),
+    ("true", "True"), ("false", "False"), ("1" + "0" * 400, "an integer of 401 digits"),
+])
+@pytest.mark.parametrize("key", KEYED_RULES)
+def test_bad_numbers_are_refused_naming_key_and_value(key, value, shown, tmp_path):
+    rule = RULES[key]
+    if value == "1e23" and rule.high == math.inf:  # any finite number from its low end up
+        assert getattr(getattr(load_config(None, [f"{key}={value}"]), key.split(".")[0]),
+                       key.split(".")[1]) == 1e23
+        return
+    kind = "an integer" if rule.integer else "a number"
+    if value in ("true", "false"):
+        expected = f"{key} must be {kind}, got {shown}"
+    elif not rule.integer and value in (".nan", ".inf", "-.inf") or value.startswith("1000"):
+        expected = (f"{key} must be a finite number, got {shown}" if not rule.integer
+                    else f"{key} must be {rule.describe()}, got {shown}")
+    else:
+        expected = f"{key} must be {rule.describe()}, got {shown}"
+    section, name = key.split(".")
+    for attempt in ([f"{key}={value}"], write(tmp_path, f"{section}:\n  {name}: {value}\n")):
+        with pytest.raises(UserError) as raised:
+            load_config(None, attempt) if isinstance(attempt, list) else load_config(attempt)
+        assert str(raised.value) == expected
+
+
+@pytest.mark.parametrize("key", sorted(RULES))
+def test_each_rule_holds_its_ends_exactly(key):
+    rule = RULES[key]
+    assert (rule.low in rule) is not rule.low_open
+    if rule.high != math.inf:
+        assert (rule.high in rule) is not rule.high_open
+        assert (rule.high + (1 if rule.integer else 1e-9 * rule.high)) not in rule
+    assert rule.low - (1 if rule.integer else 1e-9) not in rule
+
+
+@pytest.mark.parametrize("written, expected", [("1e6", 10**6), ("1.0e+3", 1000), ("256.0", 256), ("1_000", 1000)])
+def test_integer_keys_take_integral_numbers_however_written(written, expected):
+    assert load_config(None, [f"train.max_steps={written}"]).train.max_steps == expected
+
+
+@pytest.mark.parametrize("override, expected", [
+    ("train.max_steps=1.5", "train.max_steps must be an integer, got 1.5"),
+    ("model.vocab_size=1e23", "model.vocab_size must be a positive integer of at most "
+                              "1,000,000,000,000,000, got 1e23"),
+    ("train.seed=4294967296", "train.seed must be an integer from 0 to 4,294,967,295, got 4294967296"),
+    ("data.num_workers=1000", "data.num_workers must be an integer from 0 to 256, got 1000"),
+    ("data.max_predictions_per_seq=1e15", "data.max_predictions_per_seq must be a positive integer "
+                                          "of at most 1,048,576, got 1e15"),
+    ("optim.max_grad_norm=-1", "optim.max_grad_norm must be a finite number of at least 0, got -1"),
+    ("model.rope_theta=1", "model.rope_theta must be in (1, 1e+12], got 1"),
+    ("optim.max_grad_norm=1e23", None),
+    ("optim.betas=[.nan, 0.999]", "optim.betas[0] must be a finite number, got nan"),
+    ("optim.betas=[0.9, 1]", "optim.betas[1] must be in [0, 1), got 1"),
+    ("optim.betas=[true, 0.9]", "optim.betas[0] must be a number, got True"),
+    ("data.path=[{path: a, weight: .nan}]", "data.path[0].weight must be a finite number, got nan"),
+    ("data.path=[{path: a, weight: 1}, {path: b, weight: 1e23}]",
+     "data.path[1].weight must be in (0, 1e+15], got 1e23"),
+    ("data.path=[{path: a, weight: true}]", "data.path[0].weight must be a number, got True"),
+    ("train.compile=1", "train.compile must be true or false, got 1"),
+])
+def test_special_numbers_are_refused_in_one_line(override, expected):
+    if expected is None:  # legal: a clipping threshold no gradient reaches
+        load_config(None, [override])
+        return
+    with pytest.raises(UserError) as raised:
+        load_config(None, [override])
+    assert str(raised.value) == expected
+
+
+@pytest.mark.parametrize("phase, expected", [
+    ("{steps: 1e23}", "phases[0].steps must be a positive integer of at most 1,000,000,000,000, got 1e23"),
+    ("{steps: .nan}", "phases[0].steps must be a positive integer of at most 1,000,000,000,000, got nan"),
+    ("{steps: true}", "phases[0].steps must be an integer, got True"),
+    ("{steps: 10, data: {max_seq_length: .inf}}",
+     "phases[0].data.max_seq_length must be an integer from 8 to 1,048,576, got inf"),
+    ("{steps: 10, optim: {lr: .nan}}", "phases[0].optim.lr must be a finite number, got nan"),
+    ("{steps: 10, train: {batch_size: 1e23}}",
+     "phases[0].train.batch_size must be a positive integer of at most 16,777,216, got 1e23"),
+    ("{lr_schedule: restart}", "phases[0] has no steps"),
+])
+def test_phase_numbers_follow_the_same_rules(tmp_path, phase, expected):
+    with pytest.raises(UserError) as raised:
+        load_config(write(tmp_path, f"phases:\n  - {phase}\n"))
+    assert str(raised.value).startswith(expected)
+
+
+def test_phases_add_up_to_at_most_max_steps(tmp_path):
+    with pytest.raises(UserError, match="phases must add up to a positive integer of at most 1,000,000,000,000 "
+                                        "steps, got 1,500,000,000,000"):
+        load_config(write(tmp_path, "phases:\n  - {steps: 1e12}\n  - {steps: 5e11}\n"))
+
+
+def test_numbers_yaml_cannot_read_are_one_line(tmp_path):
+    with pytest.raises(UserError, match="holds a value YAML cannot read: Exceeds the limit"):
+        load_config(write(tmp_path, "train:\n  max_steps: 1" + "0" * 5000 + "\n"))
+    with pytest.raises(UserError, match="the value is not a YAML scalar"):
+        load_config(None, ["train.max_steps=1" + "0" * 5000])

@@ -127,7 +127,7 @@ case("config-typo-section", "did you mean 'optim'")(
     lambda w: w.pretrain(config=w.config_with("optim:", "optimizer:")))
 case("config-wrong-type", "train.batch_size must be an integer")(
     lambda w: w.pretrain(config=w.config_with("batch_size: 8", "batch_size: eight")))
-case("config-negative-size", "model.hidden_size must be a positive integer, got -32")(
+case("config-negative-size", "model.hidden_size must be a positive integer of at most 1,000,000,000,000,000, got -32")(
     lambda w: w.pretrain(config=w.config_with("hidden_size: 32", "hidden_size: -32")))
 case("config-zero-size", "train.micro_batch_size must be a positive integer")(
     lambda w: w.pretrain(config=w.config_with("micro_batch_size: 4", "micro_batch_size: 0")))
@@ -434,11 +434,11 @@ case("config-nan-max-grad-norm", "optim.max_grad_norm must be a finite number, g
     lambda w: w.pretrain(config=w.config_with("optim:", "optim:\n  max_grad_norm: .nan")))
 case("config-inf-warmup-ratio", "optim.warmup_ratio must be a finite number, got inf")(
     lambda w: w.pretrain(config=w.config_with("warmup_steps: 3", "warmup_ratio: .inf")))
-case("config-nan-beta", "optim.betas must be a list of two numbers")(
+case("config-nan-beta", "optim.betas[0] must be a finite number, got nan")(
     lambda w: w.pretrain(config=w.config_with("optim:", "optim:\n  betas: [.nan, 0.999]")))
-case("config-max-steps-1e23", "train.max_steps must be an integer of at most")(
+case("config-max-steps-1e23", "train.max_steps must be a positive integer of at most 1,000,000,000,000")(
     lambda w: w.pretrain(config=w.config_with("max_steps: 36", "max_steps: 100000000000000000000000")))
-case("config-max-steps-beyond-any-run", "train.max_steps must be at most")(
+case("config-max-steps-beyond-any-run", "train.max_steps must be a positive integer of at most 1,000,000,000,000")(
     lambda w: w.pretrain(config=w.config_with("max_steps: 36", "max_steps: 100000000000000")))
 case("config-model-cannot-fit", "alone need")(
     lambda w: w.pretrain(config=w.config_with("hidden_size: 32", "hidden_size: 100000000")))
