@@ -81,12 +81,14 @@ def start_block(plan: RunPlan) -> str:
 
 
 def format_duration(seconds: float) -> str:
-    """2 h 05 min, 4 min 10 s, 12 s."""
+    """2 h 05 min, 4 min 10 s, 12 s; 19,617,567 h 30 min (a typo'd max_steps); 'an unknown time'."""
+    if not math.isfinite(seconds):
+        return "an unknown time"
     seconds = max(0, round(seconds))
     hours, rest = divmod(seconds, 3600)
     minutes, seconds = divmod(rest, 60)
     if hours:
-        return f"{hours} h {minutes:02d} min"
+        return f"{hours:,} h {minutes:02d} min"
     return f"{minutes} min {seconds:02d} s" if minutes else f"{seconds} s"
 
 
@@ -94,9 +96,12 @@ def eta_line(*, step: int, max_steps: int, seconds_per_step: float, tokens_per_s
              now: datetime.datetime | None = None) -> str:
     """The time to finish at the measured rate, said once after the first logging window."""
     remaining = (max_steps - step) * seconds_per_step
-    finish = (now or datetime.datetime.now()) + datetime.timedelta(seconds=remaining)
+    try:
+        finish = f"around {(now or datetime.datetime.now()) + datetime.timedelta(seconds=remaining):%Y-%m-%d %H:%M}"
+    except (OverflowError, ValueError):  # past the year 9999 (or a rate that is not a number)
+        finish = "past the year 9999" if remaining > 0 else "at an unknown time"
     return (f"at {tokens_per_s:,.0f} tokens/s ({seconds_per_step:.3g} s a step): about "
-            f"{format_duration(remaining)} to step {max_steps:,} (around {finish:%Y-%m-%d %H:%M})")
+            f"{format_duration(remaining)} to step {max_steps:,} ({finish})")
 
 
 def end_block(*, run_dir: str, start_step: int, step: int, tokens_seen: int, wall_seconds: float,

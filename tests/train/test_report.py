@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import importlib.metadata
 import json
+import math
 import os
 import re
 import shutil
@@ -97,6 +98,18 @@ def test_eta_and_durations_read_as_people_write_them():
     assert eta_line(step=100, max_steps=1100, seconds_per_step=4.5, tokens_per_s=12345.6, now=now) == (
         "at 12,346 tokens/s (4.5 s a step): about 1 h 15 min to step 1,100 (around 2026-11-23 21:15)")
     assert [format_duration(s) for s in (4, 65, 3600, 7325)] == ["4 s", "1 min 05 s", "1 h 00 min", "2 h 02 min"]
+
+
+@pytest.mark.parametrize("seconds_per_step, expected", [
+    (0.0706, "about 19,611,111 h 06 min to step 1,000,000,000,000 (around 4264-"),
+    (100.0, "about 27,777,777,777 h 30 min to step 1,000,000,000,000 (past the year 9999)"),
+    (math.inf, "about an unknown time to step 1,000,000,000,000 (past the year 9999)"),
+    (math.nan, "about an unknown time to step 1,000,000,000,000 (at an unknown time)"),
+])
+def test_eta_of_the_longest_run_allowed_does_not_overflow(seconds_per_step, expected):
+    now = datetime.datetime(2026, 11, 23, 20, 0)
+    line = eta_line(step=10, max_steps=10**12, seconds_per_step=seconds_per_step, tokens_per_s=1.0, now=now)
+    assert expected in line
 
 
 def test_version_is_the_package_version(tmp_path):
