@@ -349,10 +349,10 @@ def evaluate(
     config: Path | None = typer.Option(
         None, "--config",
         help="Config whose data: settings to use (default: the run's config.yaml, else defaults)."),
-    micro_batch_size: int = typer.Option(32, "--micro-batch-size", help="Sequences per forward pass."),
-    seed: int = typer.Option(42, "--seed", help="Seed of the fixed validation pairs and masks."),
+    micro_batch_size: int = typer.Option(32, "--micro-batch-size", max=2**24, help="Sequences per forward pass."),
+    seed: int = typer.Option(42, "--seed", max=2**32 - 1, help="Seed of the fixed validation pairs and masks."),
     max_seq_length: int | None = typer.Option(
-        None, "--max-seq-length",
+        None, "--max-seq-length", max=2**20,  # the bounds of bertpre.config.RULES
         help="Score at this length (default: the config's data.max_seq_length); past training "
              "length only with relative positions (rope, transformer_xl)."),
 ) -> None:

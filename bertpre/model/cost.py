@@ -133,3 +133,38 @@ def estimate_memory(
         activations_per_sequence_checkpointed=embeddings + layers * s * p * d + per_layer + head,
         attention_probs_per_sequence=layers * s * (2 * p + 1) * config.num_attention_heads * s,
     )
+
+
+def readable(size: float) -> str:
+    """Bytes as MiB, GiB, TiB or PiB; beyond, in PiB with an exponent."""
+    for unit, scale in (("PiB", 2**50), ("TiB", 2**40), ("GiB", 2**30)):
+        if size >= scale:
+            amount = size / scale
+            return f"{amount:.3g} {unit}" if amount >= 1e6 else f"{amount:,.2f} {unit}"
+    return f"{size / 2**20:.1f} MiB"
+
+
+def training_memory_floor(config: BertConfig, seq_length: int, predicted_share: float,
+                          micro_batch_size: int) -> tuple[int, int]:
+    """(model bytes, activation bytes) that training needs at the least: fp32 weights, gradients
+    and AdamW's two moments; one micro-batch's activations with gradient checkpointing in 16-bit."""
+    memory = estimate_memory(config, seq_length, predicted_share, "bf16")
+    model = memory.weights + memory.gradients + memory.adamw_state
+    return model, micro_batch_size * memory.activations_per_sequence_checkpointed
+
+
+def memory_shortfall(config: BertConfig, seq_length: int, predicted_share: float,
+                     micro_batch_size: int, available: int, where: str) -> str | None:
+    """Why a run cannot fit in `available` bytes even at its leanest (`training_memory_floor`),
+    or None when it may; `where` names the memory ('the GPU has')."""
+    model, activations = training_memory_floor(config, seq_length, predicted_share, micro_batch_size)
+    if model > available:
+        return (f"the model has {count_parameters(config).total:,} parameters, whose weights, gradients "
+                f"and AdamW state alone need {readable(model)}, but {where} {readable(available)}; make "
+                "model.hidden_size, num_hidden_layers, intermediate_size or vocab_size smaller")
+    if model + activations > available:
+        return (f"a micro-batch of {micro_batch_size:,} sequences of {seq_length:,} tokens needs at least "
+                f"{readable(activations)} of activations (16-bit, gradient checkpointing) beside the "
+                f"model's {readable(model)}, but {where} {readable(available)}; make "
+                "train.micro_batch_size or data.max_seq_length smaller")
+    return None

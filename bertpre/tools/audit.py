@@ -22,6 +22,9 @@ from bertpre.errors import UserError
 from bertpre.labels import KEPT, MASKED, RANDOM_TOKEN
 from bertpre.tokenizer import CLS_TOKEN, SEP_TOKEN, UNK_TOKEN
 
+# More batches than an audit needs (its rates settle within hundreds); beyond, inspect runs for days.
+MAX_BATCHES = 10**6
+
 
 @dataclass
 class InspectReport:
@@ -178,8 +181,10 @@ def inspect_data(
     folder, or of a mixture's folders interleaved as training interleaves them)."""
     if split not in ("train", "validation"):
         raise UserError(f"split must be train or validation, not {split!r}")
-    if batches < 1 or batch_size < 1:
-        raise UserError("--batches and the batch size must be at least 1")
+    if not 1 <= batches <= MAX_BATCHES:
+        raise UserError(f"--batches must be a positive integer of at most {MAX_BATCHES:,}, got {batches}")
+    if batch_size < 1:
+        raise UserError(f"the batch size must be at least 1, got {batch_size}")
     mixture = data if isinstance(data, DataMixture) else DataMixture([data], [1.0], unique_names([data.path]))
     instances = build_instances(mixture, data_config, seed=seed, split=split)
     sources = instances.sources if isinstance(instances, MixedInstances) else [instances]

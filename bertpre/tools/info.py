@@ -1,7 +1,10 @@
 """The report behind `bertpre info`: a config's parameters, training FLOPs and memory, for people."""
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
+
+import torch
 
 from bertpre.config import Config
 from bertpre.model import BertConfig
@@ -10,11 +13,12 @@ from bertpre.model.cost import (
     ParameterCounts,
     count_parameters,
     estimate_memory,
+    memory_shortfall,
+    readable,
     training_flops_per_token,
 )
 
 DEFAULT_VOCAB_SIZE = 30522  # BERT's uncased WordPiece vocabulary, used for vocab_size: auto
-MIB = 2**20
 
 
 def info_report(config: Config) -> str:
@@ -106,9 +110,9 @@ def format_info(info: ModelInfo) -> str:
     lines += [
         "",
         f"training FLOPs per token (s={info.seq_length}, predicted share {info.predicted_share:g})",
-        f"  sparse MLM head  {info.flops_per_token / 1e6:>10.1f} MFLOP"
-        f"   (dense head would be {info.dense_head_flops_per_token / 1e6:.1f} MFLOP)",
-        f"  per sequence     {info.flops_per_token * info.seq_length / 1e9:>10.2f} GFLOP",
+        f"  sparse MLM head  {figure(info.flops_per_token / 1e6, 1):>10} MFLOP"
+        f"   (dense head would be {figure(info.dense_head_flops_per_token / 1e6, 1)} MFLOP)",
+        f"  per sequence     {figure(info.flops_per_token * info.seq_length / 1e9, 2)} GFLOP",
         "",
         f"memory estimate ({info.precision} activations, fp32 weights and AdamW)",
         f"  weights          {readable(memory.weights):>12}",
@@ -122,12 +126,26 @@ def format_info(info: ModelInfo) -> str:
         f"(+{readable(memory.attention_probs_per_sequence * info.micro_batch_size)} "
         "if attention runs unfused)",
     ]
-    return "\n".join(lines)
+    note = fit_note(info)
+    return "\n".join(lines + ([note] if note else []))
 
 
-def readable(size: int) -> str:
-    """Bytes as MiB, or GiB from 1 GiB up."""
-    return f"{size / 2**30:.2f} GiB" if size >= 2**30 else f"{size / MIB:.1f} MiB"
+def figure(value: float, decimals: int) -> str:
+    """A figure for a column: fixed-point, or with an exponent once it has over 12 digits."""
+    return f"{value:.{decimals}f}" if value < 1e12 else f"{value:.3e}"
+
+
+def fit_note(info: ModelInfo) -> str | None:
+    """A line when this machine could not train the config even at its leanest (what `pretrain`
+    here would refuse), else None; `info` itself never allocates what it reports on."""
+    available, where = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), "this machine has"
+    if torch.cuda.is_available():
+        available, where = torch.cuda.get_device_properties(0).total_memory, "its GPU has"
+    problem = memory_shortfall(info.config, info.seq_length, info.predicted_share, info.micro_batch_size,
+                               available, where)
+    if problem:
+        return f"  does not fit here (`bertpre pretrain` would refuse it): {problem}"
+    return None
 
 
 def total_memory(memory: MemoryEstimate, micro_batch_size: int, checkpointing: bool) -> int:

@@ -30,7 +30,7 @@ from bertpre.config import Config, DataConfig, check_world_size, resolve
 from bertpre.data import DataFolder, load_mixture
 from bertpre.errors import WRITE_ERRNOS, UserError
 from bertpre.model import BertForPreTraining
-from bertpre.model.cost import count_parameters, training_flops_per_token
+from bertpre.model.cost import memory_shortfall, training_flops_per_token
 from bertpre.model.hf_format import read_config
 from bertpre.tokenizer import load_tokenizer
 from bertpre.tokenizer.wordpiece import TOKENIZER_FILE, check_same_vocab
@@ -645,23 +645,22 @@ class Trainer:
 
 
 DATA_RECORD = "data.json"  # in RUN: what the run read
-STATIC_BYTES_PER_PARAMETER = 16  # fp32 weights and gradients, AdamW's two moments
 
 
 def check_fits_in_memory(config: Config, device: torch.device) -> None:
-    """Refuse, before anything is allocated, a model whose weights, gradients and AdamW state
-    alone exceed the device's whole memory (activations come on top: `bertpre info` estimates)."""
-    parameters = count_parameters(config.model).total
-    needed = STATIC_BYTES_PER_PARAMETER * parameters
+    """Refuse, before anything is allocated, a run that cannot fit in the device's whole memory
+    even at its leanest (`bertpre.model.cost.training_memory_floor`), in any of its phases."""
     if device.type == "cuda":
         available, where = torch.cuda.get_device_properties(device).total_memory, "the GPU has"
     else:
         available, where = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), "this machine has"
-    if needed > available:
-        raise UserError(f"the model has {parameters:,} parameters, whose weights, gradients and AdamW "
-                        f"state alone need {needed / 2**30:,.1f} GiB, but {where} {available / 2**30:,.1f} "
-                        "GiB; make model.hidden_size, num_hidden_layers, intermediate_size or "
-                        "vocab_size smaller (`bertpre info --config CFG` estimates the memory)")
+    for index in range(max(1, len(config.phases))):
+        phase = config.for_phase(index)
+        problem = memory_shortfall(config.model, phase.data.max_seq_length, phase.data.predicted_share,
+                                   phase.train.micro_batch_size, available, where)
+        if problem:
+            where_phase = f"phase {index + 1}: " if config.phases else ""
+            raise UserError(f"{where_phase}{problem} (`bertpre info --config CFG` estimates the memory)")
 
 
 def check_tokenizer_matches(run_dir: Path, data: DataFolder) -> None:
