@@ -376,8 +376,8 @@ def evaluate(
 def finetune(
     source: Path = typer.Argument(..., metavar="SOURCE",
                                   help="EXPORT, RUN (its latest checkpoint), checkpoints/step-N, or a Hugging Face BERT folder."),
-    train: Path = typer.Option(..., "--train", help="Training file: CSV, TSV, JSONL, JSON or Parquet (tagging: CoNLL or JSONL)."),
-    validation: Path = typer.Option(..., "--validation", help="Validation file, same layout."),
+    train: Path | None = typer.Option(None, "--train", help="Training file: CSV, TSV, JSONL, JSON or Parquet (tagging: CoNLL or JSONL)."),
+    validation: Path | None = typer.Option(None, "--validation", help="Validation file, same layout."),
     test: Path | None = typer.Option(None, "--test", help="Test file: scored instead of validation when given."),
     out: Path = typer.Option(..., "--out", help="Folder for results.json (new, empty, or an earlier finetune --out)."),
     task: str = typer.Option("classification", "--task", help="classification, regression (float labels) or tagging."),
@@ -405,6 +405,15 @@ def finetune(
     save_model: bool = typer.Option(
         False, "--save-model",
         help="Keep the best seed's model in OUT/model as a Hugging Face folder (AutoModelFor*Classification)."),
+    glue_dir: Path | None = typer.Option(
+        None, "--glue-dir", help="GLUE as its download script lays it out (CoLA/, SST-2/, MRPC/, ...): "
+                                 "each task's dev scores and the GLUE score, instead of --train/--validation."),
+    clue_dir: Path | None = typer.Option(
+        None, "--clue-dir", help="CLUE's JSON files (afqmc_public/, tnews_public/, ...): each task's dev "
+                                 "accuracy and the CLUE score."),
+    tasks: str | None = typer.Option(
+        None, "--tasks", help="With --glue-dir or --clue-dir: the tasks to run, e.g. sst2,mrpc,mnli "
+                              "(default: every task there; GLUE without WNLI)."),
 ) -> None:
     """Fine-tune (or probe) a pretrained BERT on a labelled task over several seeds; report each
     seed's scores, their mean and std, and the majority-class baseline.
@@ -412,8 +421,9 @@ def finetune(
     \b
     Example: bertpre finetune my-bert --train sst2/train.tsv --validation sst2/dev.tsv
              --text-column sentence --out results/sst2
+             bertpre finetune my-bert --glue-dir glue_data --tasks sst2,mrpc,stsb --out results/glue
     """
-    from bertpre.finetune.report import format_curve, format_table
+    from bertpre.finetune.report import format_benchmark, format_curve, format_table
     from bertpre.finetune.run import TaskFiles, choose_seeds, load_hyperparameters
     from bertpre.finetune.run import finetune as run_finetune
 
@@ -425,16 +435,41 @@ def finetune(
             settings.append(f"{name}={value}")
     chosen_preset = preset if preset is not None else ("probe" if mode == "probe" else None)
     hp = load_hyperparameters(chosen_preset, config, settings)
-    files = TaskFiles(task=task, train=train, validation=validation, test=test, text_column=text_column,
-                      text_pair_column=text_pair_column, label_column=label_column)
+    benchmark = finetune_benchmark(glue_dir, clue_dir, tasks, [
+        ("--train", train), ("--validation", validation), ("--test", test), ("--text-column", text_column),
+        ("--text-pair-column", text_pair_column), ("--label-column", label_column)])
+    files = None
+    if benchmark is None:
+        if train is None or validation is None:
+            raise UserError("give --train and --validation (or --glue-dir / --clue-dir with their task folders)")
+        files = TaskFiles(task=task, train=train, validation=validation, test=test, text_column=text_column,
+                          text_pair_column=text_pair_column, label_column=label_column)
     results = run_finetune(source, files, out, hp=hp, seeds=choose_seeds(seeds, seed), precision=precision,
-                           checkpoints=checkpoints, watch=watch, save_model=save_model,
+                           checkpoints=checkpoints, watch=watch, save_model=save_model, benchmark=benchmark,
                            say=lambda line: typer.echo(line, err=True))
     if len(results) > 1:
         typer.echo(format_curve(results))
         typer.echo("")
-    typer.echo(format_table(results[-1]))
+    typer.echo(format_benchmark(results[-1]) if benchmark else format_table(results[-1]))
     typer.echo(f"results: {out / 'results.json'} (every checkpoint: {out / 'results.jsonl'})")
+
+
+def finetune_benchmark(glue_dir: Path | None, clue_dir: Path | None, tasks: str | None,
+                       task_options: list[tuple[str, object]]) -> tuple[str, Path, str | None] | None:
+    """(glue|clue, folder, tasks) when a benchmark folder is given; its files come from there, so
+    the single-task options are refused beside it."""
+    if glue_dir is not None and clue_dir is not None:
+        raise UserError("give --glue-dir or --clue-dir, not both (run finetune once for each)")
+    folder = glue_dir if glue_dir is not None else clue_dir
+    if folder is None:
+        if tasks is not None:
+            raise UserError("--tasks chooses tasks of --glue-dir or --clue-dir; give one of them")
+        return None
+    option = "--glue-dir" if glue_dir is not None else "--clue-dir"
+    given = [name for name, value in task_options if value is not None]
+    if given:
+        raise UserError(f"{option} reads each task's own files and columns; leave out {given[0]}")
+    return ("glue" if glue_dir is not None else "clue"), folder, tasks
 
 
 def main() -> None:

@@ -90,3 +90,28 @@ def format_curve(results: list[dict[str, Any]]) -> str:
         step = result.get("checkpoint_step")
         lines.append(f"{'-' if step is None else step:>10}  " + "  ".join(cells))
     return "\n".join(lines)
+
+
+def format_benchmark(summary: dict[str, Any]) -> str:
+    """A benchmark's report: each task's reported metrics (seed means) and score ± std, then the
+    benchmark score ± std (the std of the per-seed benchmark scores)."""
+    seeds = summary["seeds"]
+    name = summary["benchmark"].upper()
+    lines = [f"{name} ({summary['mode']}), {len(seeds)} seed{'s' if len(seeds) != 1 else ''}: "
+             f"{', '.join(map(str, seeds))}",
+             f"{'task':<12} {'score':>8} {'± std':>8}   reported metrics (mean over seeds)"]
+
+    def show(value: float | None) -> str:
+        return "-" if value is None else f"{value:.4f}"
+
+    for task, result in summary["tasks"].items():
+        values = summary["metrics"][task]
+        shown = ", ".join(f"{metric} {show(entry['mean'])}" for metric, entry in result["metrics"].items()
+                          if metric in summary["reported"][task])
+        lines.append(f"{task:<12} {show(values['mean']):>8} {show(values['std']):>8}   {shown}")
+        lines.extend(f"  warning: {task}: {flag}" for flag in result["flags"])
+    overall = summary["metrics"]["score"]
+    lines.append(f"{name + ' score':<12} {show(overall['mean']):>8} {show(overall['std']):>8}   "
+                 f"the mean of the task scores")
+    return "\n".join(lines)
+

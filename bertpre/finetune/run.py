@@ -22,6 +22,14 @@ import yaml
 import bertpre
 from bertpre.claim import Claim, claimed, real_path
 from bertpre.errors import UserError
+from bertpre.finetune.benchmarks import (
+    BENCHMARKS,
+    Benchmark,
+    choose_tasks,
+    load_benchmark_task,
+    reported,
+    task_score,
+)
 from bertpre.finetune.encoding import Encoded, encode_texts, encode_words
 from bertpre.finetune.loop import (
     Hyperparameters,
@@ -41,7 +49,7 @@ from bertpre.finetune.sweep import (
     run_in_progress,
     task_name,
 )
-from bertpre.finetune.tasks import TaskData, load_task, majority_label
+from bertpre.finetune.tasks import TaskData, load_task, majority_label, metric_name
 from bertpre.folders import content_names, real_out
 from bertpre.train.runtime import Runtime, init_runtime
 
@@ -137,7 +145,7 @@ def choose_seeds(count: int | None, given: list[int] | None) -> list[int]:
 
 @dataclass
 class TaskFiles:
-    """What the user named: the task, its files and columns."""
+    """What the user named: the task, its files and columns (for a benchmark's task, its name)."""
 
     task: str
     train: Path
@@ -146,13 +154,16 @@ class TaskFiles:
     text_column: str | None = None
     text_pair_column: str | None = None
     label_column: str | None = None
+    benchmark_task: str | None = None  # e.g. glue/mnli: read as the benchmark lays it out
 
 
-def finetune(source: str | Path, files: TaskFiles, out: str | Path, *, hp: Hyperparameters,
+def finetune(source: str | Path, files: TaskFiles | None, out: str | Path, *, hp: Hyperparameters,
              seeds: list[int], precision: str = "auto", device: str = "auto",
              checkpoints: str | None = None, watch: bool = False, poll_seconds: float = 30.0,
-             save_model: bool = False, say: Callable[[str], None] = print) -> list[dict[str, Any]]:
-    """Fine-tune (or probe) SOURCE on the task with every seed; write and return the report(s).
+             save_model: bool = False, benchmark: tuple[str, Path, str | None] | None = None,
+             say: Callable[[str], None] = print) -> list[dict[str, Any]]:
+    """Fine-tune (or probe) SOURCE on the task (or on each task of `benchmark`: (glue|clue, its
+    folder, the tasks named or None for all there)) with every seed; write and return the report(s).
 
     With `checkpoints` (latest, all, every:N) or `watch`, SOURCE is a RUN and each chosen
     checkpoint is evaluated in step order, its scores also written to the RUN's TensorBoard;
@@ -160,10 +171,23 @@ def finetune(source: str | Path, files: TaskFiles, out: str | Path, *, hp: Hyper
     work (a line of OUT/results.jsonl) is never done twice.
     """
     out, source = Path(out), Path(source)
-    target = check_finetune_out(out, [source, files.train, files.validation, files.test])
-    data = load_task(files.task, files.train, files.validation, files.test,
-                     text_column=files.text_column, text_pair_column=files.text_pair_column,
-                     label_column=files.label_column)
+    if benchmark is not None:
+        chosen = choose_tasks(BENCHMARKS[benchmark[0]], benchmark[1], benchmark[2])
+        target = check_finetune_out(out, [source, benchmark[1]])
+        tasks = [(task.name, load_benchmark_task(task, folder, say),
+                  TaskFiles(task=task.task, train=folder / task.train, validation=folder / task.scored[0][1],
+                            benchmark_task=f"{benchmark[0]}/{task.name}"))
+                 for task, folder in chosen]
+        if save_model:
+            raise UserError(f"--save-model keeps one model; run one task with --train and --validation "
+                            f"(e.g. {chosen[0][1] / chosen[0][0].train}) to keep its model")
+    else:
+        assert files is not None
+        target = check_finetune_out(out, [source, files.train, files.validation, files.test])
+        tasks = [(task_name(files.train), load_task(files.task, files.train, files.validation, files.test,
+                                                    text_column=files.text_column,
+                                                    text_pair_column=files.text_pair_column,
+                                                    label_column=files.label_column), files)]
     sweep = checkpoints is not None or watch
     if sweep:
         parse_checkpoints(checkpoints or "all")
@@ -172,12 +196,13 @@ def finetune(source: str | Path, files: TaskFiles, out: str | Path, *, hp: Hyper
                             "is not a RUN folder (one with checkpoints/)")
     if save_model and sweep:
         raise UserError("--save-model keeps one model; give one checkpoint as SOURCE, not --checkpoints or --watch")
-    job = Job(data=data, files=files, hp=hp, seeds=seeds, target=target, precision=precision,
-              device=device, say=say, save_model=save_model)
+    jobs = Jobs([Job(name=name, data=data, files=task_files, hp=hp, seeds=seeds, target=target,
+                     precision=precision, device=device, say=say, save_model=save_model)
+                 for name, data, task_files in tasks], benchmark=benchmark[0] if benchmark else None)
     if not sweep:
-        job.encoders[source] = load_encoder(source)  # a SOURCE that is no model fails before any write
+        jobs.encoders[source] = load_encoder(source)  # a SOURCE that is no model fails before any write
         if save_model:
-            check_can_save(job.encoders[source].config, hp.mode)
+            check_can_save(jobs.encoders[source].config, hp.mode)
     elif not watch and not run_checkpoints(source, checkpoints):
         raise UserError(f"{source} has no checkpoint that --checkpoints {checkpoints} chooses; see "
                         f"{source / 'checkpoints'}")
@@ -187,9 +212,9 @@ def finetune(source: str | Path, files: TaskFiles, out: str | Path, *, hp: Hyper
         marker.write_text("made by `bertpre finetune`; its results are kept and reused\n", encoding="utf-8")
         try:
             if not sweep:
-                results = [job.evaluate(source)[0]]
+                results = [jobs.evaluate(source)[0]]
             else:
-                results = sweep_run(job, source, checkpoints or "all", watch, poll_seconds)
+                results = sweep_run(jobs, source, checkpoints or "all", watch, poll_seconds)
             write_json(target / RESULTS_FILE, results[-1])
         except BaseException:
             if claim.created and not (target / SWEEP_FILE).exists():
@@ -201,10 +226,9 @@ def finetune(source: str | Path, files: TaskFiles, out: str | Path, *, hp: Hyper
     return results
 
 
-def sweep_run(job: Job, run: Path, spec: str, watch: bool, poll_seconds: float) -> list[dict[str, Any]]:
+def sweep_run(jobs: Jobs, run: Path, spec: str, watch: bool, poll_seconds: float) -> list[dict[str, Any]]:
     """Evaluate the run's chosen checkpoints in step order (and, watching, the ones that land
     later, until no pretraining holds the run)."""
-    name = task_name(job.files.train)
     results, seen = [], set()
     while True:
         finished = not (watch and run_in_progress(run))
@@ -213,19 +237,16 @@ def sweep_run(job: Job, run: Path, spec: str, watch: bool, poll_seconds: float) 
                 continue
             seen.add(step)
             try:
-                result, fresh = job.evaluate(folder, record=False)
+                result, fresh = jobs.evaluate(folder, sweep_of=run)
             except UserError as error:
                 if folder.exists():
                     raise
-                job.say(f"note: checkpoint {folder.name} was removed while it was read ({error}); skipped")
+                jobs.say(f"note: checkpoint {folder.name} was removed while it was read ({error}); skipped")
                 continue
-            if fresh:  # TensorBoard first: a kill before the line below does both again
-                log_to_tensorboard(run, name, result)
-                append_line(job.target / SWEEP_FILE, result)
             results.append(result)
-            job.say(f"step {step}: " + ", ".join(f"{metric} {values['mean']:.4f}"
-                                                 for metric, values in result["metrics"].items()
-                                                 if values["mean"] is not None))
+            jobs.say(f"step {step}: " + ", ".join(f"{metric} {values['mean']:.4f}"
+                                                  for metric, values in result["metrics"].items()
+                                                  if values["mean"] is not None))
         if finished:
             break
         time.sleep(poll_seconds)
@@ -239,6 +260,7 @@ def sweep_run(job: Job, run: Path, spec: str, watch: bool, poll_seconds: float) 
 class Job:
     """One task, its settings and seeds, evaluated on one checkpoint after another."""
 
+    name: str
     data: TaskData
     files: TaskFiles
     hp: Hyperparameters
@@ -248,36 +270,98 @@ class Job:
     device: str
     say: Callable[[str], None]
     runtime: Runtime | None = None
-    encoders: dict[Path, Encoder] = field(default_factory=dict)  # loaded ahead of the claim
     save_model: bool = False
 
-    def evaluate(self, source: Path, *, record: bool = True) -> tuple[dict[str, Any], bool]:
-        """The result for `source` (reused from results.jsonl when it is there) and whether it is new."""
-        encoder = self.encoders.pop(source, None) or load_encoder(source)
+    def evaluate(self, encoder: Encoder, *, sweep_of: Path | None = None) -> tuple[dict[str, Any], bool]:
+        """The result for `encoder` (reused from results.jsonl when it is there) and whether it is
+        new; a new one is recorded there (in a sweep, after the RUN's TensorBoard has it)."""
         key = work_key(encoder, self.data, self.files, self.hp, self.seeds)
         done = finished_work(self.target, key)
         if done is not None and self.save_model and not done.get("saved_model"):
             done = None  # the earlier run kept no model: train again to keep one
         if done is not None:
-            self.say(f"already done: {self.target / SWEEP_FILE} has the results for {encoder.model_folder} "
-                     "(same weights, data, settings and seeds); reusing them")
+            self.say(f"already done: {self.target / SWEEP_FILE} has the {self.name} results for "
+                     f"{encoder.model_folder} (same weights, data, settings and seeds); reusing them")
             return done, False
         if self.runtime is None:
             self.runtime = init_runtime(self.precision, device=self.device)
         result = run_seeds(encoder, self.data, self.files, self.hp, self.seeds, self.runtime, self.say,
                            save_to=self.target if self.save_model else None)
         result["key"] = key
-        if record:
-            append_line(self.target / SWEEP_FILE, result)
+        if self.files.benchmark_task:
+            result["benchmark_task"] = self.files.benchmark_task
+        if sweep_of is not None:  # TensorBoard first: a kill before the line below does both again
+            log_to_tensorboard(sweep_of, self.name, result)
+        append_line(self.target / SWEEP_FILE, result)
         return result, True
+
+
+@dataclass
+class Jobs:
+    """Every task of the command on one checkpoint after another; with a benchmark, its score."""
+
+    jobs: list[Job]
+    benchmark: str | None = None
+    encoders: dict[Path, Encoder] = field(default_factory=dict)  # loaded ahead of the claim
+
+    @property
+    def say(self) -> Callable[[str], None]:
+        return self.jobs[0].say
+
+    def evaluate(self, source: Path, *, sweep_of: Path | None = None) -> tuple[dict[str, Any], bool]:
+        encoder = self.encoders.pop(source, None) or load_encoder(source)
+        outcomes = []
+        for job in self.jobs:
+            if len(self.jobs) > 1:
+                job.say(f"{job.name}: {len(job.data.train):,} training examples")
+            outcomes.append(job.evaluate(encoder, sweep_of=sweep_of))
+        if self.benchmark is None:
+            return outcomes[0]
+        summary = benchmark_summary(BENCHMARKS[self.benchmark], encoder,
+                                    [(job.name, result) for job, (result, _) in zip(self.jobs, outcomes, strict=True)])
+        fresh = any(new for _, new in outcomes)
+        if fresh and sweep_of is not None:
+            log_to_tensorboard(sweep_of, self.benchmark, summary)
+        return summary, fresh
+
+
+def benchmark_summary(benchmark: Benchmark, encoder: Encoder, results: list[tuple[str, dict[str, Any]]]
+                      ) -> dict[str, Any]:
+    """The benchmark's report: each task's score (the mean of its reported metrics) and the
+    benchmark score (the mean of the task scores), each over the seeds, and every task's result."""
+    seeds = results[0][1]["seeds"]
+    per_seed = []
+    for number in range(len(seeds)):
+        scores = {name: task_score(benchmark.tasks[name], result, number) for name, result in results}
+        known = [value for value in scores.values() if value is not None]
+        overall = sum(known) / len(known) if len(known) == len(scores) else None
+        per_seed.append({"score": overall, **scores})
+    return {
+        "benchmark": benchmark.name,
+        "source": str(encoder.source),
+        "checkpoint": str(encoder.model_folder),
+        "checkpoint_step": encoder.step,
+        "weights_sha256": encoder.weights_sha256,
+        "mode": results[0][1]["mode"],
+        "seeds": seeds,
+        "metrics": summarize(per_seed),
+        "score_definition": (f"{benchmark.name.upper()} score: the mean of the task scores; a task's score is "
+                             "the mean of its reported metrics (" + "; ".join(
+                                 f"{name} {', '.join(reported(benchmark.tasks[name]))}" for name, _ in results) + ")"),
+        "reported": {name: reported(benchmark.tasks[name]) for name, _ in results},
+        "tasks": {name: result for name, result in results},
+        "bertpre_version": bertpre.__version__,
+    }
 
 
 def run_seeds(encoder: Encoder, data: TaskData, files: TaskFiles, hp: Hyperparameters, seeds: list[int],
               runtime: Runtime, say: Callable[[str], None], save_to: Path | None = None) -> dict[str, Any]:
-    """Every seed's scores on the scored split, summarized; with `save_to`, the best seed's model
-    is written there as a Hugging Face folder."""
+    """Every seed's scores on the scored split(s), summarized; with `save_to`, the best seed's
+    model is written there as a Hugging Face folder."""
     task = data.task
-    train, scored = encode(encoder, data, data.train, hp), encode(encoder, data, data.evaluation, hp)
+    train = encode(encoder, data, data.train, hp)
+    parts = [encode(encoder, data, examples, hp) for _, examples in data.scored]
+    scored = join_encoded(parts)  # one model scores every split; its outputs are cut apart below
     num_labels = 1 if task == "regression" else len(data.label_names)
     features = None
     if hp.mode == "probe":
@@ -294,15 +378,20 @@ def run_seeds(encoder: Encoder, data: TaskData, files: TaskFiles, hp: Hyperparam
         else:
             raw = train_probe(features[0], probe_labels(train, task), features[1], task=task,
                               num_labels=num_labels, hp=hp, seed=seed)
-        predictions = decode(raw, scored, data)
-        per_seed.append(score(task, predictions, data.evaluation.labels, data.label_names))
-        main_score = next(iter(per_seed[-1].values()))
+        scores: dict[str, float] = {}
+        outputs = cut_outputs(raw, parts, task)
+        for number, ((suffix, examples), part) in enumerate(zip(data.scored, parts, strict=True)):
+            predictions = decode(outputs[number], part, data)
+            scores.update({metric_name(name, suffix): value for name, value in
+                           score(task, predictions, examples.labels, data.label_names).items()})
+            reason = stuck(task, predictions)
+            if reason and number == 0:  # flagged once, on the first scored split
+                flags.append(f"seed {seed} predicted {reason} (stuck at one class: try another lr or more epochs)")
+        per_seed.append(scores)
+        main_score = next(iter(scores.values()))
         if save_to is not None and (best is None or main_score > best[0]):
             best = (main_score, seed, {name: tensor.detach().cpu().clone()
                                        for name, tensor in model.state_dict().items()})
-        reason = stuck(task, predictions)
-        if reason:
-            flags.append(f"seed {seed} predicted {reason} (stuck at one class: try another lr or more epochs)")
     baseline = majority_baseline(data)
     saved = None
     if save_to is not None and best is not None:
@@ -330,9 +419,29 @@ def run_seeds(encoder: Encoder, data: TaskData, files: TaskFiles, hp: Hyperparam
         "precision": runtime.precision,
         "data": {**data.files, "columns": {"text": files.text_column, "text_pair": files.text_pair_column,
                                            "label": files.label_column},
-                 "examples": {"train": len(data.train), data.split: len(data.evaluation)}},
+                 "examples": {"train": len(data.train),
+                              **{metric_name(data.split, suffix): len(examples) for suffix, examples in data.scored}}},
         "bertpre_version": bertpre.__version__,
     }
+
+
+def join_encoded(parts: list[Encoded]) -> Encoded:
+    """Several encoded splits as one (outputs are cut back apart by `cut_outputs`)."""
+    if len(parts) == 1:
+        return parts[0]
+    tagging = parts[0].word_counts is not None
+    return Encoded(input_ids=[ids for part in parts for ids in part.input_ids],
+                   token_type_ids=[types for part in parts for types in part.token_type_ids],
+                   labels=[label for part in parts for label in part.labels],
+                   word_counts=[count for part in parts for count in part.word_counts] if tagging else None,
+                   kept_words=[count for part in parts for count in part.kept_words] if tagging else None)
+
+
+def cut_outputs(raw: np.ndarray, parts: list[Encoded], task: str) -> list[np.ndarray]:
+    """The model's outputs on `join_encoded(parts)`, one array a part (tagging: a row a kept word)."""
+    sizes = [sum(part.kept_words) if task == "tagging" else len(part) for part in parts]
+    bounds = np.cumsum([0, *sizes])
+    return [raw[start:end] for start, end in zip(bounds[:-1], bounds[1:], strict=True)]
 
 
 def encode(encoder: Encoder, data: TaskData, examples, hp: Hyperparameters) -> Encoded:
@@ -363,18 +472,20 @@ def decode(raw: np.ndarray, scored: Encoded, data: TaskData) -> list[Any]:
 
 def majority_baseline(data: TaskData) -> dict[str, float | None]:
     """The scores of always answering the training file's most frequent label (for regression,
-    its mean)."""
-    evaluation = data.evaluation
-    if data.task == "regression":
-        mean = float(np.mean(data.train.labels))
-        predictions: list[Any] = [mean] * len(evaluation)
-    elif data.task == "tagging":
-        majority = majority_label([tag for tags in data.train.labels for tag in tags])
-        predictions = [[majority] * len(tags) for tags in evaluation.labels]
-    else:
-        predictions = [majority_label(data.train.labels)] * len(evaluation)
-    scores = score(data.task, predictions, evaluation.labels, data.label_names)
-    return {name: value if value is not None and math.isfinite(value) else None for name, value in scores.items()}
+    its mean), on every scored split."""
+    baseline: dict[str, float | None] = {}
+    for suffix, examples in data.scored:
+        if data.task == "regression":
+            mean = float(np.mean(data.train.labels))
+            predictions: list[Any] = [mean] * len(examples)
+        elif data.task == "tagging":
+            majority = majority_label([tag for tags in data.train.labels for tag in tags])
+            predictions = [[majority] * len(tags) for tags in examples.labels]
+        else:
+            predictions = [majority_label(data.train.labels)] * len(examples)
+        for name, value in score(data.task, predictions, examples.labels, data.label_names).items():
+            baseline[metric_name(name, suffix)] = value if value is not None and math.isfinite(value) else None
+    return baseline
 
 
 def work_key(encoder: Encoder, data: TaskData, files: TaskFiles, hp: Hyperparameters, seeds: list[int]) -> str:
@@ -383,6 +494,8 @@ def work_key(encoder: Encoder, data: TaskData, files: TaskFiles, hp: Hyperparame
                  "files": {split: entry["sha256"] for split, entry in data.files.items()},
                  "columns": [files.text_column, files.text_pair_column, files.label_column],
                  "hyperparameters": asdict(hp), "seeds": seeds}
+    if files.benchmark_task:  # added only when set: earlier single-task keys stay as they were
+        described["benchmark_task"] = files.benchmark_task
     return hashlib.sha256(json.dumps(described, sort_keys=True).encode()).hexdigest()
 
 

@@ -41,6 +41,10 @@ class TaskData:
     test: Examples | None
     label_names: list[str] = field(default_factory=list)  # empty for regression
     files: dict[str, dict[str, Any]] = field(default_factory=dict)  # split → path, sha256, bytes
+    # More scored splits, trained once and scored on each (GLUE's MNLI: matched and mismatched):
+    # metric names get `_SUFFIX`, the first scored split's with `suffix` (none when empty).
+    suffix: str = ""
+    extra: dict[str, Examples] = field(default_factory=dict)
 
     @property
     def split(self) -> str:
@@ -50,6 +54,15 @@ class TaskData:
     @property
     def evaluation(self) -> Examples:
         return self.test if self.test is not None else self.validation
+
+    @property
+    def scored(self) -> list[tuple[str, Examples]]:
+        """Every scored split as (metric suffix, examples)."""
+        return [(self.suffix, self.evaluation), *self.extra.items()]
+
+
+def metric_name(name: str, suffix: str) -> str:
+    return f"{name}_{suffix}" if suffix else name
 
 
 def load_task(task: str, train: Path, validation: Path, test: Path | None = None, *,
