@@ -31,9 +31,9 @@ from bertpre.finetune.benchmarks import (
     task_score,
 )
 from bertpre.finetune.encoding import Encoded, encode_texts, encode_words
+from bertpre.finetune.features import FEATURES_FOLDER, cached_features
 from bertpre.finetune.loop import (
     Hyperparameters,
-    encoder_features,
     finetune_full,
     probe_labels,
     train_probe,
@@ -217,8 +217,8 @@ def finetune(source: str | Path, files: TaskFiles | None, out: str | Path, *, hp
                 results = sweep_run(jobs, source, checkpoints or "all", watch, poll_seconds)
             write_json(target / RESULTS_FILE, results[-1])
         except BaseException:
-            if claim.created and not (target / SWEEP_FILE).exists():
-                marker.unlink(missing_ok=True)  # nothing finished: the folder goes with the claim
+            if claim.created and not (target / SWEEP_FILE).exists() and not (target / FEATURES_FOLDER).exists():
+                marker.unlink(missing_ok=True)  # nothing kept: the folder goes with the claim
             else:
                 claim.keep_folder()
             raise
@@ -286,7 +286,8 @@ class Job:
         if self.runtime is None:
             self.runtime = init_runtime(self.precision, device=self.device)
         result = run_seeds(encoder, self.data, self.files, self.hp, self.seeds, self.runtime, self.say,
-                           save_to=self.target if self.save_model else None)
+                           save_to=self.target if self.save_model else None,
+                           features_folder=self.target / FEATURES_FOLDER)
         result["key"] = key
         if self.files.benchmark_task:
             result["benchmark_task"] = self.files.benchmark_task
@@ -355,9 +356,11 @@ def benchmark_summary(benchmark: Benchmark, encoder: Encoder, results: list[tupl
 
 
 def run_seeds(encoder: Encoder, data: TaskData, files: TaskFiles, hp: Hyperparameters, seeds: list[int],
-              runtime: Runtime, say: Callable[[str], None], save_to: Path | None = None) -> dict[str, Any]:
+              runtime: Runtime, say: Callable[[str], None], save_to: Path | None = None,
+              features_folder: Path | None = None) -> dict[str, Any]:
     """Every seed's scores on the scored split(s), summarized; with `save_to`, the best seed's
-    model is written there as a Hugging Face folder."""
+    model is written there as a Hugging Face folder. A probe's frozen features are computed once
+    for all seeds, and kept in `features_folder` for later commands."""
     task = data.task
     train = encode(encoder, data, data.train, hp)
     parts = [encode(encoder, data, examples, hp) for _, examples in data.scored]
@@ -365,8 +368,8 @@ def run_seeds(encoder: Encoder, data: TaskData, files: TaskFiles, hp: Hyperparam
     num_labels = 1 if task == "regression" else len(data.label_names)
     features = None
     if hp.mode == "probe":
-        features = [encoder_features(encoder, split, task=task, pooling=hp.pooling,
-                                     batch_size=hp.eval_batch_size, runtime=runtime)
+        features = [cached_features(encoder, split, task=task, pooling=hp.pooling, batch_size=hp.eval_batch_size,
+                                    runtime=runtime, folder=features_folder, say=say)
                     for split in (train, scored)]
     per_seed, flags = [], []
     best: tuple[float, int, dict] | None = None  # (main score, seed, weights) of the best seed so far

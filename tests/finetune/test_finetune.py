@@ -308,3 +308,38 @@ def test_save_model_refuses_a_probe(run_folder, task_files, tmp_path, monkeypatc
                                 "--save-model"], monkeypatch, capsys)
     assert code == 2 and "--save-model keeps a fully fine-tuned model" in stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_probe_features_are_computed_once_and_read_back(run_folder, task_files, tmp_path, monkeypatch, capsys):
+    import bertpre.finetune.features as features_module
+
+    calls = []
+    real = features_module.encoder_features
+    monkeypatch.setattr(features_module, "encoder_features", lambda *args, **kwargs: calls.append(1) or real(
+        *args, **kwargs))
+    out = tmp_path / "probe"
+    base = ["finetune", run_folder, "--train", task_files["train"], "--validation", task_files["validation"],
+            "--out", out, "--mode", "probe", "--epochs", "5"]
+    code, _, stderr = run_main([*base, "--lr", "0.01", "--seed", "3"], monkeypatch, capsys)
+    assert code == 0, stderr
+    assert len(calls) == 2  # train and validation, once for all seeds
+    kept = sorted((out / "features").glob("*.safetensors"))
+    assert len(kept) == 2
+    from safetensors.torch import load_file
+    assert {tuple(load_file(str(path))["features"].shape) for path in kept} == {(160, 32), (60, 32)}
+
+    code, _, stderr = run_main([*base, "--lr", "0.003", "--seed", "3"], monkeypatch, capsys)
+    assert code == 0, stderr
+    assert len(calls) == 2  # another lr on the same checkpoint: the kept features, no encoder pass
+    cached = json.loads((out / "results.json").read_text())["metrics"]
+
+    fresh = tmp_path / "fresh"
+    code, _, stderr = run_main([*base[:-5], fresh, *base[-4:], "--lr", "0.003", "--seed", "3"], monkeypatch, capsys)
+    assert code == 0, stderr
+    assert json.loads((fresh / "results.json").read_text())["metrics"] == cached  # same as computed afresh
+
+    for path in kept:  # damaged: computed again, with a note
+        path.write_bytes(path.read_bytes()[:100])
+    code, _, stderr = run_main([*base, "--lr", "0.003", "--seed", "4"], monkeypatch, capsys)
+    assert code == 0, stderr
+    assert stderr.count("is damaged or does not fit") == 2 and len(calls) == 6
