@@ -221,3 +221,23 @@ def test_bad_benchmark_input_is_one_line_and_writes_nothing(
     assert code == 2
     assert message in stderr and len(stderr.strip().splitlines()) == 1, stderr
     assert not out.exists()
+
+
+def test_a_benchmark_sweep_logs_each_task_and_the_score_at_the_checkpoint_step(
+        model, tmp_path, monkeypatch, capsys):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    clue = clue_folder(tmp_path / "clue")
+    code, stdout, stderr = run_main(["finetune", model, "--clue-dir", clue, "--tasks", "afqmc,tnews",
+                                     "--out", tmp_path / "sweep", "--checkpoints", "all", *PROBE],
+                                    monkeypatch, capsys)
+    assert code == 0, stderr
+    events = EventAccumulator(str(model / "tensorboard"), size_guidance={"scalars": 0})
+    events.Reload()
+    tags = set(events.Tags()["scalars"])
+    assert {"downstream/clue_probe/score", "downstream/clue_probe/tnews", "downstream/tnews_probe/accuracy",
+            "downstream/afqmc_probe/accuracy", "downstream_std/clue_probe/score"} <= tags
+    assert [event.step for event in events.Scalars("downstream/clue_probe/score")] == [20]
+    summary = json.loads((tmp_path / "sweep" / "results.json").read_text())
+    assert events.Scalars("downstream/clue_probe/score")[0].value == pytest.approx(summary["metrics"]["score"]["mean"])
+    assert "CLUE score" in stdout
