@@ -12,15 +12,22 @@ of a plain transformers loop, same shape, optimizer, schedule, data and steps, K
   predicted positions) on two held-out sets of the validation documents, each masked once with a
   fixed seed: cut bertpre's way (its sentence-aligned chunks of one document each, unpacked, and
   its collator) and the reference's way (blocks and its collator).
+- downstream (`--downstream DIR`, a folder of train/validation/test CSV files with columns
+  text,label): every final model, both sides, through `bertpre finetune`'s linear probe (the
+  `probe` preset, frozen encoder, `--probe-seeds` seeds; the reference model is saved as a
+  Hugging Face folder with the DATA tokenizer first), test accuracy per pretraining seed. The
+  WordNet supersense task (`python -m data_prep.wordnet_supersenses --out DIR --max-train 4000
+  --max-eval 1000`, 41 labels) keeps it to seconds a model.
 
 Writes bench/results/learning-DATE.json (NAME-DATE with `--name`): per seed, each side's loss and
-accuracy on both sets; per side the mean and standard deviation; bertpre − reference with a 95%
-Welch interval.
+accuracy on both sets (and probe accuracy); per side the mean and standard deviation; bertpre −
+reference with a 95% Welch interval (ablations: this run's bertpre − the baseline's).
 
     .venv/bin/python -m bench.learning                                   # 3 seeds, 600 steps (~48 min on 2 cores)
     .venv/bin/python -m bench.learning --name learning-sampled --set data.mask_count=sampled
     .venv/bin/python -m bench.learning --no-reference --name learning-truncate-end --variant truncate-end
     .venv/bin/python -m bench.learning --steps 20 --seeds 1 --hidden 64 # quick
+    .venv/bin/python -m bench.learning --name learning-downstream --downstream data/wordnet-supersenses-4000
 """
 from __future__ import annotations
 
@@ -223,6 +230,42 @@ def score(logits_of, batches: list[dict[str, torch.Tensor]]) -> dict[str, float]
     return {"mlm_loss": loss / count, "mlm_acc": correct / count, "predictions": int(count)}
 
 
+def save_reference(model, data_path: Path, folder: Path) -> Path:
+    """The reference model as a Hugging Face folder with the DATA tokenizer: a `bertpre finetune` SOURCE."""
+    import shutil
+
+    model.save_pretrained(folder)
+    for file in (data_path / "tokenizer").iterdir():
+        shutil.copy(file, folder / file.name)
+    return folder
+
+
+def downstream_task(folder: Path):
+    """`bertpre finetune`'s view of `folder`: train.csv, validation.csv and (scored when there) test.csv."""
+    from bertpre.finetune import TaskFiles
+
+    missing = [name for name in ("train.csv", "validation.csv") if not (folder / name).is_file()]
+    if missing:
+        raise SystemExit(f"{folder} has no {' or '.join(missing)}; write one with "
+                         f"`python -m data_prep.wordnet_supersenses --out {folder} --max-train 4000 --max-eval 1000`")
+    test = folder / "test.csv"
+    return TaskFiles(task="classification", train=folder / "train.csv", validation=folder / "validation.csv",
+                     test=test if test.is_file() else None)
+
+
+def probe(source: Path, files, args, out: Path) -> dict:
+    """Linear-probe accuracy of SOURCE's frozen encoder on the downstream task, over the probe seeds."""
+    from bertpre.finetune import finetune, load_hyperparameters
+
+    # Examples cut at the pretraining length: tiny.yaml's models have 64 positions, fewer than the preset's 128.
+    hp = load_hyperparameters("probe", None, [f"max_seq_length={args.length}", *args.probe_set])
+    result = finetune(source, files, out, hp=hp, seeds=list(range(args.probe_seeds)), precision="fp32",
+                      device="cpu", say=lambda line: None)[-1]
+    accuracy = result["metrics"]["accuracy"]
+    return {"probe_acc": accuracy["mean"], "probe_acc_per_probe_seed": accuracy["per_seed"],
+            "split": result["split"], "majority": result["baselines"]["majority"].get("accuracy")}
+
+
 # Settings that must match for two runs' bertpre sides to be compared as an ablation.
 _SHAPE = ("steps", "warmup", "length", "batch_size", "lr", "hidden", "layers", "vocab_size")
 
@@ -239,7 +282,22 @@ def read_baseline(path: Path, args, files: list[Path]) -> dict:
     if different:
         raise SystemExit(f"{path} was run with other settings ({', '.join(different)}); "
                          "an ablation compares runs of one size")
+    ours = downstream_identity(args)
+    if ours and record.get("downstream") and record["downstream"]["identity"] != ours:
+        raise SystemExit(f"{path} probed another downstream task or with other probe settings; "
+                         "its probe accuracies are not comparable with this run's")
     return record
+
+
+def downstream_identity(args) -> dict | None:
+    """What two runs' probe accuracies must share: the task files' contents and the probe settings."""
+    import hashlib
+
+    if args.downstream is None:
+        return None
+    files = {path.name: hashlib.sha256(path.read_bytes()).hexdigest()
+             for path in sorted(args.downstream.glob("*.csv"))}
+    return {"files_sha256": files, "probe_seeds": args.probe_seeds, "probe_set": args.probe_set}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -261,17 +319,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-reference", action="store_true", help="bertpre only (ablations)")
     parser.add_argument("--baseline", type=Path, default=None,
                         help="a recorded result of the same size: also print and record this run's "
-                             "bertpre minus that one's bertpre (an ablation's effect)")
+                             "bertpre minus that one's bertpre (an ablation's effect); when it does not "
+                             "exist yet, it is awaited after training, so an ablation can run beside its baseline")
+    parser.add_argument("--downstream", type=Path, default=None,
+                        help="a folder of train/validation/test CSV (text,label): also probe every final "
+                             "model on it (e.g. python -m data_prep.wordnet_supersenses --out DIR --max-train 4000)")
+    parser.add_argument("--probe-seeds", type=int, default=3, help="linear-probe seeds per final model")
+    parser.add_argument("--probe-set", action="append", default=[],
+                        help="a probe setting over the probe preset, e.g. pooling=mean (repeatable)")
     parser.add_argument("--name", default="learning")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     started = time.perf_counter()
     files = args.corpora or [CORPORA / "wikitext2-valid.txt", CORPORA / "wikitext2-test.txt"]
-    baseline = read_baseline(args.baseline, args, files) if args.baseline else None
+    awaited = args.baseline is not None and not args.baseline.exists()
+    if awaited:
+        print(f"{args.baseline} does not exist yet: it is read once this run has trained", flush=True)
+    baseline = read_baseline(args.baseline, args, files) if args.baseline and not awaited else None
     if not all(path.is_file() for path in files):
         print(f"no corpus: {', '.join(map(str, files))} absent; pass --corpora FILE...")
         return 0
     torch.set_num_threads(torch.get_num_threads())
+    task = downstream_task(args.downstream) if args.downstream else None
 
     from bertpre.data.build import tokenize_corpus
 
@@ -280,22 +349,35 @@ def main(argv: list[str] | None = None) -> int:
         data = Path(scratch) / "data"
         tokenize_corpus(files, data, vocab_size=args.vocab_size, validation_share=0.05, show_progress=False)
         sets = held_out_sets(args, data)
-        def train_and_score(side: str, train, logits_of) -> None:
+        def train_and_score(side: str, train, logits_of, source_of) -> None:
             began = time.perf_counter()
             model = train()
             train_s = round(time.perf_counter() - began, 1)
             results[side].append({name: score(logits_of(model), batches) for name, batches in sets.items()}
                                  | {"train_s": train_s})
+            if task is not None:
+                began = time.perf_counter()
+                folder = Path(scratch) / f"{side}-{len(results[side])}"
+                results[side][-1]["downstream"] = probe(source_of(model, folder), task, args, folder / "probe")
+                results[side][-1]["probe_s"] = round(time.perf_counter() - began, 1)
 
         for seed in range(args.seeds):
-            train_and_score("bertpre", lambda: train_bertpre(args, data, Path(scratch) / f"run-{seed}", seed),  # noqa: B023
-                            bertpre_logits)
+            run = Path(scratch) / f"run-{seed}"
+            train_and_score("bertpre", lambda: train_bertpre(args, data, run, seed),  # noqa: B023
+                            bertpre_logits, lambda model, folder: run)  # noqa: B023
             if not args.no_reference:
-                train_and_score("reference", lambda: train_reference(args, data, seed), reference_logits)  # noqa: B023
+                train_and_score("reference", lambda: train_reference(args, data, seed), reference_logits,  # noqa: B023
+                                lambda model, folder: save_reference(model, data, folder / "model"))
             print(f"seed {seed}: " + "; ".join(
                 f"{side} " + ", ".join(f"{name} {values[name]['mlm_loss']:.4f}" for name in sets)
+                + (f", probe acc {values['downstream']['probe_acc']:.4f}" if "downstream" in values else "")
                 for side, runs in results.items() if runs for values in runs[-1:]), flush=True)
 
+    if awaited:
+        while not args.baseline.exists():
+            time.sleep(30)
+        time.sleep(1)  # a file seen mid-write is whole a moment later
+        baseline = read_baseline(args.baseline, args, files)
     summary = {}
     for side, runs in results.items():
         if runs:
@@ -303,30 +385,49 @@ def main(argv: list[str] | None = None) -> int:
                                     "std": statistics.stdev(run[name]["mlm_loss"] for run in runs) if len(runs) > 1 else 0.0,
                                     "acc_mean": statistics.fmean(run[name]["mlm_acc"] for run in runs)}
                              for name in sets}
+            if task is not None:
+                accuracies = [run["downstream"]["probe_acc"] for run in runs]
+                summary[side]["downstream"] = {
+                    "probe_acc_mean": statistics.fmean(accuracies),
+                    "probe_acc_std": statistics.stdev(accuracies) if len(runs) > 1 else 0.0}
+
     def against(runs: list[dict]) -> dict:
-        return {name: welch([run[name]["mlm_loss"] for run in results["bertpre"]],
-                            [run[name]["mlm_loss"] for run in runs]) for name in sets}
+        differences = {name: welch([run[name]["mlm_loss"] for run in results["bertpre"]],
+                                   [run[name]["mlm_loss"] for run in runs]) for name in sets}
+        if task is not None and all("downstream" in run for run in runs):
+            differences["downstream_probe_acc"] = welch([run["downstream"]["probe_acc"] for run in results["bertpre"]],
+                                                        [run["downstream"]["probe_acc"] for run in runs])
+        return differences
 
     comparison = against(results["reference"]) if results["reference"] else {}
     against_baseline = against(baseline["per_seed"]["bertpre"]) if baseline else {}
     print(f"\nheld-out MLM loss, mean ± std over {args.seeds} seed(s), {args.steps} steps")
     for side, by_set in summary.items():
         print(f"  {side:<10} " + "  ".join(f"{name} {v['mean']:.4f} ± {v['std']:.4f} (acc {v['acc_mean']:.2%})"
-                                           for name, v in by_set.items()))
+                                           for name, v in by_set.items() if name in sets))
+        if "downstream" in by_set:
+            print(f"  {side:<10} downstream probe accuracy {by_set['downstream']['probe_acc_mean']:.4f} "
+                  f"± {by_set['downstream']['probe_acc_std']:.4f}")
     for label, differences in (("bertpre - reference", comparison),
                                (f"this run - {args.baseline.name if baseline else ''} (bertpre)", against_baseline)):
         for name, welch_result in differences.items():
             interval = welch_result["interval"]
             shown = f"[{interval[0]:+.4f}, {interval[1]:+.4f}]" if interval else "(one seed: no interval)"
-            print(f"  {label} on {name}: {welch_result['difference']:+.4f} {shown}")
+            print(f"  {label} on {name}: {welch_result['difference']:+.4f} {shown}"
+                  + (" (probe accuracy: higher is better)" if name == "downstream_probe_acc" else ""))
     path = write_result(args.name, {
-        "settings": {key: value for key, value in vars(args).items() if key not in ("out", "corpora", "baseline")}
+        "settings": {key: value for key, value in vars(args).items()
+                     if key not in ("out", "corpora", "baseline", "downstream", "probe_seeds", "probe_set")}
         | {"corpora": [path.name for path in files]},
+        **({"downstream": {"folder": str(args.downstream), "identity": downstream_identity(args),
+                           "probe": "bertpre finetune --mode probe --preset probe, test accuracy"}}
+           if task is not None else {}),
         "wall_s": round(time.perf_counter() - started, 1),  # per_seed's train_s: each training alone
         "per_seed": results, "summary": summary, "bertpre_minus_reference": comparison,
         **({"baseline": {"file": args.baseline.name, "settings": baseline["settings"],
                          "bertpre_minus_baseline_bertpre": against_baseline}} if baseline else {}),
-        "target": "bertpre's mean held-out MLM loss no worse than the reference's beyond noise on both sets",
+        "target": "bertpre's mean held-out MLM loss no worse than the reference's beyond noise on both sets"
+                  + (", and its mean probe accuracy no lower" if task is not None else ""),
     }, args.out, argv, versions=("torch", "transformers"))
     print(f"wrote {path}")
     return 0

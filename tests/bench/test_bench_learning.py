@@ -24,7 +24,17 @@ def test_welch_interval_matches_the_textbook_case():
     assert learning.t975(4) == 2.776 and learning.t975(1000) == pytest.approx(1.96, abs=0.01)
 
 
-def test_learning_bench_tiny_run(tmp_path):
+def write_downstream(folder: Path) -> Path:
+    """train/validation/test CSV files (text,label): does the sentence mention the cat or the grain?"""
+    folder.mkdir()
+    for name, count in (("train", 24), ("validation", 8), ("test", 10)):
+        rows = [f"the miller sees {'his cat' if i % 2 else 'the grain'} by the river,{'cat' if i % 2 else 'grain'}"
+                for i in range(count)]
+        (folder / f"{name}.csv").write_text("text,label\n" + "\n".join(rows) + "\n", encoding="utf-8")
+    return folder
+
+
+def test_learning_bench_tiny_run(tmp_path, monkeypatch):
     pytest.importorskip("transformers")
     corpus = tmp_path / "corpus.txt"
     words = "the river runs past the old mill where the miller keeps his grain and his cat".split()
@@ -32,25 +42,41 @@ def test_learning_bench_tiny_run(tmp_path):
                                   for i in range(60)) + "\n", encoding="utf-8")
     size = ["--corpora", str(corpus), "--steps", "2", "--warmup", "1", "--seeds", "2", "--hidden", "32",
             "--layers", "1", "--length", "32", "--batch-size", "4", "--vocab-size", "120"]
-    assert learning.main([*size, "--out", str(tmp_path / "results")]) == 0
+    downstream = ["--downstream", str(write_downstream(tmp_path / "task")), "--probe-seeds", "2"]
+    assert learning.main([*size, *downstream, "--out", str(tmp_path / "results")]) == 0
     (result,) = (tmp_path / "results").iterdir()
     record = json.loads(result.read_text())
     assert len(record["per_seed"]["bertpre"]) == len(record["per_seed"]["reference"]) == 2
     assert record["wall_s"] >= sum(run["train_s"] for side in record["per_seed"].values() for run in side) > 0
     for side in ("bertpre", "reference"):
-        assert set(record["summary"][side]) == {"bertpre_cut", "reference_cut"}
+        assert set(record["summary"][side]) == {"bertpre_cut", "reference_cut", "downstream"}
+        for run in record["per_seed"][side]:  # 10 test examples, 2 probe seeds
+            probe = run["downstream"]
+            assert probe["split"] == "test" and len(probe["probe_acc_per_probe_seed"]) == 2
+            assert all(round(10 * value) == pytest.approx(10 * value) for value in probe["probe_acc_per_probe_seed"])
+            assert probe["probe_acc"] == pytest.approx(statistics.fmean(probe["probe_acc_per_probe_seed"]))
+        accuracies = [run["downstream"]["probe_acc"] for run in record["per_seed"][side]]
+        assert record["summary"][side]["downstream"]["probe_acc_mean"] == pytest.approx(statistics.fmean(accuracies))
+    assert set(record["bertpre_minus_reference"]) == {"bertpre_cut", "reference_cut", "downstream_probe_acc"}
     assert all(entry["interval"] for entry in record["bertpre_minus_reference"].values())
+    assert set(record["downstream"]["identity"]["files_sha256"]) == {"train.csv", "validation.csv", "test.csv"}
 
-    # An ablation: bertpre alone with one switch, compared with the run above.
-    assert learning.main([*size, "--no-reference", "--variant", "truncate-end", "--baseline", str(result),
+    # An ablation: bertpre alone with one switch, compared with the run above, which it awaits
+    # (here it "lands" at the first poll).
+    later = tmp_path / "later.json"
+    monkeypatch.setattr(learning.time, "sleep", lambda seconds: later.exists() or later.write_text(result.read_text()))
+    assert learning.main([*size, *downstream, "--no-reference", "--variant", "truncate-end", "--baseline", str(later),
                           "--name", "ablation", "--out", str(tmp_path / "ablation")]) == 0
     (ablation,) = (tmp_path / "ablation").iterdir()
     record = json.loads(ablation.read_text())
     assert record["per_seed"]["reference"] == [] and record["settings"]["variant"] == "truncate-end"
     effect = record["baseline"]["bertpre_minus_baseline_bertpre"]
-    assert set(effect) == {"bertpre_cut", "reference_cut"} and all(entry["interval"] for entry in effect.values())
+    assert set(effect) == {"bertpre_cut", "reference_cut", "downstream_probe_acc"}
+    assert all(entry["interval"] for entry in effect.values())
     with pytest.raises(SystemExit, match="other settings"):
         learning.main([*size, "--steps", "3", "--no-reference", "--baseline", str(result), "--out", str(tmp_path)])
+    with pytest.raises(SystemExit, match="other probe settings"):
+        learning.main([*size, *downstream[:2], "--no-reference", "--baseline", str(result), "--out", str(tmp_path)])
 
 
 def test_variants_switch_bertpre_recipe_and_switch_back():
