@@ -1,0 +1,552 @@
+"""XLNet for permutation language modelling, in Hugging Face's `XLNetLMHeadModel` parameter layout.
+
+One layer (Yang et al. 2019, with Transformer-XL's relative attention and recurrence):
+
+- score(i, j) = [(q_i + u)·k_j + (q_i + v)·W_R R(i−j) + (q_i + s)·seg_embed[i, j same/other
+  segment]] / sqrt(d_head), with R the sinusoid of the signed distance (both directions,
+  `attn_type` "bi") clamped to `clamp_len`; u, v, s are `r_w_bias`, `r_r_bias`, `r_s_bias`.
+- Keys and values run over [memory; current segment]: the memory is each layer's input from the
+  previous segments (detached, the last `mem_len` states), seen by every query.
+- Two streams: the content stream h (from the word embedding) sees what `perm_mask` allows and
+  always itself; the query stream g (from `mask_emb`) exists only at the P targets that
+  `target_mapping` names, sees what `perm_mask` allows, never its own token, and feeds the head.
+
+Tensors are batch-first here (Hugging Face's code is time-first); the math and the parameter
+names are the same, so `state_dict()` loads into `transformers.XLNetLMHeadModel` as it is.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, fields
+from functools import partial
+from pathlib import Path
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+from safetensors.torch import save_file
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+import bertpre
+from bertpre.errors import UserError
+from bertpre.labels import IGNORE_INDEX
+from bertpre.model import hf_format
+from bertpre.model.bert import activation, summed_cross_entropy
+from bertpre.model.config import HIDDEN_ACTS
+from bertpre.model.positions import sinusoid_table
+
+TIED_KEYS = ("lm_loss.weight",)  # the word embedding under the head's name
+
+
+# --- config --------------------------------------------------------------------------------
+
+
+@dataclass
+class XLNetConfig:
+    """The model's shape with bertpre's `BertConfig` names where the meaning is the same
+    (`hidden_size` is XLNet's d_model, `intermediate_size` its d_inner, `hidden_act` its
+    ff_activation); `dropout` is XLNet's one rate for embeddings, attention and feed-forward.
+
+    `mem_len`: memory states kept per layer (0: no recurrence). `reuse_len`: how many of a
+    segment's first states are cached (None: all). `clamp_len`: distances beyond it share one
+    encoding (-1: none). Only `attn_type` "bi", `bi_data` false and `same_length` false are built.
+    """
+
+    vocab_size: int = 32000
+    hidden_size: int = 1024
+    num_hidden_layers: int = 24
+    num_attention_heads: int = 16
+    intermediate_size: int = 4096
+    hidden_act: str = "gelu"
+    dropout: float = 0.1
+    layer_norm_eps: float = 1e-12
+    initializer_range: float = 0.02
+    mem_len: int = 0
+    reuse_len: int | None = None
+    clamp_len: int = -1
+    attn_type: str = "bi"
+    bi_data: bool = False
+    same_length: bool = False
+    pad_token_id: int = 0  # bertpre's trained vocabularies: [PAD]=0, [CLS]=2, [SEP]=3
+    cls_token_id: int | None = 2
+    sep_token_id: int | None = 3
+    bos_token_id: int | None = None
+    eos_token_id: int | None = None
+
+    def validate(self) -> None:
+        """Raise UserError naming the first field that cannot build a model."""
+        for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                     "intermediate_size"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise UserError(f"model.{name} must be a positive integer, got {value!r}")
+        if self.hidden_size % self.num_attention_heads:
+            raise UserError(f"model.hidden_size ({self.hidden_size}) must be divisible by "
+                            f"model.num_attention_heads ({self.num_attention_heads})")
+        if self.hidden_size % 2:
+            raise UserError("XLNet needs an even model.hidden_size (its sinusoids come in sin/cos pairs)")
+        if self.hidden_act not in HIDDEN_ACTS:
+            raise UserError(f"model.hidden_act {self.hidden_act!r} is not supported; use one of "
+                            + ", ".join(HIDDEN_ACTS))
+        if not 0.0 <= float(self.dropout) < 1.0:
+            raise UserError(f"model.dropout must be in [0, 1), got {self.dropout!r}")
+        if not isinstance(self.mem_len, int) or isinstance(self.mem_len, bool) or self.mem_len < 0:
+            raise UserError(f"model.mem_len must be an integer >= 0, got {self.mem_len!r}")
+        if self.reuse_len is not None and (not isinstance(self.reuse_len, int) or self.reuse_len < 1):
+            raise UserError(f"model.reuse_len must be a positive integer or null, got {self.reuse_len!r}")
+        if not isinstance(self.clamp_len, int) or isinstance(self.clamp_len, bool):
+            raise UserError(f"model.clamp_len must be an integer (-1: no clamp), got {self.clamp_len!r}")
+        for name, built in (("attn_type", "bi"), ("bi_data", False), ("same_length", False)):
+            if getattr(self, name) != built:
+                raise UserError(f"model.{name} {getattr(self, name)!r} is not built; use {built!r}")
+        if not 0 <= self.pad_token_id < self.vocab_size:
+            raise UserError(f"model.pad_token_id ({self.pad_token_id}) must be below vocab_size "
+                            f"({self.vocab_size})")
+
+    @property
+    def head_size(self) -> int:
+        """XLNet's d_head."""
+        return self.hidden_size // self.num_attention_heads
+
+    def to_dict(self) -> dict:
+        """The fields as a plain dict (YAML/JSON friendly)."""
+        return asdict(self)
+
+    def to_hf_dict(self) -> dict:
+        """config.json of Hugging Face's `XLNetLMHeadModel` (native, no remote code)."""
+        return {
+            "architectures": ["XLNetLMHeadModel"],
+            "model_type": "xlnet",
+            "vocab_size": self.vocab_size,
+            "d_model": self.hidden_size,
+            "n_layer": self.num_hidden_layers,
+            "n_head": self.num_attention_heads,
+            "d_head": self.head_size,
+            "d_inner": self.intermediate_size,
+            "ff_activation": self.hidden_act,
+            "untie_r": True,
+            "attn_type": self.attn_type,
+            "mem_len": self.mem_len or None,
+            "reuse_len": self.reuse_len,
+            "bi_data": self.bi_data,
+            "clamp_len": self.clamp_len,
+            "same_length": self.same_length,
+            "initializer_range": self.initializer_range,
+            "layer_norm_eps": self.layer_norm_eps,
+            "dropout": self.dropout,
+            "summary_type": "last",  # XLNet's classification token comes last
+            "summary_use_proj": True,
+            "summary_activation": "tanh",
+            "summary_last_dropout": self.dropout,
+            "pad_token_id": self.pad_token_id,
+            "bos_token_id": self.bos_token_id,
+            "eos_token_id": self.eos_token_id,
+            "cls_token_id": self.cls_token_id,
+            "sep_token_id": self.sep_token_id,
+            "tie_word_embeddings": True,
+        }
+
+    @classmethod
+    def from_hf_dict(cls, hf: dict) -> XLNetConfig:
+        """Build from an XLNet config.json dict; keys without a meaning here are ignored."""
+        if hf.get("model_type") != "xlnet":
+            raise UserError(f"config.json has model_type {hf.get('model_type')!r}; expected 'xlnet'")
+        renamed = {"d_model": "hidden_size", "n_layer": "num_hidden_layers",
+                   "n_head": "num_attention_heads", "d_inner": "intermediate_size",
+                   "ff_activation": "hidden_act"}
+        known = {f.name for f in fields(cls)}
+        values = {renamed.get(key, key): value for key, value in hf.items()
+                  if renamed.get(key, key) in known}
+        values["mem_len"] = values.get("mem_len") or 0
+        if values.get("pad_token_id") is None:
+            values["pad_token_id"] = 0
+        config = cls(**values)
+        if hf.get("d_head", config.head_size) != config.head_size:
+            raise UserError(f"config.json has d_head {hf['d_head']}; bertpre builds d_model / n_head "
+                            f"= {config.head_size}")
+        config.validate()
+        return config
+
+
+# --- the network ---------------------------------------------------------------------------
+
+
+class StreamInputs(NamedTuple):
+    """Where one stream's queries stand towards the keys [memory; segment], per forward.
+
+    `distance_index` (B or 1, Q, K): the row of the distance table for query i and key j.
+    `blocked` (B, Q, K): True where the query may not look. `other_segment` (B, Q, K): True
+    where the key lies in another segment. `sees_nothing` (B, Q): True for a query with no
+    context (or no target), which then gets none rather than attention spread over blocked keys.
+    """
+
+    distance_index: torch.Tensor
+    blocked: torch.Tensor | None = None
+    other_segment: torch.Tensor | None = None
+    sees_nothing: torch.Tensor | None = None
+
+
+class XLNetRelativeAttention(nn.Module):
+    """Two-stream relative attention: projections `q, k, v, o, r` (d_model, n_head, d_head), no
+    biases, `r_w_bias`/`r_r_bias`/`r_s_bias` and `seg_embed` per layer, then residual + post-LN."""
+
+    def __init__(self, config: XLNetConfig) -> None:
+        super().__init__()
+        shape = (config.hidden_size, config.num_attention_heads, config.head_size)
+        head_shape = (config.num_attention_heads, config.head_size)
+        self.q = nn.Parameter(torch.empty(shape))
+        self.k = nn.Parameter(torch.empty(shape))
+        self.v = nn.Parameter(torch.empty(shape))
+        self.o = nn.Parameter(torch.empty(shape))
+        self.r = nn.Parameter(torch.empty(shape))
+        self.r_r_bias = nn.Parameter(torch.empty(head_shape))
+        self.r_s_bias = nn.Parameter(torch.empty(head_shape))
+        self.r_w_bias = nn.Parameter(torch.empty(head_shape))
+        self.seg_embed = nn.Parameter(torch.empty((2, *head_shape)))
+        self.layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.dropout)
+        self.scale = 1.0 / math.sqrt(config.head_size)
+
+    def forward(self, h: torch.Tensor, g: torch.Tensor | None, memory: torch.Tensor | None,
+                sinusoids: torch.Tensor, content: StreamInputs,
+                query: StreamInputs | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Args: h (B, T, C); g (B, P, C) or None; memory (B, M, C) or None; sinusoids (R, C)."""
+        keys_in = h if memory is None else torch.cat([memory, h], dim=1)  # (B, K, C)
+        key = torch.einsum("bkc,cnd->bnkd", keys_in, self.k)
+        value = torch.einsum("bkc,cnd->bnkd", keys_in, self.v)
+        key_r = torch.einsum("rc,cnd->nrd", sinusoids.to(h.dtype), self.r)  # (nh, R, hs)
+        query_h = torch.einsum("btc,cnd->bntd", h, self.q)
+        h = self.post_attention(h, self.attend(query_h, key, value, key_r, content))
+        if g is not None and query is not None:
+            query_g = torch.einsum("bpc,cnd->bnpd", g, self.q)
+            g = self.post_attention(g, self.attend(query_g, key, value, key_r, query))
+        return h, g
+
+    def attend(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+               key_r: torch.Tensor, stream: StreamInputs) -> torch.Tensor:
+        """Attention of queries (B, nh, Q, hs) over keys and values (B, nh, K, hs) -> (B, Q, nh, hs)."""
+        B, nh, Q, _ = query.shape
+        K = key.shape[2]
+        scores = torch.einsum("bnqd,bnkd->bnqk", query + self.r_w_bias[:, None], key)
+        by_distance = torch.einsum("bnqd,nrd->bnqr", query + self.r_r_bias[:, None], key_r)
+        scores = scores + by_distance.gather(-1, stream.distance_index[:, None].expand(B, nh, Q, K))
+        if stream.other_segment is not None:
+            by_segment = torch.einsum("bnqd,snd->bnqs", query + self.r_s_bias[:, None], self.seg_embed)
+            scores = scores + torch.where(stream.other_segment[:, None], by_segment[..., 1:],
+                                          by_segment[..., :1])
+        scores = scores * self.scale  # (B, nh, Q, K)
+        if stream.blocked is not None:
+            # The dtype's own minimum: a large constant like -1e30 overflows in float16.
+            scores = scores.masked_fill(stream.blocked[:, None], torch.finfo(scores.dtype).min)
+        probs = self.dropout(scores.softmax(dim=-1, dtype=torch.float32).to(value.dtype))
+        if stream.sees_nothing is not None:
+            probs = probs.masked_fill(stream.sees_nothing[:, None, :, None], 0.0)
+        return torch.einsum("bnqk,bnkd->bqnd", probs, value)
+
+    def post_attention(self, residual: torch.Tensor, attended: torch.Tensor) -> torch.Tensor:
+        """Output projection `o`, dropout, residual and post-LayerNorm."""
+        out = torch.einsum("bqnd,cnd->bqc", attended, self.o)
+        return self.layer_norm(self.dropout(out) + residual)
+
+
+class XLNetFeedForward(nn.Module):
+    """layer_1, activation, dropout, layer_2, dropout, residual and post-LayerNorm."""
+
+    def __init__(self, config: XLNetConfig) -> None:
+        super().__init__()
+        self.layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.layer_1 = nn.Linear(config.hidden_size, config.intermediate_size)
+        self.layer_2 = nn.Linear(config.intermediate_size, config.hidden_size)
+        self.dropout = nn.Dropout(config.dropout)
+        self.activation_function = activation(config.hidden_act)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.dropout(self.activation_function(self.layer_1(x)))
+        return self.layer_norm(self.dropout(self.layer_2(out)) + x)
+
+
+class XLNetLayer(nn.Module):
+    """Relative attention, then the feed-forward block on each stream."""
+
+    def __init__(self, config: XLNetConfig) -> None:
+        super().__init__()
+        self.rel_attn = XLNetRelativeAttention(config)
+        self.ff = XLNetFeedForward(config)
+
+    def forward(self, h: torch.Tensor, g: torch.Tensor | None, memory: torch.Tensor | None,
+                sinusoids: torch.Tensor, content: StreamInputs,
+                query: StreamInputs | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        h, g = self.rel_attn(h, g, memory, sinusoids, content, query)
+        return self.ff(h), None if g is None else self.ff(g)
+
+
+def relative_sinusoids(length: int, memory_length: int, width: int, clamp_len: int,
+                       device: torch.device) -> torch.Tensor:
+    """R for the distances M+T−1 down to −(T−1) (query i at M+i, key j), clamped, (M+2T−1, C)."""
+    distances = torch.arange(memory_length + length - 1, -length, -1, device=device)
+    if clamp_len > 0:
+        distances = distances.clamp(-clamp_len, clamp_len)
+    return sinusoid_table(distances, width)
+
+
+def stream_inputs(
+    batch_size: int,
+    length: int,
+    memory_length: int,
+    device: torch.device,
+    attention_mask: torch.Tensor | None = None,
+    mems_attention_mask: torch.Tensor | None = None,
+    perm_mask: torch.Tensor | None = None,
+    token_type_ids: torch.Tensor | None = None,
+    target_mapping: torch.Tensor | None = None,
+) -> tuple[StreamInputs, StreamInputs | None]:
+    """What attention needs about positions, masks and segments, for the content stream over
+    the T tokens and, with `target_mapping`, the query stream over its P targets.
+
+    Memory keys are never blocked by `perm_mask` and count as segment 0 (XLNet's convention);
+    the content stream always sees its own token. All on the device: no host sync.
+    """
+    B, T, M = batch_size, length, memory_length
+    K = M + T
+    rows = torch.arange(T, device=device)
+    keys = torch.arange(K, device=device)
+    content_index = (T - 1 - rows[:, None] + keys[None, :])[None]  # (1, T, K)
+
+    blocked = None  # (B, T, K), before the content stream's own token is let through
+    if attention_mask is not None or mems_attention_mask is not None:
+        if attention_mask is None:
+            attention_mask = torch.ones(B, T, dtype=torch.bool, device=device)
+        if mems_attention_mask is None:
+            mems_attention_mask = torch.ones(B, M, dtype=torch.bool, device=device)
+        key_valid = torch.cat([mems_attention_mask.bool(), attention_mask.bool()], dim=1)  # (B, K)
+        blocked = (~key_valid)[:, None, :].expand(B, T, K)
+    if perm_mask is not None:
+        perm = F.pad(perm_mask.bool(), (M, 0))  # (B, T, K)
+        blocked = perm if blocked is None else blocked | perm
+    other_segment = None
+    if token_type_ids is not None:
+        key_types = F.pad(token_type_ids, (M, 0))
+        other_segment = token_type_ids[:, :, None] != key_types[:, None, :]  # (B, T, K)
+    content = StreamInputs(
+        distance_index=content_index,
+        blocked=None if blocked is None else blocked & (keys[None, :] != rows[:, None] + M),
+        other_segment=other_segment,
+    )
+    if target_mapping is None:
+        return content, None
+
+    targets = target_mapping.argmax(dim=-1)  # (B, P): the position each target predicts
+
+    def rows_of(table: torch.Tensor) -> torch.Tensor:
+        return table.gather(1, targets[..., None].expand(-1, -1, K))  # (B, T, K) -> (B, P, K)
+
+    sees_nothing = target_mapping.sum(dim=-1) == 0  # an unused target slot
+    query_blocked = None if blocked is None else rows_of(blocked)
+    if query_blocked is not None:
+        sees_nothing = sees_nothing | query_blocked.all(dim=-1)
+    query = StreamInputs(
+        distance_index=T - 1 - targets[..., None] + keys,  # (B, P, K)
+        blocked=query_blocked,
+        other_segment=None if other_segment is None else rows_of(other_segment),
+        sees_nothing=sees_nothing,
+    )
+    return content, query
+
+
+@dataclass
+class XLNetModelOutput:
+    """`last_hidden_state`: the query stream (B, P, C) with `target_mapping`, else the content
+    stream (B, T, C). `mems`: per layer its input states to remember (B, ≤mem_len, C),
+    detached, or None without `mem_len`; `mems_attention_mask` (B, ≤mem_len) which are real."""
+
+    last_hidden_state: torch.Tensor
+    mems: list[torch.Tensor] | None = None
+    mems_attention_mask: torch.Tensor | None = None
+
+
+class XLNetModel(nn.Module):
+    """The transformer: `word_embedding`, `mask_emb` (the query stream's start) and the layers."""
+
+    def __init__(self, config: XLNetConfig) -> None:
+        super().__init__()
+        config.validate()
+        self.config = config
+        self.word_embedding = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.mask_emb = nn.Parameter(torch.empty(1, 1, config.hidden_size))
+        self.layer = nn.ModuleList([XLNetLayer(config) for _ in range(config.num_hidden_layers)])
+        self.dropout = nn.Dropout(config.dropout)
+        self.gradient_checkpointing = False
+        self.apply(partial(init_weights, std=config.initializer_range))
+        nn.init.normal_(self.mask_emb, std=config.initializer_range)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        perm_mask: torch.Tensor | None = None,
+        target_mapping: torch.Tensor | None = None,
+        mems: list[torch.Tensor] | None = None,
+        mems_attention_mask: torch.Tensor | None = None,
+    ) -> XLNetModelOutput:
+        """Args (Hugging Face's meanings, batch-first):
+            input_ids, token_type_ids, attention_mask: (B, T); attention_mask 1 for tokens.
+            perm_mask: (B, T, T), 1 where token i may not see token j.
+            target_mapping: (B, P, T), one-hot rows naming the P predicted positions (a zero
+                row is an unused slot).
+            mems: per layer (B, M, C) from the previous segment; mems_attention_mask (B, M).
+        """
+        B, T = input_ids.shape
+        M = 0 if mems is None else mems[0].shape[1]
+        content, query = stream_inputs(B, T, M, input_ids.device, attention_mask,
+                                       mems_attention_mask, perm_mask, token_type_ids, target_mapping)
+        sinusoids = self.dropout(relative_sinusoids(T, M, self.config.hidden_size,
+                                                    self.config.clamp_len, input_ids.device))
+        h = self.dropout(self.word_embedding(input_ids))  # (B, T, C)
+        g = None
+        if target_mapping is not None:
+            g = self.dropout(self.mask_emb.expand(B, target_mapping.shape[1], -1))  # (B, P, C)
+
+        new_mems: list[torch.Tensor] | None = [] if self.config.mem_len else None
+        for index, layer in enumerate(self.layer):
+            memory = None if mems is None else mems[index]
+            if new_mems is not None:
+                new_mems.append(self.remember(h, memory).detach())
+            if self.gradient_checkpointing and self.training:
+                h, g = checkpoint(layer, h, g, memory, sinusoids, content, query, use_reentrant=False)
+            else:
+                h, g = layer(h, g, memory, sinusoids, content, query)
+
+        new_mask = None
+        if new_mems is not None and (attention_mask is not None or mems_attention_mask is not None):
+            if attention_mask is None:
+                attention_mask = torch.ones(B, T, dtype=torch.bool, device=input_ids.device)
+            new_mask = self.remember(attention_mask.bool(), None if mems_attention_mask is None
+                                     else mems_attention_mask.bool())
+        return XLNetModelOutput(self.dropout(h if g is None else g), new_mems, new_mask)
+
+    def remember(self, current: torch.Tensor, memory: torch.Tensor | None) -> torch.Tensor:
+        """The last `mem_len` of [memory; the first `reuse_len` of current] along time."""
+        if self.config.reuse_len is not None:
+            current = current[:, : self.config.reuse_len]
+        if memory is not None:
+            current = torch.cat([memory, current], dim=1)
+        return current[:, -self.config.mem_len:]
+
+
+def init_weights(module: nn.Module, std: float) -> None:
+    """XLNet's initialization: normal(0, std) weights and attention parameters, zero biases,
+    LayerNorm 1/0."""
+    if isinstance(module, (nn.Linear, nn.Embedding)):
+        nn.init.normal_(module.weight, std=std)
+        if getattr(module, "bias", None) is not None:
+            nn.init.zeros_(module.bias)
+    elif isinstance(module, nn.LayerNorm):
+        nn.init.ones_(module.weight)
+        nn.init.zeros_(module.bias)
+    elif isinstance(module, XLNetRelativeAttention):
+        for name in ("q", "k", "v", "o", "r", "r_r_bias", "r_s_bias", "r_w_bias", "seg_embed"):
+            nn.init.normal_(getattr(module, name), std=std)
+
+
+# --- the language-model head ---------------------------------------------------------------
+
+
+@dataclass
+class XLNetLMOutput:
+    """`logits` (B, P, V) with `target_mapping`, else (B, T, V); `loss` the mean cross-entropy
+    over labels that are not -100 and `loss_sum` the sum before the division; `mems` and
+    `mems_attention_mask` to pass with the next segment."""
+
+    logits: torch.Tensor
+    mems: list[torch.Tensor] | None = None
+    mems_attention_mask: torch.Tensor | None = None
+    loss: torch.Tensor | None = None
+    loss_sum: torch.Tensor | None = None
+
+
+class XLNetLMHeadModel(nn.Module):
+    """XLNet with its tied language-model head `lm_loss` (Hugging Face's `XLNetLMHeadModel`)."""
+
+    def __init__(self, config: XLNetConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.transformer = XLNetModel(config)
+        self.lm_loss = nn.Linear(config.hidden_size, config.vocab_size)
+        nn.init.zeros_(self.lm_loss.bias)
+        self.tie_weights()
+
+    def tie_weights(self) -> None:
+        """Make the head use the word embedding matrix (one tensor, counted once)."""
+        self.lm_loss.weight = self.transformer.word_embedding.weight
+
+    def set_gradient_checkpointing(self, enabled: bool = True) -> None:
+        """Recompute each layer's activations in the backward pass (training mode only)."""
+        self.transformer.gradient_checkpointing = enabled
+
+    def num_parameters(self) -> int:
+        """Trainable parameters, tied ones counted once."""
+        return sum(p.numel() for p in self.parameters())
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        perm_mask: torch.Tensor | None = None,
+        target_mapping: torch.Tensor | None = None,
+        mems: list[torch.Tensor] | None = None,
+        labels: torch.Tensor | None = None,
+        mems_attention_mask: torch.Tensor | None = None,
+        label_smoothing: float = 0.0,
+    ) -> XLNetLMOutput:
+        """See `XLNetModel.forward`; `labels` (B, P) with `target_mapping`, else (B, T), -100
+        where nothing is predicted."""
+        encoded = self.transformer(input_ids, token_type_ids, attention_mask, perm_mask,
+                                    target_mapping, mems, mems_attention_mask)
+        logits = self.lm_loss(encoded.last_hidden_state)
+        loss = loss_sum = None
+        if labels is not None:
+            loss_sum = summed_cross_entropy(logits, labels, label_smoothing)
+            loss = loss_sum / (labels != IGNORE_INDEX).sum().clamp(min=1)
+        return XLNetLMOutput(logits, encoded.mems, encoded.mems_attention_mask, loss, loss_sum)
+
+    def save_pretrained(self, folder: str | Path) -> None:
+        """Write `config.json` and `model.safetensors` as `transformers.XLNetLMHeadModel` reads them."""
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        tensors = {name: tensor.detach().contiguous().cpu()
+                   for name, tensor in self.state_dict().items() if name not in TIED_KEYS}
+        hf_format.write_json(folder / hf_format.CONFIG_NAME,
+                             {**self.config.to_hf_dict(), "bertpre_version": bertpre.__version__})
+        save_file(tensors, folder / hf_format.SAFETENSORS_NAME, metadata={"format": "pt"})
+
+    @classmethod
+    def from_pretrained(cls, folder: str | Path) -> XLNetLMHeadModel:
+        """Load an XLNet folder (bertpre's export or Hugging Face's); every weight but the tied
+        head must be there. Never downloads anything."""
+        folder = hf_format.check_folder(folder)
+        path = folder / hf_format.CONFIG_NAME
+        if not path.is_file():
+            raise UserError(f"{folder}: no {hf_format.CONFIG_NAME}; a Hugging Face model folder needs one")
+        try:
+            config = XLNetConfig.from_hf_dict(json.loads(path.read_text(encoding="utf-8")))
+        except (json.JSONDecodeError, UnicodeDecodeError, TypeError, AttributeError) as error:
+            raise UserError(f"{path}: not an XLNet config ({error})") from None
+        model = cls(config)
+        state_dict = {k: v for k, v in hf_format.read_weights(folder).items() if k not in TIED_KEYS}
+        expected = {k: v.shape for k, v in model.state_dict().items() if k not in TIED_KEYS}
+        missing = sorted(set(expected) - set(state_dict))
+        unexpected = sorted(set(state_dict) - set(expected))
+        wrong = [k for k in expected if k in state_dict and state_dict[k].shape != expected[k]]
+        if missing or unexpected or wrong:
+            shown = ", ".join((missing + unexpected + wrong)[:3])
+            raise UserError(f"{folder}: weights do not fit XLNet's layout of config.json "
+                            f"({len(missing)} missing, {len(unexpected)} unexpected, "
+                            f"{len(wrong)} of another shape: {shown})")
+        with torch.no_grad():
+            model.load_state_dict(state_dict, strict=False)
+        model.tie_weights()
+        return model
