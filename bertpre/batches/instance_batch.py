@@ -31,6 +31,9 @@ class InstanceBatch:
     # (total,) uint8, 1 where a token begins a word: from DATA's `word_starts` column (Chinese
     # whole-word masking); None: words are a token and its `##` pieces.
     word_starts: np.ndarray | None = None
+    # (B,) bool, for segments read lane by lane (`SegmentInstances`): the row's recurrent memory
+    # starts empty here (a new document, or the lane's first step); None: no memory.
+    memory_reset: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.lengths)
@@ -62,8 +65,11 @@ class InstanceBatch:
         if all("word_starts" in instance for instance in instances):
             word_starts = np.fromiter(chain.from_iterable(instance["word_starts"] for instance in instances),
                                       np.uint8, total)
+        reset = None
+        if all("memory_reset" in instance for instance in instances):
+            reset = np.array([bool(instance["memory_reset"]) for instance in instances])
         return cls(input_ids, token_type_ids, lengths, np.array([key & _KEY_MASK for key in keys], np.uint64),
-                   labels, word_starts=word_starts)
+                   labels, word_starts=word_starts, memory_reset=reset)
 
     def instance(self, i: int) -> dict:
         """Instance i as a dict of Python values (the form `PretrainingInstances[i]` gives)."""
@@ -75,7 +81,8 @@ class InstanceBatch:
         }
         if self.word_starts is not None:
             instance["word_starts"] = self.word_starts[start:stop].tolist()
-        for name in ("truncated", "single_sentence_chunk", "document_index", "next_sentence_label"):
+        for name in ("truncated", "single_sentence_chunk", "document_index", "next_sentence_label",
+                     "memory_reset"):
             column = getattr(self, name)
             if column is not None:
                 instance[name] = column[i].item()
@@ -106,5 +113,6 @@ class InstanceBatch:
             lengths=lengths,
             seed_keys=self.seed_keys[order],
             **{name: None if getattr(self, name) is None else getattr(self, name)[order]
-               for name in ("next_sentence_label", "truncated", "single_sentence_chunk", "document_index")},
+               for name in ("next_sentence_label", "truncated", "single_sentence_chunk", "document_index",
+                            "memory_reset")},
         )

@@ -149,7 +149,8 @@ class PermutationCollator:
         pad_to_length: pad every batch to exactly this length (compiled steps); else the longest.
 
     The batch: int64 `input_ids`, `token_type_ids`, `attention_mask`, `perm_rank` (B, T);
-    bool `perm_hidden`, `perm_target` (B, T); int64 `target_positions`, `labels` (B, P).
+    bool `perm_hidden`, `perm_target` (B, T); int64 `target_positions`, `labels` (B, P); and
+    for segments read lane by lane (`SegmentInstances`), bool `memory_reset` (B,).
     P: round(T · plm_probability) for `xlnet` (T the padded length), T for `hf` and `clm`.
     """
 
@@ -221,7 +222,7 @@ class PermutationCollator:
         positions, labels = self._targets(input_ids, target, slots)
         if self.plan == "hf" and self.objective == "plm":  # its targets read [MASK] in the input
             input_ids = np.where(target, self.mask_token_id, input_ids)
-        return {
+        batch = {
             "input_ids": torch.from_numpy(input_ids),
             "token_type_ids": torch.from_numpy(token_type_ids),
             "attention_mask": torch.from_numpy(attention_mask.astype(np.int64)),
@@ -231,6 +232,9 @@ class PermutationCollator:
             "target_positions": torch.from_numpy(positions),
             "labels": torch.from_numpy(labels),
         }
+        if instances.memory_reset is not None:  # segments read lane by lane: where memory starts empty
+            batch["memory_reset"] = torch.from_numpy(instances.memory_reset.astype(bool))
+        return batch
 
     def _plan_row(self, eligible: np.ndarray, word_starts: np.ndarray, functional: np.ndarray,
                   real: np.ndarray, slots: int, rng: np.random.Generator
