@@ -131,7 +131,11 @@ def train_bertpre(args, data: Path, out: Path, seed: int):
 
     with variant(args.variant):
         pretrain(load_config(ROOT / "configs" / "tiny.yaml", bertpre_overrides(args, data, out, seed)))
-    return BertForPreTraining.from_pretrained(latest_checkpoint(out)).eval()
+    checkpoint = latest_checkpoint(out)
+    if checkpoint is None or checkpoint.name != f"step-{args.steps:08d}":  # SIGTERM: the Trainer stops early, cleanly
+        raise SystemExit(f"bertpre's seed {seed} stopped at {checkpoint.name if checkpoint else 'step 0'} "
+                         f"of {args.steps} steps; nothing recorded")
+    return BertForPreTraining.from_pretrained(checkpoint).eval()
 
 
 def blocks_of(documents, hf_tokenizer, length: int) -> list[list[int]]:

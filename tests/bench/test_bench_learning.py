@@ -90,3 +90,21 @@ def test_variants_switch_bertpre_recipe_and_switch_back():
     with learning.variant("truncate-end"):
         assert pairs._front_trims(64, 7, 0) == 0
     assert trainer.learning_rate(0, **schedule) == 0.1 and pairs._front_trims(64, 7, 0) > 0
+
+
+def test_a_bertpre_run_stopped_early_records_nothing(tmp_path, monkeypatch):
+    """SIGTERM makes the Trainer stop cleanly at a checkpoint short of max_steps; that model is no result."""
+    import argparse
+
+    import bertpre.train.checkpoint as checkpoint
+    import bertpre.train.trainer as trainer
+
+    monkeypatch.setattr(trainer, "pretrain", lambda config: None)
+    args = argparse.Namespace(steps=20, variant=None, length=32, batch_size=4, hidden=32, layers=1, lr=1e-3,
+                              warmup=2, set=[])
+    monkeypatch.setattr(checkpoint, "latest_checkpoint", lambda out: out / "checkpoints" / "step-00000007")
+    with pytest.raises(SystemExit, match="stopped at step-00000007 of 20 steps"):
+        learning.train_bertpre(args, tmp_path / "data", tmp_path / "run", 0)
+    monkeypatch.setattr(checkpoint, "latest_checkpoint", lambda out: None)
+    with pytest.raises(SystemExit, match="stopped at step 0 of 20 steps"):
+        learning.train_bertpre(args, tmp_path / "data", tmp_path / "run", 0)
