@@ -5,7 +5,12 @@ checkpoint, at its pretraining step.
 
 `BERTPRE_UPDATE_SCREENSHOT=1` also writes the README's docs/finetune-downstream.png. To picture a
 longer run instead of the tiny one, name a RUN already scored with `--checkpoints` and the sweep's
---out folder: `BERTPRE_DOWNSTREAM_RUN=RUN BERTPRE_DOWNSTREAM_SCORES=OUT` (the same checks apply)."""
+--out folder: `BERTPRE_DOWNSTREAM_RUN=RUN BERTPRE_DOWNSTREAM_SCORES=OUT` (the same checks apply).
+The README's picture: `build_tiny_data(DATA, documents=400, validation=10)`; `bertpre pretrain
+--config tiny --data DATA --out RUN --set train.max_steps=300 --set train.save_every=30 --set
+train.keep_last=10`; a word-order task of 400 training and 200 validation sentences of
+`tiny_documents(300, seed=7)`, every second one shuffled (label real / shuffled); `bertpre finetune
+RUN --train ... --validation ... --out OUT --preset probe --seeds 2 --checkpoints all`."""
 from __future__ import annotations
 
 import json
