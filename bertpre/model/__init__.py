@@ -3,5 +3,7 @@ from bertpre.labels import IGNORE_INDEX
 from bertpre.model.bert import BertForPreTraining, BertModel
 from bertpre.model.config import BertConfig
 from bertpre.model.vocab_growth import grow_vocab_rows
+from bertpre.model.xlnet import XLNetConfig, XLNetLMHeadModel
 
 __all__ = ["IGNORE_INDEX", "BertConfig", "BertForPreTraining", "BertModel", "grow_vocab_rows"]
+__all__ += ["XLNetConfig", "XLNetLMHeadModel"]

@@ -10,6 +10,9 @@ One layer (Yang et al. 2019, with Transformer-XL's relative attention and recurr
 - Two streams: the content stream h (from the word embedding) sees what `perm_mask` allows and
   always itself; the query stream g (from `mask_emb`) exists only at the P targets that
   `target_mapping` names, sees what `perm_mask` allows, never its own token, and feeds the head.
+  Its attention runs over those P rows only (XLNet's code and Hugging Face's scatter them back
+  to all T rows for the attention), and a target that may see nothing gets no context, where
+  they spread its attention over every key, its own token included.
 
 Tensors are batch-first here (Hugging Face's code is time-first); the math and the parameter
 names are the same, so `state_dict()` loads into `transformers.XLNetLMHeadModel` as it is.
