@@ -17,7 +17,8 @@ of a plain transformers loop, same shape, optimizer, schedule, data and steps, K
   `probe` preset, frozen encoder, `--probe-seeds` seeds; the reference model is saved as a
   Hugging Face folder with the DATA tokenizer first), test accuracy per pretraining seed. The
   WordNet supersense task (`python -m data_prep.wordnet_supersenses --out DIR --max-train 4000
-  --max-eval 1000`, 41 labels) keeps it to seconds a model.
+  --max-eval 1000`, 41 labels) keeps it to seconds a model. Probe with `--probe-set pooling=mean`:
+  with `pair_task: none` no loss reads [CLS]'s output, and its probe may not beat the majority class.
 
 Writes bench/results/learning-DATE.json (NAME-DATE with `--name`): per seed, each side's loss and
 accuracy on both sets (and probe accuracy); per side the mean and standard deviation; bertpre −
@@ -27,7 +28,7 @@ reference with a 95% Welch interval (ablations: this run's bertpre − the basel
     .venv/bin/python -m bench.learning --name learning-sampled --set data.mask_count=sampled
     .venv/bin/python -m bench.learning --no-reference --name learning-truncate-end --variant truncate-end
     .venv/bin/python -m bench.learning --steps 20 --seeds 1 --hidden 64 # quick
-    .venv/bin/python -m bench.learning --name learning-downstream --downstream data/wordnet-supersenses-4000
+    .venv/bin/python -m bench.learning --name learning-downstream --downstream data/wordnet-supersenses-4000 --probe-set pooling=mean
 """
 from __future__ import annotations
 
