@@ -275,7 +275,8 @@ class Job:
     def evaluate(self, encoder: Encoder, *, sweep_of: Path | None = None) -> tuple[dict[str, Any], bool]:
         """The result for `encoder` (reused from results.jsonl when it is there) and whether it is
         new; a new one is recorded there (in a sweep, after the RUN's TensorBoard has it)."""
-        key = work_key(encoder, self.data, self.files, self.hp, self.seeds)
+        hp = fitted_hyperparameters(self.hp, encoder, self.say)
+        key = work_key(encoder, self.data, self.files, hp, self.seeds)
         done = finished_work(self.target, key)
         if done is not None and self.save_model and not done.get("saved_model"):
             done = None  # the earlier run kept no model: train again to keep one
@@ -285,7 +286,7 @@ class Job:
             return done, False
         if self.runtime is None:
             self.runtime = init_runtime(self.precision, device=self.device)
-        result = run_seeds(encoder, self.data, self.files, self.hp, self.seeds, self.runtime, self.say,
+        result = run_seeds(encoder, self.data, self.files, hp, self.seeds, self.runtime, self.say,
                            save_to=self.target if self.save_model else None,
                            features_folder=self.target / FEATURES_FOLDER)
         result["key"] = key
@@ -295,6 +296,17 @@ class Job:
             log_to_tensorboard(sweep_of, self.name, result)
         append_line(self.target / SWEEP_FILE, result)
         return result, True
+
+
+def fitted_hyperparameters(hp: Hyperparameters, encoder: Encoder, say: Callable[[str], None]) -> Hyperparameters:
+    """`hp` with max_seq_length cut to the model's positions (a table of absolute positions has
+    no row past its last), with a note; relative positions have no such limit."""
+    config = encoder.config
+    if config.relative_positions or hp.max_seq_length <= config.max_position_embeddings:
+        return hp
+    say(f"note: max_seq_length {hp.max_seq_length} is longer than the model's "
+        f"{config.max_position_embeddings} positions; examples are cut at {config.max_position_embeddings}")
+    return replace(hp, max_seq_length=config.max_position_embeddings)
 
 
 @dataclass

@@ -343,3 +343,16 @@ def test_probe_features_are_computed_once_and_read_back(run_folder, task_files, 
     code, _, stderr = run_main([*base, "--lr", "0.003", "--seed", "4"], monkeypatch, capsys)
     assert code == 0, stderr
     assert stderr.count("is damaged or does not fit") == 2 and len(calls) == 6
+
+
+def test_examples_longer_than_the_models_positions_are_cut_with_a_note(run_folder, tmp_path, monkeypatch, capsys):
+    rows = [{"text": " ".join(["the cat sees the river ."] * 30), "label": "a"},
+            {"text": " ".join(["my sister feeds the farmer ."] * 30), "label": "b"}] * 8
+    for name in ("train.jsonl", "dev.jsonl"):
+        (tmp_path / name).write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    code, _, stderr = run_main(["finetune", run_folder, "--train", tmp_path / "train.jsonl", "--validation",
+                                tmp_path / "dev.jsonl", "--out", tmp_path / "out", "--mode", "probe",
+                                "--seeds", "1", "--epochs", "2"], monkeypatch, capsys)
+    assert code == 0, stderr
+    assert "max_seq_length 128 is longer than the model's 64 positions; examples are cut at 64" in stderr
+    assert json.loads((tmp_path / "out" / "results.json").read_text())["hyperparameters"]["max_seq_length"] == 64
