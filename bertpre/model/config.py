@@ -2,11 +2,20 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
+from typing import Any
 
 from bertpre.errors import UserError
 from bertpre.model.positions import POSITION_EMBEDDING_TYPES
 
 HIDDEN_ACTS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu", "swish")
+# `bert`: BERT's layout (and ALBERT's options, relative positions); `xlnet`: XLNet's layout,
+# two-stream relative attention and Transformer-XL's memory (`bertpre.model.xlnet`).
+ARCHITECTURES = ("bert", "xlnet")
+# Fields that shape an XLNet's weights (the rest of BERT's have no meaning there).
+XLNET_SHAPE_FIELDS = ("architecture", "vocab_size", "hidden_size", "num_hidden_layers",
+                      "num_attention_heads", "intermediate_size")
+# Fields bertpre adds for XLNet; a BERT export's config.json leaves them out.
+XLNET_FIELDS = ("architecture", "mem_len", "clamp_len")
 # A model with relative positions exports as Hugging Face remote code (transformers has no
 # such BERT): config.json names these classes of the export's own two Python files.
 REMOTE_MODEL_TYPE = "bertpre"
@@ -28,6 +37,13 @@ class BertConfig:
     `position_embedding_type` is BERT's `absolute` table, or relative positions: `rope`
     (rotary, with `rope_theta`) or `transformer_xl` (see `bertpre.model.positions`); with
     these `max_position_embeddings` is only the length the model is meant for, not a limit.
+
+    `architecture: xlnet` builds `XLNetLMHeadModel` from the same names (`xlnet_config`):
+    hidden_size is XLNet's d_model, intermediate_size its d_inner, hidden_dropout_prob its one
+    dropout; `mem_len` is Transformer-XL's memory (states kept per layer, 0: none) and
+    `clamp_len` the distance beyond which relative positions share one encoding (-1: none).
+    Positions are relative by construction; `max_position_embeddings`, `type_vocab_size` and
+    the ALBERT options have no meaning there.
     """
 
     vocab_size: int | str = 30522
@@ -47,6 +63,9 @@ class BertConfig:
     share_layers: bool = False
     position_embedding_type: str = "absolute"
     rope_theta: float = 10000.0
+    architecture: str = "bert"
+    mem_len: int = 0
+    clamp_len: int = -1
 
     def validate(self) -> None:
         """Raise UserError naming the first field that cannot build a model."""
@@ -97,11 +116,66 @@ class BertConfig:
             raise UserError(
                 f"model.embedding_size must be a positive integer or null, got {self.embedding_size!r}"
             )
+        self.validate_architecture()
+
+    def validate_architecture(self) -> None:
+        """The architecture's own rules: XLNet's options only with `xlnet`, BERT's only with `bert`."""
+        if self.architecture not in ARCHITECTURES:
+            raise UserError(f"model.architecture {self.architecture!r} is not built; use one of "
+                            f"{', '.join(ARCHITECTURES)}")
+        for name, low in (("mem_len", 0), ("clamp_len", -1)):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < low:
+                raise UserError(f"model.{name} must be an integer of at least {low}, got {value!r}")
+        if self.architecture == "bert":
+            if self.mem_len:
+                raise UserError("model.mem_len is Transformer-XL's memory, which BERT's layout does not "
+                                "carry; set model.architecture: xlnet, or model.mem_len: 0")
+            return
+        if self.is_albert:
+            raise UserError("model.embedding_size and model.share_layers are ALBERT's options, which "
+                            "XLNet's layout does not have; remove them for model.architecture xlnet")
+        if self.position_embedding_type == "rope":
+            raise UserError("model.architecture xlnet has its own relative positions (Transformer-XL's "
+                            "sinusoids); remove model.position_embedding_type rope")
+        if self.hidden_size % 2:
+            raise UserError("model.architecture xlnet needs an even model.hidden_size (its sinusoids "
+                            "come in sin/cos pairs)")
+        if self.hidden_dropout_prob != self.attention_probs_dropout_prob:
+            raise UserError(f"XLNet has one dropout rate, but model.hidden_dropout_prob is "
+                            f"{self.hidden_dropout_prob:g} and model.attention_probs_dropout_prob "
+                            f"{self.attention_probs_dropout_prob:g}; make them equal")
+
+    @property
+    def is_xlnet(self) -> bool:
+        return self.architecture == "xlnet"
+
+    def shape_fields(self) -> tuple[str, ...]:
+        """The fields two models must share for one's weights to load into the other."""
+        if self.is_xlnet:
+            return XLNET_SHAPE_FIELDS
+        return ("architecture", "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                "intermediate_size", "max_position_embeddings", "type_vocab_size", "embedding_size",
+                "share_layers", "position_embedding_type", "rope_theta")
+
+    def xlnet_config(self, *, reuse_len: int | None = None, cls_token_id: int | None = 2,
+                     sep_token_id: int | None = 3) -> Any:
+        """The `XLNetConfig` of an `architecture: xlnet` model."""
+        from bertpre.model.xlnet import XLNetConfig
+
+        return XLNetConfig(vocab_size=self.vocab_size, hidden_size=self.hidden_size,
+                           num_hidden_layers=self.num_hidden_layers,
+                           num_attention_heads=self.num_attention_heads,
+                           intermediate_size=self.intermediate_size, hidden_act=self.hidden_act,
+                           dropout=self.hidden_dropout_prob, layer_norm_eps=self.layer_norm_eps,
+                           initializer_range=self.initializer_range, mem_len=self.mem_len,
+                           reuse_len=reuse_len, clamp_len=self.clamp_len, pad_token_id=self.pad_token_id,
+                           cls_token_id=cls_token_id, sep_token_id=sep_token_id)
 
     @property
     def relative_positions(self) -> bool:
-        """Whether positions enter attention (`rope`, `transformer_xl`) rather than a table."""
-        return self.position_embedding_type != "absolute"
+        """Whether positions enter attention (`rope`, `transformer_xl`, XLNet) rather than a table."""
+        return self.position_embedding_type != "absolute" or self.is_xlnet
 
     @property
     def is_albert(self) -> bool:
@@ -121,19 +195,26 @@ class BertConfig:
         """The fields as a plain dict (YAML/JSON friendly)."""
         return asdict(self)
 
+    def bert_dict(self) -> dict:
+        """The fields a BERT-layout model has (XLNet's left out), for its config.json."""
+        return {name: value for name, value in self.to_dict().items() if name not in XLNET_FIELDS}
+
     def to_hf_dict(self) -> dict:
         """config.json content: Hugging Face `BertConfig` / `BertForPreTraining` for absolute
         positions; for relative ones, the remote-code config of an export's
-        `configuration_bertpre.py` (`model_type` "bertpre", `auto_map`)."""
+        `configuration_bertpre.py` (`model_type` "bertpre", `auto_map`); for `xlnet`, Hugging
+        Face's `XLNetLMHeadModel` config."""
+        if self.is_xlnet:
+            return self.xlnet_config().to_hf_dict()
         if self.relative_positions:
             hf = {"architectures": ["BertpreForPreTraining"], "model_type": REMOTE_MODEL_TYPE,
                   "auto_map": dict(REMOTE_AUTO_MAP)}
-            hf.update(self.to_dict())
+            hf.update(self.bert_dict())
             hf.update(tie_word_embeddings=True)
             return hf
         hf = {"architectures": ["BertForPreTraining"], "model_type": "bert"}
         hf.update({f.name: getattr(self, f.name) for f in fields(self)
-                   if f.name not in ("embedding_size", "share_layers", "rope_theta")})
+                   if f.name not in ("embedding_size", "share_layers", "rope_theta", *XLNET_FIELDS)})
         hf.update(position_embedding_type="absolute", tie_word_embeddings=True)
         # Kept (harmless to transformers, which stores unknown keys) so a round trip is exact.
         if self.is_albert:
@@ -142,13 +223,15 @@ class BertConfig:
 
     @classmethod
     def from_hf_dict(cls, hf: dict) -> BertConfig:
-        """Build from a Hugging Face BERT config.json dict (or a bertpre remote-code one);
-        unknown keys are ignored."""
+        """Build from a Hugging Face BERT config.json dict (or a bertpre remote-code one, or
+        an XLNet one); unknown keys are ignored."""
         model_type = hf.get("model_type", "bert")
+        if model_type == "xlnet":
+            return cls.from_xlnet_dict(hf)
         if model_type not in ("bert", REMOTE_MODEL_TYPE):
             raise UserError(
                 f"config.json has model_type {model_type!r}; bertpre reads BERT checkpoints "
-                f"(model_type 'bert', or {REMOTE_MODEL_TYPE!r} from its own exports)"
+                f"(model_type 'bert', or {REMOTE_MODEL_TYPE!r} from its own exports) and XLNet ones"
             )
         embedding_type = hf.get("position_embedding_type", "absolute")
         if model_type == "bert" and embedding_type != "absolute":
@@ -156,10 +239,23 @@ class BertConfig:
                 f"config.json has position_embedding_type {embedding_type!r}; bertpre reads "
                 "BERT's 'absolute', and 'rope' or 'transformer_xl' from its own exports"
             )
-        known = {f.name for f in fields(cls)}
+        known = {f.name for f in fields(cls)} - set(XLNET_FIELDS)
         values = {k: v for k, v in hf.items() if k in known}
         if values.get("pad_token_id") is None:
             values["pad_token_id"] = 0
         config = cls(**values)
         config.validate()
         return config
+
+    @classmethod
+    def from_xlnet_dict(cls, hf: dict) -> BertConfig:
+        """An `architecture: xlnet` BertConfig from an XLNet config.json (checked by `XLNetConfig`)."""
+        from bertpre.model.xlnet import XLNetConfig
+
+        xlnet = XLNetConfig.from_hf_dict(hf)
+        return cls(architecture="xlnet", vocab_size=xlnet.vocab_size, hidden_size=xlnet.hidden_size,
+                   num_hidden_layers=xlnet.num_hidden_layers, num_attention_heads=xlnet.num_attention_heads,
+                   intermediate_size=xlnet.intermediate_size, hidden_act=xlnet.hidden_act,
+                   hidden_dropout_prob=xlnet.dropout, attention_probs_dropout_prob=xlnet.dropout,
+                   layer_norm_eps=xlnet.layer_norm_eps, initializer_range=xlnet.initializer_range,
+                   pad_token_id=xlnet.pad_token_id, mem_len=xlnet.mem_len, clamp_len=xlnet.clamp_len)

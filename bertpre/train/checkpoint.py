@@ -35,11 +35,6 @@ CHECKSUMS = "checksums.json"
 TOKENIZER_DIR = "tokenizer"  # RUN/tokenizer: the run's copy of DATA's tokenizer files
 CUDA_RNG = "cuda_current_device"  # key of this process's own GPU's RNG state in rng_state_<rank>.pt
 # Fields that fix parameter shapes: a checkpoint must agree on all of them to be loaded.
-SHAPE_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-                "intermediate_size", "max_position_embeddings", "type_vocab_size",
-                "embedding_size", "share_layers", "position_embedding_type", "rope_theta")
-
-
 def step_folder_name(step: int) -> str:
     return f"step-{step:08d}"
 
@@ -303,7 +298,7 @@ def load_safely(path: Path) -> Any:
 
 def check_same_shape(saved: BertConfig, current: BertConfig, folder: Path) -> None:
     """Refuse a checkpoint whose parameters cannot fit the current model."""
-    for name in SHAPE_FIELDS:
+    for name in current.shape_fields():
         if getattr(saved, name) != getattr(current, name):
             raise UserError(
                 f"checkpoint {folder} is for a different model ({name} {getattr(saved, name)!r}, "
@@ -325,7 +320,9 @@ def load_checkpoint(folder: Path, *, model: torch.nn.Module, optimizer: torch.op
                         "or resume from another checkpoint)")
     verify_checkpoint(folder, tokenizer=folder.parent.parent / TOKENIZER_DIR)
     state = read_trainer_state(folder)
-    check_same_shape(read_config(folder), model.config, folder)
+    current = model.config if isinstance(model.config, BertConfig) else BertConfig.from_hf_dict(
+        model.config.to_hf_dict())  # an XLNet model's shape under BertConfig's names
+    check_same_shape(read_config(folder), current, folder)
     # Every .pt file is checked, used or not: an unsafe file means the folder is not trusted.
     loaded = {path.name: load_safely(path) for path in sorted(folder.glob("*.pt"))}
     if "optimizer.pt" not in loaded:
