@@ -18,6 +18,8 @@ from bertpre.labels import IGNORE_INDEX
 from bertpre.train.optim import learning_rate, parameter_groups
 from bertpre.train.runtime import Runtime
 
+FUSED_ADAMW_DEVICES = ("cpu", "cuda")  # where torch has a fused AdamW kernel
+
 
 @dataclass
 class Hyperparameters:
@@ -57,11 +59,21 @@ def task_loss(logits: torch.Tensor, labels: torch.Tensor, task: str) -> torch.Te
 def finetune_full(encoder: Encoder, train: Encoded, scored: Encoded, *, task: str, num_labels: int,
                   hp: Hyperparameters, seed: int, runtime: Runtime) -> tuple[np.ndarray, nn.Module]:
     """Train encoder and head together from `seed`; return the predictions on `scored` and the model."""
+    model = train_full(encoder, train, task=task, num_labels=num_labels, hp=hp, seed=seed, runtime=runtime)
+    return predict(model, scored, task=task, batch_size=hp.eval_batch_size, pad_id=pad_token_id(encoder),
+                   runtime=runtime), model
+
+
+def train_full(encoder: Encoder, train: Encoded, *, task: str, num_labels: int, hp: Hyperparameters,
+               seed: int, runtime: Runtime) -> nn.Module:
+    """The task model (encoder and head) trained together from `seed` for `hp.epochs` passes."""
     torch.manual_seed(seed)
     model = build_task_model(encoder.config, encoder.state, num_labels,
                              tagging=task == "tagging").to(runtime.device)
+    # Fused AdamW (one kernel over all parameters, CPU or GPU) is the same update as the
+    # per-tensor loop torch picks on a CPU, several times faster than it for a small model.
     optimizer = torch.optim.AdamW(parameter_groups(model, hp.weight_decay), lr=hp.lr,
-                                  fused=runtime.device.type == "cuda" or None)
+                                  fused=runtime.device.type in FUSED_ADAMW_DEVICES or None)
     scaler = runtime.grad_scaler()
     total, warmup = schedule_steps(len(train), hp)
     generator = torch.Generator().manual_seed(seed)
@@ -70,12 +82,13 @@ def finetune_full(encoder: Encoder, train: Encoded, scored: Encoded, *, task: st
     model.train()
     for _ in range(hp.epochs):
         for indices in shuffled_batches(len(train), hp.batch_size, generator):
-            batch = to_device(pad_batch(train, indices, pad_id, regression=task == "regression",
-                                        tagging=task == "tagging"), runtime.device)
+            batch = pad_batch(train, indices, pad_id, regression=task == "regression", tagging=task == "tagging")
+            attention_mask = padding_mask(batch)
+            batch = to_device(batch, runtime.device)
             for group in optimizer.param_groups:
                 group["lr"] = learning_rate(step, lr=hp.lr, warmup_steps=warmup, max_steps=total)
             with runtime.autocast():
-                logits = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
+                logits = model(batch["input_ids"], attention_mask, batch["token_type_ids"])
             loss = task_loss(logits, batch["labels"], task)
             optimizer.zero_grad(set_to_none=True)
             if scaler is not None:
@@ -90,29 +103,44 @@ def finetune_full(encoder: Encoder, train: Encoded, scored: Encoded, *, task: st
             else:
                 optimizer.step()
             step += 1
-    return predict(model, scored, task=task, batch_size=hp.eval_batch_size, pad_id=pad_id,
-                   runtime=runtime), model
+    return model
 
 
 @torch.no_grad()
 def predict(model: nn.Module, encoded: Encoded, *, task: str, batch_size: int, pad_id: int,
             runtime: Runtime) -> np.ndarray:
-    """Class ids (or values) per example; for tagging, the concatenated first-piece predictions."""
+    """Class ids (or values) per example; for tagging, the concatenated first-piece predictions.
+
+    Batches take the examples in order of length, so that little of each is padding; the
+    outputs are put back in the examples' order.
+    """
     model.eval()
-    outputs = []
-    for start in range(0, len(encoded), batch_size):
-        indices = list(range(start, min(start + batch_size, len(encoded))))
-        batch = to_device(pad_batch(encoded, indices, pad_id, regression=task == "regression",
-                                    tagging=task == "tagging"), runtime.device)
+    order = sorted(range(len(encoded)), key=lambda index: len(encoded.input_ids[index]))
+    outputs: list[torch.Tensor] = [torch.empty(0)] * len(encoded)  # one per example
+    for start in range(0, len(order), batch_size):
+        indices = order[start:start + batch_size]
+        batch = pad_batch(encoded, indices, pad_id, regression=task == "regression", tagging=task == "tagging")
+        attention_mask = padding_mask(batch)
+        batch = to_device(batch, runtime.device)
         with runtime.autocast():
-            logits = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).float()
+            logits = model(batch["input_ids"], attention_mask, batch["token_type_ids"]).float()
         if task == "regression":
-            outputs.append(logits.squeeze(-1).cpu())
+            rows = logits.squeeze(-1).cpu()
         elif task == "tagging":
-            outputs.append(logits.argmax(-1)[batch["labels"] != IGNORE_INDEX].cpu())
+            predicted, kept = logits.argmax(-1).cpu(), (batch["labels"] != IGNORE_INDEX).cpu()
+            rows = [row[keep] for row, keep in zip(predicted, kept, strict=True)]  # (words,) each
         else:
-            outputs.append(logits.argmax(-1).cpu())
+            rows = logits.argmax(-1).cpu()
+        for index, row in zip(indices, rows, strict=True):
+            outputs[index] = row.reshape(-1)
     return torch.cat(outputs).numpy()
+
+
+def padding_mask(batch: dict[str, torch.Tensor]) -> torch.Tensor | None:
+    """The batch's attention mask, or None when no row is padded (SDPA's faster path); read on
+    the CPU, before the batch moves, so that no device is waited on."""
+    mask = batch["attention_mask"]
+    return None if bool(mask.all()) else mask
 
 
 @torch.no_grad()
