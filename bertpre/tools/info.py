@@ -11,11 +11,14 @@ from bertpre.model import BertConfig
 from bertpre.model.cost import (
     MemoryEstimate,
     ParameterCounts,
+    XLNetFlops,
     count_parameters,
     estimate_memory,
     memory_shortfall,
+    plm_query_rows,
     readable,
     training_flops_per_token,
+    xlnet_training_flops,
 )
 
 DEFAULT_VOCAB_SIZE = 30522  # BERT's uncased WordPiece vocabulary, used for vocab_size: auto
@@ -30,6 +33,8 @@ def info_report(config: Config) -> str:
         # auto trains in bf16 (or fp16) on a GPU, where the estimate matters: 2 bytes either way.
         precision="bf16" if config.train.precision == "auto" else config.train.precision,
         micro_batch_size=config.train.micro_batch_size,
+        # on one device every row of a step (micro-batches x accumulation) keeps its memory
+        memory_rows=config.train.batch_size,
     ))
 
 
@@ -45,8 +50,15 @@ class ModelInfo:
     vocab_size_assumed: bool
     parameters: ParameterCounts
     flops_per_token: float
-    dense_head_flops_per_token: float
+    dense_head_flops_per_token: float  # XLNet: every row a query (the hf plan, clm)
     memory: MemoryEstimate
+    memory_rows: int = 0  # XLNet: the rows whose memory states one device keeps
+    xlnet_flops: XLNetFlops | None = None
+
+    @property
+    def query_rows(self) -> int:
+        """XLNet's P, the query stream's rows a sequence."""
+        return plm_query_rows(self.seq_length, self.predicted_share)
 
 
 def model_info(
@@ -55,12 +67,29 @@ def model_info(
     predicted_share: float = 0.15,
     precision: str = "fp32",
     micro_batch_size: int = 32,
+    memory_rows: int | None = None,
 ) -> ModelInfo:
-    """Collect the counts for a config; `vocab_size: auto` is taken as 30522."""
+    """Collect the counts for a config; `vocab_size: auto` is taken as 30522. For XLNet,
+    `predicted_share` gives the query rows P and the memory is the config's `mem_len`, kept by
+    `memory_rows` sequences (default `micro_batch_size`)."""
     assumed = config.vocab_size == "auto"
     if assumed:
         config = BertConfig(**{**config.to_dict(), "vocab_size": DEFAULT_VOCAB_SIZE})
     config.validate()
+    if config.is_xlnet:
+        return ModelInfo(
+            config=config, seq_length=seq_length, predicted_share=predicted_share, precision=precision,
+            micro_batch_size=micro_batch_size, vocab_size_assumed=assumed,
+            parameters=count_parameters(config),
+            flops_per_token=training_flops_per_token(config, seq_length, predicted_share,
+                                                     micro_batch_size=micro_batch_size),
+            dense_head_flops_per_token=training_flops_per_token(config, seq_length, 1.0,
+                                                                micro_batch_size=micro_batch_size),
+            memory=estimate_memory(config, seq_length, predicted_share, precision),
+            memory_rows=micro_batch_size if memory_rows is None else memory_rows,
+            xlnet_flops=xlnet_training_flops(config, seq_length, predicted_share,
+                                             micro_batch_size=micro_batch_size),
+        )
     return ModelInfo(
         config=config,
         seq_length=seq_length,
@@ -77,6 +106,8 @@ def model_info(
 
 def format_info(info: ModelInfo) -> str:
     """The report `bertpre info` prints."""
+    if info.config.is_xlnet:
+        return format_xlnet_info(info)
     config, counts, memory = info.config, info.parameters, info.memory
     shape = (f"{config.num_hidden_layers} layers, hidden {config.hidden_size}, "
              f"{config.num_attention_heads} heads, intermediate {config.intermediate_size}, "
@@ -130,6 +161,61 @@ def format_info(info: ModelInfo) -> str:
     return "\n".join(lines + ([note] if note else []))
 
 
+def format_xlnet_info(info: ModelInfo) -> str:
+    """`bertpre info` for an XLNet: parameters, FLOPs by stream, memory with the memory states."""
+    config, counts, memory, flops = info.config, info.parameters, info.memory, info.xlnet_flops
+    T, P, M, layers, d = (info.seq_length, info.query_rows, config.mem_len, config.num_hidden_layers,
+                          config.hidden_size)
+    shape = (f"XLNet, {layers} layers, hidden {d}, {config.num_attention_heads} heads, "
+             f"intermediate {config.intermediate_size}, vocab {config.vocab_size}"
+             + (" (auto: assumed 30522)" if info.vocab_size_assumed else "")
+             + (f", memory {M}" if M else ", no memory")
+             + (f", clamp_len {config.clamp_len}" if config.clamp_len > 0 else ""))
+    rows = [
+        ("embeddings (+ mask_emb)", counts.embeddings), ("attention (q k v o r)", counts.attention),
+        ("feed-forward", counts.feed_forward), ("LayerNorms", counts.layer_norms),
+        ("encoder (XLNetModel)", counts.encoder), ("LM head bias (tied)", counts.heads),
+        ("total (XLNetLMHeadModel)", counts.total),
+    ]
+    lines = [f"model: {shape}", "", "parameters"]
+    lines += [f"  {name:<28}{value:>14,}  {value / 1e6:>9.2f}M" for name, value in rows]
+    lines.append(f"  {'matrices only':<28}{counts.matrices:>14,}  {counts.matrices / 1e6:>9.2f}M"
+                 "  word table + layer weight matrices")
+    parts = [("content stream", flops.content_stream, f"{T} tokens"),
+             ("query stream", flops.query_stream, f"{P} target rows"),
+             ("memory", flops.memory, f"{M} states as keys" if M else "none"),
+             ("relative positions", flops.relative_positions, f"W_R on {M + 2 * T - 1} distances a micro-batch"),
+             ("LM head", flops.head, f"{P} rows")]
+    lines += ["", f"training FLOPs per token (T={T}, P={P} query rows at share {info.predicted_share:.3g}, "
+                  f"memory M={M}, micro-batch {info.micro_batch_size})"]
+    lines += [f"  {name:<20}{figure(value / 1e6, 2):>10} MFLOP  {100 * value / flops.total:5.1f}%  {what}"
+              for name, value, what in parts]
+    lines += [
+        f"  {'total':<20}{figure(info.flops_per_token / 1e6, 2):>10} MFLOP"
+        f"   (every row a query, as the hf plan and clm: {figure(info.dense_head_flops_per_token / 1e6, 2)} MFLOP)",
+        f"  per sequence        {figure(info.flops_per_token * T / 1e9, 3):>10} GFLOP",
+        "",
+        f"memory estimate ({info.precision} activations, fp32 weights and AdamW)",
+        f"  weights          {readable(memory.weights):>12}",
+        f"  gradients        {readable(memory.gradients):>12}",
+        f"  AdamW state      {readable(memory.adamw_state):>12}",
+        f"  activations / sequence: {readable(memory.activations_per_sequence)}, "
+        f"{readable(memory.activations_per_sequence_checkpointed)} with gradient checkpointing "
+        "(both streams, attention probabilities included)",
+    ]
+    states = info.memory_rows * memory.memory_states_per_sequence
+    if M:
+        lines.append(f"  memory states / sequence: {readable(memory.memory_states_per_sequence)} "
+                     f"({layers} layers x {M} x {d}, float32, kept across steps); "
+                     f"{readable(states)} for {info.memory_rows:,} rows")
+    lines.append(f"  at micro_batch_size {info.micro_batch_size}: "
+                 f"{readable(total_memory(memory, info.micro_batch_size, False) + states)}, "
+                 f"{readable(total_memory(memory, info.micro_batch_size, True) + states)} with checkpointing"
+                 + (" (memory states included)" if M else ""))
+    note = fit_note(info)
+    return "\n".join(lines + ([note] if note else []))
+
+
 def figure(value: float, decimals: int) -> str:
     """A figure for a column: fixed-point, or with an exponent once it has over 12 digits."""
     return f"{value:.{decimals}f}" if value < 1e12 else f"{value:.3e}"
@@ -142,7 +228,7 @@ def fit_note(info: ModelInfo) -> str | None:
     if torch.cuda.is_available():
         available, where = torch.cuda.get_device_properties(0).total_memory, "its GPU has"
     problem = memory_shortfall(info.config, info.seq_length, info.predicted_share, info.micro_batch_size,
-                               available, where)
+                               available, where, memory_rows=info.memory_rows or None)
     if problem:
         return f"  does not fit here (`bertpre pretrain` would refuse it): {problem}"
     return None
