@@ -254,25 +254,28 @@ def xlnet_activations(config: BertConfig, seq_length: int, predicted_share: floa
                       *, memory_length: int | None = None, query_rows: int | None = None,
                       dropout_mask_bytes: int = 1) -> tuple[int, int, int]:
     """Bytes an XLNet training step keeps per sequence: (activations for backward, the same with
-    gradient checkpointing, memory states kept across steps).
+    gradient checkpointing, memory states kept across steps). Matches, within 0.1%, the tensors
+    autograd keeps (tests/model/test_xlnet_cost.py), in float32 and under CPU bf16 autocast.
 
-    Each stream of Q rows (T content, P query) keeps per layer, at p bytes an element:
-    Q·d·p·8 (its input, q + u, q + v, q + s, the attention output, two LayerNorm inputs, the
-    feed-forward input), Q·I·p·2 (activation input and output), its own copies of k and v laid
-    out for its matmuls (2·K·d·p), the position scores before the gather picks K of the R
-    distances (a·Q·R·p: gather keeps its input), and the attention probabilities (a·Q·K: the
-    float32 softmax; its 16-bit copy or dropout output, which the query stream copies again to
-    zero rows that see nothing; a 1-byte dropout mask); with dropout,
-    1-byte masks of Q·(2d + I). Each layer keeps [memory; segment] (K·d·p) for k and v. The last
-    layer's content stream feeds nothing the loss reads, so its tensors are freed during the
-    forward. Per sequence: the boolean masks and the query stream's int64 gather index
-    (2·T·K + 10·P·K bytes), dropout masks of the embeddings, and the head's input, logits and
-    float32 log-softmax (P·(p·d + (p + 4)·V)). Per micro-batch, not counted: the sinusoids, W_R's
-    output and contiguous copies of weights. With checkpointing, each layer keeps only its
-    inputs (T + P)·d·p and one layer is recomputed at a time.
+    Each stream of Q rows (T content, P query) keeps per layer, at p bytes an element: Q·d·p·6
+    (its input, q + u, q + v, q + s, the attention output, the feed-forward input), Q·d·4·2 (two
+    LayerNorm inputs: the residual stream stays float32 under autocast), Q·I·p·2 (activation
+    input and output), its own copies of k and v laid out for its matmuls (2·K·d·p), the
+    position scores before the gather picks K of the R distances (a·Q·R·p: gather keeps its
+    input), and the attention probabilities (a·Q·K: the float32 softmax; its 16-bit copy or the
+    dropout output, which the query stream copies again to zero rows that see nothing; the
+    dropout mask). Each layer keeps [memory; segment] (K·d·p, twice under autocast: k and v each
+    cast it) for k and v. The last layer's content stream feeds nothing the loss reads: its
+    tensors are freed during the forward. Per sequence: boolean masks and the query stream's
+    int64 gather index (2·T·K + 10·P·K bytes), and the head's input, logits and float32
+    log-softmax (P·(p·d + (p + 4)·V)). With dropout, masks of Q·(2d + I) a stream and layer and
+    (T + P)·d for the embeddings, `dropout_mask_bytes` an element (1 on CUDA; CPU keeps them
+    in the input's dtype). Per micro-batch, not counted: the sinusoids, W_R's output and
+    contiguous copies of weights. With checkpointing, each layer keeps only its inputs
+    (T + P)·d·p, and one layer is recomputed at a time.
 
-    Memory states: M·d per layer, float32 (the residual stream stays float32 under autocast,
-    LayerNorm running in float32); they persist between steps, also with checkpointing.
+    Memory states: M·d per layer, float32 (the residual stream's dtype); they persist between
+    steps, also with checkpointing.
     """
     p = BYTES_PER_ELEMENT[precision]
     d, i, v, layers = config.hidden_size, config.intermediate_size, config.vocab_size, config.num_hidden_layers

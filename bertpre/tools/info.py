@@ -188,12 +188,12 @@ def format_xlnet_info(info: ModelInfo) -> str:
              ("LM head", flops.head, f"{P} rows")]
     lines += ["", f"training FLOPs per token (T={T}, P={P} query rows at share {info.predicted_share:.3g}, "
                   f"memory M={M}, micro-batch {info.micro_batch_size})"]
-    lines += [f"  {name:<20}{figure(value / 1e6, 2):>10} MFLOP  {100 * value / flops.total:5.1f}%  {what}"
+    lines += [f"  {name:<20}{figure(value / 1e6, 3):>11} MFLOP  {100 * value / flops.total:5.1f}%  {what}"
               for name, value, what in parts]
     lines += [
-        f"  {'total':<20}{figure(info.flops_per_token / 1e6, 2):>10} MFLOP"
-        f"   (every row a query, as the hf plan and clm: {figure(info.dense_head_flops_per_token / 1e6, 2)} MFLOP)",
-        f"  per sequence        {figure(info.flops_per_token * T / 1e9, 3):>10} GFLOP",
+        f"  {'total':<20}{figure(info.flops_per_token / 1e6, 3):>11} MFLOP"
+        f"   (every row a query, as the hf plan and clm: {figure(info.dense_head_flops_per_token / 1e6, 3)} MFLOP)",
+        f"  per sequence        {figure(info.flops_per_token * T / 1e9, 3):>11} GFLOP",
         "",
         f"memory estimate ({info.precision} activations, fp32 weights and AdamW)",
         f"  weights          {readable(memory.weights):>12}",
@@ -207,7 +207,7 @@ def format_xlnet_info(info: ModelInfo) -> str:
     if M:
         lines.append(f"  memory states / sequence: {readable(memory.memory_states_per_sequence)} "
                      f"({layers} layers x {M} x {d}, float32, kept across steps); "
-                     f"{readable(states)} for {info.memory_rows:,} rows")
+                     f"{readable(states)} for {info.memory_rows:,} rows (a step's, on one device)")
     lines.append(f"  at micro_batch_size {info.micro_batch_size}: "
                  f"{readable(total_memory(memory, info.micro_batch_size, False) + states)}, "
                  f"{readable(total_memory(memory, info.micro_batch_size, True) + states)} with checkpointing"
