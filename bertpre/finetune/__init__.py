@@ -1,4 +1,4 @@
-"""Downstream evaluation: fine-tune (or probe) a pretrained BERT on labelled tasks, over seeds."""
+"""Downstream evaluation: fine-tune (or probe) a pretrained BERT or XLNet on labelled tasks, over seeds."""
 from bertpre.finetune.metrics import (
     METRICS,
     accuracy,

@@ -1,6 +1,8 @@
 """Examples → token ids as the ecosystem encodes them: `[CLS] a [SEP] b [SEP]` with token types
-0/1, truncated longest-first by the tokenizer itself (what `BertTokenizerFast(a, b,
-truncation="longest_first", max_length=L)` gives), and tags on the first piece of each word."""
+0/1 (XLNet's tokenizer: `a [SEP] b [SEP] [CLS]`, types 0/1/2), truncated longest-first by the
+tokenizer itself (what `BertTokenizerFast(a, b, truncation="longest_first", max_length=L)` gives),
+and tags on the first piece of each word; batches padded on the model's side (XLNet's: the left).
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -78,8 +80,10 @@ def encode_words(tokenizer: Tokenizer, words: list[list[str]], tags: list[list[i
 
 
 def pad_batch(encoded: Encoded, indices: list[int], pad_id: int, *, regression: bool = False,
-              tagging: bool = False) -> dict[str, torch.Tensor]:
-    """The examples at `indices` padded to the longest of them: ids, types, mask and labels."""
+              tagging: bool = False, padding_side: str = "right") -> dict[str, torch.Tensor]:
+    """The examples at `indices` padded to the longest of them: ids, types, mask and labels.
+    Padding goes after each example, or before it with `padding_side` "left" (type 0, as
+    transformers' tokenizers pad)."""
     length = max(len(encoded.input_ids[index]) for index in indices)
     batch = len(indices)
     input_ids = torch.full((batch, length), pad_id, dtype=torch.long)
@@ -88,11 +92,12 @@ def pad_batch(encoded: Encoded, indices: list[int], pad_id: int, *, regression: 
     token_labels = torch.full((batch, length), IGNORE_INDEX, dtype=torch.long) if tagging else None
     for row, index in enumerate(indices):
         ids = encoded.input_ids[index]
-        input_ids[row, :len(ids)] = torch.tensor(ids)
-        token_type_ids[row, :len(ids)] = torch.tensor(encoded.token_type_ids[index])
-        attention_mask[row, :len(ids)] = 1
+        place = slice(length - len(ids), length) if padding_side == "left" else slice(0, len(ids))
+        input_ids[row, place] = torch.tensor(ids)
+        token_type_ids[row, place] = torch.tensor(encoded.token_type_ids[index])
+        attention_mask[row, place] = 1
         if token_labels is not None:
-            token_labels[row, :len(ids)] = torch.tensor(encoded.labels[index])
+            token_labels[row, place] = torch.tensor(encoded.labels[index])
     if tagging:
         labels = token_labels
     else:

@@ -61,7 +61,7 @@ def finetune_full(encoder: Encoder, train: Encoded, scored: Encoded, *, task: st
     """Train encoder and head together from `seed`; return the predictions on `scored` and the model."""
     model = train_full(encoder, train, task=task, num_labels=num_labels, hp=hp, seed=seed, runtime=runtime)
     return predict(model, scored, task=task, batch_size=hp.eval_batch_size, pad_id=pad_token_id(encoder),
-                   runtime=runtime), model
+                   runtime=runtime, padding_side=encoder.padding_side), model
 
 
 def train_full(encoder: Encoder, train: Encoded, *, task: str, num_labels: int, hp: Hyperparameters,
@@ -82,7 +82,8 @@ def train_full(encoder: Encoder, train: Encoded, *, task: str, num_labels: int, 
     model.train()
     for _ in range(hp.epochs):
         for indices in shuffled_batches(len(train), hp.batch_size, generator):
-            batch = pad_batch(train, indices, pad_id, regression=task == "regression", tagging=task == "tagging")
+            batch = pad_batch(train, indices, pad_id, regression=task == "regression", tagging=task == "tagging",
+                              padding_side=encoder.padding_side)
             attention_mask = padding_mask(batch)
             batch = to_device(batch, runtime.device)
             for group in optimizer.param_groups:
@@ -108,7 +109,7 @@ def train_full(encoder: Encoder, train: Encoded, *, task: str, num_labels: int, 
 
 @torch.no_grad()
 def predict(model: nn.Module, encoded: Encoded, *, task: str, batch_size: int, pad_id: int,
-            runtime: Runtime) -> np.ndarray:
+            runtime: Runtime, padding_side: str = "right") -> np.ndarray:
     """Class ids (or values) per example; for tagging, the concatenated first-piece predictions.
 
     Batches take the examples in order of length, so that little of each is padding; the
@@ -119,7 +120,8 @@ def predict(model: nn.Module, encoded: Encoded, *, task: str, batch_size: int, p
     outputs: list[torch.Tensor] = [torch.empty(0)] * len(encoded)  # one per example
     for start in range(0, len(order), batch_size):
         indices = order[start:start + batch_size]
-        batch = pad_batch(encoded, indices, pad_id, regression=task == "regression", tagging=task == "tagging")
+        batch = pad_batch(encoded, indices, pad_id, regression=task == "regression", tagging=task == "tagging",
+                          padding_side=padding_side)
         attention_mask = padding_mask(batch)
         batch = to_device(batch, runtime.device)
         with runtime.autocast():
@@ -146,26 +148,26 @@ def padding_mask(batch: dict[str, torch.Tensor]) -> torch.Tensor | None:
 @torch.no_grad()
 def encoder_features(encoder: Encoder, encoded: Encoded, *, task: str, pooling: str, batch_size: int,
                      runtime: Runtime) -> torch.Tensor:
-    """Frozen features: the [CLS] output or the mean over tokens per example (B, C); for
-    tagging, each word's first piece (words, C). fp32, on the CPU."""
-    model = build_task_model(encoder.config, encoder.state, 1, tagging=True).bert.to(runtime.device)
+    """Frozen features: the [CLS] output (BERT's first token, XLNet's last) or the mean over
+    tokens per example (B, C); for tagging, each word's first piece (words, C). fp32, on the CPU."""
+    model = build_task_model(encoder.config, encoder.state, 1, tagging=True).to(runtime.device)
     model.eval()
     pad_id = pad_token_id(encoder)
     features = []
     for start in range(0, len(encoded), batch_size):
         indices = list(range(start, min(start + batch_size, len(encoded))))
         batch = to_device(pad_batch(encoded, indices, pad_id, regression=task == "regression",
-                                    tagging=task == "tagging"), runtime.device)
+                                    tagging=task == "tagging", padding_side=encoder.padding_side), runtime.device)
         with runtime.autocast():
-            hidden = model(batch["input_ids"], batch["attention_mask"],
-                           batch["token_type_ids"]).last_hidden_state.float()  # (B, T, C)
+            hidden = model.hidden_states(batch["input_ids"], batch["attention_mask"],
+                                         batch["token_type_ids"]).float()  # (B, T, C)
         if task == "tagging":
             features.append(hidden[batch["labels"] != IGNORE_INDEX].cpu())
         elif pooling == "mean":
             mask = batch["attention_mask"].unsqueeze(-1).float()
             features.append(((hidden * mask).sum(1) / mask.sum(1)).cpu())
-        else:
-            features.append(hidden[:, 0].cpu())
+        else:  # with left padding every row's [CLS] is last
+            features.append(hidden[:, -1 if encoder.padding_side == "left" else 0].cpu())
     return torch.cat(features)
 
 

@@ -1,5 +1,6 @@
 """The model a fine-tuning starts from: an export, a checkpoint, a RUN's latest checkpoint or any
-Hugging Face BERT folder on disk, with its tokenizer, its pretraining step and its weights' hash."""
+Hugging Face BERT or XLNet folder on disk, with its tokenizer, its pretraining step and its
+weights' hash."""
 from __future__ import annotations
 
 import hashlib
@@ -15,7 +16,9 @@ from tokenizers import Tokenizer
 
 from bertpre.errors import UserError
 from bertpre.model import BertConfig, BertForPreTraining
-from bertpre.model.hf_format import read_folder
+from bertpre.model.hf_format import read_config, read_folder, read_weights
+from bertpre.model.xlnet import XLNetModel
+from bertpre.tokenizer.xlnet_layout import xlnet_layout
 from bertpre.train.init_from import InitSource
 
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
@@ -29,17 +32,24 @@ class Encoder:
     source: Path  # as the user named it
     model_folder: Path
     tokenizer_folder: Path
-    config: BertConfig
-    state: dict[str, torch.Tensor]  # BertModel's names (no `bert.` prefix)
-    tokenizer: Tokenizer
+    config: BertConfig  # `config.is_xlnet` for an XLNet
+    state: dict[str, torch.Tensor]  # BertModel's names (no `bert.` prefix); XLNetModel's (no `transformer.`)
+    tokenizer: Tokenizer  # for an XLNet in XLNet's layout: `A [SEP] B [SEP] [CLS]`
     step: int | None  # the pretraining step of a checkpoint; None for an export or a foreign folder
     weights_sha256: str
+
+    @property
+    def padding_side(self) -> str:
+        """Where a batch's padding goes: XLNet's [CLS] is last, so it pads on the left."""
+        return "left" if self.config.is_xlnet else "right"
 
 
 def load_encoder(source: str | Path) -> Encoder:
     """Read SOURCE's encoder weights (a pooler the folder lacks is newly initialized, with a note)
     and its tokenizer, and check that the two belong together."""
     found = InitSource.find(source)
+    if read_config(found.model_folder).is_xlnet:
+        return load_xlnet_encoder(source, found)
     config, state_dict = read_folder(found.model_folder)
     full = BertForPreTraining(config)
     with warnings.catch_warnings():
@@ -49,15 +59,43 @@ def load_encoder(source: str | Path) -> Encoder:
         print(f"note: {found.model_folder} has no pooler weights; they are newly initialized",
               file=sys.stderr)
     tokenizer = found.tokenizer()
+    check_vocabulary(tokenizer, config, found)
+    return Encoder(source=Path(source), model_folder=found.model_folder,
+                   tokenizer_folder=found.tokenizer_folder, config=config,
+                   state=full.bert.state_dict(), tokenizer=tokenizer,
+                   step=pretraining_step(found.model_folder), weights_sha256=weights_hash(found.model_folder))
+
+
+def load_xlnet_encoder(source: str | Path, found: InitSource) -> Encoder:
+    """An XLNet's transformer weights (of an XLNetLMHeadModel folder, a task model's or a bare
+    XLNetModel's) and its tokenizer in XLNet's layout, whatever layout the folder keeps it in."""
+    config = read_config(found.model_folder)
+    weights = read_weights(found.model_folder)
+    state = {name.removeprefix("transformer."): tensor for name, tensor in weights.items()
+             if name.startswith("transformer.")} or weights  # a bare XLNetModel has no prefix
+    with torch.device("meta"):  # the shapes only
+        expected = {name: tensor.shape for name, tensor in XLNetModel(config.xlnet_config()).state_dict().items()}
+    missing = sorted(set(expected) - set(state))
+    wrong = [name for name in expected if name in state and state[name].shape != expected[name]]
+    if missing or wrong:
+        shown = ", ".join((missing + wrong)[:3]) + (" ..." if len(missing + wrong) > 3 else "")
+        raise UserError(f"{found.model_folder}: the weights do not fit XLNet's layout of config.json "
+                        f"({len(missing)} missing, {len(wrong)} of another shape: {shown})")
+    tokenizer = found.tokenizer()
+    check_vocabulary(tokenizer, config, found)
+    return Encoder(source=Path(source), model_folder=found.model_folder,
+                   tokenizer_folder=found.tokenizer_folder, config=config,
+                   state={name: state[name] for name in expected}, tokenizer=xlnet_layout(tokenizer),
+                   step=pretraining_step(found.model_folder), weights_sha256=weights_hash(found.model_folder))
+
+
+def check_vocabulary(tokenizer: Tokenizer, config: BertConfig, found: InitSource) -> None:
+    """Refuse a tokenizer with more tokens than the model has embeddings."""
     vocabulary = tokenizer.get_vocab_size()
     if vocabulary > config.vocab_size:
         raise UserError(f"{found.tokenizer_folder}: the tokenizer has {vocabulary:,} tokens but the "
                         f"model {found.model_folder} has {config.vocab_size:,} embeddings; the "
                         "tokenizer does not belong to this model")
-    return Encoder(source=Path(source), model_folder=found.model_folder,
-                   tokenizer_folder=found.tokenizer_folder, config=config,
-                   state=full.bert.state_dict(), tokenizer=tokenizer,
-                   step=pretraining_step(found.model_folder), weights_sha256=weights_hash(found.model_folder))
 
 
 def pretraining_step(folder: Path) -> int | None:
