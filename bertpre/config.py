@@ -15,7 +15,7 @@ import bertpre
 from bertpre.configs import preset_file, preset_names
 from bertpre.errors import UserError
 from bertpre.labels import MASK_COUNTS, PAIR_TASKS
-from bertpre.model.config import BertConfig
+from bertpre.model.config import ARCHITECTURES, BertConfig
 from bertpre.tokenizer.wordpiece import PAD_TOKEN
 
 MAX_CONFIG_BYTES = 1_000_000
@@ -27,7 +27,11 @@ SCHEDULES = ("linear", "cosine", "constant")
 PRECISIONS = ("auto", "fp32", "fp16", "bf16")
 DEVICES = ("auto", "cpu", "cuda")
 _FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
-NULLABLE = ("warmup_steps", "warmup_ratio", "max_predictions_per_seq", "embedding_size")
+NULLABLE = ("warmup_steps", "warmup_ratio", "max_predictions_per_seq", "embedding_size", "reuse_length")
+# What the model learns to predict: BERT's masked tokens, or (model.architecture xlnet) XLNet's
+# permutation LM or Transformer-XL's left-to-right LM over segments carried by memory.
+OBJECTIVES = ("mlm", "plm", "clm")
+PLM_PLANS = ("xlnet", "hf")
 # `model.init_from` names the weights a run starts from; it is not a field of the model's shape.
 INIT_FROM = "init_from"
 MIXTURE_KEYS = ("path", "weight")
@@ -50,6 +54,24 @@ class DataConfig:
     mask_count: str = "exact"  # exact: round(p·n) a sequence; sampled: each token (word) with probability p
     max_predictions_per_seq: int | None = 20
     num_workers: int = 2
+    # plm / clm (model.architecture xlnet): see `bertpre.batches.plm` and `bertpre.batches.segments`.
+    objective: str = "mlm"
+    plm_probability: float = 1 / 6  # XLNet's 1/K: the share of each row predicted
+    plm_plan: str = "xlnet"  # xlnet: the original's spans and order; hf: DataCollatorForPermutationLanguageModeling's
+    max_span_length: int = 5  # xlnet: words; hf: tokens
+    reuse_length: int | None = None  # tokens between segment starts (null: half the length for plm, all for clm)
+
+    @property
+    def recurrent(self) -> bool:
+        """Whether rows are read as consecutive segments carrying memory (plm, clm)."""
+        return self.objective != "mlm"
+
+    @property
+    def segment_step(self) -> int:
+        """Tokens from one segment's start to the next's (`reuse_length` resolved)."""
+        if self.reuse_length is not None:
+            return self.reuse_length
+        return self.max_seq_length // 2 if self.objective == "plm" else self.max_seq_length
 
     @property
     def sources(self) -> list[tuple[str, float]]:
@@ -61,7 +83,12 @@ class DataConfig:
 
     @property
     def predicted_share(self) -> float:
-        """The share of tokens the MLM head predicts: the mask rate, capped per sequence."""
+        """The share of tokens the head predicts: the mask rate capped per sequence (mlm), the
+        query rows (plm: 1/K, or every row for the hf plan; clm: every row)."""
+        if self.objective == "clm" or (self.objective == "plm" and self.plm_plan == "hf"):
+            return 1.0
+        if self.objective == "plm":
+            return self.plm_probability
         if self.max_predictions_per_seq is None:
             return self.mlm_probability
         return min(self.mlm_probability, self.max_predictions_per_seq / self.max_seq_length)
@@ -202,7 +229,7 @@ class Config:
         for index in range(max(1, len(self.phases))):
             data = self.for_phase(index).data
             cap, wanted = data.max_predictions_per_seq, round(data.mlm_probability * (data.max_seq_length - 2))
-            if cap is not None and cap < wanted:
+            if cap is not None and cap < wanted and not data.recurrent:
                 where = f"phase {index + 1}: " if self.phases else ""
                 said.append(f"{where}data.max_predictions_per_seq ({cap}) caps a full sequence's predictions "
                             f"below data.mlm_probability ({data.mlm_probability:g} of "
@@ -382,6 +409,11 @@ RULES: dict[str, Range] = {
     "data.random_replace_prob": numbers("[0, 1]"),
     "data.max_predictions_per_seq": integers(1, MAX_SEQ_LENGTH),
     "data.num_workers": integers(0, MAX_WORKERS),
+    "data.plm_probability": numbers("(0, 1)"),
+    "data.max_span_length": integers(1, MAX_SEQ_LENGTH),
+    "data.reuse_length": integers(1, MAX_SEQ_LENGTH),
+    "model.mem_len": integers(0, MAX_SEQ_LENGTH),
+    "model.clamp_len": integers(-1, MAX_SEQ_LENGTH),
     "data.path[].weight": numbers(f"(0, {MAX_WEIGHT:g}]"),
     "optim.lr": numbers("(0, 1]"),
     "optim.betas[]": numbers("[0, 1)"),
@@ -528,7 +560,7 @@ def _validate(config: Config, warmup_given: bool, ratio_given: bool) -> None:
     placeholder_vocab = model.pad_token_id + 1 if model.vocab_size == "auto" else model.vocab_size
     dataclasses.replace(model, vocab_size=placeholder_vocab).validate()
 
-    if data.max_seq_length > model.max_position_embeddings and model.position_embedding_type == "absolute":
+    if data.max_seq_length > model.max_position_embeddings and not model.relative_positions:
         raise UserError(
             f"data.max_seq_length ({data.max_seq_length}) is larger than "
             f"model.max_position_embeddings ({model.max_position_embeddings}); lower one or raise the other"
@@ -542,6 +574,8 @@ def _validate(config: Config, warmup_given: bool, ratio_given: bool) -> None:
             "data.mask_replace_prob + data.random_replace_prob must be at most 1 "
             f"(got {data.mask_replace_prob} + {data.random_replace_prob})"
         )
+
+    _validate_objective(config)
 
     _check_choice("optim.name", optim.name, OPTIMIZERS)
     _check_choice("optim.schedule", optim.schedule, SCHEDULES)
@@ -560,6 +594,37 @@ def _validate(config: Config, warmup_given: bool, ratio_given: bool) -> None:
         )
     _check_choice("train.precision", train.precision, PRECISIONS)
     _check_choice("train.device", train.device, DEVICES)
+
+
+def _validate_objective(config: Config) -> None:
+    """The objective against the architecture, and plm/clm's own keys."""
+    model, data = config.model, config.data
+    _check_choice("model.architecture", model.architecture, ARCHITECTURES)
+    _check_choice("data.objective", data.objective, OBJECTIVES)
+    if model.is_xlnet and data.objective == "mlm":
+        raise UserError("model.architecture xlnet trains with data.objective plm (XLNet's permutation LM) "
+                        "or clm (Transformer-XL's left-to-right LM); set one of them")
+    if not model.is_xlnet and data.objective != "mlm":
+        raise UserError(f"data.objective {data.objective} needs XLNet's two-stream attention: set "
+                        "model.architecture: xlnet (BERT's layout trains with mlm)")
+    if not data.recurrent:
+        return
+    if data.pair_task != "none":
+        raise UserError(f"data.objective {data.objective} reads documents as consecutive segments, "
+                        f"with no sentence pairs; set data.pair_task: none (it is {data.pair_task!r})")
+    if not isinstance(data.path, str):
+        raise UserError(f"data.objective {data.objective} reads one DATA folder; a mixture in data.path "
+                        "is not built for it yet")
+    _check_choice("data.plm_plan", data.plm_plan, PLM_PLANS)
+    if data.max_span_length > 1 / data.plm_probability + 1e-9:
+        raise UserError(f"data.max_span_length ({data.max_span_length}) must be at most "
+                        f"1 / data.plm_probability ({1 / data.plm_probability:g}): each span needs its context")
+    if data.objective == "plm" and data.plm_plan == "hf" and data.max_seq_length % 2:
+        raise UserError(f"data.plm_plan hf orders each half of a row apart, so data.max_seq_length must be "
+                        f"even (it is {data.max_seq_length})")
+    if data.reuse_length is not None and data.reuse_length > data.max_seq_length:
+        raise UserError(f"data.reuse_length ({data.reuse_length}) is longer than a segment "
+                        f"(data.max_seq_length {data.max_seq_length}); segments would skip text")
 
 
 def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] = ()) -> Config:

@@ -38,6 +38,7 @@ row is planned the same way whichever worker builds it and whatever else is in i
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -48,6 +49,9 @@ from bertpre.batches.instance_batch import InstanceBatch
 from bertpre.errors import UserError
 from bertpre.labels import IGNORE_INDEX
 from bertpre.tokenizer.wordpiece import CLS_TOKEN, MASK_TOKEN, PAD_TOKEN, SEP_TOKEN
+
+if TYPE_CHECKING:  # the run config sits above this package
+    from bertpre.config import DataConfig
 
 OBJECTIVES = ("plm", "clm")
 PLANS = ("xlnet", "hf")
@@ -187,6 +191,22 @@ class PermutationCollator:
         self.is_continuation = np.zeros(self.vocab_size, dtype=bool)
         for token, token_id in vocab.items():
             self.is_continuation[token_id] = token.startswith(prefix)
+
+    @classmethod
+    def from_config(cls, tokenizer: Tokenizer, data_config: DataConfig, seed: int, *,
+                    fixed_shapes: bool = False) -> PermutationCollator:
+        """The collator a run's `data:` section describes (objective plm or clm).
+
+        The xlnet plan draws its order within blocks of `data.segment_step` tokens when segments
+        overlap (XLNet's perm_size = reuse_len), so that the states cached as the next segment's
+        memory never depended on the part of the row that segment reads again. With
+        `fixed_shapes` (a compiled step) every batch is padded to `max_seq_length`.
+        """
+        step = data_config.segment_step
+        return cls(tokenizer, objective=data_config.objective, plan=data_config.plm_plan,
+                   plm_probability=data_config.plm_probability, max_span_length=data_config.max_span_length,
+                   perm_size=step if step < data_config.max_seq_length else None, seed=seed,
+                   pad_to_length=data_config.max_seq_length if fixed_shapes else None)
 
     def slots(self, length: int) -> int:
         """P, the predicted positions a row has room for at padded length T."""

@@ -20,6 +20,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import datasets
 import numpy as np
@@ -37,6 +38,9 @@ from bertpre.batches.pairs import (
 )
 from bertpre.errors import UserError
 from bertpre.tokenizer.wordpiece import SEP_TOKEN
+
+if TYPE_CHECKING:  # the run config sits above this package
+    from bertpre.config import DataConfig
 
 _SEGMENT_TAG = 0x5E6
 
@@ -99,6 +103,19 @@ class SegmentInstances(torch.utils.data.Dataset):
             raise UserError("the dataset has no tokens; tokenize a non-empty corpus")
         self._open()
         self.set_epoch(0)
+
+    @classmethod
+    def from_config(cls, dataset: datasets.Dataset, tokenizer: Tokenizer, data_config: DataConfig, *,
+                    lanes: int, seed: int, rank: int = 0, world_size: int = 1) -> SegmentInstances:
+        """The segments a run's `data:` section describes: `max_seq_length` tokens every
+        `segment_step` tokens."""
+        return cls(dataset, tokenizer, segment_length=data_config.max_seq_length,
+                   reuse_length=data_config.segment_step, lanes=lanes, seed=seed, rank=rank,
+                   world_size=world_size)
+
+    def segment_count(self) -> int:
+        """Segments in the current epoch's stream (all ranks')."""
+        return len(self.plan.document)
 
     def _open(self) -> None:
         self._chunk_tokens = [_flat_tokens(chunk) for chunk in _input_ids_chunks(self.dataset)]

@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
 
 from bertpre.data.folder import check_tokenizer_files, file_digest
 from bertpre.errors import UserError
@@ -95,10 +97,12 @@ def restore_rng_state(state: dict[str, Any]) -> None:
 
 def save_checkpoint(run_dir: Path, step: int, *, model: torch.nn.Module,
                     optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler | None,
-                    trainer_state: dict[str, Any], runtime: Runtime, keep_last: int) -> Path:
+                    trainer_state: dict[str, Any], runtime: Runtime, keep_last: int,
+                    rank_tensors: dict[str, dict[str, torch.Tensor]] | None = None) -> Path:
     """Write checkpoint `step` into `run_dir/checkpoints` and point `latest` at it.
 
-    All processes call this (each saves its RNG state); only the main process writes the rest.
+    All processes call this (each saves its RNG state, and `rank_tensors`: file name pattern
+    with `{rank}` → tensors, as safetensors); only the main process writes the rest.
     The folder is complete and synced before it gets its final name; `latest` is written
     after that, and old checkpoints beyond `keep_last` are removed last.
     """
@@ -113,6 +117,8 @@ def save_checkpoint(run_dir: Path, step: int, *, model: torch.nn.Module,
         staging.mkdir()
     barrier(runtime)
     torch.save(capture_rng_state(), staging / f"rng_state_{runtime.rank}.pt")
+    for pattern, tensors in (rank_tensors or {}).items():
+        save_file(tensors, str(staging / pattern.format(rank=runtime.rank)))
     barrier(runtime)
     if runtime.is_main:
         model.save_pretrained(staging)
@@ -362,6 +368,18 @@ def load_checkpoint(folder: Path, *, model: torch.nn.Module, optimizer: torch.op
                             f"({type(error).__name__}: {' '.join(str(error).split())[:120]}); "
                             f"{USE_ANOTHER_CHECKPOINT}") from None
     return state
+
+
+def read_rank_tensors(folder: Path, pattern: str, rank: int) -> dict[str, torch.Tensor] | None:
+    """This process's `rank_tensors` file of a checkpoint (None if it has none)."""
+    path = folder / pattern.format(rank=rank)
+    if not path.is_file():
+        return None
+    try:
+        return load_file(str(path))
+    except (SafetensorError, OSError, ValueError) as error:
+        raise UserError(f"checkpoint file {path} cannot be read ({' '.join(str(error).split())[:120]}); "
+                        f"it is damaged, {USE_ANOTHER_CHECKPOINT}") from None
 
 
 def tensors_in(value: Any) -> list[torch.Tensor]:

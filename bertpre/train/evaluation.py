@@ -7,6 +7,8 @@ import math
 import torch
 
 from bertpre.batches import MaskingCollator, PretrainingInstances, source_seed
+from bertpre.batches.plm import PermutationCollator
+from bertpre.batches.segments import SegmentInstances
 from bertpre.config import DataConfig
 from bertpre.data import DataFolder, DataMixture
 from bertpre.labels import IGNORE_INDEX, MASK_ACTION_NAMES
@@ -107,6 +109,76 @@ class Evaluator:
         return results
 
 
+class SegmentEvaluator:
+    """Validation for plm/clm: the validation documents read as the run reads its data, one
+    segment after the next in `micro_batch_size` lanes, each batch attending to the memory the
+    previous one left; epoch 0's segments and targets for `seed`, planned once.
+
+    Under DDP each process reads its own lanes and the sums are all-reduced.
+    """
+
+    def __init__(self, data: DataFolder, data_config: DataConfig, *, micro_batch_size: int = 32,
+                 seed: int = 42, rank: int = 0, world_size: int = 1) -> None:
+        self.objective = data_config.objective
+        self.rank, self.world_size = rank, world_size
+        self.instances, self.lanes = None, 0
+        if len(data.validation):
+            whole = SegmentInstances.from_config(data.validation, data.tokenizer, data_config, lanes=1, seed=seed)
+            self.lanes = min(micro_batch_size, whole.segment_count() // world_size)
+        if self.lanes:  # else the validation split has too few segments: nothing to score
+            self.instances = SegmentInstances.from_config(data.validation, data.tokenizer, data_config,
+                                                          lanes=self.lanes, seed=seed, rank=rank,
+                                                          world_size=world_size)
+        self.collate = PermutationCollator.from_config(data.tokenizer, data_config, seed=seed)
+
+    @torch.no_grad()
+    def __call__(self, model: torch.nn.Module, *, device: torch.device | None = None,
+                 autocast: contextlib.AbstractContextManager | None = None,
+                 max_batches: int | None = None) -> dict[str, float]:
+        """`{objective}_loss`, perplexity, `{objective}_acc`, predictions, sequences (NaN where
+        nothing was predicted). The model is put back in its previous train/eval mode."""
+        from bertpre.batches.plm import expand_plm
+        from bertpre.train.plm_step import plm_device_batch, plm_predictions
+
+        device = device or next(model.parameters()).device
+        was_training = model.training
+        model.eval()
+        device_sums = torch.zeros(2, dtype=torch.float64, device=device)  # loss, correct
+        host_counts = torch.zeros(2, dtype=torch.float64)  # predictions, sequences
+        steps = 0 if self.instances is None else len(self.instances) // self.lanes
+        if max_batches is not None:
+            steps = min(steps, max_batches)
+        mems = mask = None
+        for step in range(steps):
+            batch = self.collate(self.instances.__getitems__(range(step * self.lanes, (step + 1) * self.lanes)))
+            host_counts += torch.tensor([plm_predictions(batch), self.lanes], dtype=torch.float64)
+            inputs = plm_device_batch(batch, device, keep_attention_mask=False)
+            if mask is not None:
+                mask = mask & ~inputs["memory_reset"].unsqueeze(1)
+            perm_mask, target_mapping = expand_plm(inputs)
+            with autocast or contextlib.nullcontext():
+                out = model(inputs["input_ids"], token_type_ids=inputs["token_type_ids"],
+                            attention_mask=inputs.get("attention_mask"), perm_mask=perm_mask,
+                            target_mapping=target_mapping, mems=mems, mems_attention_mask=mask,
+                            labels=inputs["labels"])
+            mems, mask = out.mems, out.mems_attention_mask
+            if mems is not None and mask is None:
+                mask = torch.ones(mems[0].shape[:2], dtype=torch.bool, device=device)
+            hits = (out.logits.argmax(-1) == inputs["labels"]).sum()
+            device_sums += torch.stack([out.loss_sum.double(), hits.double()])
+        model.train(was_training)
+        if self.world_size > 1:
+            torch.distributed.all_reduce(device_sums)
+            host_counts = host_counts.to(device)
+            torch.distributed.all_reduce(host_counts)
+        (loss, correct), (predictions, sequences) = device_sums.tolist(), host_counts.tolist()
+        loss = loss / predictions if predictions else float("nan")
+        return {f"{self.objective}_loss": loss,
+                "perplexity": math.exp(min(loss, 700.0)) if loss == loss else float("nan"),
+                f"{self.objective}_acc": correct / predictions if predictions else float("nan"),
+                "predictions": int(predictions), "sequences": int(sequences)}
+
+
 class MixtureEvaluator:
     """An `Evaluator` per source of a mixture (each with the source's own seed), and the overall
     metrics as the mixture weighs them.
@@ -149,10 +221,13 @@ class MixtureEvaluator:
 
 
 def build_evaluator(mixture: DataMixture, data_config: DataConfig, *, micro_batch_size: int = 32,
-                    seed: int = 42, rank: int = 0, world_size: int = 1) -> Evaluator | MixtureEvaluator:
+                    seed: int = 42, rank: int = 0,
+                    world_size: int = 1) -> Evaluator | MixtureEvaluator | SegmentEvaluator:
     """The validation metrics of `mixture`: an `Evaluator` for one folder, a `MixtureEvaluator`
     for several."""
     options = dict(micro_batch_size=micro_batch_size, seed=seed, rank=rank, world_size=world_size)
+    if data_config.recurrent:  # one folder: the config refuses mixtures for plm/clm
+        return SegmentEvaluator(mixture.folders[0], data_config, **options)
     if mixture.is_mixture:
         return MixtureEvaluator(mixture, data_config, **options)
     return Evaluator(mixture.folders[0], data_config, **options)
@@ -166,6 +241,8 @@ def evaluate(model: torch.nn.Module, data: DataFolder | DataMixture, data_config
     mixture's results are per source and overall, as `MixtureEvaluator` gives them."""
     if isinstance(data, DataMixture):
         evaluator = build_evaluator(data, data_config, micro_batch_size=micro_batch_size, seed=seed)
+    elif data_config.recurrent:
+        evaluator = SegmentEvaluator(data, data_config, micro_batch_size=micro_batch_size, seed=seed)
     else:
         evaluator = Evaluator(data, data_config, micro_batch_size=micro_batch_size, seed=seed)
     return evaluator(model, device=device, autocast=autocast, max_batches=max_batches)

@@ -9,7 +9,7 @@ from tokenizers import Tokenizer
 
 from bertpre.config import Config
 from bertpre.errors import UserError
-from bertpre.model import BertConfig, BertForPreTraining
+from bertpre.model import BertConfig, BertForPreTraining, XLNetLMHeadModel
 from bertpre.model.hf_format import (
     CONFIG_NAME,
     check_folder,
@@ -23,7 +23,7 @@ from bertpre.train.checkpoint import find_checkpoint
 
 # Model keys a run may set whatever the source says: they shape training, not the weights.
 TRAINING_ONLY_KEYS = ("hidden_dropout_prob", "attention_probs_dropout_prob", "initializer_range",
-                      "pad_token_id")
+                      "pad_token_id", "mem_len", "clamp_len")
 SHAPE_KEYS = tuple(f.name for f in fields(BertConfig) if f.name not in TRAINING_ONLY_KEYS)
 # The parts a BertModel-only or BertForMaskedLM folder may lack, as the user knows them.
 HEADS = {"bert.pooler.": "the pooler (bert.pooler)", "cls.predictions.": "the MLM head (cls.predictions)",
@@ -69,13 +69,16 @@ def adopt_shape(config: Config, shape: BertConfig, where: str | Path) -> None:
     A shape key the config gives with another value is an error naming the key; training-only
     keys (dropout, the init range of new heads) keep the config's values.
     """
-    for name in SHAPE_KEYS:
+    for name in shape.shape_fields() if shape.is_xlnet else SHAPE_KEYS:
         given, wanted = getattr(config.model, name), getattr(shape, name)
         if name in config.model_keys_given and given != wanted and not (name == "vocab_size" and given == "auto"):
             raise UserError(f"model.{name} is {given!r} in the config but {where} has {wanted!r}; with "
                             f"model.init_from the model's shape comes from the source, so remove "
                             f"model.{name} from the config")
         setattr(config.model, name, wanted)
+    if shape.is_xlnet and not config.data.recurrent:
+        raise UserError(f"{where} is an XLNet, which trains with data.objective plm or clm (set "
+                        "model.architecture: xlnet, data.objective and data.pair_task: none)")
     if config.data.max_seq_length > shape.max_position_embeddings and not shape.relative_positions:
         raise UserError(f"data.max_seq_length ({config.data.max_seq_length}) is larger than the "
                         f"{shape.max_position_embeddings} positions of {where}; lower it")
@@ -106,7 +109,7 @@ def source_vocab_growth(source: InitSource, data_tokenizer: Tokenizer, data_path
     return pieces
 
 
-def load_source_weights(model: BertForPreTraining, source: InitSource,
+def load_source_weights(model: BertForPreTraining | XLNetLMHeadModel, source: InitSource,
                         new_pieces: list[list[int]] | None = None) -> list[str]:
     """Copy the source's tensors into `model` (built with the source's shape, and its
     vocabulary grown by `len(new_pieces)` rows, each the mean of its pieces' rows).
@@ -115,6 +118,12 @@ def load_source_weights(model: BertForPreTraining, source: InitSource,
         What the user should know: the vocabulary grown, the heads the source lacks (they keep
         their fresh initialization), tensors the model has no place for.
     """
+    if isinstance(model, XLNetLMHeadModel):
+        if new_pieces:
+            raise UserError(f"model.init_from {source.path} is an XLNet, whose vocabulary bertpre does not "
+                            "extend yet; use DATA tokenized with its own tokenizer and no --add-vocab")
+        model.load_state_dict(XLNetLMHeadModel.from_pretrained(source.model_folder).state_dict())
+        return []
     _, state_dict = read_folder(source.model_folder)
     said = []
     if new_pieces:

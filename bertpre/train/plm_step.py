@@ -16,7 +16,10 @@ from torch import nn
 from bertpre.batches.plm import expand_plm
 from bertpre.labels import IGNORE_INDEX
 from bertpre.model.xlnet import XLNetLMHeadModel
+from bertpre.train.step import HostCounts
 
+# Each process's recurrent memory in a checkpoint (`RecurrentMemory.state_dict`).
+MEMORY_FILE = "memory_{rank}.safetensors"
 # What the model reads of a PLM batch (the rest stays on the host).
 PLM_INPUTS = ("input_ids", "token_type_ids", "attention_mask", "perm_rank", "perm_hidden", "perm_target",
               "target_positions", "labels", "memory_reset")
@@ -25,6 +28,21 @@ PLM_INPUTS = ("input_ids", "token_type_ids", "attention_mask", "perm_rank", "per
 def plm_predictions(batch: dict[str, torch.Tensor]) -> int:
     """The targets a host batch predicts (counted before it is copied: no device read)."""
     return int((batch["labels"] != IGNORE_INDEX).sum())
+
+
+def plm_host_counts(batch: dict[str, torch.Tensor]) -> HostCounts:
+    """A PLM micro-batch's targets and real tokens, counted on the CPU (no pairs)."""
+    return HostCounts(predictions=plm_predictions(batch), pairs=0, tokens=int(batch["attention_mask"].sum()))
+
+
+def plm_device_batch(batch: dict[str, torch.Tensor], device: torch.device, *,
+                     keep_attention_mask: bool) -> dict[str, torch.Tensor]:
+    """What the model reads of a host PLM batch, copied without waiting; a batch without padding
+    drops its attention mask unless the step is compiled (one graph for every batch)."""
+    names = [name for name in PLM_INPUTS if name in batch]
+    if not keep_attention_mask and bool(batch["attention_mask"].all()):
+        names.remove("attention_mask")
+    return {name: batch[name].to(device, non_blocking=True) for name in names}
 
 
 class RecurrentMemory:

@@ -16,6 +16,7 @@ CUSTOM_SCALARS_LAYOUT = {
     "1. loss": {
         "loss (train and eval)": ["Multiline", [r"^train/loss$", r"^eval/loss$"]],
         "MLM loss (train and eval, each source)": ["Multiline", [r"^train/mlm_loss$", r"^eval/(.+/)?mlm_loss$"]],
+        "PLM / CLM loss (XLNet; train and eval)": ["Multiline", [r"^train/[pc]lm_loss$", r"^eval/[pc]lm_loss$"]],
         "pair loss (train and eval)": ["Multiline", [r"^train/pair_loss$", r"^eval/(.+/)?pair_loss$"]],
     },
     "1b. downstream (bertpre finetune)": {
@@ -24,6 +25,7 @@ CUSTOM_SCALARS_LAYOUT = {
     },
     "2. accuracy": {
         "MLM accuracy (train and eval)": ["Multiline", [r"^train/mlm_acc$", r"^eval/(.+/)?mlm_acc$"]],
+        "PLM / CLM accuracy (XLNet; train and eval)": ["Multiline", [r"^train/[pc]lm_acc$", r"^eval/[pc]lm_acc$"]],
         "MLM accuracy by action ([MASK], random, kept; eval)": ["Multiline", [r"^eval/mlm_acc_(mask|random|kept)$"]],
         "pair accuracy (train and eval)": ["Multiline", [r"^train/pair_acc$", r"^eval/(.+/)?pair_acc$"]],
     },
@@ -55,6 +57,7 @@ class RunPlan:
     corpus_tokens: int
     steps_per_epoch: float
     phases: int = 1
+    architecture: str = "BERT"
 
     @property
     def tokens_per_step(self) -> int:
@@ -71,7 +74,7 @@ def start_block(plan: RunPlan) -> str:
     phases = f" in {plan.phases} phases (the figures are phase 1's)" if plan.phases > 1 else ""
     epochs_text = f"{epochs:,.2f}" if epochs < 10 else f"{epochs:,.1f}"
     return "\n".join([
-        f"run {plan.run_dir}: BERT of {plan.parameters / 1e6:,.1f}M parameters ({plan.shape})",
+        f"run {plan.run_dir}: {plan.architecture} of {plan.parameters / 1e6:,.1f}M parameters ({plan.shape})",
         f"  {steps}{phases}, {plan.batch_size:,} sequences of {plan.seq_length} tokens a step: "
         f"{plan.tokens_per_step:,} tokens a step, {plan.tokens_per_step * plan.max_steps:,} in all",
         f"  {plan.precision}; {plan.devices}",
@@ -104,6 +107,10 @@ def eta_line(*, step: int, max_steps: int, seconds_per_step: float, tokens_per_s
             f"{format_duration(remaining)} to step {max_steps:,} ({finish})")
 
 
+# What a run's last lines show of its last window and evaluation (those it has).
+SUMMARY_METRICS = ("loss", "mlm_loss", "mlm_acc", "plm_loss", "plm_acc", "clm_loss", "clm_acc", "pair_acc")
+
+
 def end_block(*, run_dir: str, start_step: int, step: int, tokens_seen: int, wall_seconds: float,
               train: dict[str, float], evaluation: dict[str, float], checkpoint: str | None,
               stopped: bool) -> str:
@@ -117,8 +124,8 @@ def end_block(*, run_dir: str, start_step: int, step: int, tokens_seen: int, wal
     return "\n".join([
         f"run {run_dir} {state} at step {step:,} ({step - start_step:,} steps this session, "
         f"{tokens_seen:,} tokens, {format_duration(wall_seconds)})",
-        f"  last train window: {metrics(train, ('loss', 'mlm_loss', 'mlm_acc', 'pair_acc'))}",
-        f"  last evaluation:   {metrics(evaluation, ('loss', 'mlm_loss', 'mlm_acc', 'pair_acc'))}",
+        f"  last train window: {metrics(train, SUMMARY_METRICS)}",
+        f"  last evaluation:   {metrics(evaluation, SUMMARY_METRICS)}",
         f"  checkpoint: {checkpoint or 'none saved'}",
         f"  TensorBoard: tensorboard --logdir {shlex.quote(f'{run_dir}/tensorboard')} "
         "(open the Custom Scalars tab)",

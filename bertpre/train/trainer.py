@@ -4,6 +4,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import math
 import os
 import shutil
 import signal
@@ -26,10 +27,12 @@ from bertpre.batches import (
     PretrainingInstances,
     build_instances,
 )
+from bertpre.batches.plm import PermutationCollator
+from bertpre.batches.segments import SegmentInstances
 from bertpre.config import Config, DataConfig, check_world_size, resolve
 from bertpre.data import DataFolder, load_mixture
 from bertpre.errors import WRITE_ERRNOS, UserError
-from bertpre.model import BertForPreTraining
+from bertpre.model import BertForPreTraining, XLNetLMHeadModel
 from bertpre.model.cost import memory_shortfall, training_flops_per_token
 from bertpre.model.hf_format import read_config
 from bertpre.tokenizer import load_tokenizer
@@ -37,6 +40,7 @@ from bertpre.tokenizer.wordpiece import TOKENIZER_FILE, check_same_vocab
 from bertpre.train.checkpoint import (
     latest_checkpoint,
     load_checkpoint,
+    read_rank_tensors,
     remove_partial_checkpoints,
     save_checkpoint,
 )
@@ -49,6 +53,13 @@ from bertpre.train.init_from import (
 )
 from bertpre.train.metrics import MetricsWindow, MetricsWriter, ProgressBar, gpu_scalars
 from bertpre.train.optim import build_optimizer, learning_rate
+from bertpre.train.plm_step import (
+    MEMORY_FILE,
+    PermutationObjective,
+    RecurrentMemory,
+    plm_device_batch,
+    plm_host_counts,
+)
 from bertpre.train.report import (
     CUSTOM_SCALARS_LAYOUT,
     RunPlan,
@@ -211,7 +222,8 @@ class Trainer:
                 print(f"warning: {warning}", file=sys.stderr)
 
         seed_everything(train.seed)
-        self.model = BertForPreTraining(config.model)
+        self.model = build_pretraining_model(config, self.data.tokenizer)
+        self.memory: RecurrentMemory | None = None  # plm/clm: each micro-batch slot's memory
         if self.source is not None:
             self.say(f"starting from the weights of {self.source.path}")
             for line in load_source_weights(self.model, self.source, self.new_pieces):
@@ -219,7 +231,7 @@ class Trainer:
         self.model.to(runtime.device)
         self.model.set_gradient_checkpointing(train.gradient_checkpointing)
         self.optimizer = build_optimizer(self.model, config.optim, runtime.device)
-        if config.data.pair_task == "none":
+        if config.data.pair_task == "none" and not config.model.is_xlnet:
             # After the optimizer is built: its state keeps one layout whatever the pair task.
             freeze_pair_head(self.model)
         self.scaler = runtime.grad_scaler()
@@ -236,6 +248,7 @@ class Trainer:
         else:
             self.load_state_dict(load_checkpoint(latest, model=self.model, optimizer=self.optimizer,
                                                  scaler=self.scaler, runtime=runtime), latest)
+            self.load_memory(latest)
             self.check_resumed_config()
             if runtime.is_main:
                 print(f"resuming from {latest} (step {self.step}, epoch {self.stream.epoch})",
@@ -313,11 +326,18 @@ class Trainer:
             device += f" ({torch.cuda.get_device_name(runtime.device)})"
         counts = [folder.manifest.get("counts", {}) if isinstance(folder.manifest, dict) else {}
                   for folder in self.mixture.folders]
+        shape = (f"{model.num_hidden_layers} layers, hidden {model.hidden_size}, "
+                 f"{model.position_embedding_type} positions")
+        if model.is_xlnet:
+            data = self.phase_config.data
+            shape = (f"{model.num_hidden_layers} layers, hidden {model.hidden_size}, relative positions, "
+                     f"memory {model.mem_len}; {data.objective}"
+                     + (f" ({data.plm_plan} plan, 1/{1 / data.plm_probability:.3g} predicted)"
+                        if data.objective == "plm" else ""))
         return RunPlan(
             run_dir=str(self.run_dir),
             parameters=self.model.num_parameters(),
-            shape=(f"{model.num_hidden_layers} layers, hidden {model.hidden_size}, "
-                   f"{model.position_embedding_type} positions"),
+            shape=shape,
             start_step=self.step, max_steps=self.config.train.max_steps,
             batch_size=train.batch_size, seq_length=self.phase_config.data.max_seq_length,
             precision=runtime.precision_line or f"precision {runtime.precision}",
@@ -326,6 +346,7 @@ class Trainer:
             corpus_tokens=sum(int(count.get("tokens", 0)) for count in counts),
             steps_per_epoch=len(self.stream.instances) * runtime.world_size / train.batch_size,
             phases=len(self.config.phases),
+            architecture="XLNet" if model.is_xlnet else "BERT",
         )
 
     def enter_phase(self, index: int, stream_state: dict[str, int] | None = None) -> None:
@@ -336,9 +357,18 @@ class Trainer:
         self.phase_end = self.config.phase_ends()[index]
         self.accumulation = check_world_size(config, runtime.world_size)
         seed = config.train.seed
-        instances = self.build_instances(config.data)
-        collate = MaskingCollator.from_config(self.data.tokenizer, config.data, seed,
-                                              fixed_shapes=config.train.compile)
+        if config.data.recurrent:
+            # Slot j of every step reads the same rows (lanes), so its memory is their context.
+            instances = SegmentInstances.from_config(
+                self.data.train, self.data.tokenizer, config.data, seed=seed, rank=runtime.rank,
+                world_size=runtime.world_size, lanes=config.train.micro_batch_size * self.accumulation)
+            collate = PermutationCollator.from_config(self.data.tokenizer, config.data, seed,
+                                                      fixed_shapes=config.train.compile)
+            self.memory = RecurrentMemory(self.accumulation)
+        else:
+            instances = self.build_instances(config.data)
+            collate = MaskingCollator.from_config(self.data.tokenizer, config.data, seed,
+                                                  fixed_shapes=config.train.compile)
         self.stream = BatchStream(instances, collate,
                                   micro_batch_size=config.train.micro_batch_size,
                                   num_workers=config.data.num_workers,
@@ -446,16 +476,18 @@ class Trainer:
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         host_batches = [self.stream.next() for _ in range(self.accumulation)]
-        totals = step_totals([HostCounts.of(batch) for batch in host_batches], runtime)
+        recurrent = self.memory is not None
+        counts, to_device = (plm_host_counts, plm_device_batch) if recurrent else (HostCounts.of, device_batch)
+        totals = step_totals([counts(batch) for batch in host_batches], runtime)
         # Every copy is queued before the first forward, so the copies overlap the compute.
-        batches = [device_batch(batch, runtime.device, keep_attention_mask=self.phase_config.train.compile)
+        batches = [to_device(batch, runtime.device, keep_attention_mask=self.phase_config.train.compile)
                    for batch in host_batches]
         # Each micro-batch's loss sums are divided by the step's counts (over all processes),
         # so any split of the batch gives the same gradient; DDP averages over processes.
         weights = [runtime.world_size / total if total else 0.0 for total in totals[:2]]
         device_sums = torch.zeros(len(DEVICE_STATS), dtype=torch.float64, device=runtime.device)
         for index, batch in enumerate(batches):
-            device_sums += self.forward_backward(batch, weights, sync=index == len(batches) - 1)
+            device_sums += self.forward_backward(batch, weights, sync=index == len(batches) - 1, slot=index)
         all_reduce_sum(device_sums, runtime)
         grad_norm, skipped = self.update(device_sums)
         stats = StepStats(device_sums=device_sums, host_counts=totals, lr=lr, grad_norm=grad_norm,
@@ -464,18 +496,25 @@ class Trainer:
         return stats
 
     def forward_backward(self, batch: dict[str, torch.Tensor], weights: list[float], *,
-                         sync: bool) -> torch.Tensor:
+                         sync: bool, slot: int = 0) -> torch.Tensor:
         """One micro-batch on the device; returns its DEVICE_STATS sums.
 
         Args:
-            weights: what the MLM and pair loss sums are multiplied by.
+            weights: what the MLM (or PLM) and pair loss sums are multiplied by.
             sync: the step's last micro-batch, whose backward all-reduces the gradients.
+            slot: the micro-batch's place in the step, whose memory it reads and leaves (plm, clm).
         """
         no_sync = (self.trained_model.no_sync() if self.runtime.distributed and not sync
                    else contextlib.nullcontext())
         with no_sync:
             with self.runtime.autocast():
-                mlm_loss_sum, pair_loss_sum, sums = self.trained_model(batch)
+                if self.memory is None:
+                    mlm_loss_sum, pair_loss_sum, sums = self.trained_model(batch)
+                else:
+                    mems, mask = self.memory.read(slot, batch.get("memory_reset"))
+                    mlm_loss_sum, sums, (mems, mask) = self.trained_model(batch, mems, mask)
+                    self.memory.write(slot, mems, mask)
+                    pair_loss_sum = mlm_loss_sum.new_zeros(())
             loss = mlm_loss_sum * weights[0] + pair_loss_sum * weights[1]
             (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
         return sums
@@ -524,8 +563,9 @@ class Trainer:
     def log(self, stats: StepStats) -> None:
         """Write the logging window's scalars (TensorBoard, metrics.jsonl, progress bar)."""
         self.check_finite()
-        scalars = self.window.scalars(lr=stats.lr, loss_scale=self.loss_scale,
-                                      skipped_steps=self.skipped_steps)
+        scalars = objective_names(self.window.scalars(lr=stats.lr, loss_scale=self.loss_scale,
+                                                      skipped_steps=self.skipped_steps),
+                                  self.config.data.objective)
         scalars.update(gpu_scalars(self.runtime, scalars["perf/tokens_per_s"], self.token_flops))
         self.metrics.log(self.step, scalars)
         self.last_train = {tag.split("/", 1)[1]: value for tag, value in scalars.items()
@@ -553,7 +593,7 @@ class Trainer:
         results = {name: float(value) for name, value in results.items()
                    if value == value}  # NaN: nothing to measure (no pairs)
         # On the loss chart beside train/loss, which is the same sum.
-        results["loss"] = results["mlm_loss"] + results.get("pair_loss", 0.0)
+        results["loss"] = results.get(f"{self.config.data.objective}_loss", math.nan) + results.get("pair_loss", 0.0)
         self.metrics.log(self.step, {f"eval/{name}": value for name, value in results.items()})
         self.last_eval = results
 
@@ -588,12 +628,25 @@ class Trainer:
         try:
             save_checkpoint(self.run_dir, self.step, model=self.model, optimizer=self.optimizer,
                             scaler=self.scaler, runtime=self.runtime,
-                            keep_last=self.config.train.keep_last, trainer_state=self.state_dict())
+                            keep_last=self.config.train.keep_last, trainer_state=self.state_dict(),
+                            rank_tensors=None if self.memory is None else {MEMORY_FILE: self.memory.state_dict()})
         # On a full disk torch.save raises RuntimeError and safetensors SafetensorError.
         except (OSError, RuntimeError, SafetensorError) as error:
             if isinstance(error, OSError) and error.errno not in WRITE_ERRNOS:
                 raise
             raise write_failed(error, f"checkpoint step-{self.step:08d}", self.run_dir) from None
+
+    def load_memory(self, checkpoint: Path) -> None:
+        """This process's recurrent memory as the checkpoint left it (plm, clm): the next segment
+        of every lane attends to it as it would have without the restart. A checkpoint saved as
+        its phase ended starts the next phase's lanes afresh, with no memory."""
+        if self.memory is None or self.stream.state_dict()["position"] == 0:
+            return
+        tensors = read_rank_tensors(checkpoint, MEMORY_FILE, self.runtime.rank)
+        if tensors is None:
+            raise UserError(f"checkpoint {checkpoint} has no {MEMORY_FILE.format(rank=self.runtime.rank)}, "
+                            "the recurrent memory a resumed run continues from; resume from another checkpoint")
+        self.memory.load_state_dict(tensors, self.runtime.device)
 
     def check_resumed_config(self) -> None:
         """A resumed run keeps its config, but for the keys that may change (each one noted)."""
@@ -635,7 +688,8 @@ class Trainer:
 
     def wrap_model(self) -> torch.nn.Module:
         """The objective as the step calls it: compiled whole and/or DDP-wrapped as configured."""
-        model = PretrainingObjective(self.model, self.config.optim.label_smoothing)
+        objective = PermutationObjective if self.config.model.is_xlnet else PretrainingObjective
+        model = objective(self.model, self.config.optim.label_smoothing)
         if self.config.train.compile:
             model = torch.compile(model, fullgraph=True)
         if self.runtime.distributed:
@@ -645,6 +699,23 @@ class Trainer:
 
 
 DATA_RECORD = "data.json"  # in RUN: what the run read
+
+
+def build_pretraining_model(config: Config, tokenizer: Any) -> BertForPreTraining | XLNetLMHeadModel:
+    """The model `config.model` describes, freshly initialized from the current seed."""
+    if not config.model.is_xlnet:
+        return BertForPreTraining(config.model)
+    data = config.data
+    return XLNetLMHeadModel(config.model.xlnet_config(
+        reuse_len=data.segment_step if data.segment_step < data.max_seq_length else None,
+        cls_token_id=tokenizer.token_to_id("[CLS]"), sep_token_id=tokenizer.token_to_id("[SEP]")))
+
+
+def objective_names(scalars: dict[str, float], objective: str) -> dict[str, float]:
+    """`train/mlm_*` named for the run's objective (`train/plm_loss`, `train/clm_acc`)."""
+    if objective == "mlm":
+        return scalars
+    return {tag.replace("/mlm_", f"/{objective}_"): value for tag, value in scalars.items()}
 
 
 def check_fits_in_memory(config: Config, device: torch.device) -> None:

@@ -1,0 +1,141 @@
+"""`bertpre pretrain` with model.architecture xlnet: permutation LM (plm) and left-to-right LM
+(clm) over segments carried by memory, exact resume after SIGKILL (memory included), the
+TensorBoard tags, what the config refuses."""
+import json
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from _killed_run import KILLED_RUN
+from safetensors.torch import load_file
+
+from bertpre.config import load_config
+from bertpre.errors import UserError
+from bertpre.model import XLNetLMHeadModel
+from bertpre.train.trainer import pretrain
+
+ROOT = Path(__file__).parents[2]
+TINY = ROOT / "configs" / "tiny.yaml"
+XLNET = ["model.architecture=xlnet", "data.objective=plm", "data.pair_task=none", "model.mem_len=16",
+         "data.max_seq_length=32", "data.reuse_length=16", "train.batch_size=8", "train.micro_batch_size=4",
+         "train.log_every=1", "train.eval_every=1000"]
+
+
+def overrides(data_dir: Path, out: Path, *more: str) -> list[str]:
+    return [f"data.path={data_dir}", f"train.out={out}", *XLNET, *more]
+
+
+def step_rows(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def final_folder(run_dir: Path) -> Path:
+    return run_dir / "checkpoints" / (run_dir / "checkpoints" / "latest").read_text().strip()
+
+
+@pytest.fixture
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_a_plm_run_killed_after_a_checkpoint_resumes_bit_for_bit_with_its_memory(tiny_data, tmp_path, one_thread):
+    steps = ["train.max_steps=6", "train.save_every=3"]
+    straight = pretrain(load_config(TINY, overrides(tiny_data, tmp_path / "straight", *steps)))
+    folder = final_folder(straight.run_dir)
+    memory = load_file(folder / "memory_0.safetensors")
+    # Two micro-batch slots (batch 8 = 2 × 4), each with its 2 layers' states and mask.
+    assert {"slot0.mask", "slot1.mask", "slot0.layer1", "slot1.layer1"} <= set(memory)
+    assert memory["slot0.layer0"].shape == (4, 16, 64)
+    model = XLNetLMHeadModel.from_pretrained(folder)  # the checkpoint is a native XLNet folder
+    assert model.config.mem_len == 16 and model.config.reuse_len == 16
+
+    more = overrides(tiny_data, tmp_path / "resumed", *steps, "data.num_workers=1")
+    env = {"OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
+    killed = subprocess.run([sys.executable, "-c", KILLED_RUN, str(TINY), "3", *more], env=env,
+                            capture_output=True, text=True, timeout=300)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    resumed = pretrain(load_config(TINY, more))
+    losses = [[row["train/plm_loss"] for row in step_rows(run) if "train/plm_loss" in row]
+              for run in (straight.run_dir, resumed.run_dir)]
+    assert len(losses[0]) == 6 and losses[1] == losses[0]  # identical, not merely close
+    a, b = load_file(folder / "model.safetensors"), load_file(final_folder(resumed.run_dir) / "model.safetensors")
+    for name in a:
+        assert torch.equal(a[name], b[name]), name
+
+
+def test_a_checkpoint_without_its_memory_is_refused_on_resume(tiny_data, tmp_path, one_thread):
+    """The memory is part of the exact-resume state: a checkpoint that lost it is not resumed."""
+    steps = ["train.max_steps=4", "train.save_every=2"]
+    pretrain(load_config(TINY, overrides(tiny_data, tmp_path / "cleared", "train.max_steps=2", "train.save_every=2")))
+    checkpoint = final_folder(tmp_path / "cleared")
+    (checkpoint / "memory_0.safetensors").unlink()
+    (checkpoint / "checksums.json").unlink()  # the file is gone on purpose
+    with pytest.raises(UserError, match="memory_0.safetensors"):
+        pretrain(load_config(TINY, overrides(tiny_data, tmp_path / "cleared", *steps)))
+
+
+def test_plm_and_clm_log_their_own_names_and_learn(tiny_data, tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    for objective in ("plm", "clm"):
+        run = pretrain(load_config(TINY, overrides(tiny_data, tmp_path / objective, f"data.objective={objective}",
+                                                   "train.max_steps=30", "train.eval_every=15",
+                                                   "optim.warmup_steps=5"))).run_dir
+        accumulator = EventAccumulator(str(run / "tensorboard"))
+        accumulator.Reload()
+        tags = set(accumulator.Tags()["scalars"])
+        assert {f"train/{objective}_loss", f"train/{objective}_acc", f"eval/{objective}_loss",
+                f"eval/{objective}_acc", "eval/perplexity", "eval/loss"} <= tags
+        assert not any("mlm" in tag or "pair" in tag for tag in tags)
+        losses = [event.value for event in accumulator.Scalars(f"train/{objective}_loss")]
+        assert sum(losses[-5:]) / 5 < sum(losses[:5]) / 5 - 0.3  # from ln(120) ≈ 4.8 down
+
+
+@pytest.mark.parametrize(("sets", "message"), [
+    (["model.architecture=xlnet"], "trains with data.objective plm"),
+    (["data.objective=plm"], "set model.architecture: xlnet"),
+    (["model.architecture=xlnet", "data.objective=plm"], "data.pair_task: none"),
+    (["model.mem_len=8"], "model.architecture: xlnet, or model.mem_len: 0"),
+    (["model.architecture=xlnet", "data.objective=plm", "data.pair_task=none", "data.reuse_length=65"],
+     "reuse_length"),
+    (["model.architecture=xlnet", "data.objective=plm", "data.pair_task=none", "data.max_span_length=7"],
+     "1 / data.plm_probability"),
+    (["model.architecture=xlnet", "data.objective=plm", "data.pair_task=none", "data.plm_plan=hf",
+      "data.max_seq_length=63"], "even"),
+    (["model.architecture=xlnet", "data.objective=clm", "data.pair_task=none", "model.share_layers=true"],
+     "ALBERT"),
+    (["model.architecture=xlnet", "data.objective=clm", "data.pair_task=none",
+      "model.attention_probs_dropout_prob=0.2"], "one dropout rate"),
+    (["model.architecture=xlnet", "data.objective=clm", "data.pair_task=none", "model.mem_len=-1"], "mem_len"),
+    (["model.architecture=transformer"], "not built"),
+])
+def test_the_config_refuses_what_cannot_train(sets, message):
+    with pytest.raises(UserError, match=message):
+        load_config(TINY, sets)
+
+
+def test_a_mixture_is_refused_for_plm(tmp_path):
+    with pytest.raises(UserError, match="mixture"):
+        load_config(TINY, ["model.architecture=xlnet", "data.objective=plm", "data.pair_task=none",
+                           "data.path=[{path: a, weight: 1}, {path: b, weight: 1}]"])
+
+
+def test_init_from_an_xlnet_run_starts_from_its_weights(tiny_data, tmp_path):
+    first = pretrain(load_config(TINY, overrides(tiny_data, tmp_path / "first", "train.max_steps=2",
+                                                 "train.save_every=2")))
+    source = final_folder(first.run_dir)
+    config = load_config(TINY, overrides(tiny_data, tmp_path / "second", "train.max_steps=1",
+                                         "optim.lr=1e-9", f"model.init_from={first.run_dir}"))
+    second = pretrain(config)
+    a, b = load_file(source / "model.safetensors"), load_file(final_folder(second.run_dir) / "model.safetensors")
+    for name in a:  # one step at lr 1e-9 from the source's weights
+        torch.testing.assert_close(a[name], b[name], atol=1e-6, rtol=0)
+    with pytest.raises(UserError, match="is an XLNet"):
+        pretrain(load_config(TINY, [f"data.path={tiny_data}", f"train.out={tmp_path / 'bert'}",
+                                    f"model.init_from={first.run_dir}", "data.max_seq_length=32"]))
