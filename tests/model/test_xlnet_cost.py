@@ -2,13 +2,18 @@
 against torch's FLOP counter, activations against the tensors autograd keeps, and `info`."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 from tokenizers import Tokenizer
 from tokenizers.models import WordPiece
 from torch.utils.flop_counter import FlopCounterMode
+from typer.testing import CliRunner
 
 from bertpre.batches.plm import PermutationCollator
+from bertpre.cli import app
+from bertpre.config import load_config
 from bertpre.model import BertConfig
 from bertpre.model.cost import (
     count_parameters,
@@ -23,6 +28,7 @@ from bertpre.model.cost import (
 from bertpre.model.xlnet import XLNetLMHeadModel
 from bertpre.tools.info import format_info, model_info
 
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 TINY = dict(architecture="xlnet", vocab_size=211, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
             intermediate_size=128)
 
@@ -223,3 +229,21 @@ def test_info_for_an_xlnet_config() -> None:
     assert "with gradient checkpointing" in text
     no_memory = format_info(model_info(xlnet(mem_len=0), seq_length=64, predicted_share=1 / 6))
     assert "no memory" in no_memory and "memory states" not in no_memory
+
+
+def test_info_command_for_xlnet_on_the_tiny_preset() -> None:
+    """`bertpre info` as a user runs it on the tiny preset turned XLNet: P from data.plm_probability
+    (1/6 of 64 = 11 rows), memory from model.mem_len, every row's memory counted."""
+    result = CliRunner().invoke(app, ["info", "--config", str(CONFIGS / "tiny.yaml"),
+                                      "--set", "model.architecture=xlnet", "--set", "data.objective=plm",
+                                      "--set", "data.pair_task=none", "--set", "model.mem_len=32"])
+    assert result.exit_code == 0, result.output
+    config = load_config(CONFIGS / "tiny.yaml", ["model.architecture=xlnet", "data.objective=plm",
+                                                 "data.pair_task=none", "model.mem_len=32"])
+    info = model_info(config.model, seq_length=64, predicted_share=1 / 6,
+                      micro_batch_size=config.train.micro_batch_size, memory_rows=config.train.batch_size)
+    assert "model: XLNet, 2 layers, hidden 64, 4 heads, intermediate 256" in result.output
+    assert "memory 32" in result.output and f"{info.parameters.total:,}" in result.output
+    assert "P=11 query rows" in result.output and "memory M=32" in result.output
+    assert f"{info.flops_per_token / 1e6:.3f} MFLOP" in result.output
+    assert f"for {config.train.batch_size} rows" in result.output
