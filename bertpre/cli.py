@@ -295,7 +295,8 @@ def inspect_command(
     split: str = typer.Option("train", "--split", help="train or validation."),
 ) -> None:
     """Masking audit: realized mask rate and 80/10/10 split, pair label balance, truncation,
-    padding and [UNK] share over batches sampled as training would.
+    padding and [UNK] share over batches sampled as training would (for data.objective plm or
+    clm: predicted share, span lengths, query slots used, memory resets and padding).
 
     With no DATA, the config's data.path is inspected; for a mixture the table adds each
     source's realised share.
@@ -310,6 +311,13 @@ def inspect_command(
     if data is None and config is None:
         raise UserError("give a DATA folder to inspect, or --config CFG to inspect its data.path")
     cfg = load_config(config)
+    if cfg.data.recurrent:  # plm / clm: segments and permutation batches
+        from bertpre.tools.plm_audit import format_permutation_report, inspect_segments
+
+        typer.echo(format_permutation_report(inspect_segments(
+            open_data(data if data is not None else Path(cfg.data.sources[0][0])), cfg.data, batches=batches,
+            batch_size=cfg.train.micro_batch_size, seed=cfg.train.seed, split=split)))
+        return
     report = inspect_data(open_data(data) if data is not None else load_mixture(cfg.data.sources),
                           cfg.data, batches=batches,
                           batch_size=cfg.train.micro_batch_size, seed=cfg.train.seed, split=split)

@@ -622,6 +622,10 @@ def _validate_objective(config: Config) -> None:
     if data.objective == "plm" and data.plm_plan == "hf" and data.max_seq_length % 2:
         raise UserError(f"data.plm_plan hf orders each half of a row apart, so data.max_seq_length must be "
                         f"even (it is {data.max_seq_length})")
+    if data.objective == "plm" and data.plm_plan == "xlnet" and data.max_seq_length % data.segment_step:
+        raise UserError(f"data.max_seq_length ({data.max_seq_length}) must be a multiple of data.reuse_length "
+                        f"({data.segment_step}): XLNet draws each row's order within blocks of reuse_length "
+                        "tokens, so that the part kept as memory never depends on the rest")
     if data.reuse_length is not None and data.reuse_length > data.max_seq_length:
         raise UserError(f"data.reuse_length ({data.reuse_length}) is longer than a segment "
                         f"(data.max_seq_length {data.max_seq_length}); segments would skip text")

@@ -289,6 +289,10 @@ class PermutationCollator:
         lengths = instances.lengths
         longest = int(lengths.max())
         length = longest
+        if self.objective == "plm" and self.plan == "xlnet" and self.perm_size:
+            length = -(-length // self.perm_size) * self.perm_size  # whole blocks of the order
+        elif self.objective == "plm" and self.plan == "hf":
+            length += length % 2  # its two halves
         if self.pad_to_length is not None:
             if longest > self.pad_to_length:
                 raise UserError(f"an instance has {longest} tokens, more than pad_to_length {self.pad_to_length}")

@@ -416,7 +416,8 @@ class XLNetModel(nn.Module):
         for index, layer in enumerate(self.layer):
             memory = None if mems is None else mems[index]
             if new_mems is not None:
-                new_mems.append(self.remember(h, memory).detach())
+                # A copy: a slice would keep the whole concatenation alive across steps.
+                new_mems.append(self.remember(h, memory).detach().clone())
             if self.gradient_checkpointing and self.training:
                 h, g = checkpoint(layer, h, g, memory, sinusoids, content, query, use_reentrant=False)
             else:

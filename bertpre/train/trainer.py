@@ -205,7 +205,7 @@ class Trainer:
         elif config.init_from:
             adopt_shape(config, read_config(latest), latest)
         resolve(config, self.data.tokenizer)
-        check_fits_in_memory(config, runtime.device)
+        check_fits_in_memory(config, runtime.device, runtime.world_size)
         if not resume and (self.run_dir / "checkpoints" / "latest").exists():
             raise UserError(f"run folder {self.run_dir} already holds checkpoints; resume it "
                             "(--resume), or choose a new --out")
@@ -379,7 +379,7 @@ class Trainer:
                                          micro_batch_size=config.train.micro_batch_size, seed=seed,
                                          rank=runtime.rank, world_size=runtime.world_size)
         self.token_flops = training_flops_per_token(config.model, config.data.max_seq_length,
-                                                    config.data.predicted_share)
+                                                    config.data.predicted_share, **xlnet_cost_options(config))
 
     def next_phase(self) -> None:
         """Cross into the next phase; its data continues from the next epoch, so that its
@@ -718,7 +718,19 @@ def objective_names(scalars: dict[str, float], objective: str) -> dict[str, floa
     return {tag.replace("/mlm_", f"/{objective}_"): value for tag, value in scalars.items()}
 
 
-def check_fits_in_memory(config: Config, device: torch.device) -> None:
+def xlnet_cost_options(config: Config) -> dict[str, int]:
+    """The cost model's XLNet arguments for one phase's config (none for BERT): the memory
+    length, the query stream's rows P (as the collator sizes them) and the micro-batch."""
+    if not config.model.is_xlnet:
+        return {}
+    data = config.data
+    length = data.max_seq_length
+    rows = length if data.predicted_share == 1.0 else max(1, int(length * data.predicted_share + 0.5))
+    return {"memory_length": config.model.mem_len, "query_rows": rows,
+            "micro_batch_size": config.train.micro_batch_size}
+
+
+def check_fits_in_memory(config: Config, device: torch.device, world_size: int = 1) -> None:
     """Refuse, before anything is allocated, a run that cannot fit in the device's whole memory
     even at its leanest (`bertpre.model.cost.training_memory_floor`), in any of its phases."""
     if device.type == "cuda":
@@ -727,8 +739,12 @@ def check_fits_in_memory(config: Config, device: torch.device) -> None:
         available, where = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), "this machine has"
     for index in range(max(1, len(config.phases))):
         phase = config.for_phase(index)
+        options = xlnet_cost_options(phase)
+        options.pop("micro_batch_size", None)
+        if options:  # every row of the device's share of a step keeps its memory
+            options["memory_rows"] = phase.train.batch_size // world_size
         problem = memory_shortfall(config.model, phase.data.max_seq_length, phase.data.predicted_share,
-                                   phase.train.micro_batch_size, available, where)
+                                   phase.train.micro_batch_size, available, where, **options)
         if problem:
             where_phase = f"phase {index + 1}: " if config.phases else ""
             raise UserError(f"{where_phase}{problem} (`bertpre info --config CFG` estimates the memory)")

@@ -189,3 +189,14 @@ def test_left_to_right_is_the_identity_order(tokenizer):
 def test_bad_settings_are_one_line(tokenizer, settings, message):
     with pytest.raises(UserError, match=message):
         PermutationCollator(tokenizer, **settings)
+
+
+def test_a_batch_of_short_rows_is_padded_to_whole_blocks_of_the_order(tokenizer):
+    """Segments at a document's end are short: the padded length still holds whole perm_size
+    blocks (xlnet plan) or two halves (hf plan), so no batch of a run is refused."""
+    made = instances(tokenizer, 4, 7, lengths=(9, 13))
+    assert max(len(row["input_ids"]) for row in made) % 8
+    batch = PermutationCollator(tokenizer, perm_size=8, seed=1)(made)
+    assert batch["input_ids"].shape[1] % 8 == 0
+    odd = [row for row in made if len(row["input_ids"]) % 2] or made
+    assert PermutationCollator(tokenizer, plan="hf", seed=1)(odd[:1])["input_ids"].shape[1] % 2 == 0
