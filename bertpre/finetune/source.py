@@ -20,9 +20,12 @@ from bertpre.model.hf_format import read_config, read_folder, read_weights
 from bertpre.model.xlnet import XLNetModel
 from bertpre.tokenizer.xlnet_layout import xlnet_layout
 from bertpre.train.init_from import InitSource
+from bertpre.train.plm_step import MEMORY_FILE
 
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 STEP_FOLDER = re.compile(r"step-(\d+)$")
+# An XLNet checkpoint's recurrent memory (memory_<rank>.safetensors): training state, not weights.
+MEMORY_FILES = re.compile(re.escape(MEMORY_FILE).replace(re.escape("{rank}"), r"\d+"))
 
 
 @dataclass
@@ -113,10 +116,12 @@ def pretraining_step(folder: Path) -> int | None:
 
 
 def weights_hash(folder: Path) -> str:
-    """sha256 over the folder's weight files (sharded ones in name order)."""
+    """sha256 over the folder's weight files (sharded ones in name order; an XLNet checkpoint's
+    memory is no weights)."""
     digest = hashlib.sha256()
     files = sorted(path for path in folder.iterdir()
-                   if path.name in WEIGHT_FILES or path.name.endswith((".safetensors", ".bin")))
+                   if (path.name in WEIGHT_FILES or path.name.endswith((".safetensors", ".bin")))
+                   and not MEMORY_FILES.fullmatch(path.name))
     for path in files:
         with path.open("rb") as handle:
             for block in iter(lambda: handle.read(1 << 20), b""):

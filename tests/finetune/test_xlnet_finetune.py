@@ -98,6 +98,9 @@ def test_pairs_are_encoded_as_the_exports_tokenizer_does_with_truncation(source)
     reference = transformers.AutoTokenizer.from_pretrained(source["export"])
     first, second = sentences(300, 0), sentences(300, 1)
     for length in (8, 17, 64):
+        single = encode_texts(encoder.tokenizer, first, None, [0] * 300, length)
+        expected = reference(first, truncation="longest_first", max_length=length)
+        assert single.input_ids == expected["input_ids"] and single.token_type_ids == expected["token_type_ids"]
         encoded = encode_texts(encoder.tokenizer, first, second, [0] * 300, length)
         expected = reference(first, second, truncation="longest_first", max_length=length)
         assert encoded.input_ids == expected["input_ids"]
@@ -204,6 +207,9 @@ def test_pretrain_export_then_probe_and_full_finetuning_learn_who_acts(
     assert code == 0 and "step-00000030 as XLNetLMHeadModel" in stdout, stderr
     _, info = transformers.AutoModelForCausalLM.from_pretrained(export_folder, output_loading_info=True)
     assert all(len(keys) == 0 for keys in info.values()), info
+    # The checkpoint's recurrent memory is no weights: the run and its export hash alike.
+    assert (run / "checkpoints" / "step-00000030" / "memory_0.safetensors").is_file()
+    assert load_encoder(run).weights_sha256 == load_encoder(export_folder).weights_sha256
     train, validation = write_csv(tmp_path / "train.csv", task["train"]), write_csv(tmp_path / "dev.csv", task["validation"])
     runs = {"probe": ["--preset", "probe", "--set", "pooling=mean", "--epochs", "30", "--lr", "0.01"],
             "full": ["--mode", "full", "--epochs", "5", "--lr", "0.002", "--batch-size", "8"]}
