@@ -365,6 +365,9 @@ class Trainer:
             collate = PermutationCollator.from_config(self.data.tokenizer, config.data, seed,
                                                       fixed_shapes=config.train.compile)
             self.memory = RecurrentMemory(self.accumulation)
+            # The states a segment leaves as memory: its first segment_step tokens', the context
+            # of the next segment, which starts that far on (this phase's length and step).
+            self.model.config.reuse_len = reuse_length(config)
         else:
             instances = self.build_instances(config.data)
             collate = MaskingCollator.from_config(self.data.tokenizer, config.data, seed,
@@ -391,8 +394,9 @@ class Trainer:
 
     def describe_phase(self) -> str:
         config = self.phase_config
-        return (f"max_seq_length {config.data.max_seq_length}, max_predictions_per_seq "
-                f"{config.data.max_predictions_per_seq}, batch {config.train.batch_size} "
+        predictions = (f"reuse_length {config.data.segment_step}" if config.data.recurrent
+                       else f"max_predictions_per_seq {config.data.max_predictions_per_seq}")
+        return (f"max_seq_length {config.data.max_seq_length}, {predictions}, batch {config.train.batch_size} "
                 f"(micro-batch {config.train.micro_batch_size}), lr {config.optim.lr:g}, "
                 f"until step {self.phase_end}")
 
@@ -705,10 +709,15 @@ def build_pretraining_model(config: Config, tokenizer: Any) -> BertForPreTrainin
     """The model `config.model` describes, freshly initialized from the current seed."""
     if not config.model.is_xlnet:
         return BertForPreTraining(config.model)
-    data = config.data
     return XLNetLMHeadModel(config.model.xlnet_config(
-        reuse_len=data.segment_step if data.segment_step < data.max_seq_length else None,
-        cls_token_id=tokenizer.token_to_id("[CLS]"), sep_token_id=tokenizer.token_to_id("[SEP]")))
+        reuse_len=reuse_length(config), cls_token_id=tokenizer.token_to_id("[CLS]"),
+        sep_token_id=tokenizer.token_to_id("[SEP]")))
+
+
+def reuse_length(config: Config) -> int | None:
+    """XLNet's reuse_len for a (phase's) config: the segment step, None when it is the whole row."""
+    data = config.data
+    return data.segment_step if data.segment_step < data.max_seq_length else None
 
 
 def objective_names(scalars: dict[str, float], objective: str) -> dict[str, float]:

@@ -139,3 +139,50 @@ def test_init_from_an_xlnet_run_starts_from_its_weights(tiny_data, tmp_path):
     with pytest.raises(UserError, match="is an XLNet"):
         pretrain(load_config(TINY, [f"data.path={tiny_data}", f"train.out={tmp_path / 'bert'}",
                                     f"model.init_from={first.run_dir}", "data.max_seq_length=32"]))
+
+
+def test_ddp_two_gloo_processes_equal_one_process_with_accumulation(tiny_data, tmp_path):
+    """Each process reads its own lanes and keeps their memory: two processes of two micro-batches
+    train on the same rows, with the same memory, as one process of four."""
+    import os
+    import socket
+
+    common = [*XLNET[:5], "model.hidden_dropout_prob=0.0", "model.attention_probs_dropout_prob=0.0",
+              "train.batch_size=16", "train.micro_batch_size=4", "train.max_steps=3", "train.log_every=1",
+              "train.eval_every=1000", "data.num_workers=0"]
+    single = pretrain(load_config(TINY, [f"data.path={tiny_data}", f"train.out={tmp_path / 'single'}", *common]))
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = str(sock.getsockname()[1])
+    command = [sys.executable, "-m", "bertpre", "pretrain", "--config", str(TINY), "--data", str(tiny_data),
+               "--out", str(tmp_path / "ddp"), *[arg for item in common for arg in ("--set", item)]]
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
+               MASTER_PORT=port)
+    processes = [subprocess.Popen(command, env=dict(env, RANK=str(rank), LOCAL_RANK=str(rank)),
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for rank in range(2)]
+    for process in processes:
+        _, stderr = process.communicate(timeout=300)
+        assert process.returncode == 0, stderr[-2000:]
+    losses = [[row["train/plm_loss"] for row in step_rows(run) if "train/plm_loss" in row]
+              for run in (single.run_dir, tmp_path / "ddp")]
+    assert losses[1] == pytest.approx(losses[0], abs=1e-5)
+    assert (final_folder(tmp_path / "ddp") / "memory_1.safetensors").is_file()  # each process its own
+    a, b = load_file(final_folder(single.run_dir) / "model.safetensors"), load_file(final_folder(tmp_path / "ddp") / "model.safetensors")
+    for name in a:
+        torch.testing.assert_close(a[name], b[name], atol=1e-5, rtol=0)
+
+
+def test_a_phase_that_lengthens_segments_keeps_the_memory_at_their_step(tiny_data, tmp_path):
+    """Phase 2 reads segments of 64 every 32 tokens: the memory must be the first 32 states of
+    each segment (its next segment's context), not phase 1's 16."""
+    import yaml
+
+    config = tmp_path / "phases.yaml"
+    config.write_text(yaml.safe_dump({
+        "model": {"architecture": "xlnet", "mem_len": 16}, "data": {"objective": "plm", "pair_task": "none",
+                                                                   "max_seq_length": 32, "num_workers": 0},
+        "train": {"batch_size": 8, "micro_batch_size": 4, "log_every": 1, "eval_every": 1000, "save_every": 2},
+        "phases": [{"steps": 2}, {"steps": 2, "data": {"max_seq_length": 64}}]}))
+    result = pretrain(load_config(config, [f"data.path={tiny_data}", f"train.out={tmp_path / 'run'}"]))
+    model = XLNetLMHeadModel.from_pretrained(final_folder(result.run_dir))
+    assert result.step == 4 and model.config.reuse_len == 32
