@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import NamedTuple
@@ -37,140 +37,10 @@ from bertpre.errors import UserError
 from bertpre.labels import IGNORE_INDEX
 from bertpre.model import hf_format
 from bertpre.model.bert import activation, summed_cross_entropy
-from bertpre.model.config import HIDDEN_ACTS
+from bertpre.model.config import XLNetConfig
 from bertpre.model.positions import sinusoid_table
 
 TIED_KEYS = ("lm_loss.weight",)  # the word embedding under the head's name
-
-
-# --- config --------------------------------------------------------------------------------
-
-
-@dataclass
-class XLNetConfig:
-    """The model's shape with bertpre's `BertConfig` names where the meaning is the same
-    (`hidden_size` is XLNet's d_model, `intermediate_size` its d_inner, `hidden_act` its
-    ff_activation); `dropout` is XLNet's one rate for embeddings, attention and feed-forward.
-
-    `mem_len`: memory states kept per layer (0: no recurrence). `reuse_len`: how many of a
-    segment's first states are cached (None: all). `clamp_len`: distances beyond it share one
-    encoding (-1: none). Only `attn_type` "bi", `bi_data` false and `same_length` false are built.
-    """
-
-    vocab_size: int = 32000
-    hidden_size: int = 1024
-    num_hidden_layers: int = 24
-    num_attention_heads: int = 16
-    intermediate_size: int = 4096
-    hidden_act: str = "gelu"
-    dropout: float = 0.1
-    layer_norm_eps: float = 1e-12
-    initializer_range: float = 0.02
-    mem_len: int = 0
-    reuse_len: int | None = None
-    clamp_len: int = -1
-    attn_type: str = "bi"
-    bi_data: bool = False
-    same_length: bool = False
-    pad_token_id: int = 0  # bertpre's trained vocabularies: [PAD]=0, [CLS]=2, [SEP]=3
-    cls_token_id: int | None = 2
-    sep_token_id: int | None = 3
-    bos_token_id: int | None = None
-    eos_token_id: int | None = None
-
-    def validate(self) -> None:
-        """Raise UserError naming the first field that cannot build a model."""
-        for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-                     "intermediate_size"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise UserError(f"model.{name} must be a positive integer, got {value!r}")
-        if self.hidden_size % self.num_attention_heads:
-            raise UserError(f"model.hidden_size ({self.hidden_size}) must be divisible by "
-                            f"model.num_attention_heads ({self.num_attention_heads})")
-        if self.hidden_size % 2:
-            raise UserError("XLNet needs an even model.hidden_size (its sinusoids come in sin/cos pairs)")
-        if self.hidden_act not in HIDDEN_ACTS:
-            raise UserError(f"model.hidden_act {self.hidden_act!r} is not supported; use one of "
-                            + ", ".join(HIDDEN_ACTS))
-        if not 0.0 <= float(self.dropout) < 1.0:
-            raise UserError(f"model.dropout must be in [0, 1), got {self.dropout!r}")
-        if not isinstance(self.mem_len, int) or isinstance(self.mem_len, bool) or self.mem_len < 0:
-            raise UserError(f"model.mem_len must be an integer >= 0, got {self.mem_len!r}")
-        if self.reuse_len is not None and (not isinstance(self.reuse_len, int) or self.reuse_len < 1):
-            raise UserError(f"model.reuse_len must be a positive integer or null, got {self.reuse_len!r}")
-        if not isinstance(self.clamp_len, int) or isinstance(self.clamp_len, bool):
-            raise UserError(f"model.clamp_len must be an integer (-1: no clamp), got {self.clamp_len!r}")
-        for name, built in (("attn_type", "bi"), ("bi_data", False), ("same_length", False)):
-            if getattr(self, name) != built:
-                raise UserError(f"model.{name} {getattr(self, name)!r} is not built; use {built!r}")
-        if not 0 <= self.pad_token_id < self.vocab_size:
-            raise UserError(f"model.pad_token_id ({self.pad_token_id}) must be below vocab_size "
-                            f"({self.vocab_size})")
-
-    @property
-    def head_size(self) -> int:
-        """XLNet's d_head."""
-        return self.hidden_size // self.num_attention_heads
-
-    def to_dict(self) -> dict:
-        """The fields as a plain dict (YAML/JSON friendly)."""
-        return asdict(self)
-
-    def to_hf_dict(self) -> dict:
-        """config.json of Hugging Face's `XLNetLMHeadModel` (native, no remote code)."""
-        return {
-            "architectures": ["XLNetLMHeadModel"],
-            "model_type": "xlnet",
-            "vocab_size": self.vocab_size,
-            "d_model": self.hidden_size,
-            "n_layer": self.num_hidden_layers,
-            "n_head": self.num_attention_heads,
-            "d_head": self.head_size,
-            "d_inner": self.intermediate_size,
-            "ff_activation": self.hidden_act,
-            "untie_r": True,
-            "attn_type": self.attn_type,
-            "mem_len": self.mem_len or None,
-            "reuse_len": self.reuse_len,
-            "bi_data": self.bi_data,
-            "clamp_len": self.clamp_len,
-            "same_length": self.same_length,
-            "initializer_range": self.initializer_range,
-            "layer_norm_eps": self.layer_norm_eps,
-            "dropout": self.dropout,
-            "summary_type": "last",  # XLNet's classification token comes last
-            "summary_use_proj": True,
-            "summary_activation": "tanh",
-            "summary_last_dropout": self.dropout,
-            "pad_token_id": self.pad_token_id,
-            "bos_token_id": self.bos_token_id,
-            "eos_token_id": self.eos_token_id,
-            "cls_token_id": self.cls_token_id,
-            "sep_token_id": self.sep_token_id,
-            "tie_word_embeddings": True,
-        }
-
-    @classmethod
-    def from_hf_dict(cls, hf: dict) -> XLNetConfig:
-        """Build from an XLNet config.json dict; keys without a meaning here are ignored."""
-        if hf.get("model_type") != "xlnet":
-            raise UserError(f"config.json has model_type {hf.get('model_type')!r}; expected 'xlnet'")
-        renamed = {"d_model": "hidden_size", "n_layer": "num_hidden_layers",
-                   "n_head": "num_attention_heads", "d_inner": "intermediate_size",
-                   "ff_activation": "hidden_act"}
-        known = {f.name for f in fields(cls)}
-        values = {renamed.get(key, key): value for key, value in hf.items()
-                  if renamed.get(key, key) in known}
-        values["mem_len"] = values.get("mem_len") or 0
-        if values.get("pad_token_id") is None:
-            values["pad_token_id"] = 0
-        config = cls(**values)
-        if hf.get("d_head", config.head_size) != config.head_size:
-            raise UserError(f"config.json has d_head {hf['d_head']}; bertpre builds d_model / n_head "
-                            f"= {config.head_size}")
-        config.validate()
-        return config
 
 
 # --- the network ---------------------------------------------------------------------------

@@ -10,8 +10,8 @@ from tokenizers import Tokenizer
 from bertpre.config import load_config
 from bertpre.data import load_mixture, open_data
 from bertpre.errors import UserError
-from bertpre.model import BertForPreTraining
-from bertpre.model.hf_format import CONFIG_NAME
+from bertpre.model import BertForPreTraining, XLNetLMHeadModel
+from bertpre.model.hf_format import CONFIG_NAME, read_config
 from bertpre.tokenizer import MASK_TOKEN, SPECIAL_TOKENS, load_tokenizer
 from bertpre.tokenizer.wordpiece import TOKENIZER_FILE, VOCAB_FILE, check_same_vocab
 from bertpre.train.checkpoint import find_checkpoint
@@ -27,18 +27,21 @@ class Prediction:
     probability: float
 
 
-def load_model_and_tokenizer(source: str | Path) -> tuple[BertForPreTraining, Tokenizer]:
-    """The model (in eval mode) and its tokenizer from an EXPORT folder, a RUN or a step folder."""
+def load_model_and_tokenizer(source: str | Path) -> tuple[BertForPreTraining | XLNetLMHeadModel, Tokenizer]:
+    """The model (in eval mode) and its tokenizer from an EXPORT folder, a RUN or a step folder
+    (a BERT, or an XLNet)."""
     source = Path(source)
     has_tokenizer = any((source / name).is_file() for name in (TOKENIZER_FILE, VOCAB_FILE))
     if (source / CONFIG_NAME).is_file() and has_tokenizer:
         model_folder, tokenizer_folder = source, source  # an export holds both
     else:
         model_folder, tokenizer_folder = find_checkpoint(source)
-    model = BertForPreTraining.from_pretrained(model_folder)
+    shape = read_config(model_folder)
     tokenizer = load_tokenizer(tokenizer_folder)
-    model.config.check_vocab_fits(tokenizer.get_vocab_size(), str(tokenizer_folder))
-    return model.eval(), tokenizer
+    shape.check_vocab_fits(tokenizer.get_vocab_size(), str(tokenizer_folder))
+    if shape.is_xlnet:
+        return XLNetLMHeadModel.from_pretrained(model_folder).eval(), tokenizer
+    return BertForPreTraining.from_pretrained(model_folder).eval(), tokenizer
 
 
 @torch.no_grad()
@@ -53,6 +56,9 @@ def fill_mask(
         raise UserError(f'the text has no {MASK_TOKEN}; write e.g. "The capital of France is {MASK_TOKEN}."')
     if top_k < 1:
         raise UserError(f"--top-k must be at least 1, not {top_k}")
+    if isinstance(model, XLNetLMHeadModel):
+        return [[Prediction(token, probability) for token, probability in candidates]
+                for candidates in xlnet_fill_mask(model, tokenizer, text, top_k)]
     ids = tokenizer.encode(text).ids  # [CLS] ... [SEP]
     limit = model.config.max_position_embeddings
     if len(ids) > limit and not model.config.relative_positions:
@@ -70,13 +76,44 @@ def fill_mask(
         token_type_ids=torch.zeros_like(input_ids, device=device),
     ).prediction_logits[0]  # (T, V)
     probabilities = logits[positions.to(device)].float().softmax(dim=-1)  # (M, V)
+    return [[Prediction(token, probability) for token, probability in candidates]
+            for candidates in top_tokens(probabilities, tokenizer, top_k)]
+
+
+@torch.no_grad()
+def xlnet_fill_mask(model: XLNetLMHeadModel, tokenizer: Tokenizer, text: str,
+                    top_k: int) -> list[list[tuple[str, float]]]:
+    """XLNet's guess for each [MASK]: every [MASK] is a target of the query stream that sees the
+    rest of the text (as a segment ends, with [SEP]) and no other target; the [MASK] token itself
+    is hidden from every position, so it takes no part."""
+    from bertpre.tokenizer.wordpiece import SEP_TOKEN
+
+    ids = tokenizer.encode(text, add_special_tokens=False).ids + [tokenizer.token_to_id(SEP_TOKEN)]
+    input_ids = torch.tensor([ids])  # (1, T)
+    positions = (input_ids[0] == tokenizer.token_to_id(MASK_TOKEN)).nonzero().flatten()  # (P,)
+    if positions.numel() == 0:
+        raise UserError(f"the tokenizer did not keep {MASK_TOKEN} as one token in {text!r}")
+    length, targets = input_ids.shape[1], positions.numel()
+    perm_mask = torch.zeros(1, length, length)
+    perm_mask[0, :, positions] = 1.0  # no position sees a target
+    target_mapping = torch.zeros(1, targets, length)
+    target_mapping[0, torch.arange(targets), positions] = 1.0
+    device = next(model.parameters()).device
+    logits = model(input_ids.to(device), perm_mask=perm_mask.to(device),
+                   target_mapping=target_mapping.to(device)).logits[0]  # (P, V)
+    return top_tokens(logits.float().softmax(dim=-1), tokenizer, top_k)
+
+
+def top_tokens(probabilities: torch.Tensor, tokenizer: Tokenizer, top_k: int) -> list[list[tuple[str, float]]]:
+    """The `top_k` tokens of each row of (M, V) probabilities, special tokens never proposed."""
+    probabilities = probabilities.clone()
     special = [tokenizer.token_to_id(token) for token in SPECIAL_TOKENS]
     probabilities[:, [i for i in special if i is not None]] = 0.0
     # Rows beyond the tokenizer's vocabulary (a padded embedding table) are never proposed either.
     probabilities[:, tokenizer.get_vocab_size():] = 0.0
     top = probabilities.topk(min(top_k, tokenizer.get_vocab_size()), dim=-1)
     return [
-        [Prediction(tokenizer.id_to_token(int(i)), float(p)) for p, i in zip(values, indices, strict=True)]
+        [(tokenizer.id_to_token(int(i)), float(p)) for p, i in zip(values, indices, strict=True)]
         for values, indices in zip(top.values.cpu(), top.indices.cpu(), strict=True)
     ]
 
@@ -120,6 +157,15 @@ def evaluate_saved_model(source: str | Path, data: str | Path | None = None, *,
     folders = [scored] if data is not None else scored.folders
     for folder in folders:
         check_same_vocab(folder.tokenizer, tokenizer, folder.path, f"model {source}")
+    if isinstance(model, XLNetLMHeadModel) and not config.data.recurrent:
+        # An export, or a config of BERT's: XLNet is scored by its permutation LM.
+        config.data.objective, config.data.pair_task = "plm", "none"
+    if isinstance(model, XLNetLMHeadModel):
+        if max_seq_length is not None:
+            config.data.max_seq_length = max_seq_length
+            if config.data.max_seq_length % config.data.segment_step:
+                config.data.reuse_length = None
+        return evaluate(model, scored, config.data, micro_batch_size=micro_batch_size, seed=seed)
     positions = model.config.max_position_embeddings
     if max_seq_length is not None:
         if max_seq_length < 8:

@@ -186,3 +186,27 @@ def test_a_phase_that_lengthens_segments_keeps_the_memory_at_their_step(tiny_dat
     result = pretrain(load_config(config, [f"data.path={tiny_data}", f"train.out={tmp_path / 'run'}"]))
     model = XLNetLMHeadModel.from_pretrained(final_folder(result.run_dir))
     assert result.step == 4 and model.config.reuse_len == 32
+
+
+def test_evaluate_and_fill_mask_read_an_xlnet_run(tiny_data, tmp_path):
+    from bertpre.tools.inference import evaluate_saved_model, fill_mask, load_model_and_tokenizer
+
+    run = pretrain(load_config(TINY, overrides(tiny_data, tmp_path / "run", "train.max_steps=2",
+                                               "train.save_every=2"))).run_dir
+    metrics = evaluate_saved_model(run, micro_batch_size=2)
+    assert set(metrics) == {"plm_loss", "perplexity", "plm_acc", "predictions", "sequences"}
+    assert 0 < metrics["plm_loss"] < 10 and metrics["predictions"] > 0
+    model, tokenizer = load_model_and_tokenizer(run)
+    word = next(token for token in tokenizer.get_vocab() if token.isalpha() and len(token) > 2)
+    [candidates] = fill_mask(model, tokenizer, f"{word} [MASK] {word}", top_k=3)
+    assert len(candidates) == 3 and not any(c.token.startswith("[") for c in candidates)
+    # The target is hidden from every position: what stands there changes nothing.
+    ids = tokenizer.encode(f"{word} [MASK] {word}", add_special_tokens=False).ids + [tokenizer.token_to_id("[SEP]")]
+    perm_mask = torch.zeros(1, len(ids), len(ids))
+    perm_mask[0, :, 1] = 1.0
+    target_mapping = torch.zeros(1, 1, len(ids))
+    target_mapping[0, 0, 1] = 1.0
+    with torch.no_grad():
+        logits = [model(torch.tensor([ids[:1] + [token] + ids[2:]]), perm_mask=perm_mask,
+                        target_mapping=target_mapping).logits for token in (ids[1], ids[0])]
+    torch.testing.assert_close(logits[0], logits[1], rtol=0, atol=1e-6)
