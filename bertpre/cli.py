@@ -383,14 +383,14 @@ def evaluate(
 @app.command()
 def finetune(
     source: Path = typer.Argument(..., metavar="SOURCE",
-                                  help="EXPORT, RUN (its latest checkpoint), checkpoints/step-N, or a Hugging Face BERT folder."),
+                                  help="EXPORT, RUN (its latest checkpoint), checkpoints/step-N, or a Hugging Face BERT or XLNet folder."),
     train: Path | None = typer.Option(None, "--train", help="Training file: CSV, TSV, JSONL, JSON or Parquet (tagging: CoNLL or JSONL)."),
     validation: Path | None = typer.Option(None, "--validation", help="Validation file, same layout."),
     test: Path | None = typer.Option(None, "--test", help="Test file: scored instead of validation when given."),
     out: Path = typer.Option(..., "--out", help="Folder for results.json (new, empty, or an earlier finetune --out)."),
     task: str = typer.Option("classification", "--task", help="classification, regression (float labels) or tagging."),
     text_column: str | None = typer.Option(None, "--text-column", help="Text column (default: text; tagging: tokens)."),
-    text_pair_column: str | None = typer.Option(None, "--text-pair-column", help="Second text of a pair: [CLS] a [SEP] b [SEP]."),
+    text_pair_column: str | None = typer.Option(None, "--text-pair-column", help="Second text of a pair: [CLS] a [SEP] b [SEP] (XLNet: a [SEP] b [SEP] [CLS])."),
     label_column: str | None = typer.Option(None, "--label-column", help="Label column (default: label; tagging: tags)."),
     mode: str | None = typer.Option(None, "--mode", help="full (train encoder and head) or probe (frozen encoder, linear head)."),
     preset: str | None = typer.Option(None, "--preset", help="bert (default: lr 2e-5, batch 32, 3 epochs), small-data or probe."),
@@ -423,7 +423,7 @@ def finetune(
         None, "--tasks", help="With --glue-dir or --clue-dir: the tasks to run, e.g. sst2,mrpc,mnli "
                               "(default: every task there; GLUE without WNLI)."),
 ) -> None:
-    """Fine-tune (or probe) a pretrained BERT on a labelled task over several seeds; report each
+    """Fine-tune (or probe) a pretrained BERT or XLNet on a labelled task over several seeds; report each
     seed's scores, their mean and std, and the majority-class baseline.
 
     \b
