@@ -1,0 +1,423 @@
+"""MLM or PLM? BERT's masked LM and XLNet's permutation LM (and Transformer-XL's left-to-right LM)
+pretrained at equal training FLOPs on two kinds of corpus, scored by held-out loss and a
+downstream linear probe, K seeds each.
+
+- objectives, one shape (hidden, layers, heads = hidden / 64, FFN 4 × hidden, length, batch,
+  AdamW, linear warmup over a tenth of the steps then linear decay to 0, the same peak lr):
+  `mlm`: `model.architecture: bert`, `pair_task: none`, bertpre's MLM defaults as `bench.learning`
+  runs them (15% masked, 80/10/10, documents packed); `plm`: `architecture: xlnet`, XLNet's plan
+  (1/6 of each row predicted, spans of up to 5 words, the order drawn within `reuse_length` =
+  length / 2), `mem_len` = length; `clm`: `architecture: xlnet`, the left-to-right order, every
+  token predicted, `mem_len` = length.
+- equal compute: equal training FLOPs by `bertpre.model.cost.training_flops_per_token` (exact
+  against FlopCounterMode for both architectures), times the batch's positions. MLM runs
+  `--steps` steps; each other objective runs as many steps as that budget buys at its own cost
+  per token (fewer: XLNet's query stream, its memory keys, clm's head over every row). FLOPs
+  rather than wall time because this 2-core machine is shared (its wall time measures the
+  neighbours as much as the model, and CPU kernels are no guide to an accelerator's), and
+  rather than tokens because a PLM or CLM token costs more than an MLM one. Every run records
+  all three: FLOPs, seconds (and tokens/s from the trainer's windows) and positions read
+  (plm's segments overlap by half, so it reads each new token twice: `new_tokens` too).
+- corpora: WikiText-2 (English encyclopaedic prose, articles as documents) and Shakespeare
+  (English verse dialogue, runs of 24 speeches with their speakers' names as documents): a
+  second kind of text that the English downstream task can still read (a Chinese corpus's
+  vocabulary would leave the English probe meaningless). `--corpus NAME=FILE` adds any file in
+  BERT's format (the test's sample corpus).
+- held-out scores on each corpus's validation documents (5%, fixed seed), every final model:
+  its own objective's loss (`bertpre evaluate`'s numbers: MLM over the masked 15%; PLM over its
+  1/6 targets, each seeing the rest of the row, the targets before it in the order and the
+  memory; CLM over every token, seeing what precedes it and the memory) — these three are NOT
+  comparable with each other: they predict different tokens from different contexts. Two
+  scores that are: `fill_in`, the same held-out windows (length − 2 tokens), the same 15% of
+  tokens chosen once, each predicted from the same visible 85% and nothing else (BERT: the
+  targets are [MASK]; XLNet: the targets hidden from every position by `perm_mask`, no memory),
+  comparable across all three models though none trained on exactly this (BERT's training is
+  closest; the CLM model never saw a right context); and, between the two XLNet models only,
+  each XLNet objective's loss (`xlnet_plm_loss`, `xlnet_clm_loss` = the left-to-right
+  perplexity's log, a proper language model's) on the same segments.
+- downstream (`--downstream DIR`, default data/wordnet-supersenses-4000): every final model
+  through `bertpre finetune`'s linear probe (frozen encoder, `--probe-seeds` seeds), pooling
+  `mean` and `cls` ([CLS] first for BERT, last for XLNet; with `pair_task: none` no
+  pretraining loss reads it), test accuracy.
+
+Writes bench/results/objectives-DATE.json: per corpus, per run the scores, FLOPs, seconds and
+tokens/s; per objective mean and standard deviation over seeds; PLM − MLM (and CLM − MLM)
+with 95% Welch intervals. Prints a table.
+
+    .venv/bin/python -m bench.objectives                     # 2 corpora x 3 seeds x mlm, plm, clm (~25 min on 2 cores)
+    .venv/bin/python -m bench.objectives --quick             # a minute: tiny model, few steps, part of each corpus
+    .venv/bin/python -m bench.objectives --objectives mlm plm --steps 400
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from bench.common import CORPORA, RESULTS, ROOT, read_wikitext, write_bert_format, write_result
+from bench.learning import bertpre_overrides, downstream_identity, downstream_task, probe, welch
+
+OBJECTIVES = ("mlm", "plm", "clm")
+POOLINGS = ("mean", "cls")
+SPEECHES_PER_DOCUMENT = 24  # about a scene's worth of turns
+FILL_IN_SHARE = 0.15
+FILL_IN_WINDOWS = 512  # held-out windows scored by fill_in, at most
+
+
+def read_dialogue(path: Path, speeches: int = SPEECHES_PER_DOCUMENT) -> list[list[str]]:
+    """tinyshakespeare's speeches (blocks between blank lines, the speaker's name first) in runs
+    of `speeches` as documents, each line a sentence."""
+    blocks = [block.strip().splitlines() for block in path.read_text(encoding="utf-8").split("\n\n") if block.strip()]
+    return [sum(blocks[start:start + speeches], []) for start in range(0, len(blocks), speeches)]
+
+
+def corpus_documents(spec: str) -> tuple[str, list[list[str]] | Path]:
+    """A corpus by name (`wikitext`, `shakespeare`) as documents, or `NAME=FILE` as the file itself."""
+    if "=" in spec:
+        name, file = spec.split("=", 1)
+        return name, Path(file)
+    if spec == "wikitext":
+        return spec, read_wikitext(CORPORA / "wikitext2-valid.txt") + read_wikitext(CORPORA / "wikitext2-test.txt")
+    if spec == "shakespeare":
+        return spec, read_dialogue(CORPORA / "tinyshakespeare.txt")
+    raise SystemExit(f"unknown corpus {spec!r}: wikitext, shakespeare or NAME=FILE")
+
+
+def corpus_files(spec: str) -> list[Path]:
+    if "=" in spec:
+        return [Path(spec.split("=", 1)[1])]
+    return {"wikitext": [CORPORA / "wikitext2-valid.txt", CORPORA / "wikitext2-test.txt"],
+            "shakespeare": [CORPORA / "tinyshakespeare.txt"]}.get(spec, [])
+
+
+def objective_settings(objective: str, args) -> list[str]:
+    """The config overrides that make a run `objective` (beside the shared shape and recipe)."""
+    if objective == "mlm":
+        return []
+    return ["model.architecture=xlnet", f"data.objective={objective}", "data.plm_plan=xlnet",
+            f"model.mem_len={args.length}"]
+
+
+def run_config(args, objective: str, data: Path, out: Path, seed: int, steps: int):
+    """The bertpre config of one run: `bench.learning`'s recipe at `steps` steps, the objective's keys."""
+    from bertpre.config import load_config
+
+    warmup = max(1, round(args.warmup_share * steps))
+    shared = argparse.Namespace(**{**vars(args), "steps": steps, "warmup": warmup,
+                                   "set": [*objective_settings(objective, args), "train.eval_every=1000000000",
+                                           *args.set]})
+    return load_config(ROOT / "configs" / "tiny.yaml", bertpre_overrides(shared, data, out, seed))
+
+
+def flops_per_token(config, vocab_size: int) -> float:
+    """Training FLOPs per position of `config` (forward + backward, the cost model's terms)."""
+    from bertpre.model.cost import training_flops_per_token
+    from bertpre.train.trainer import xlnet_cost_options
+
+    model = dataclasses.replace(config.model, vocab_size=vocab_size)
+    return training_flops_per_token(model, config.data.max_seq_length, config.data.predicted_share,
+                                    **xlnet_cost_options(config))
+
+
+def fill_in_windows(data, length: int, seed: int = 1234) -> dict[str, torch.Tensor]:
+    """Held-out windows of `length` − 2 tokens (whole, one document each) and the same
+    FILL_IN_SHARE of positions in each, chosen once: what every model predicts in `fill_in`."""
+    width = length - 2
+    windows = []
+    for document in data.validation["input_ids"]:
+        tokens = [token for sentence in document for token in sentence]
+        windows += [tokens[start:start + width] for start in range(0, len(tokens) - width + 1, width)]
+    generator = torch.Generator().manual_seed(seed)
+    order = torch.randperm(len(windows), generator=generator)[:FILL_IN_WINDOWS].sort().values
+    ids = torch.tensor([windows[i] for i in order.tolist()], dtype=torch.long).reshape(-1, width)  # (N, n)
+    count = max(1, round(FILL_IN_SHARE * width))
+    positions = torch.stack([torch.randperm(width, generator=generator)[:count].sort().values
+                             for _ in range(len(ids))]) if len(ids) else torch.zeros(0, count, dtype=torch.long)
+    return {"input_ids": ids, "positions": positions, "labels": ids.gather(1, positions)}
+
+
+@torch.no_grad()
+def fill_in(model, windows: dict[str, torch.Tensor], tokenizer, xlnet: bool, batch_size: int = 64) -> dict:
+    """Cross-entropy and accuracy of each window's chosen tokens, each predicted from the rest of
+    its window only (see the module)."""
+    model.eval()
+    loss = correct = count = 0.0
+    mask_id, cls_id, sep_id = (tokenizer.token_to_id(token) for token in ("[MASK]", "[CLS]", "[SEP]"))
+    for start in range(0, len(windows["input_ids"]), batch_size):
+        ids = windows["input_ids"][start:start + batch_size]  # (B, n)
+        positions = windows["positions"][start:start + batch_size]  # (B, P)
+        labels = windows["labels"][start:start + batch_size]  # (B, P)
+        if xlnet:
+            hidden = torch.zeros_like(ids, dtype=torch.bool).scatter_(1, positions, True)  # (B, n)
+            perm_mask = hidden.unsqueeze(1).expand(-1, ids.shape[1], -1)  # nobody sees a target
+            target_mapping = torch.nn.functional.one_hot(positions, ids.shape[1]).float()  # (B, P, n)
+            logits = model(ids, perm_mask=perm_mask, target_mapping=target_mapping).logits  # (B, P, V)
+        else:
+            masked = ids.scatter(1, positions, mask_id)
+            edges = torch.full((len(ids), 1), cls_id), torch.full((len(ids), 1), sep_id)
+            inputs = torch.cat([edges[0], masked, edges[1]], dim=1)  # [CLS] window [SEP]
+            out = model(inputs, torch.ones_like(inputs), torch.zeros_like(inputs)).prediction_logits
+            logits = out.gather(1, (positions + 1).unsqueeze(-1).expand(-1, -1, out.shape[-1]))  # (B, P, V)
+        logits = logits.float().flatten(0, 1)
+        loss += torch.nn.functional.cross_entropy(logits, labels.flatten(), reduction="sum").item()
+        correct += (logits.argmax(-1) == labels.flatten()).sum().item()
+        count += labels.numel()
+    return {"loss": loss / count if count else float("nan"), "acc": correct / count if count else float("nan"),
+            "predictions": int(count)}
+
+
+def held_out(model, config, data, objective: str, windows, tokenizer) -> dict:
+    """Every held-out score of a final model (see the module for which are comparable)."""
+    from bertpre.train.evaluation import evaluate
+
+    scores = {"fill_in": fill_in(model, windows, tokenizer, xlnet=objective != "mlm")}
+    if objective == "mlm":
+        result = evaluate(model, data, config.data, micro_batch_size=32, seed=1234)
+        scores["own"] = {"loss": result["mlm_loss"], "acc": result["mlm_acc"], "predictions": result["predictions"]}
+        return scores
+    for scored in ("plm", "clm"):  # the XLNet models on each XLNet objective's segments
+        data_config = dataclasses.replace(config.data, objective=scored, reuse_length=None)
+        result = evaluate(model, data, data_config, micro_batch_size=32, seed=1234)
+        scores[f"xlnet_{scored}"] = {"loss": result[f"{scored}_loss"], "acc": result[f"{scored}_acc"],
+                                     "predictions": result["predictions"]}
+    scores["own"] = scores[f"xlnet_{objective}"]
+    return scores
+
+
+def train_run(args, objective: str, data_path: Path, run: Path, seed: int, steps: int, vocab_size: int) -> dict:
+    """Pretrain one model; its cost in FLOPs, seconds and positions, and the trainer's tokens/s."""
+    from bertpre.train.trainer import pretrain
+
+    config = run_config(args, objective, data_path, run, seed, steps)
+    began = time.perf_counter()
+    result = pretrain(config, resume=False)
+    train_s = time.perf_counter() - began
+    if result.step != steps:
+        raise SystemExit(f"{objective} seed {seed} stopped at step {result.step} of {steps}; nothing recorded")
+    rates = [row["perf/tokens_per_s"] for row in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())
+             if "perf/tokens_per_s" in row]
+    per_token = flops_per_token(config, vocab_size)
+    positions = steps * args.batch_size * args.length
+    return {"config": config, "objective": objective, "seed": seed, "steps": steps,
+            "warmup_steps": config.optim.warmup_steps, "flops_per_token": per_token, "flops": per_token * positions,
+            "positions": positions, "new_tokens": steps * args.batch_size * config.data.segment_step
+            if objective != "mlm" else positions, "train_s": round(train_s, 1),
+            "tokens_per_s_median": statistics.median(rates) if rates else None}
+
+
+def load_final(run: Path, objective: str):
+    from bertpre.model import BertForPreTraining, XLNetLMHeadModel
+    from bertpre.train.checkpoint import latest_checkpoint
+
+    checkpoint = latest_checkpoint(run)
+    model_class = BertForPreTraining if objective == "mlm" else XLNetLMHeadModel
+    return model_class.from_pretrained(checkpoint).eval()
+
+
+def spread(values: list[float]) -> dict:
+    values = [value for value in values if value is not None]
+    return {"mean": statistics.fmean(values) if values else None,
+            "std": statistics.stdev(values) if len(values) > 1 else 0.0}
+
+
+# What each run's record holds that is summarised and compared: name -> (path in a run, higher is better).
+MEASURES = {
+    "probe_acc_mean_pooling": (("probe", "mean", "probe_acc"), True),
+    "probe_acc_cls_pooling": (("probe", "cls", "probe_acc"), True),
+    "fill_in_loss": (("held_out", "fill_in", "loss"), False),
+    "fill_in_acc": (("held_out", "fill_in", "acc"), True),
+    "own_loss": (("held_out", "own", "loss"), False),
+    "xlnet_plm_loss": (("held_out", "xlnet_plm", "loss"), False),
+    "xlnet_clm_loss": (("held_out", "xlnet_clm", "loss"), False),
+    "train_s": (("train_s",), None),
+    "tokens_per_s": (("tokens_per_s_median",), None),
+    "flops": (("flops",), None),
+}
+# Differences that compare like with like: not own_loss across objectives.
+COMPARED = ("probe_acc_mean_pooling", "probe_acc_cls_pooling", "fill_in_loss", "fill_in_acc")
+
+
+def measure(run: dict, path: tuple[str, ...]):
+    for key in path:
+        if not isinstance(run, dict) or key not in run:
+            return None
+        run = run[key]
+    return run
+
+
+def summarise(runs: list[dict], objectives: list[str]) -> tuple[dict, dict]:
+    """Per objective each measure's mean and std over seeds; each other objective − MLM (and
+    CLM − PLM on the XLNet losses) with its 95% Welch interval."""
+    by_objective = {objective: [run for run in runs if run["objective"] == objective] for objective in objectives}
+    summary = {objective: {name: spread([measure(run, path) for run in chosen])
+                           for name, (path, _) in MEASURES.items()
+                           if any(measure(run, path) is not None for run in chosen)}
+               for objective, chosen in by_objective.items() if chosen}
+    differences = {}
+
+    def compare(a: str, b: str, names) -> None:
+        if a in summary and b in summary:
+            differences[f"{a}-{b}"] = {
+                name: welch([measure(run, MEASURES[name][0]) for run in by_objective[a]],
+                            [measure(run, MEASURES[name][0]) for run in by_objective[b]])
+                for name in names if name in summary[a] and name in summary[b]}
+
+    for objective in objectives:
+        if objective != "mlm":
+            compare(objective, "mlm", COMPARED)
+    compare("clm", "plm", (*COMPARED, "xlnet_plm_loss", "xlnet_clm_loss"))
+    return summary, differences
+
+
+def run_corpus(args, spec: str, task, scratch: Path) -> dict:
+    """Tokenize one corpus once, pretrain every objective with every seed, score every model."""
+    from bertpre.data import load_data
+    from bertpre.data.build import tokenize_corpus
+
+    name, source = corpus_documents(spec)
+    folder = scratch / name
+    folder.mkdir()
+    if isinstance(source, Path):
+        corpus = source
+    else:
+        corpus = write_bert_format(source[:args.max_documents] if args.max_documents else source,
+                                   folder / "corpus.txt")
+    tokenize_corpus([corpus], folder / "data", vocab_size=args.vocab_size, validation_share=0.05, show_progress=False)
+    data = load_data(folder / "data")
+    vocab_size = data.tokenizer.get_vocab_size()
+    windows = fill_in_windows(data, args.length)
+    mlm_cost = flops_per_token(run_config(args, "mlm", folder / "data", folder / "probe-config", 0, args.steps),
+                               vocab_size)
+    budget = mlm_cost * args.steps * args.batch_size * args.length
+    steps = {objective: max(1, round(budget / (args.batch_size * args.length * flops_per_token(
+        run_config(args, objective, folder / "data", folder / "probe-config", 0, args.steps), vocab_size))))
+        for objective in args.objectives}
+    runs = []
+    for seed in range(args.seeds):
+        for objective in args.objectives:
+            run_dir = folder / f"{objective}-{seed}"
+            record = train_run(args, objective, folder / "data", run_dir, seed, steps[objective], vocab_size)
+            config = record.pop("config")
+            model = load_final(run_dir, objective)
+            record["held_out"] = held_out(model, config, data, objective, windows, data.tokenizer)
+            if task is not None:
+                began = time.perf_counter()
+                record["probe"] = {pooling: probe(run_dir, task, argparse.Namespace(
+                    length=args.length, probe_set=[f"pooling={pooling}"], probe_seeds=args.probe_seeds),
+                    folder / f"probe-{objective}-{seed}-{pooling}") for pooling in POOLINGS}
+                record["probe_s"] = round(time.perf_counter() - began, 1)
+            runs.append(record)
+            print(f"{name} seed {seed} {objective}: {record['steps']} steps, {record['flops']:.3g} FLOPs, "
+                  f"{record['train_s']:.0f} s, own loss {record['held_out']['own']['loss']:.3f}, fill-in loss "
+                  f"{record['held_out']['fill_in']['loss']:.3f}"
+                  + ("".join(f", probe {pooling} {record['probe'][pooling]['probe_acc']:.3f}" for pooling in POOLINGS)
+                     if "probe" in record else ""), flush=True)
+    summary, differences = summarise(runs, args.objectives)
+    return {"documents": {"train": len(data.train), "validation": len(data.validation)},
+            "tokens_train": int(sum(len(sentence) for document in data.train["input_ids"] for sentence in document)),
+            "vocab_size": vocab_size, "fill_in_windows": len(windows["input_ids"]),
+            "fill_in_predictions_per_window": int(windows["positions"].shape[1]),
+            "flops_budget": budget, "steps": steps, "per_run": runs, "summary": summary, "differences": differences}
+
+
+def print_table(results: dict) -> None:
+    shown = [("probe_acc_mean_pooling", "probe mean", "{:.3f}"), ("probe_acc_cls_pooling", "probe cls", "{:.3f}"),
+             ("fill_in_loss", "fill-in loss", "{:.3f}"), ("own_loss", "own loss*", "{:.3f}"),
+             ("xlnet_clm_loss", "L-to-R loss", "{:.3f}"), ("train_s", "train s", "{:.0f}"),
+             ("tokens_per_s", "tokens/s", "{:.0f}"), ("flops", "FLOPs", "{:.3g}")]
+    for corpus, result in results.items():
+        print(f"\n{corpus}: mean ± std over seeds (steps {result['steps']}, equal FLOPs {result['flops_budget']:.3g})")
+        print(f"  {'':<5}" + "".join(f"{label:>20}" for _, label, _ in shown))
+        for objective, by_name in result["summary"].items():
+            cells = []
+            for name, _, form in shown:
+                value = by_name.get(name)
+                cells.append(f"{form.format(value['mean'])} ± {form.format(value['std'])}" if value else "-")
+            print(f"  {objective:<5}" + "".join(f"{cell:>20}" for cell in cells))
+        for pair, by_name in result["differences"].items():
+            for name, entry in by_name.items():
+                interval = entry["interval"]
+                shown_interval = f"[{interval[0]:+.4f}, {interval[1]:+.4f}]" if interval else "(one seed: no interval)"
+                print(f"  {pair} {name}: {entry['difference']:+.4f} {shown_interval}")
+    print("  * each objective's own loss: not comparable across objectives (other tokens, other contexts)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--corpus", action="append", default=None,
+                        help="wikitext, shakespeare or NAME=FILE (repeatable; default wikitext and shakespeare)")
+    parser.add_argument("--objectives", nargs="+", choices=OBJECTIVES, default=list(OBJECTIVES))
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=200, help="MLM's steps; the others get its FLOPs")
+    parser.add_argument("--warmup-share", type=float, default=0.1)
+    parser.add_argument("--length", type=int, default=64)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--hidden", type=int, default=128)
+    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--vocab-size", type=int, default=8000)
+    parser.add_argument("--max-documents", type=int, default=None, help="read only a corpus's first N documents")
+    parser.add_argument("--set", action="append", default=[], help="a bertpre config override for every run")
+    parser.add_argument("--downstream", type=Path, default=ROOT / "data" / "wordnet-supersenses-4000",
+                        help="train/validation/test CSV (text,label) for the linear probe")
+    parser.add_argument("--no-downstream", action="store_true")
+    parser.add_argument("--probe-seeds", type=int, default=3)
+    parser.add_argument("--quick", action="store_true",
+                        help="about a minute: hidden 64, 1 layer, 20 MLM steps, 2 seeds, 60 documents a corpus, 1 probe seed")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch threads (1: on a shared machine, 2 threads busy-wait for each other's core)")
+    parser.add_argument("--name", default="objectives")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.hidden, args.layers, args.steps, args.seeds, args.probe_seeds = 64, 1, 20, 2, 1
+        args.max_documents = args.max_documents or 60
+        args.name = args.name if args.name != "objectives" else "objectives-quick"
+    specs = args.corpus or ["wikitext", "shakespeare"]
+    missing = [str(path) for spec in specs for path in corpus_files(spec) if not path.is_file()]
+    if missing:
+        print(f"no corpus: {', '.join(missing)} absent; pass --corpus NAME=FILE")
+        return 0
+    task = None if args.no_downstream else downstream_task(args.downstream)
+    torch.set_num_threads(args.threads)
+    started = time.perf_counter()
+    results: dict[str, dict] = {}
+
+    def record(complete: bool) -> Path:
+        return write_result(args.name, {
+            "complete": complete,
+            "settings": {key: value for key, value in vars(args).items() if key not in ("out", "downstream", "corpus")}
+            | {"corpora": specs},
+            "equalised_by": "training FLOPs (bertpre.model.cost.training_flops_per_token x batch x length x steps): "
+                            "MLM runs --steps steps, each other objective the steps that buy the same FLOPs",
+            "comparable": {"fill_in": "all objectives: the same held-out tokens, each predicted from the same "
+                                      "visible rest of its window and nothing else",
+                           "xlnet_plm, xlnet_clm": "between the XLNet models only",
+                           "own": "not across objectives: each objective predicts other tokens from other contexts"},
+            **({"downstream": {"folder": str(args.downstream), "identity": downstream_identity(argparse.Namespace(
+                downstream=args.downstream, probe_seeds=args.probe_seeds, probe_set=[f"pooling={p}" for p in POOLINGS])),
+                               "probe": "bertpre finetune --mode probe --preset probe, test accuracy, "
+                                        "pooling mean and cls"}} if task is not None else {}),
+            "wall_s": round(time.perf_counter() - started, 1),
+            "corpora": results,
+        }, args.out, argv, versions=("torch",), torch_threads=args.threads)
+
+    with tempfile.TemporaryDirectory(prefix="bertpre-objectives-") as scratch:
+        for spec in specs:
+            results[spec.split("=", 1)[0]] = run_corpus(args, spec, task, Path(scratch))
+            record(complete=False)  # what has finished survives a later failure
+    print_table(results)
+    path = record(complete=True)
+    print(f"wrote {path} in {time.perf_counter() - started:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
