@@ -612,9 +612,6 @@ def _validate_objective(config: Config) -> None:
     if data.pair_task != "none":
         raise UserError(f"data.objective {data.objective} reads documents as consecutive segments, "
                         f"with no sentence pairs; set data.pair_task: none (it is {data.pair_task!r})")
-    if not isinstance(data.path, str):
-        raise UserError(f"data.objective {data.objective} reads one DATA folder; a mixture in data.path "
-                        "is not built for it yet")
     _check_choice("data.plm_plan", data.plm_plan, PLM_PLANS)
     if data.max_span_length > 1 / data.plm_probability + 1e-9:
         raise UserError(f"data.max_span_length ({data.max_span_length}) must be at most "

@@ -41,8 +41,10 @@ from bertpre.tokenizer.wordpiece import SEP_TOKEN
 
 if TYPE_CHECKING:  # the run config sits above this package
     from bertpre.config import DataConfig
+    from bertpre.data.mixture import DataMixture
 
 _SEGMENT_TAG = 0x5E6
+_MIXED_SEGMENT_TAG = 0x5E7
 
 
 @dataclass
@@ -113,6 +115,11 @@ class SegmentInstances(torch.utils.data.Dataset):
                    reuse_length=data_config.segment_step, lanes=lanes, seed=seed, rank=rank,
                    world_size=world_size)
 
+    def epoch_order(self, epoch: int) -> np.ndarray:
+        """The documents epoch `epoch` reads, in order: a shuffle of all of them."""
+        rng = np.random.default_rng([self.seed & ((1 << 64) - 1), epoch, _SEGMENT_TAG])
+        return rng.permutation(len(self.document_length))
+
     def segment_count(self) -> int:
         """Segments in the current epoch's stream (all ranks')."""
         return len(self.plan.document)
@@ -125,8 +132,7 @@ class SegmentInstances(torch.utils.data.Dataset):
     def set_epoch(self, epoch: int) -> None:
         """Plan `epoch`: its document order, segments and this rank's lanes."""
         self.epoch = epoch
-        rng = np.random.default_rng([self.seed & ((1 << 64) - 1), epoch, _SEGMENT_TAG])
-        order = rng.permutation(len(self.document_length))
+        order = self.epoch_order(epoch)
         self.plan = plan_segments(self.document_length, order, segment_length=self.segment_length,
                                   reuse_length=self.reuse_length)
         all_lanes = self.lanes * self.world_size
@@ -199,3 +205,65 @@ class SegmentInstances(torch.utils.data.Dataset):
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
         self._open()
+
+
+class MixedSegments(SegmentInstances):
+    """Segments of several DATA folders' documents in proportion to their weights (by tokens),
+    for plm/clm mixtures; the interface of `SegmentInstances`.
+
+    As `MixedInstances` does for pairs: each source reads its own endless stream of documents
+    (its epoch e's shuffle, then e + 1's, ...), and mixture epoch E takes from source i the
+    documents that begin within tokens [E t_i, (E + 1) t_i) of that stream, t_i = w_i × the
+    sources' tokens together; the chosen documents are interleaved by a permutation keyed by
+    (seed, E), then cut into segments and lanes as one corpus. Whole documents keep every lane's
+    memory the real context of its next segment; the realised shares are the weights to within
+    one document a source and epoch. Every epoch is a pure function of E (exact resume).
+    """
+
+    def __init__(self, sources: Sequence[datasets.Dataset], weights: Sequence[float], tokenizer: Tokenizer, *,
+                 segment_length: int, reuse_length: int | None = None, lanes: int, seed: int = 42,
+                 rank: int = 0, world_size: int = 1) -> None:
+        if len(sources) != len(weights) or not sources:
+            raise ValueError("one weight per source, and at least one source")
+        columns = set.intersection(*(set(source.column_names) for source in sources))
+        keep = [name for name in ("input_ids", "word_starts") if name in columns]
+        sources = [source.flatten_indices() if source._indices is not None else source  # noqa: SLF001
+                   for source in sources]
+        self.weights = [weight / sum(weights) for weight in weights]
+        self.source_documents = np.array([len(source) for source in sources], dtype=np.int64)
+        self.source_offsets = np.concatenate([[0], np.cumsum(self.source_documents)[:-1]])
+        self.source_seeds = [keyed_random.derive_key(seed, _MIXED_SEGMENT_TAG, index) for index in range(len(sources))]
+        merged = datasets.concatenate_datasets([source.select_columns(keep) for source in sources])
+        super().__init__(merged, tokenizer, segment_length=segment_length, reuse_length=reuse_length, lanes=lanes,
+                         seed=seed, rank=rank, world_size=world_size)
+
+    @classmethod
+    def from_mixture(cls, mixture: DataMixture, data_config: DataConfig, *, lanes: int, seed: int, rank: int = 0,
+                     world_size: int = 1, split: str = "train") -> MixedSegments:
+        return cls([getattr(folder, split) for folder in mixture.folders], mixture.weights, mixture.tokenizer,
+                   segment_length=data_config.max_seq_length, reuse_length=data_config.segment_step,
+                   lanes=lanes, seed=seed, rank=rank, world_size=world_size)
+
+    def epoch_order(self, epoch: int) -> np.ndarray:
+        sizes = self.document_length + 1  # each document and its [SEP]
+        totals = [int(sizes[offset:offset + count].sum())
+                  for offset, count in zip(self.source_offsets, self.source_documents, strict=True)]
+        budget = sum(totals)
+        chosen = []
+        for index, (offset, count, total) in enumerate(zip(self.source_offsets, self.source_documents, totals,
+                                                           strict=True)):
+            if not count or not total:
+                continue
+            start, stop = epoch * self.weights[index] * budget, (epoch + 1) * self.weights[index] * budget
+            for own_epoch in range(int(start // total), int(np.ceil(stop / total))):
+                rng = np.random.default_rng([self.source_seeds[index], own_epoch, _MIXED_SEGMENT_TAG])
+                order = rng.permutation(int(count))
+                begins = own_epoch * total + np.concatenate([[0], np.cumsum(sizes[offset + order])[:-1]])
+                chosen.append(offset + order[(begins >= start) & (begins < stop)])
+        documents = np.concatenate(chosen) if chosen else np.zeros(0, np.int64)
+        rng = np.random.default_rng([self.seed & ((1 << 64) - 1), epoch, _MIXED_SEGMENT_TAG])
+        return documents[rng.permutation(len(documents))]
+
+    def source_of(self, documents: np.ndarray) -> np.ndarray:
+        """The source index of each (merged) document index."""
+        return np.searchsorted(self.source_offsets, documents, side="right") - 1

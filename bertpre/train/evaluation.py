@@ -192,8 +192,10 @@ class MixtureEvaluator:
     def __init__(self, mixture: DataMixture, data_config: DataConfig, *, micro_batch_size: int = 32,
                  seed: int = 42, rank: int = 0, world_size: int = 1) -> None:
         self.names, self.weights = mixture.names, mixture.weights
+        self.loss = f"{data_config.objective}_loss"
+        source_evaluator = SegmentEvaluator if data_config.recurrent else Evaluator
         self.evaluators = [
-            Evaluator(folder, data_config, micro_batch_size=micro_batch_size,
+            source_evaluator(folder, data_config, micro_batch_size=micro_batch_size,
                       seed=source_seed(seed, index), rank=rank, world_size=world_size)
             for index, folder in enumerate(mixture.folders)]
 
@@ -215,7 +217,7 @@ class MixtureEvaluator:
             total = sum(weight for weight, _ in weighed)
             results[metric] = (sum(weight * value for weight, value in weighed) / total if total
                                else float("nan"))
-        loss = results["mlm_loss"]
+        loss = results[self.loss]
         results["perplexity"] = math.exp(min(loss, 700.0)) if loss == loss else float("nan")
         return results
 
@@ -226,10 +228,10 @@ def build_evaluator(mixture: DataMixture, data_config: DataConfig, *, micro_batc
     """The validation metrics of `mixture`: an `Evaluator` for one folder, a `MixtureEvaluator`
     for several."""
     options = dict(micro_batch_size=micro_batch_size, seed=seed, rank=rank, world_size=world_size)
-    if data_config.recurrent:  # one folder: the config refuses mixtures for plm/clm
-        return SegmentEvaluator(mixture.folders[0], data_config, **options)
     if mixture.is_mixture:
         return MixtureEvaluator(mixture, data_config, **options)
+    if data_config.recurrent:
+        return SegmentEvaluator(mixture.folders[0], data_config, **options)
     return Evaluator(mixture.folders[0], data_config, **options)
 
 

@@ -16,7 +16,7 @@ CUSTOM_SCALARS_LAYOUT = {
     "1. loss": {
         "loss (train and eval)": ["Multiline", [r"^train/loss$", r"^eval/loss$"]],
         "MLM loss (train and eval, each source)": ["Multiline", [r"^train/mlm_loss$", r"^eval/(.+/)?mlm_loss$"]],
-        "PLM / CLM loss (XLNet; train and eval)": ["Multiline", [r"^train/[pc]lm_loss$", r"^eval/[pc]lm_loss$"]],
+        "PLM / CLM loss (XLNet; train and eval)": ["Multiline", [r"^train/[pc]lm_loss$", r"^eval/(.+/)?[pc]lm_loss$"]],
         "pair loss (train and eval)": ["Multiline", [r"^train/pair_loss$", r"^eval/(.+/)?pair_loss$"]],
     },
     "1b. downstream (bertpre finetune)": {
@@ -25,7 +25,7 @@ CUSTOM_SCALARS_LAYOUT = {
     },
     "2. accuracy": {
         "MLM accuracy (train and eval)": ["Multiline", [r"^train/mlm_acc$", r"^eval/(.+/)?mlm_acc$"]],
-        "PLM / CLM accuracy (XLNet; train and eval)": ["Multiline", [r"^train/[pc]lm_acc$", r"^eval/[pc]lm_acc$"]],
+        "PLM / CLM accuracy (XLNet; train and eval)": ["Multiline", [r"^train/[pc]lm_acc$", r"^eval/(.+/)?[pc]lm_acc$"]],
         "MLM accuracy by action ([MASK], random, kept; eval)": ["Multiline", [r"^eval/mlm_acc_(mask|random|kept)$"]],
         "pair accuracy (train and eval)": ["Multiline", [r"^train/pair_acc$", r"^eval/(.+/)?pair_acc$"]],
     },

@@ -28,7 +28,7 @@ from bertpre.batches import (
     build_instances,
 )
 from bertpre.batches.plm import PermutationCollator
-from bertpre.batches.segments import SegmentInstances
+from bertpre.batches.segments import MixedSegments, SegmentInstances
 from bertpre.config import Config, DataConfig, check_world_size, resolve
 from bertpre.data import DataFolder, load_mixture
 from bertpre.errors import WRITE_ERRNOS, UserError
@@ -359,9 +359,14 @@ class Trainer:
         seed = config.train.seed
         if config.data.recurrent:
             # Slot j of every step reads the same rows (lanes), so its memory is their context.
-            instances = SegmentInstances.from_config(
-                self.data.train, self.data.tokenizer, config.data, seed=seed, rank=runtime.rank,
-                world_size=runtime.world_size, lanes=config.train.micro_batch_size * self.accumulation)
+            lanes = config.train.micro_batch_size * self.accumulation
+            if self.mixture.is_mixture:
+                instances = MixedSegments.from_mixture(self.mixture, config.data, lanes=lanes, seed=seed,
+                                                       rank=runtime.rank, world_size=runtime.world_size)
+            else:
+                instances = SegmentInstances.from_config(self.data.train, self.data.tokenizer, config.data,
+                                                         lanes=lanes, seed=seed, rank=runtime.rank,
+                                                         world_size=runtime.world_size)
             collate = PermutationCollator.from_config(self.data.tokenizer, config.data, seed,
                                                       fixed_shapes=config.train.compile)
             self.memory = RecurrentMemory(self.accumulation)

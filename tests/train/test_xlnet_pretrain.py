@@ -120,10 +120,21 @@ def test_the_config_refuses_what_cannot_train(sets, message):
         load_config(TINY, sets)
 
 
-def test_a_mixture_is_refused_for_plm(tmp_path):
-    with pytest.raises(UserError, match="mixture"):
-        load_config(TINY, ["model.architecture=xlnet", "data.objective=plm", "data.pair_task=none",
-                           "data.path=[{path: a, weight: 1}, {path: b, weight: 1}]"])
+def test_a_plm_mixture_trains_and_scores_each_source(tiny_data, tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    mixture = f"data.path=[{{path: {tiny_data}, weight: 3}}, {{path: {tmp_path / 'second'}, weight: 1}}]"
+    import shutil
+
+    shutil.copytree(tiny_data, tmp_path / "second")
+    config = load_config(TINY, [f"train.out={tmp_path / 'run'}", *XLNET, mixture, "train.max_steps=3",
+                                "train.eval_every=3"])
+    run = pretrain(config).run_dir
+    accumulator = EventAccumulator(str(run / "tensorboard"))
+    accumulator.Reload()
+    tags = set(accumulator.Tags()["scalars"])
+    data_name = tiny_data.name
+    assert {f"eval/{data_name}/plm_loss", "eval/second/plm_loss", "eval/plm_loss", "train/plm_loss"} <= tags
 
 
 def test_init_from_an_xlnet_run_starts_from_its_weights(tiny_data, tmp_path):
