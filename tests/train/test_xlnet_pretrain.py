@@ -221,3 +221,25 @@ def test_evaluate_and_fill_mask_read_an_xlnet_run(tiny_data, tmp_path):
         logits = [model(torch.tensor([ids[:1] + [token] + ids[2:]]), perm_mask=perm_mask,
                         target_mapping=target_mapping).logits for token in (ids[1], ids[0])]
     torch.testing.assert_close(logits[0], logits[1], rtol=0, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_a_compiled_plm_step_has_no_graph_breaks_and_trains_as_eager(tiny_data, tmp_path):
+    """train.compile on XLNet: the step (collated to max_seq_length, memory in and out) compiles
+    without graph breaks, once without memory (a lane's first segment) and once with it, and
+    trains as the eager step does (no dropout: compiled code draws its own random numbers)."""
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    steps = ["train.max_steps=6", "train.save_every=1000", "model.hidden_dropout_prob=0.0",
+             "model.attention_probs_dropout_prob=0.0"]
+    compiled = pretrain(load_config(TINY, overrides(tiny_data, tmp_path / "compiled", *steps, "train.compile=true")))
+    graph_breaks, stats = dict(counters["graph_break"]), dict(counters["stats"])
+    torch._dynamo.reset()
+    assert graph_breaks == {}
+    assert stats["unique_graphs"] <= 2
+    eager = pretrain(load_config(TINY, overrides(tiny_data, tmp_path / "eager", *steps)))
+    losses = [[row["train/plm_loss"] for row in step_rows(run.run_dir) if "train/plm_loss" in row]
+              for run in (compiled, eager)]
+    assert losses[0] == pytest.approx(losses[1], abs=2e-3)
