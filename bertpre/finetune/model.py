@@ -31,7 +31,8 @@ class BertForSequenceClassification(nn.Module):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
         """Logits (B, num_labels)."""
-        pooled = self.bert(input_ids, attention_mask, token_type_ids).pooler_output  # (B, C)
+        # The pooler reads [CLS] alone: the last layer computes that position only (exact).
+        pooled = self.bert(input_ids, attention_mask, token_type_ids, last_rows=1).pooler_output  # (B, C)
         return self.classifier(self.dropout(pooled))
 
 

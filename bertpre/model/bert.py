@@ -93,27 +93,33 @@ class BertSelfAttention(nn.Module):
         self.dropout_prob = config.attention_probs_dropout_prob
 
     def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None,
-                positions: PositionInputs | None = None) -> torch.Tensor:
+                positions: PositionInputs | None = None, rows: int | None = None) -> torch.Tensor:
+        """Context (B, T, C); with `rows`, only the first `rows` positions query (B, rows, C)."""
         B, T, C = hidden_states.shape
+        Q = T if rows is None else rows
         shape = (B, T, self.num_attention_heads, self.attention_head_size)
-        query = self.query(hidden_states).view(shape).transpose(1, 2)  # (B, nh, T, hs)
-        key = self.key(hidden_states).view(shape).transpose(1, 2)
+        query = self.query(hidden_states[:, :Q]).view(B, Q, *shape[2:]).transpose(1, 2)  # (B, nh, Q, hs)
+        key = self.key(hidden_states).view(shape).transpose(1, 2)  # (B, nh, T, hs)
         value = self.value(hidden_states).view(shape).transpose(1, 2)
         if positions is not None and positions.kind == "rope":
-            query = apply_rotary(query, positions.cos, positions.sin)
+            query = apply_rotary(query, positions.cos[:Q], positions.sin[:Q])
             key = apply_rotary(key, positions.cos, positions.sin)
         elif positions is not None and positions.kind == "transformer_xl":
             r = self.r_net(positions.sinusoids.to(hidden_states.dtype))  # (2T-1, C)
             r = r.view(-1, self.num_attention_heads, self.attention_head_size)  # (2T-1, nh, hs)
-            bias = transformer_xl_bias(query, key, r, positions.r_w_bias, positions.r_r_bias)
+            if Q < T:  # the distance table of all T queries: score rows past Q are dropped
+                full = self.query(hidden_states).view(shape).transpose(1, 2)
+                bias = transformer_xl_bias(full, key, r, positions.r_w_bias, positions.r_r_bias)[:, :, :Q]
+            else:
+                bias = transformer_xl_bias(query, key, r, positions.r_w_bias, positions.r_r_bias)
             if attention_mask is not None:
                 bias = bias.masked_fill(~attention_mask, float("-inf"))
-            attention_mask = bias.to(query.dtype)  # (B, nh, T, T), added to the scores
+            attention_mask = bias.to(query.dtype)  # (B, nh, Q, T), added to the scores
         context = F.scaled_dot_product_attention(
             query, key, value, attn_mask=attention_mask,
             dropout_p=self.dropout_prob if self.training else 0.0,
-        )  # (B, nh, T, hs)
-        return context.transpose(1, 2).reshape(B, T, C)
+        )  # (B, nh, Q, hs)
+        return context.transpose(1, 2).reshape(B, Q, C)
 
 
 class BertSelfOutput(nn.Module):
@@ -138,8 +144,9 @@ class BertAttention(nn.Module):
         self.output = BertSelfOutput(config)
 
     def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None,
-                positions: PositionInputs | None = None) -> torch.Tensor:
-        return self.output(self.self(hidden_states, attention_mask, positions), hidden_states)
+                positions: PositionInputs | None = None, rows: int | None = None) -> torch.Tensor:
+        context = self.self(hidden_states, attention_mask, positions, rows)
+        return self.output(context, hidden_states[:, :context.shape[1]])
 
 
 class BertIntermediate(nn.Module):
@@ -177,8 +184,10 @@ class BertLayer(nn.Module):
         self.output = BertOutput(config)
 
     def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None,
-                positions: PositionInputs | None = None) -> torch.Tensor:
-        attention_output = self.attention(hidden_states, attention_mask, positions)
+                positions: PositionInputs | None = None, rows: int | None = None) -> torch.Tensor:
+        """(B, T, C) → (B, T, C); with `rows`, the first `rows` positions' outputs only: every
+        step after attention is per position, so the others need not be computed."""
+        attention_output = self.attention(hidden_states, attention_mask, positions, rows)
         return self.output(self.intermediate(attention_output), attention_output)
 
 
@@ -220,17 +229,21 @@ class BertEncoder(nn.Module):
                                   r_w_bias=self.r_w_bias, r_r_bias=self.r_r_bias)
         return None
 
-    def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+    def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None,
+                last_rows: int | None = None) -> torch.Tensor:
+        """(B, T, C); with `last_rows`, the last layer computes only the first `last_rows`
+        positions (B, last_rows, C): what a head that reads [CLS] alone needs."""
         if hasattr(self, "embedding_hidden_mapping_in"):
             hidden_states = self.embedding_hidden_mapping_in(hidden_states)  # (B, T, E) -> (B, T, C)
         positions = self.position_inputs(hidden_states.shape[1], hidden_states.device)
         for index in range(self.num_hidden_layers):
             layer = self.layer[index % len(self.layer)]
+            rows = last_rows if index == self.num_hidden_layers - 1 else None
             if self.gradient_checkpointing and self.training:
-                hidden_states = checkpoint(layer, hidden_states, attention_mask, positions, use_reentrant=False)
+                hidden_states = checkpoint(layer, hidden_states, attention_mask, positions, rows, use_reentrant=False)
             else:
-                hidden_states = layer(hidden_states, attention_mask, positions)
-        return hidden_states  # (B, T, C)
+                hidden_states = layer(hidden_states, attention_mask, positions, rows)
+        return hidden_states  # (B, T, C), or (B, last_rows, C)
 
 
 class BertPooler(nn.Module):
@@ -269,10 +282,13 @@ class BertModel(nn.Module):
         input_ids: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
         token_type_ids: torch.Tensor | None = None,
+        last_rows: int | None = None,
     ) -> BertModelOutput:
-        """Args: `input_ids` (B, T); `attention_mask` (B, T), 1 for tokens and 0 for padding."""
+        """Args: `input_ids` (B, T); `attention_mask` (B, T), 1 for tokens and 0 for padding;
+        `last_rows`: compute the last layer for the first positions only (1: [CLS], enough for
+        the pooler; `last_hidden_state` is then (B, last_rows, C))."""
         hidden_states = self.embeddings(input_ids, token_type_ids)
-        hidden_states = self.encoder(hidden_states, attention_mask_for_sdpa(attention_mask))
+        hidden_states = self.encoder(hidden_states, attention_mask_for_sdpa(attention_mask), last_rows)
         return BertModelOutput(last_hidden_state=hidden_states, pooler_output=self.pooler(hidden_states))
 
 
