@@ -44,9 +44,9 @@ Writes bench/results/objectives-DATE.json: per corpus, per run the scores, FLOPs
 tokens/s; per objective mean and standard deviation over seeds; PLM − MLM (and CLM − MLM)
 with 95% Welch intervals. Prints a table.
 
-    .venv/bin/python -m bench.objectives                     # 2 corpora x 3 seeds x mlm, plm, clm (~25 min on 2 cores)
-    .venv/bin/python -m bench.objectives --quick             # a minute: tiny model, few steps, part of each corpus
-    .venv/bin/python -m bench.objectives --objectives mlm plm --steps 400
+    .venv/bin/python -m bench.objectives                     # 2 corpora x 3 seeds x mlm, plm, clm, 400 MLM steps (~22 min, one core)
+    .venv/bin/python -m bench.objectives --quick             # ~70 s: tiny model, few steps, part of each corpus
+    .venv/bin/python -m bench.objectives --corpus wikitext --objectives mlm plm --steps 1200 --name objectives-wikitext-1200
 """
 from __future__ import annotations
 
@@ -355,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="wikitext, shakespeare or NAME=FILE (repeatable; default wikitext and shakespeare)")
     parser.add_argument("--objectives", nargs="+", choices=OBJECTIVES, default=list(OBJECTIVES))
     parser.add_argument("--seeds", type=int, default=3)
-    parser.add_argument("--steps", type=int, default=200, help="MLM's steps; the others get its FLOPs")
+    parser.add_argument("--steps", type=int, default=400, help="MLM's steps; the others get its FLOPs")
     parser.add_argument("--warmup-share", type=float, default=0.1)
     parser.add_argument("--length", type=int, default=64)
     parser.add_argument("--batch-size", type=int, default=32)
