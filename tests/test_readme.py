@@ -26,6 +26,9 @@ def parse_default(text: str):
             return number(text)
         except ValueError:
             pass
+    fraction = re.fullmatch(r"(\d+)/(\d+)", text)  # a default written as a fraction, e.g. 1/6
+    if fraction:
+        return int(fraction.group(1)) / int(fraction.group(2))
     return text
 
 
