@@ -52,7 +52,7 @@ def test_objectives_tiny_run(tmp_path, one_thread):
         # equal FLOPs: each run within half a step's cost of MLM's budget
         assert abs(run["flops"] - result["flops_budget"]) <= run["flops"] / run["steps"] / 2 + 1e-6
         assert run["flops"] == pytest.approx(run["flops_per_token"] * run["positions"])
-        assert run["positions"] == run["steps"] * 4 * 32 and run["train_s"] > 0
+        assert run["positions"] == run["steps"] * 4 * 32 and run["train_s"] >= 0  # rounded: 0 on a fast machine
         scores = run["held_out"]
         assert set(scores) == ({"own", "fill_in"} if run["objective"] == "mlm" else {"own", "fill_in", "xlnet_plm", "xlnet_clm"})
         assert all(math.isfinite(score["loss"]) and 0 <= score["acc"] <= 1 for score in scores.values())
