@@ -59,3 +59,16 @@ def tiny_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     Tests only read it; one that changes DATA builds its own with `build_tiny_data`.
     """
     return build_tiny_data(tmp_path_factory.mktemp("tiny") / "data")
+
+
+def _one_torch_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+# One intra-op thread: a tiny model gains nothing from more, float sums split the same way in
+# every run, and on a busy 2-core machine two threads make each step tens of times slower.
+one_thread = pytest.fixture(_one_torch_thread)
+one_thread_per_module = pytest.fixture(_one_torch_thread, scope="module")

@@ -27,15 +27,7 @@ EXPORT_FILES = [".bertpre-export", "config.json", "model.safetensors", "special_
                 "tokenizer.json", "tokenizer_config.json"]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """One intra-op thread: a hidden-32 model gains nothing from more, and on a busy 2-core
-    machine two threads make each step tens of times slower."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
+pytestmark = pytest.mark.usefixtures("one_thread_per_module")  # see conftest
 
 @pytest.fixture(scope="module")
 def exported(tiny_data, tmp_path_factory) -> tuple[Path, Path]:

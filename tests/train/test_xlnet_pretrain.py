@@ -36,14 +36,6 @@ def final_folder(run_dir: Path) -> Path:
     return run_dir / "checkpoints" / (run_dir / "checkpoints" / "latest").read_text().strip()
 
 
-@pytest.fixture
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def test_a_plm_run_killed_after_a_checkpoint_resumes_bit_for_bit_with_its_memory(tiny_data, tmp_path, one_thread):
     steps = ["train.max_steps=6", "train.save_every=3"]
     straight = pretrain(load_config(TINY, overrides(tiny_data, tmp_path / "straight", *steps)))
