@@ -18,6 +18,7 @@ and resuming at item i needs no replay.
 from __future__ import annotations
 
 import bisect
+import copy
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -114,6 +115,16 @@ class SegmentInstances(torch.utils.data.Dataset):
         return cls(dataset, tokenizer, segment_length=data_config.max_seq_length,
                    reuse_length=data_config.segment_step, lanes=lanes, seed=seed, rank=rank,
                    world_size=world_size)
+
+    def with_lanes(self, lanes: int, *, rank: int = 0, world_size: int = 1) -> SegmentInstances:
+        """The same documents and segments read in `lanes` rows a step by `rank` of `world_size`
+        (the documents are not indexed again)."""
+        if lanes < 1 or not 0 <= rank < world_size:
+            raise UserError(f"lanes ({lanes}) must be positive and rank {rank} inside world size {world_size}")
+        other = copy.copy(self)
+        other.lanes, other.rank, other.world_size = lanes, rank, world_size
+        other.set_epoch(self.epoch)
+        return other
 
     def epoch_order(self, epoch: int) -> np.ndarray:
         """The documents epoch `epoch` reads, in order: a shuffle of all of them."""

@@ -110,7 +110,7 @@ def inspect_segments(data: DataFolder, data_config: DataConfig, *, batches: int 
         raise UserError(f"DATA folder {data.path} has no {split} documents to inspect")
     whole = SegmentInstances.from_config(dataset, data.tokenizer, data_config, lanes=1, seed=seed)
     lanes = min(batch_size, whole.segment_count())
-    instances = SegmentInstances.from_config(dataset, data.tokenizer, data_config, lanes=lanes, seed=seed)
+    instances = whole.with_lanes(lanes)
     collate = PermutationCollator.from_config(data.tokenizer, data_config, seed)
     report = PermutationReport(split=split, objective=data_config.objective, plan=data_config.plm_plan,
                                segments_per_epoch=whole.segment_count(), rows=0, real_tokens=0,

@@ -126,9 +126,7 @@ class SegmentEvaluator:
             whole = SegmentInstances.from_config(data.validation, data.tokenizer, data_config, lanes=1, seed=seed)
             self.lanes = min(micro_batch_size, whole.segment_count() // world_size)
         if self.lanes:  # else the validation split has too few segments: nothing to score
-            self.instances = SegmentInstances.from_config(data.validation, data.tokenizer, data_config,
-                                                          lanes=self.lanes, seed=seed, rank=rank,
-                                                          world_size=world_size)
+            self.instances = whole.with_lanes(self.lanes, rank=rank, world_size=world_size)
         self.collate = PermutationCollator.from_config(data.tokenizer, data_config, seed=seed)
 
     @torch.no_grad()
@@ -138,7 +136,7 @@ class SegmentEvaluator:
         """`{objective}_loss`, perplexity, `{objective}_acc`, predictions, sequences (NaN where
         nothing was predicted). The model is put back in its previous train/eval mode."""
         from bertpre.batches.plm import expand_plm
-        from bertpre.train.plm_step import plm_device_batch, plm_predictions
+        from bertpre.train.plm_step import RecurrentMemory, plm_device_batch, plm_predictions
 
         device = device or next(model.parameters()).device
         was_training = model.training
@@ -148,22 +146,19 @@ class SegmentEvaluator:
         steps = 0 if self.instances is None else len(self.instances) // self.lanes
         if max_batches is not None:
             steps = min(steps, max_batches)
-        mems = mask = None
+        memory = RecurrentMemory(1)
         for step in range(steps):
             batch = self.collate(self.instances.__getitems__(range(step * self.lanes, (step + 1) * self.lanes)))
             host_counts += torch.tensor([plm_predictions(batch), self.lanes], dtype=torch.float64)
             inputs = plm_device_batch(batch, device, keep_attention_mask=False)
-            if mask is not None:
-                mask = mask & ~inputs["memory_reset"].unsqueeze(1)
+            mems, mask = memory.read(0, inputs["memory_reset"])
             perm_mask, target_mapping = expand_plm(inputs)
             with autocast or contextlib.nullcontext():
                 out = model(inputs["input_ids"], token_type_ids=inputs["token_type_ids"],
                             attention_mask=inputs.get("attention_mask"), perm_mask=perm_mask,
                             target_mapping=target_mapping, mems=mems, mems_attention_mask=mask,
                             labels=inputs["labels"])
-            mems, mask = out.mems, out.mems_attention_mask
-            if mems is not None and mask is None:
-                mask = torch.ones(mems[0].shape[:2], dtype=torch.bool, device=device)
+            memory.write(0, out.mems, out.mems_attention_mask)
             hits = (out.logits.argmax(-1) == inputs["labels"]).sum()
             device_sums += torch.stack([out.loss_sum.double(), hits.double()])
         model.train(was_training)
