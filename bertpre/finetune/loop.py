@@ -15,6 +15,7 @@ from bertpre.finetune.encoding import Encoded, pad_batch
 from bertpre.finetune.model import build_task_model
 from bertpre.finetune.source import Encoder
 from bertpre.labels import IGNORE_INDEX
+from bertpre.model.unpad import Unpadded
 from bertpre.train.optim import learning_rate, parameter_groups
 from bertpre.train.runtime import Runtime
 
@@ -84,12 +85,12 @@ def train_full(encoder: Encoder, train: Encoded, *, task: str, num_labels: int, 
         for indices in shuffled_batches(len(train), hp.batch_size, generator):
             batch = pad_batch(train, indices, pad_id, regression=task == "regression", tagging=task == "tagging",
                               padding_side=encoder.padding_side)
-            attention_mask = padding_mask(batch)
+            inputs = model_inputs(model, batch, runtime.device)
             batch = to_device(batch, runtime.device)
             for group in optimizer.param_groups:
                 group["lr"] = learning_rate(step, lr=hp.lr, warmup_steps=warmup, max_steps=total)
             with runtime.autocast():
-                logits = model(batch["input_ids"], attention_mask, batch["token_type_ids"])
+                logits = model(**inputs)
             loss = task_loss(logits, batch["labels"], task)
             optimizer.zero_grad(set_to_none=True)
             if scaler is not None:
@@ -122,10 +123,10 @@ def predict(model: nn.Module, encoded: Encoded, *, task: str, batch_size: int, p
         indices = order[start:start + batch_size]
         batch = pad_batch(encoded, indices, pad_id, regression=task == "regression", tagging=task == "tagging",
                           padding_side=padding_side)
-        attention_mask = padding_mask(batch)
+        inputs = model_inputs(model, batch, runtime.device)
         batch = to_device(batch, runtime.device)
         with runtime.autocast():
-            logits = model(batch["input_ids"], attention_mask, batch["token_type_ids"]).float()
+            logits = model(**inputs).float()
         if task == "regression":
             rows = logits.squeeze(-1).cpu()
         elif task == "tagging":
@@ -145,6 +146,19 @@ def padding_mask(batch: dict[str, torch.Tensor]) -> torch.Tensor | None:
     return None if bool(mask.all()) else mask
 
 
+def model_inputs(model: nn.Module, batch: dict[str, torch.Tensor], device: torch.device) -> dict:
+    """A CPU batch as the task model's keyword inputs on `device`: ids, token types, the padding
+    mask (None without padding) and, for a model that takes it, where the real tokens are, so
+    that its layers compute nothing for padding (`Unpadded`, made on the CPU)."""
+    mask = padding_mask(batch)
+    inputs = {"input_ids": batch["input_ids"], "attention_mask": mask, "token_type_ids": batch["token_type_ids"]}
+    inputs = {name: None if tensor is None else tensor.to(device, non_blocking=True)
+              for name, tensor in inputs.items()}
+    if mask is not None and getattr(model, "takes_unpadded", False):
+        inputs["unpadded"] = Unpadded.from_mask(mask).to(device)
+    return inputs
+
+
 @torch.no_grad()
 def encoder_features(encoder: Encoder, encoded: Encoded, *, task: str, pooling: str, batch_size: int,
                      runtime: Runtime) -> torch.Tensor:
@@ -156,11 +170,12 @@ def encoder_features(encoder: Encoder, encoded: Encoded, *, task: str, pooling: 
     features = []
     for start in range(0, len(encoded), batch_size):
         indices = list(range(start, min(start + batch_size, len(encoded))))
-        batch = to_device(pad_batch(encoded, indices, pad_id, regression=task == "regression",
-                                    tagging=task == "tagging", padding_side=encoder.padding_side), runtime.device)
+        batch = pad_batch(encoded, indices, pad_id, regression=task == "regression",
+                          tagging=task == "tagging", padding_side=encoder.padding_side)
+        inputs = model_inputs(model, batch, runtime.device)
+        batch = to_device(batch, runtime.device)
         with runtime.autocast():
-            hidden = model.hidden_states(batch["input_ids"], batch["attention_mask"],
-                                         batch["token_type_ids"]).float()  # (B, T, C)
+            hidden = model.hidden_states(**inputs).float()  # (B, T, C)
         if task == "tagging":
             features.append(hidden[batch["labels"] != IGNORE_INDEX].cpu())
         elif pooling == "mean":

@@ -12,6 +12,7 @@ from torch import nn
 
 from bertpre.model import BertConfig, BertModel
 from bertpre.model.bert import init_weights
+from bertpre.model.unpad import Unpadded
 from bertpre.model.xlnet import XLNetModel
 from bertpre.model.xlnet import init_weights as init_xlnet_weights
 
@@ -20,19 +21,26 @@ class BertForSequenceClassification(nn.Module):
     """`bert` → pooled [CLS] → dropout → `classifier` (Hugging Face's names and math);
     `num_labels` 1 is regression."""
 
+    takes_unpadded = True  # forward's `unpadded`: the layers compute nothing for padding
+
     def __init__(self, config: BertConfig, num_labels: int) -> None:
         super().__init__()
         self.num_labels = num_labels
         self.bert = BertModel(config)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
         self.classifier = nn.Linear(config.hidden_size, num_labels)
-        init_weights(self.classifier, config.initializer_range)
+        self.reset_head()
+
+    def reset_head(self) -> None:
+        """Draw the head's initial weights from the current torch seed, as transformers does."""
+        init_weights(self.classifier, self.bert.config.initializer_range)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+                token_type_ids: torch.Tensor | None = None, unpadded: Unpadded | None = None) -> torch.Tensor:
         """Logits (B, num_labels)."""
         # The pooler reads [CLS] alone: the last layer computes that position only (exact).
-        pooled = self.bert(input_ids, attention_mask, token_type_ids, last_rows=1).pooler_output  # (B, C)
+        pooled = self.bert(input_ids, attention_mask, token_type_ids, last_rows=1,
+                           unpadded=unpadded).pooler_output  # (B, C)
         return self.classifier(self.dropout(pooled))
 
 
@@ -40,23 +48,29 @@ class BertForTokenClassification(nn.Module):
     """`bert` → every token's output → dropout → `classifier` (Hugging Face's names and math;
     its pooler is not used, and not saved)."""
 
+    takes_unpadded = True
+
     def __init__(self, config: BertConfig, num_labels: int) -> None:
         super().__init__()
         self.num_labels = num_labels
         self.bert = BertModel(config)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
         self.classifier = nn.Linear(config.hidden_size, num_labels)
-        init_weights(self.classifier, config.initializer_range)
+        self.reset_head()
+
+    def reset_head(self) -> None:
+        """Draw the head's initial weights from the current torch seed, as transformers does."""
+        init_weights(self.classifier, self.bert.config.initializer_range)
 
     def hidden_states(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                      token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+                      token_type_ids: torch.Tensor | None = None, unpadded: Unpadded | None = None) -> torch.Tensor:
         """The encoder's output for every token (B, T, C)."""
-        return self.bert(input_ids, attention_mask, token_type_ids).last_hidden_state
+        return self.bert(input_ids, attention_mask, token_type_ids, unpadded=unpadded).last_hidden_state
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+                token_type_ids: torch.Tensor | None = None, unpadded: Unpadded | None = None) -> torch.Tensor:
         """Logits (B, T, num_labels)."""
-        hidden = self.hidden_states(input_ids, attention_mask, token_type_ids)  # (B, T, C)
+        hidden = self.hidden_states(input_ids, attention_mask, token_type_ids, unpadded)  # (B, T, C)
         return self.classifier(self.dropout(hidden))
 
 
@@ -90,8 +104,14 @@ class XLNetForSequenceClassification(nn.Module):
         self.transformer = xlnet_encoder(config)
         self.sequence_summary = XLNetSequenceSummary(config)
         self.logits_proj = nn.Linear(config.hidden_size, num_labels)
+        self.initializer_range = config.initializer_range
+        self.reset_head()
+
+    def reset_head(self) -> None:
+        """Draw the head's initial weights from the current torch seed, as transformers does
+        (the summary projection first, then the logits)."""
         for head in (self.sequence_summary, self.logits_proj):
-            head.apply(partial(init_xlnet_weights, std=config.initializer_range))
+            head.apply(partial(init_xlnet_weights, std=self.initializer_range))
 
     def hidden_states(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                       token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
@@ -113,7 +133,12 @@ class XLNetForTokenClassification(nn.Module):
         self.num_labels = num_labels
         self.transformer = xlnet_encoder(config)
         self.classifier = nn.Linear(config.hidden_size, num_labels)
-        init_xlnet_weights(self.classifier, config.initializer_range)
+        self.initializer_range = config.initializer_range
+        self.reset_head()
+
+    def reset_head(self) -> None:
+        """Draw the head's initial weights from the current torch seed, as transformers does."""
+        init_xlnet_weights(self.classifier, self.initializer_range)
 
     def hidden_states(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                       token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
@@ -128,14 +153,22 @@ class XLNetForTokenClassification(nn.Module):
 
 def build_task_model(config: BertConfig, encoder_state: dict[str, torch.Tensor], num_labels: int,
                      *, tagging: bool) -> nn.Module:
-    """A task model whose encoder holds `encoder_state` (BertModel's names, no `bert.` prefix;
-    for XLNet XLNetModel's, no `transformer.` prefix); the head is freshly initialized from the
-    current torch seed."""
+    """A task model on the CPU whose encoder holds a copy of `encoder_state` (BertModel's names,
+    no `bert.` prefix; for XLNet XLNetModel's, no `transformer.` prefix); the head is freshly
+    drawn from the current torch seed.
+
+    The encoder is never randomly initialized (its weights would be overwritten): the model is
+    laid out without values, filled from the state, and the head drawn first thing after the
+    seed, so that a seed gives the same initial head (and dropout stream) as transformers'
+    `set_seed(seed)` + `from_pretrained` of the same export."""
     if config.is_xlnet:
-        model = (XLNetForTokenClassification if tagging else XLNetForSequenceClassification)(config, num_labels)
-        model.transformer.load_state_dict(encoder_state, strict=True)
-        return model
-    model_class = BertForTokenClassification if tagging else BertForSequenceClassification
-    model = model_class(config, num_labels)
-    model.bert.load_state_dict(encoder_state, strict=True)
+        model_class = XLNetForTokenClassification if tagging else XLNetForSequenceClassification
+    else:
+        model_class = BertForTokenClassification if tagging else BertForSequenceClassification
+    with torch.device("meta"):
+        model = model_class(config, num_labels)
+    model.to_empty(device="cpu")
+    encoder = model.transformer if config.is_xlnet else model.bert
+    encoder.load_state_dict(encoder_state, strict=True)
+    model.reset_head()
     return model

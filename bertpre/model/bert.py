@@ -24,6 +24,7 @@ from bertpre.model.positions import (
     sinusoid_table,
     transformer_xl_bias,
 )
+from bertpre.model.unpad import Unpadded
 
 # --- the network ---------------------------------------------------------------------------
 
@@ -93,14 +94,25 @@ class BertSelfAttention(nn.Module):
         self.dropout_prob = config.attention_probs_dropout_prob
 
     def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None,
-                positions: PositionInputs | None = None, rows: int | None = None) -> torch.Tensor:
-        """Context (B, T, C); with `rows`, only the first `rows` positions query (B, rows, C)."""
-        B, T, C = hidden_states.shape
-        Q = T if rows is None else rows
-        shape = (B, T, self.num_attention_heads, self.attention_head_size)
-        query = self.query(hidden_states[:, :Q]).view(B, Q, *shape[2:]).transpose(1, 2)  # (B, nh, Q, hs)
-        key = self.key(hidden_states).view(shape).transpose(1, 2)  # (B, nh, T, hs)
-        value = self.value(hidden_states).view(shape).transpose(1, 2)
+                positions: PositionInputs | None = None, rows: int | None = None,
+                unpadded: Unpadded | None = None) -> torch.Tensor:
+        """Context (B, T, C); with `rows`, only the first `rows` positions query (B, rows, C).
+        With `unpadded`, `hidden_states` and the context are the real tokens alone (N, C): they
+        are projected as they are and laid out padded for attention only."""
+        if unpadded is None:
+            B, T, C = hidden_states.shape
+            Q = T if rows is None else rows
+            shape = (B, T, self.num_attention_heads, self.attention_head_size)
+            query = self.query(hidden_states[:, :Q]).view(B, Q, *shape[2:]).transpose(1, 2)  # (B, nh, Q, hs)
+            key = self.key(hidden_states).view(shape).transpose(1, 2)  # (B, nh, T, hs)
+            value = self.value(hidden_states).view(shape).transpose(1, 2)
+        else:
+            if rows is not None:
+                raise ValueError("rows reads the padded layout: pad the tokens first")
+            (B, T), C = (unpadded.batch, unpadded.length), hidden_states.shape[-1]
+            Q, shape = T, (B, T, self.num_attention_heads, self.attention_head_size)
+            query, key, value = (unpadded.pad(projection(hidden_states)).view(shape).transpose(1, 2)
+                                 for projection in (self.query, self.key, self.value))  # (B, nh, T, hs)
         if positions is not None and positions.kind == "rope":
             query = apply_rotary(query, positions.cos[:Q], positions.sin[:Q])
             key = apply_rotary(key, positions.cos, positions.sin)
@@ -119,7 +131,8 @@ class BertSelfAttention(nn.Module):
             query, key, value, attn_mask=attention_mask,
             dropout_p=self.dropout_prob if self.training else 0.0,
         )  # (B, nh, Q, hs)
-        return context.transpose(1, 2).reshape(B, Q, C)
+        context = context.transpose(1, 2).reshape(B, Q, C)
+        return context if unpadded is None else unpadded.unpad(context)  # (N, C)
 
 
 class BertSelfOutput(nn.Module):
@@ -144,9 +157,10 @@ class BertAttention(nn.Module):
         self.output = BertSelfOutput(config)
 
     def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None,
-                positions: PositionInputs | None = None, rows: int | None = None) -> torch.Tensor:
-        context = self.self(hidden_states, attention_mask, positions, rows)
-        return self.output(context, hidden_states[:, :context.shape[1]])
+                positions: PositionInputs | None = None, rows: int | None = None,
+                unpadded: Unpadded | None = None) -> torch.Tensor:
+        context = self.self(hidden_states, attention_mask, positions, rows, unpadded)
+        return self.output(context, hidden_states if rows is None else hidden_states[:, :rows])
 
 
 class BertIntermediate(nn.Module):
@@ -184,10 +198,12 @@ class BertLayer(nn.Module):
         self.output = BertOutput(config)
 
     def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None,
-                positions: PositionInputs | None = None, rows: int | None = None) -> torch.Tensor:
+                positions: PositionInputs | None = None, rows: int | None = None,
+                unpadded: Unpadded | None = None) -> torch.Tensor:
         """(B, T, C) → (B, T, C); with `rows`, the first `rows` positions' outputs only: every
-        step after attention is per position, so the others need not be computed."""
-        attention_output = self.attention(hidden_states, attention_mask, positions, rows)
+        step after attention is per position, so the others need not be computed. With
+        `unpadded`, (N, C) → (N, C) over the real tokens alone."""
+        attention_output = self.attention(hidden_states, attention_mask, positions, rows, unpadded)
         return self.output(self.intermediate(attention_output), attention_output)
 
 
@@ -230,20 +246,25 @@ class BertEncoder(nn.Module):
         return None
 
     def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None,
-                last_rows: int | None = None) -> torch.Tensor:
+                last_rows: int | None = None, unpadded: Unpadded | None = None) -> torch.Tensor:
         """(B, T, C); with `last_rows`, the last layer computes only the first `last_rows`
-        positions (B, last_rows, C): what a head that reads [CLS] alone needs."""
+        positions (B, last_rows, C): what a head that reads [CLS] alone needs. With `unpadded`,
+        the real tokens alone (N, C) in and out (the last layer's `last_rows` padded again)."""
         if hasattr(self, "embedding_hidden_mapping_in"):
             hidden_states = self.embedding_hidden_mapping_in(hidden_states)  # (B, T, E) -> (B, T, C)
-        positions = self.position_inputs(hidden_states.shape[1], hidden_states.device)
+        length = hidden_states.shape[1] if unpadded is None else unpadded.length
+        positions = self.position_inputs(length, hidden_states.device)
         for index in range(self.num_hidden_layers):
             layer = self.layer[index % len(self.layer)]
             rows = last_rows if index == self.num_hidden_layers - 1 else None
+            if rows is not None and unpadded is not None:
+                hidden_states, unpadded = unpadded.pad(hidden_states), None  # rows are read padded
             if self.gradient_checkpointing and self.training:
-                hidden_states = checkpoint(layer, hidden_states, attention_mask, positions, rows, use_reentrant=False)
+                hidden_states = checkpoint(layer, hidden_states, attention_mask, positions, rows, unpadded,
+                                           use_reentrant=False)
             else:
-                hidden_states = layer(hidden_states, attention_mask, positions, rows)
-        return hidden_states  # (B, T, C), or (B, last_rows, C)
+                hidden_states = layer(hidden_states, attention_mask, positions, rows, unpadded)
+        return hidden_states  # (B, T, C), (B, last_rows, C), or (N, C) unpadded
 
 
 class BertPooler(nn.Module):
@@ -283,12 +304,21 @@ class BertModel(nn.Module):
         attention_mask: torch.Tensor | None = None,
         token_type_ids: torch.Tensor | None = None,
         last_rows: int | None = None,
+        unpadded: Unpadded | None = None,
     ) -> BertModelOutput:
         """Args: `input_ids` (B, T); `attention_mask` (B, T), 1 for tokens and 0 for padding;
         `last_rows`: compute the last layer for the first positions only (1: [CLS], enough for
-        the pooler; `last_hidden_state` is then (B, last_rows, C))."""
+        the pooler; `last_hidden_state` is then (B, last_rows, C)); `unpadded`: the mask's real
+        tokens (`Unpadded.from_mask`), so that the layers compute nothing for padding (the
+        outputs at padding are then zeros, where Hugging Face's are values no one reads)."""
         hidden_states = self.embeddings(input_ids, token_type_ids)
-        hidden_states = self.encoder(hidden_states, attention_mask_for_sdpa(attention_mask), last_rows)
+        if unpadded is not None:
+            if attention_mask is None:
+                raise ValueError("unpadded needs the attention mask it was made from")
+            hidden_states = unpadded.unpad(hidden_states)  # (N, C)
+        hidden_states = self.encoder(hidden_states, attention_mask_for_sdpa(attention_mask), last_rows, unpadded)
+        if unpadded is not None and last_rows is None:
+            hidden_states = unpadded.pad(hidden_states)  # (B, T, C)
         return BertModelOutput(last_hidden_state=hidden_states, pooler_output=self.pooler(hidden_states))
 
 

@@ -356,3 +356,32 @@ def test_examples_longer_than_the_models_positions_are_cut_with_a_note(run_folde
     assert code == 0, stderr
     assert "max_seq_length 128 is longer than the model's 64 positions; examples are cut at 64" in stderr
     assert json.loads((tmp_path / "out" / "results.json").read_text())["hyperparameters"]["max_seq_length"] == 64
+
+
+@pytest.mark.parametrize("tagging", [False, True])
+def test_a_seed_draws_the_head_transformers_draws(tagging, run_folder, tmp_path):
+    """`torch.manual_seed(s)` + build_task_model gives the initial head (and leaves the random
+    stream, which dropout reads next) exactly as `set_seed(s)` + `from_pretrained` of the export:
+    the encoder is filled from its weights, never drawn."""
+    transformers = pytest.importorskip("transformers")
+    import torch
+
+    from bertpre.finetune.model import build_task_model
+    from bertpre.finetune.source import load_encoder
+    from bertpre.tools.export import export
+
+    folder = export(run_folder, tmp_path / "export").out
+    encoder = load_encoder(folder)
+    auto = transformers.AutoModelForTokenClassification if tagging else transformers.AutoModelForSequenceClassification
+    for seed in (0, 7):
+        transformers.set_seed(seed)
+        theirs = auto.from_pretrained(folder, num_labels=5)
+        their_next = torch.rand(4)
+        torch.manual_seed(seed)
+        ours = build_task_model(encoder.config, encoder.state, 5, tagging=tagging)
+        assert torch.equal(torch.rand(4), their_next)
+        assert torch.equal(ours.classifier.weight, theirs.classifier.weight)
+        assert torch.equal(ours.classifier.bias, theirs.classifier.bias)
+        for name, tensor in ours.bert.state_dict().items():  # the encoder is the export's, copied
+            assert torch.equal(tensor, encoder.state[name]), name
+            assert tensor.data_ptr() != encoder.state[name].data_ptr(), name

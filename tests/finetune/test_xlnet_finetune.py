@@ -309,3 +309,22 @@ def test_a_glue_folder_is_scored_with_an_xlnet_export(source, tmp_path, monkeypa
     assert summary["tasks"]["stsb"]["task"] == "regression"
     assert {"accuracy_m", "accuracy_mm"} <= set(summary["tasks"]["mnli"]["metrics"])
     assert summary["metrics"]["score"]["mean"] is not None
+
+
+@pytest.mark.parametrize("tagging", [False, True])
+def test_a_seed_draws_the_head_transformers_draws(tagging, source):
+    """`torch.manual_seed(s)` + build_task_model: the same initial head as `set_seed(s)` +
+    `from_pretrained`, and the random stream left where transformers leaves it."""
+    encoder = load_encoder(source["export"])
+    auto = transformers.XLNetForTokenClassification if tagging else transformers.XLNetForSequenceClassification
+    transformers.set_seed(3)
+    theirs = auto.from_pretrained(source["export"], num_labels=4)
+    their_next = torch.rand(4)
+    torch.manual_seed(3)
+    ours = build_task_model(encoder.config, encoder.state, 4, tagging=tagging)
+    assert torch.equal(torch.rand(4), their_next)
+    heads = ["classifier"] if tagging else ["sequence_summary", "logits_proj"]
+    their_state = theirs.state_dict()
+    for name, tensor in ours.state_dict().items():
+        if name.split(".")[0] in heads:
+            assert torch.equal(tensor, their_state[name]), name
