@@ -50,7 +50,7 @@ from pathlib import Path
 import torch
 
 from bench.common import CORPORA, RESULTS, ROOT, write_result
-from bench.learning import welch
+from bench.learning import t975, welch
 
 QUICK = {"pretrain_steps": 20, "hidden": 64, "layers": 2, "vocab_size": 2000, "train_examples": 300,
          "test_examples": 300, "seeds": 2, "epochs": 1}
@@ -300,6 +300,17 @@ def same_math(ours: Bertpre, reference: Reference, steps: int = 20) -> dict:
     return {"same_initial_head": same_head, "steps": len(losses), "largest_loss_difference": largest, "first_and_last_losses": [losses[0], losses[-1]]}
 
 
+def paired(ours: list[float], theirs: list[float]) -> dict:
+    """Mean of the per-seed differences with its 95% t interval: a seed gives both sides the same
+    initial head and example order, so its two runs differ by their dropout masks alone."""
+    differences = [a - b for a, b in zip(ours, theirs, strict=True)]
+    mean = statistics.fmean(differences)
+    if len(differences) < 2:
+        return {"difference": mean, "interval": None}
+    half = t975(len(differences) - 1) * statistics.stdev(differences) / math.sqrt(len(differences))
+    return {"difference": mean, "interval": [mean - half, mean + half], "std_of_differences": statistics.stdev(differences)}
+
+
 def mean_std(values: list[float]) -> dict:
     return {"mean": statistics.fmean(values), "std": statistics.stdev(values) if len(values) > 1 else 0.0}
 
@@ -373,8 +384,9 @@ def main(argv: list[str] | None = None) -> int:
                       "train_examples_per_cpu_s": statistics.median(run["train_examples_per_cpu_s"] for run in runs),
                       "test_examples_per_s": statistics.median(run["test_examples_per_s"] for run in runs)}
                for side, runs in results.items()}
-    difference = welch([run["accuracy"] for run in results["bertpre"]],
-                       [run["accuracy"] for run in results["reference"]])
+    accuracies = [[run["accuracy"] for run in results[side]] for side in ("bertpre", "reference")]
+    difference = welch(*accuracies)
+    by_seed = paired(*accuracies)
     speed = {key: summary["bertpre"][key] / summary["reference"][key]
              for key in ("train_examples_per_s", "train_examples_per_cpu_s", "test_examples_per_s")}
     print(f"\ntest accuracy over {args.seeds} seed(s) (majority label: {majority_accuracy:.2%})")
@@ -384,6 +396,9 @@ def main(argv: list[str] | None = None) -> int:
     interval = difference["interval"]
     shown = f"[{interval[0]:+.2%}, {interval[1]:+.2%}]" if interval else "(one seed: no interval)"
     print(f"  bertpre - reference accuracy {difference['difference']:+.2%} {shown} (goal: within 1 point)")
+    if by_seed["interval"]:
+        print(f"  paired by seed: {by_seed['difference']:+.2%} "
+              f"[{by_seed['interval'][0]:+.2%}, {by_seed['interval'][1]:+.2%}]")
     print(f"  training speed bertpre / reference {speed['train_examples_per_s']:.2f}x (goal: >= 1.5x on CPU), "
           f"per CPU second {speed['train_examples_per_cpu_s']:.2f}x, test pass {speed['test_examples_per_s']:.2f}x")
     path = write_result(args.name, {
@@ -395,6 +410,7 @@ def main(argv: list[str] | None = None) -> int:
         "reference_attention": results["reference"][0].get("attention"),
         "pretrain_s": round(pretrain_s, 1), "wall_s": round(time.perf_counter() - started, 1),
         "per_seed": results, "summary": summary, "bertpre_minus_reference_accuracy": difference,
+        "bertpre_minus_reference_accuracy_paired": by_seed,
         "speed_ratio": speed,
         "note": "other agents share this machine's 2 cores; sides alternate first/second each seed "
                 "so load hits both, load average in machine",
