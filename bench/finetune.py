@@ -35,6 +35,13 @@ training-speed ratio of medians [goal: bertpre ≥ 1.5× on CPU].
     .venv/bin/python -m bench.finetune                       # ~15 min on 2 cores
     .venv/bin/python -m bench.finetune --quick               # a minute: tiny model, few examples
     .venv/bin/python -m bench.finetune --source EXPORT --seeds 5
+    .venv/bin/python -m bench.finetune --by-length --threads 1   # a minute: step speed by text length
+
+`--by-length` times the training step alone (forward, loss, backward, AdamW) of both sides' models
+of the same shape and weights on random-token batches of 32 whose real lengths are drawn from a
+few ranges (all at --max-seq-length, i.e. no padding; half to full; short), rounds interleaved,
+the fastest round a side: how much of the speed-up is skipping padding, which depends on the
+task's text lengths. Writes bench/results/finetune-by-length-DATE.json.
 """
 from __future__ import annotations
 
@@ -311,6 +318,78 @@ def paired(ours: list[float], theirs: list[float]) -> dict:
     return {"difference": mean, "interval": [mean - half, mean + half], "std_of_differences": statistics.stdev(differences)}
 
 
+LENGTH_RANGES = ((1.0, 1.0), (0.5, 1.0), (1 / 16, 5 / 16))  # shares of --max-seq-length
+
+
+def length_batches(vocab_size: int, labels: int, low: int, high: int, steps: int, batch_size: int) -> list[dict]:
+    """`steps` batches whose rows' real lengths are uniform in [low, high], padded to the batch's
+    longest row with id 0 (transformers' keys: input_ids, attention_mask, token_type_ids, labels)."""
+    generator = torch.Generator().manual_seed(0)
+    batches = []
+    for _ in range(steps):
+        lengths = torch.randint(low, high + 1, (batch_size,), generator=generator)
+        width = int(lengths.max())
+        mask = torch.arange(width)[None] < lengths[:, None]
+        ids = torch.randint(5, vocab_size, (batch_size, width), generator=generator).masked_fill(~mask, 0)
+        batches.append({"input_ids": ids, "attention_mask": mask.long(), "token_type_ids": torch.zeros_like(ids),
+                        "labels": torch.randint(0, labels, (batch_size,), generator=generator)})
+    return batches
+
+
+def step_speed_by_length(args, steps: int = 8, rounds: int = 3, labels: int = 41) -> list[dict]:
+    """Seconds for `steps` training steps of each side on each length range (the fastest of
+    `rounds` interleaved rounds) and the ratio; real-token share of each range's batches."""
+    import transformers
+
+    from bertpre.finetune.loop import build_task_model, model_inputs, task_loss
+    from bertpre.model.config import BertConfig
+
+    shape = {"vocab_size": args.vocab_size, "hidden_size": args.hidden, "num_hidden_layers": args.layers,
+             "num_attention_heads": max(1, args.hidden // 64), "intermediate_size": 4 * args.hidden,
+             "max_position_embeddings": max(512, args.max_seq_length)}
+    torch.manual_seed(0)
+    theirs = transformers.BertForSequenceClassification(
+        transformers.BertConfig(**shape, num_labels=labels, attn_implementation="sdpa"))
+    state = {name.removeprefix("bert."): value for name, value in theirs.state_dict().items()
+             if name.startswith("bert.")}
+    mine = build_task_model(BertConfig(**shape), state, labels, tagging=False)
+    models = {"bertpre": mine, "reference": theirs}
+    optimizers = {side: torch.optim.AdamW(model.parameters(), lr=1e-5) for side, model in models.items()}
+
+    def train(side: str, batches: list[dict]) -> float:
+        model, optimizer = models[side], optimizers[side]
+        model.train()
+        began = time.perf_counter()
+        for batch in batches:
+            if side == "bertpre":
+                loss = task_loss(model(**model_inputs(model, batch, torch.device("cpu"))), batch["labels"],
+                                 "classification")
+            else:
+                loss = model(**batch).loss
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        return time.perf_counter() - began
+
+    rows = []
+    for low_share, high_share in LENGTH_RANGES:
+        low = max(2, round(low_share * args.max_seq_length))
+        high = max(low, round(high_share * args.max_seq_length))
+        batches = length_batches(args.vocab_size, labels, low, high, steps, args.batch_size)
+        real = sum(int(batch["attention_mask"].sum()) for batch in batches)
+        seconds: dict[str, list[float]] = {"bertpre": [], "reference": []}
+        for turn in range(rounds):
+            for side in (("bertpre", "reference") if turn % 2 == 0 else ("reference", "bertpre")):
+                seconds[side].append(train(side, batches))
+        best = {side: min(values) for side, values in seconds.items()}
+        rows.append({"lengths": [low, high], "real_token_share": real / sum(b["input_ids"].numel() for b in batches),
+                     "steps": steps, "batch_size": args.batch_size, "seconds": seconds, "fastest": best,
+                     "speed_ratio": best["reference"] / best["bertpre"]})
+        print(f"lengths {low}-{high} ({rows[-1]['real_token_share']:.0%} real tokens): bertpre {best['bertpre']:.2f} s, "
+              f"reference {best['reference']:.2f} s for {steps} steps: {rows[-1]['speed_ratio']:.2f}x", flush=True)
+    return rows
+
+
 def mean_std(values: list[float]) -> dict:
     return {"mean": statistics.fmean(values), "std": statistics.stdev(values) if len(values) > 1 else 0.0}
 
@@ -333,19 +412,31 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--vocab-size", type=int, default=8000)
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
-    parser.add_argument("--name", default="finetune")
+    parser.add_argument("--by-length", action="store_true",
+                        help="time the training step alone on random batches of a few length ranges (a minute)")
+    parser.add_argument("--name", default=None, help="result file's name (default finetune, finetune-by-length)")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     if args.quick:
         for key, value in QUICK.items():
             if getattr(args, key) == parser.get_default(key):
                 setattr(args, key, value)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.by_length:
+        rows = step_speed_by_length(args)
+        path = write_result(args.name or "finetune-by-length", {
+            "settings": {"hidden": args.hidden, "layers": args.layers, "vocab_size": args.vocab_size,
+                         "max_seq_length": args.max_seq_length, "batch_size": args.batch_size},
+            "by_length": rows,
+            "note": "random weights and tokens, one model shape; the step alone (no data loading)",
+        }, args.out, argv, versions=("torch", "transformers"), torch_threads=torch.get_num_threads())
+        print(f"wrote {path}")
+        return 0
     if not (args.wordnet / "data.noun").is_file():
         print(f"no WordNet: {args.wordnet / 'data.noun'} absent; install it with "
               "`apt-get install -y wordnet-base` (or pass --wordnet DIR); skipping")
         return 0
-    if args.threads:
-        torch.set_num_threads(args.threads)
     threads = torch.get_num_threads()
     started = time.perf_counter()
 
@@ -401,7 +492,7 @@ def main(argv: list[str] | None = None) -> int:
               f"[{by_seed['interval'][0]:+.2%}, {by_seed['interval'][1]:+.2%}]")
     print(f"  training speed bertpre / reference {speed['train_examples_per_s']:.2f}x (goal: >= 1.5x on CPU), "
           f"per CPU second {speed['train_examples_per_cpu_s']:.2f}x, test pass {speed['test_examples_per_s']:.2f}x")
-    path = write_result(args.name, {
+    path = write_result(args.name or "finetune", {
         "settings": {key: (str(value) if isinstance(value, Path) else value)
                      for key, value in vars(args).items() if key not in ("out",)}
         | {"hyperparameters": vars(hp), "torch_threads": threads},
