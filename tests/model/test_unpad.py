@@ -98,3 +98,20 @@ def test_unpadded_without_its_mask_is_refused():
     input_ids, mask, _ = padded_batch()
     with pytest.raises(ValueError, match="attention mask"):
         model(input_ids, None, unpadded=Unpadded.from_mask(mask))
+
+
+def test_unpadded_layers_run_under_bf16_autocast():
+    # the precision `bertpre finetune --precision bf16` trains in: the padded and unpadded paths
+    # agree to bf16's resolution, and the unpadded backward reaches every parameter
+    torch.manual_seed(0)
+    model = BertForSequenceClassification(config_for(), 3)
+    input_ids, mask, token_type_ids = padded_batch()
+    logits = []
+    for unpadded in (None, Unpadded.from_mask(mask)):
+        model.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = model(input_ids, mask, token_type_ids, unpadded=unpadded)
+        out.float().sum().backward()
+        logits.append(out.float())
+    torch.testing.assert_close(logits[1], logits[0], rtol=0, atol=5e-2)
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters() if p.requires_grad)
