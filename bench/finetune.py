@@ -57,7 +57,7 @@ from pathlib import Path
 import torch
 
 from bench.common import CORPORA, RESULTS, ROOT, write_result
-from bench.learning import t975, welch
+from bench.learning import model_shape, t975, welch
 
 QUICK = {"pretrain_steps": 20, "hidden": 64, "layers": 2, "vocab_size": 2000, "train_examples": 300,
          "test_examples": 300, "seeds": 2, "epochs": 1}
@@ -76,9 +76,7 @@ def pretrain_model(args, scratch: Path) -> Path:
         raise SystemExit(f"no corpus to pretrain on: {', '.join(missing)} absent; pass --source EXPORT")
     data, run = scratch / "data", scratch / "run"
     tokenize_corpus(files, data, vocab_size=args.vocab_size, validation_share=0.01, show_progress=False)
-    shape = {"hidden_size": args.hidden, "num_hidden_layers": args.layers,
-             "num_attention_heads": max(1, args.hidden // 64), "intermediate_size": 4 * args.hidden,
-             "max_position_embeddings": args.max_seq_length}
+    shape = model_shape(args) | {"max_position_embeddings": args.max_seq_length}
     pretrain(load_config(ROOT / "configs" / "tiny.yaml", [
         f"data.path={data}", f"train.out={run}", "data.max_seq_length=64", "data.pair_task=nsp",
         "data.num_workers=0", f"train.max_steps={args.pretrain_steps}", "train.batch_size=32",
@@ -314,8 +312,9 @@ def paired(ours: list[float], theirs: list[float]) -> dict:
     mean = statistics.fmean(differences)
     if len(differences) < 2:
         return {"difference": mean, "interval": None}
-    half = t975(len(differences) - 1) * statistics.stdev(differences) / math.sqrt(len(differences))
-    return {"difference": mean, "interval": [mean - half, mean + half], "std_of_differences": statistics.stdev(differences)}
+    std = statistics.stdev(differences)
+    half = t975(len(differences) - 1) * std / math.sqrt(len(differences))
+    return {"difference": mean, "interval": [mean - half, mean + half], "std_of_differences": std}
 
 
 LENGTH_RANGES = ((1.0, 1.0), (0.5, 1.0), (1 / 16, 5 / 16))  # shares of --max-seq-length
@@ -344,9 +343,7 @@ def step_speed_by_length(args, steps: int = 8, rounds: int = 3, labels: int = 41
     from bertpre.finetune.loop import build_task_model, model_inputs, task_loss
     from bertpre.model.config import BertConfig
 
-    shape = {"vocab_size": args.vocab_size, "hidden_size": args.hidden, "num_hidden_layers": args.layers,
-             "num_attention_heads": max(1, args.hidden // 64), "intermediate_size": 4 * args.hidden,
-             "max_position_embeddings": max(512, args.max_seq_length)}
+    shape = model_shape(args) | {"vocab_size": args.vocab_size, "max_position_embeddings": args.max_seq_length}
     torch.manual_seed(0)
     theirs = transformers.BertForSequenceClassification(
         transformers.BertConfig(**shape, num_labels=labels, attn_implementation="sdpa"))

@@ -1,4 +1,4 @@
-"""bench.finetune: its paired interval."""
+"""bench.finetune: its paired interval and its step-by-length timing."""
 import json
 import math
 import sys
