@@ -435,14 +435,13 @@ def finetune(
     from bertpre.finetune.run import TaskFiles, choose_seeds, load_hyperparameters
     from bertpre.finetune.run import finetune as run_finetune
 
-    settings = list(overrides or [])
-    for name, value in [("mode", mode), ("epochs", epochs), ("lr", lr), ("batch_size", batch_size),
-                        ("max_seq_length", max_seq_length), ("warmup_ratio", warmup_ratio),
-                        ("weight_decay", weight_decay)]:
-        if value is not None:
-            settings.append(f"{name}={value}")
+    # The options' values go on typed: written back as `lr=2e-05` text, YAML would read a string.
+    given = {name: value for name, value in [
+        ("mode", mode), ("epochs", epochs), ("lr", lr), ("batch_size", batch_size),
+        ("max_seq_length", max_seq_length), ("warmup_ratio", warmup_ratio), ("weight_decay", weight_decay)]
+        if value is not None}
     chosen_preset = preset if preset is not None else ("probe" if mode == "probe" else None)
-    hp = load_hyperparameters(chosen_preset, config, settings)
+    hp = load_hyperparameters(chosen_preset, config, list(overrides or []), given)
     benchmark = finetune_benchmark(glue_dir, clue_dir, tasks, [
         ("--train", train), ("--validation", validation), ("--test", test), ("--text-column", text_column),
         ("--text-pair-column", text_pair_column), ("--label-column", label_column)])

@@ -444,12 +444,13 @@ def _shown(value: Any) -> str:
     return repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
 
 
-def check_number(where: str, rule: str, value: Any) -> int | float:
-    """`value` as the number RULES[rule] allows, or UserError naming `where` and the range.
+def check_number(where: str, rule: str | Range, value: Any) -> int | float:
+    """`value` as the number RULES[rule] (or the Range `rule`) allows, or UserError naming `where`
+    and the range.
 
     PyYAML reads 1e-4 and 1e6 (no dot) as strings; they are taken as the numbers they spell.
     """
-    allowed = RULES[rule]
+    allowed = RULES[rule] if isinstance(rule, str) else rule
     number = float(value) if isinstance(value, str) and _FLOAT.fullmatch(value.strip()) else value
     if not isinstance(number, (int, float)) or isinstance(number, bool):
         kind = "an integer" if allowed.integer else "a number"

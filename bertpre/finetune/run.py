@@ -21,6 +21,7 @@ import yaml
 
 import bertpre
 from bertpre.claim import Claim, claimed, real_path
+from bertpre.config import check_number, integers, numbers
 from bertpre.errors import UserError
 from bertpre.finetune.benchmarks import (
     BENCHMARKS,
@@ -67,8 +68,10 @@ PRESETS: dict[str, Hyperparameters] = {
 MAX_SEEDS = 100
 
 
-def load_hyperparameters(preset: str | None, config: Path | None, overrides: list[str]) -> Hyperparameters:
-    """Preset (default `bert`, or the config's `preset:`) < the YAML config < `--set key=value`."""
+def load_hyperparameters(preset: str | None, config: Path | None, overrides: list[str],
+                         given: dict[str, Any] | None = None) -> Hyperparameters:
+    """Preset (default `bert`, or the config's `preset:`) < the YAML config < `--set key=value` <
+    `given` (typed values from the command line's own options, e.g. `--lr`)."""
     values: dict[str, Any] = {}
     if config is not None:
         try:
@@ -89,6 +92,7 @@ def load_hyperparameters(preset: str | None, config: Path | None, overrides: lis
         if not separator:
             raise UserError(f"--set {override!r} must look like key=value, e.g. --set lr=3e-5")
         values[key.removeprefix("finetune.")] = yaml.safe_load(text)
+    values.update(given or {})
     name = preset or "bert"
     if name not in PRESETS:
         raise UserError(f"preset {name!r} is not one of {', '.join(PRESETS)}")
@@ -107,23 +111,20 @@ def known_keys(values: dict[str, Any]) -> dict[str, Any]:
     return values
 
 
+# Each numeric setting's range. YAML 1.1 reads 2e-5 (no dot) as a string: check_number takes it
+# as the number it spells, as the pretraining config does.
+HYPERPARAMETER_RULES = {
+    "epochs": integers(1, 10_000), "batch_size": integers(1, 1 << 20), "max_seq_length": integers(3, 1 << 16),
+    "eval_batch_size": integers(1, 1 << 20), "lr": numbers("(0, 10]"), "warmup_ratio": numbers("[0, 1]"),
+    "weight_decay": numbers("[0, 10]"), "max_grad_norm": numbers("(0, 1e6]"),
+}
+
+
 def check_hyperparameters(hp: Hyperparameters) -> Hyperparameters:
     """Every value of the right type, finite and in range (one line naming the first that is not)."""
-    integers = {"epochs": (1, 10_000), "batch_size": (1, 1 << 20), "max_seq_length": (3, 1 << 16),
-                "eval_batch_size": (1, 1 << 20)}
-    for name, (low, high) in integers.items():
-        value = getattr(hp, name)
-        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-            raise UserError(f"{name} must be an integer from {low} to {high:,}, got {value!r}")
-    numbers = {"lr": (0.0, 10.0, False), "warmup_ratio": (0.0, 1.0, True), "weight_decay": (0.0, 10.0, True),
-               "max_grad_norm": (0.0, 1e6, False)}
-    for name, (low, high, low_allowed) in numbers.items():
-        value = getattr(hp, name)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-                or not (low <= value if low_allowed else low < value) or value > high:
-            bound = "from" if low_allowed else "above"
-            raise UserError(f"{name} must be a number {bound} {low:g} up to {high:g}, got {value!r}")
-        setattr(hp, name, float(value))
+    for name, allowed in HYPERPARAMETER_RULES.items():
+        value = check_number(name, allowed, getattr(hp, name))
+        setattr(hp, name, value if allowed.integer else float(value))
     if hp.mode not in ("full", "probe"):
         raise UserError(f"mode must be full or probe, got {hp.mode!r}")
     if hp.pooling not in ("cls", "mean"):

@@ -138,6 +138,29 @@ def test_regression_scores_pearson_and_spearman(run_folder, tmp_path, monkeypatc
     assert set(result["metrics"]) == {"pearson", "spearman"} and result["labels"] == []
 
 
+@pytest.mark.parametrize(("options", "config_text", "expected"), [
+    (["--lr", "2e-5"], None, {"lr": 2e-5}),
+    (["--lr", "5e-5"], None, {"lr": 5e-5}),
+    (["--lr", "1e-5"], None, {"lr": 1e-5}),
+    (["--set", "lr=3e-5"], None, {"lr": 3e-5}),
+    ([], "lr: 2e-5\n", {"lr": 2e-5}),
+    (["--weight-decay", "1e-5"], None, {"weight_decay": 1e-5, "lr": 2e-5}),
+])
+def test_the_learning_rates_of_berts_paper_are_taken_as_typed(options, config_text, expected, run_folder,
+                                                              task_files, tmp_path, monkeypatch, capsys):
+    """`--lr 2e-5` once became the text `lr=2e-05`, which YAML reads back as a string: refused."""
+    if config_text is not None:
+        (tmp_path / "my settings.yaml").write_text(config_text, encoding="utf-8")
+        options = [*options, "--config", tmp_path / "my settings.yaml"]
+    out = tmp_path / "fine tuned"
+    code, _, stderr = run_main(["finetune", run_folder, "--train", task_files["train"], "--validation",
+                                task_files["validation"], "--out", out, "--seeds", "1", "--epochs", "1",
+                                *options], monkeypatch, capsys)
+    assert code == 0, stderr
+    recorded = json.loads((out / "results.json").read_text())["hyperparameters"]
+    assert {name: recorded[name] for name in expected} == expected
+
+
 def bad(tmp_path: Path, name: str, text: str) -> Path:
     path = tmp_path / name
     path.write_text(text, encoding="utf-8")
@@ -152,7 +175,8 @@ def bad(tmp_path: Path, name: str, text: str) -> Path:
                    "--validation", f["validation"]], "every example has the label 'animal'"),
     (lambda t, f: ["--train", f["train"], "--validation", bad(t, "v.jsonl", '{"text": "a", "label": "plant"}\n')],
      "has the label 'plant', which the training file"),
-    (lambda t, f: ["--train", f["train"], "--validation", f["validation"], "--set", "lr=.nan"], "lr must be a number"),
+    (lambda t, f: ["--train", f["train"], "--validation", f["validation"], "--set", "lr=.nan"], "lr must be a finite number"),
+    (lambda t, f: ["--train", f["train"], "--validation", f["validation"], "--lr", "0"], "lr must be in (0, 10]"),
     (lambda t, f: ["--train", f["train"], "--validation", f["validation"], "--set", "epoch=3"], "did you mean 'epochs'"),
     (lambda t, f: ["--train", f["train"], "--validation", f["validation"], "--seeds", "0"], "--seeds 0 must be"),
     (lambda t, f: ["--train", f["train"], "--validation", f["validation"], "--task", "ranking"], "--task 'ranking'"),
