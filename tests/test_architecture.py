@@ -22,7 +22,7 @@ ALLOWED = {
     "tokenizer": {"errors"},
     "data": {"tokenizer", "errors", "folders", "claim"},
     "batches": {"data", "tokenizer", "errors", "labels"},
-    "model": {"errors", "labels"},
+    "model": {"errors", "labels", "tokenizer"},
     "config": {"configs", "model", "tokenizer", "errors", "labels"},
     "train": {"config", "model", "batches", "data", "tokenizer", "errors", "labels", "folders",
               "claim"},

@@ -1,0 +1,121 @@
+"""The table of model families: for each, the classes, heads, layout, cost and Hugging Face names
+the rest of bertpre asks of a model. Nothing outside `bertpre.model` decides which family a model
+is; it asks `family(config)` and calls the row.
+
+A new family is one module under `model/` (its config reading, network, heads and, where its
+cost differs, its cost functions) and one row in FAMILIES.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tokenizers import Tokenizer
+from torch import nn
+
+from bertpre.errors import UserError
+from bertpre.model import hf_format
+from bertpre.model.bert import BertForPreTraining, BertModel
+from bertpre.model.bert_cost import bert_training_flops, count_bert_parameters, estimate_bert_memory
+from bertpre.model.config import REMOTE_MODEL_TYPE, BertConfig
+from bertpre.model.heads import (
+    BertForSequenceClassification,
+    BertForTokenClassification,
+    XLNetForSequenceClassification,
+    XLNetForTokenClassification,
+    xlnet_encoder,
+)
+from bertpre.model.xlnet import XLNetLMHeadModel
+from bertpre.model.xlnet_cost import (
+    count_xlnet_parameters,
+    estimate_xlnet_memory,
+    xlnet_training_flops_per_token,
+)
+from bertpre.tokenizer.wordpiece import CLS_TOKEN, SEP_TOKEN
+from bertpre.tokenizer.xlnet_layout import xlnet_layout
+
+
+@dataclass(frozen=True)
+class Family:
+    """One model family: what building, loading, fine-tuning, exporting and costing it takes."""
+
+    architecture: str  # `model.architecture`
+    display_name: str  # in the run's start block: "BERT"
+    hf_model_types: tuple[str, ...]  # config.json `model_type` values read as this family
+    pretraining_class: type[nn.Module]  # from_pretrained(folder), save_pretrained, num_parameters
+    sequence_head: type[nn.Module]  # fine-tuning: one label (or score) a text or pair
+    token_head: type[nn.Module]  # fine-tuning: one label a token
+    hf_task_prefix: str  # a saved task model's class: f"{prefix}ForSequenceClassification"
+    encoder_attribute: str  # where the pretraining and task models keep the encoder
+    padding_side: str  # where a batch's padding goes ("left": the classification token is last)
+    objectives: tuple[str, ...]  # the `data.objective` values it trains with; the first is its default
+    pair_task: bool  # whether it has a sentence-pair head (NSP / SOP)
+    build_pretraining: Callable[[BertConfig, Tokenizer | None], nn.Module]
+    build_encoder: Callable[[BertConfig], nn.Module]  # the bare encoder (fine-tuning, shapes)
+    tokenizer_layout: Callable[[Tokenizer], Tokenizer]  # the special-token layout it reads
+    count_parameters: Callable[[BertConfig], Any]  # -> ParameterCounts
+    training_flops: Callable[..., float]  # (config, seq_length, predicted_share, **options)
+    estimate_memory: Callable[..., Any]  # (config, seq_length, predicted_share, precision, **options)
+
+    def load_pretraining(self, folder: str | Path, *, strict: bool = False) -> nn.Module:
+        """The pretraining model of a Hugging Face folder (heads a BertModel-only folder lacks are
+        newly initialized, unless `strict`)."""
+        if self.pretraining_class is BertForPreTraining:
+            return BertForPreTraining.from_pretrained(folder, strict=strict)
+        return self.pretraining_class.from_pretrained(folder)
+
+
+def build_bert(config: BertConfig, tokenizer: Tokenizer | None = None) -> BertForPreTraining:
+    return BertForPreTraining(config)
+
+
+def build_xlnet(config: BertConfig, tokenizer: Tokenizer | None = None) -> XLNetLMHeadModel:
+    """XLNet's LM model; config.json names the tokenizer's own [CLS] and [SEP] ids."""
+    ids = {} if tokenizer is None else {"cls_token_id": tokenizer.token_to_id(CLS_TOKEN),
+                                        "sep_token_id": tokenizer.token_to_id(SEP_TOKEN)}
+    return XLNetLMHeadModel(config.xlnet_config(**ids))
+
+
+def same_layout(tokenizer: Tokenizer) -> Tokenizer:
+    return tokenizer
+
+
+FAMILIES: dict[str, Family] = {
+    "bert": Family(
+        architecture="bert", display_name="BERT", hf_model_types=("bert", REMOTE_MODEL_TYPE),
+        pretraining_class=BertForPreTraining, sequence_head=BertForSequenceClassification,
+        token_head=BertForTokenClassification, hf_task_prefix="Bert", encoder_attribute="bert",
+        padding_side="right", objectives=("mlm",), pair_task=True,
+        build_pretraining=build_bert, build_encoder=BertModel, tokenizer_layout=same_layout,
+        count_parameters=count_bert_parameters, training_flops=bert_training_flops,
+        estimate_memory=estimate_bert_memory),
+    "xlnet": Family(
+        architecture="xlnet", display_name="XLNet", hf_model_types=("xlnet",),
+        pretraining_class=XLNetLMHeadModel, sequence_head=XLNetForSequenceClassification,
+        token_head=XLNetForTokenClassification, hf_task_prefix="XLNet", encoder_attribute="transformer",
+        padding_side="left", objectives=("plm", "clm"), pair_task=False,
+        build_pretraining=build_xlnet, build_encoder=xlnet_encoder, tokenizer_layout=xlnet_layout,
+        count_parameters=count_xlnet_parameters, training_flops=xlnet_training_flops_per_token,
+        estimate_memory=estimate_xlnet_memory),
+}
+
+
+def family(config: BertConfig) -> Family:
+    """The row of `config.architecture`."""
+    try:
+        return FAMILIES[config.architecture]
+    except KeyError:
+        raise UserError(f"model.architecture {config.architecture!r} is not built; use one of "
+                        f"{', '.join(FAMILIES)}") from None
+
+
+def load_pretraining_model(folder: str | Path, *, strict: bool = False) -> nn.Module:
+    """The pretraining model (of whichever family config.json names) of a Hugging Face folder."""
+    return family(hf_format.read_config(hf_format.check_folder(folder))).load_pretraining(folder, strict=strict)
+
+
+def encoder_of(model: nn.Module, config: BertConfig) -> nn.Module:
+    """The encoder inside a pretraining or task model of `config`'s family."""
+    return getattr(model, family(config).encoder_attribute)
