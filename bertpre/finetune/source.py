@@ -7,7 +7,6 @@ import hashlib
 import json
 import re
 import sys
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,10 +14,9 @@ import torch
 from tokenizers import Tokenizer
 
 from bertpre.errors import UserError
-from bertpre.model import BertConfig, BertForPreTraining
-from bertpre.model.hf_format import read_config, read_folder, read_weights
-from bertpre.model.xlnet import XLNetModel
-from bertpre.tokenizer.xlnet_layout import xlnet_layout
+from bertpre.model import BertConfig
+from bertpre.model.families import family, load_encoder_weights
+from bertpre.model.hf_format import read_config
 from bertpre.train.init_from import InitSource
 from bertpre.train.plm_step import MEMORY_FILE
 
@@ -35,60 +33,33 @@ class Encoder:
     source: Path  # as the user named it
     model_folder: Path
     tokenizer_folder: Path
-    config: BertConfig  # `config.is_xlnet` for an XLNet
-    state: dict[str, torch.Tensor]  # BertModel's names (no `bert.` prefix); XLNetModel's (no `transformer.`)
-    tokenizer: Tokenizer  # for an XLNet in XLNet's layout: `A [SEP] B [SEP] [CLS]`
+    config: BertConfig  # `family(config)` is its row in the family table
+    state: dict[str, torch.Tensor]  # the encoder's own names (no `bert.` / `transformer.` prefix)
+    tokenizer: Tokenizer  # in the family's layout (XLNet's: `A [SEP] B [SEP] [CLS]`)
     step: int | None  # the pretraining step of a checkpoint; None for an export or a foreign folder
     weights_sha256: str
 
     @property
     def padding_side(self) -> str:
-        """Where a batch's padding goes: XLNet's [CLS] is last, so it pads on the left."""
-        return "left" if self.config.is_xlnet else "right"
+        """Where a batch's padding goes (left where the classification token is last: XLNet)."""
+        return family(self.config).padding_side
 
 
 def load_encoder(source: str | Path) -> Encoder:
-    """Read SOURCE's encoder weights (a pooler the folder lacks is newly initialized, with a note)
-    and its tokenizer, and check that the two belong together."""
+    """Read SOURCE's encoder weights (parts the folder may lack, a BERT's pooler, are newly
+    initialized, with a note) and its tokenizer in its family's layout, and check that the two
+    belong together."""
     found = InitSource.find(source)
-    if read_config(found.model_folder).is_xlnet:
-        return load_xlnet_encoder(source, found)
-    config, state_dict = read_folder(found.model_folder)
-    full = BertForPreTraining(config)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        missing, _ = full.load_weights(state_dict, found.model_folder)
-    if any(name.startswith("bert.pooler.") for name in missing):
-        print(f"note: {found.model_folder} has no pooler weights; they are newly initialized",
+    config = read_config(found.model_folder)
+    state, fresh = load_encoder_weights(found.model_folder, config)
+    if fresh:
+        print(f"note: {found.model_folder} has no weights for {', '.join(fresh)}; they are newly initialized",
               file=sys.stderr)
     tokenizer = found.tokenizer()
     check_vocabulary(tokenizer, config, found)
     return Encoder(source=Path(source), model_folder=found.model_folder,
-                   tokenizer_folder=found.tokenizer_folder, config=config,
-                   state=full.bert.state_dict(), tokenizer=tokenizer,
-                   step=pretraining_step(found.model_folder), weights_sha256=weights_hash(found.model_folder))
-
-
-def load_xlnet_encoder(source: str | Path, found: InitSource) -> Encoder:
-    """An XLNet's transformer weights (of an XLNetLMHeadModel folder, a task model's or a bare
-    XLNetModel's) and its tokenizer in XLNet's layout, whatever layout the folder keeps it in."""
-    config = read_config(found.model_folder)
-    weights = read_weights(found.model_folder)
-    state = {name.removeprefix("transformer."): tensor for name, tensor in weights.items()
-             if name.startswith("transformer.")} or weights  # a bare XLNetModel has no prefix
-    with torch.device("meta"):  # the shapes only
-        expected = {name: tensor.shape for name, tensor in XLNetModel(config.xlnet_config()).state_dict().items()}
-    missing = sorted(set(expected) - set(state))
-    wrong = [name for name in expected if name in state and state[name].shape != expected[name]]
-    if missing or wrong:
-        shown = ", ".join((missing + wrong)[:3]) + (" ..." if len(missing + wrong) > 3 else "")
-        raise UserError(f"{found.model_folder}: the weights do not fit XLNet's layout of config.json "
-                        f"({len(missing)} missing, {len(wrong)} of another shape: {shown})")
-    tokenizer = found.tokenizer()
-    check_vocabulary(tokenizer, config, found)
-    return Encoder(source=Path(source), model_folder=found.model_folder,
-                   tokenizer_folder=found.tokenizer_folder, config=config,
-                   state={name: state[name] for name in expected}, tokenizer=xlnet_layout(tokenizer),
+                   tokenizer_folder=found.tokenizer_folder, config=config, state=state,
+                   tokenizer=family(config).tokenizer_layout(tokenizer),
                    step=pretraining_step(found.model_folder), weights_sha256=weights_hash(found.model_folder))
 
 

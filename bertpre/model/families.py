@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
 from tokenizers import Tokenizer
 from torch import nn
 
@@ -55,6 +56,8 @@ class Family:
     build_pretraining: Callable[[BertConfig, Tokenizer | None], nn.Module]
     build_encoder: Callable[[BertConfig], nn.Module]  # the bare encoder (fine-tuning, shapes)
     tokenizer_layout: Callable[[Tokenizer], Tokenizer]  # the special-token layout it reads
+    read_weights: Callable[[Path], dict[str, torch.Tensor]]  # a folder's tensors under bertpre's names
+    optional_encoder_parts: tuple[str, ...]  # encoder parts a folder may lack (drawn fresh)
     count_parameters: Callable[[BertConfig], Any]  # -> ParameterCounts
     training_flops: Callable[..., float]  # (config, seq_length, predicted_share, **options)
     estimate_memory: Callable[..., Any]  # (config, seq_length, predicted_share, precision, **options)
@@ -82,6 +85,11 @@ def same_layout(tokenizer: Tokenizer) -> Tokenizer:
     return tokenizer
 
 
+def read_bert_weights(folder: Path) -> dict[str, torch.Tensor]:
+    """A BERT folder's tensors under bertpre's names (`hf_format.normalize_keys`)."""
+    return hf_format.normalize_keys(hf_format.read_weights(folder))
+
+
 FAMILIES: dict[str, Family] = {
     "bert": Family(
         architecture="bert", display_name="BERT", hf_model_types=("bert", REMOTE_MODEL_TYPE),
@@ -89,6 +97,7 @@ FAMILIES: dict[str, Family] = {
         token_head=BertForTokenClassification, hf_task_prefix="Bert", encoder_attribute="bert",
         padding_side="right", objectives=("mlm",), pair_task=True,
         build_pretraining=build_bert, build_encoder=BertModel, tokenizer_layout=same_layout,
+        read_weights=read_bert_weights, optional_encoder_parts=("pooler.",),
         count_parameters=count_bert_parameters, training_flops=bert_training_flops,
         estimate_memory=estimate_bert_memory),
     "xlnet": Family(
@@ -97,6 +106,7 @@ FAMILIES: dict[str, Family] = {
         token_head=XLNetForTokenClassification, hf_task_prefix="XLNet", encoder_attribute="transformer",
         padding_side="left", objectives=("plm", "clm"), pair_task=False,
         build_pretraining=build_xlnet, build_encoder=xlnet_encoder, tokenizer_layout=xlnet_layout,
+        read_weights=hf_format.read_weights, optional_encoder_parts=(),
         count_parameters=count_xlnet_parameters, training_flops=xlnet_training_flops_per_token,
         estimate_memory=estimate_xlnet_memory),
 }
@@ -119,3 +129,25 @@ def load_pretraining_model(folder: str | Path, *, strict: bool = False) -> nn.Mo
 def encoder_of(model: nn.Module, config: BertConfig) -> nn.Module:
     """The encoder inside a pretraining or task model of `config`'s family."""
     return getattr(model, family(config).encoder_attribute)
+
+
+def load_encoder_weights(folder: Path, config: BertConfig) -> tuple[dict[str, torch.Tensor], list[str]]:
+    """The encoder's tensors (its own names, no `bert.` or `transformer.` prefix) of a pretraining
+    model's, a task model's or a bare encoder's folder, checked against the family's layout; the
+    parts it may lack (BERT's pooler) are drawn from the current torch seed.
+
+    Returns:
+        (the encoder's state, the names of the parts drawn fresh).
+    """
+    row = family(config)
+    weights = row.read_weights(folder)
+    prefix = row.encoder_attribute + "."
+    state = {name.removeprefix(prefix): tensor for name, tensor in weights.items()
+             if name.startswith(prefix)} or weights  # a bare encoder's names have no prefix
+    encoder = row.build_encoder(config)
+    expected = {name: tensor.shape for name, tensor in encoder.state_dict().items()}
+    missing, _ = hf_format.match_state_dict(expected, state, folder, layout=row.display_name,
+                                            optional=row.optional_encoder_parts)
+    with torch.no_grad():
+        encoder.load_state_dict({name: tensor for name, tensor in state.items() if name in expected}, strict=False)
+    return encoder.state_dict(), missing

@@ -48,33 +48,29 @@ def read_folder(folder: str | Path) -> tuple[BertConfig, dict[str, torch.Tensor]
     return read_config(folder), normalize_keys(read_weights(folder))
 
 
-def match_state_dict(expected: dict[str, torch.Size], state_dict: dict[str, torch.Tensor],
-                     folder: Path, *, strict: bool = False) -> tuple[list[str], list[str]]:
-    """Check a folder's tensors against the parameter shapes a model expects.
+def match_state_dict(expected: dict[str, torch.Size], state_dict: dict[str, torch.Tensor], folder: Path, *,
+                     layout: str = "BERT", optional: tuple[str, ...] = HEAD_PREFIXES,
+                     strict: bool = False) -> tuple[list[str], list[str]]:
+    """The one check of a folder's tensors against the shapes a model of `layout` expects.
 
-    Parts a BertModel-only folder lacks (pooler, heads) may be missing, unless `strict`; encoder
-    weights may not, and no shape may differ.
+    No shape may differ and no weight may be missing, but those whose names start with one of
+    `optional` (the pooler and heads a BertModel-only folder lacks), unless `strict`.
 
     Returns:
         (missing names, unexpected names).
     """
-    for name, tensor in state_dict.items():
-        if name in expected and expected[name] != tensor.shape:
-            raise UserError(
-                f"{folder}: weight {name} has shape {tuple(tensor.shape)} but config.json implies "
-                f"{tuple(expected[name])}; config.json and the weights do not match"
-            )
+    wrong = [name for name, tensor in state_dict.items() if name in expected and expected[name] != tensor.shape]
     missing = [name for name in expected if name not in state_dict and name not in TIED_KEYS]
+    essential = [name for name in missing if strict or not name.startswith(optional)]
+    if wrong or essential:
+        shown = ", ".join(
+            [f"{name} {tuple(state_dict[name].shape)} for {tuple(expected[name])}" for name in wrong[:3]]
+            + essential[:3 - min(3, len(wrong))])
+        more = " ..." if len(wrong) + len(essential) > 3 else ""
+        raise UserError(f"{folder}: the weights do not fit {layout}'s layout of config.json ({len(essential)} "
+                        f"missing, {len(wrong)} of another shape: {shown}{more}); config.json and the "
+                        "weights do not belong together")
     unexpected = sorted(name for name in state_dict if name not in expected)
-    essential = [name for name in missing if not name.startswith(HEAD_PREFIXES)]
-    if essential:
-        shown = ", ".join(essential[:3]) + (" ..." if len(essential) > 3 else "")
-        raise UserError(
-            f"{folder}: {len(essential)} encoder weights are missing ({shown}); "
-            "is this a BERT checkpoint?"
-        )
-    if missing and strict:
-        raise UserError(f"{folder}: incomplete checkpoint, no weights for {', '.join(missing)}")
     return missing, unexpected
 
 

@@ -412,14 +412,10 @@ class XLNetLMHeadModel(nn.Module):
         model = cls(config)
         state_dict = {k: v for k, v in hf_format.read_weights(folder).items() if k not in TIED_KEYS}
         expected = {k: v.shape for k, v in model.state_dict().items() if k not in TIED_KEYS}
-        missing = sorted(set(expected) - set(state_dict))
-        unexpected = sorted(set(state_dict) - set(expected))
-        wrong = [k for k in expected if k in state_dict and state_dict[k].shape != expected[k]]
-        if missing or unexpected or wrong:
-            shown = ", ".join((missing + unexpected + wrong)[:3])
-            raise UserError(f"{folder}: weights do not fit XLNet's layout of config.json "
-                            f"({len(missing)} missing, {len(unexpected)} unexpected, "
-                            f"{len(wrong)} of another shape: {shown})")
+        _, unexpected = hf_format.match_state_dict(expected, state_dict, folder, layout="XLNet", optional=())
+        if unexpected:
+            raise UserError(f"{folder}: the weights do not fit XLNet's layout of config.json "
+                            f"({len(unexpected)} unexpected: {', '.join(unexpected[:3])})")
         with torch.no_grad():
             model.load_state_dict(state_dict, strict=False)
         model.tie_weights()

@@ -16,13 +16,10 @@ from test_finetune import ANIMALS, OBJECTS, PEOPLE, VERBS, run_main, write_conll
 from bertpre.errors import UserError
 from bertpre.finetune.encoding import encode_texts, encode_words, pad_batch
 from bertpre.finetune.loop import encoder_features
-from bertpre.finetune.model import (
-    XLNetForSequenceClassification,
-    XLNetForTokenClassification,
-    build_task_model,
-)
+from bertpre.finetune.model import build_task_model
 from bertpre.finetune.source import load_encoder
 from bertpre.labels import IGNORE_INDEX
+from bertpre.model.heads import XLNetForSequenceClassification, XLNetForTokenClassification
 from bertpre.tools.export import export
 from bertpre.train.runtime import Runtime
 

@@ -104,9 +104,9 @@ def test_pickle_with_a_payload_is_refused(tmp_path: Path) -> None:
         ("bad_json", "not valid JSON"),
         ("no_weights", "no weights"),
         ("bad_safetensors", "not a readable safetensors"),
-        ("wrong_shape", "config.json and the weights do not match"),
+        ("wrong_shape", "1 of another shape: bert.embeddings.word_embeddings.weight"),
         ("albert_type", "model_type 'albert'"),
-        ("encoder_missing", "encoder weights are missing"),
+        ("encoder_missing", "do not fit BERT's layout of config.json"),
     ],
 )
 def test_unreadable_folders_are_user_errors(tmp_path: Path, setup: str, words: str, monkeypatch) -> None:

@@ -4,8 +4,8 @@ as the padded batch; the outputs at padding are zeros."""
 import pytest
 import torch
 
-from bertpre.finetune.model import BertForSequenceClassification, BertForTokenClassification
 from bertpre.model import BertConfig, BertModel
+from bertpre.model.heads import BertForSequenceClassification, BertForTokenClassification
 from bertpre.model.unpad import Unpadded
 
 SHAPES = {
