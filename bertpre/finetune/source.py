@@ -17,7 +17,7 @@ from bertpre.errors import UserError
 from bertpre.model import BertConfig
 from bertpre.model.families import family, load_encoder_weights
 from bertpre.model.hf_format import read_config
-from bertpre.train.init_from import InitSource
+from bertpre.train.checkpoint import ModelFolder, resolve_model_folder
 from bertpre.train.plm_step import MEMORY_FILE
 
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
@@ -49,7 +49,7 @@ def load_encoder(source: str | Path) -> Encoder:
     """Read SOURCE's encoder weights (parts the folder may lack, a BERT's pooler, are newly
     initialized, with a note) and its tokenizer in its family's layout, and check that the two
     belong together."""
-    found = InitSource.find(source)
+    found = resolve_model_folder(source)
     config = read_config(found.model_folder)
     state, fresh = load_encoder_weights(found.model_folder, config)
     if fresh:
@@ -63,7 +63,7 @@ def load_encoder(source: str | Path) -> Encoder:
                    step=pretraining_step(found.model_folder), weights_sha256=weights_hash(found.model_folder))
 
 
-def check_vocabulary(tokenizer: Tokenizer, config: BertConfig, found: InitSource) -> None:
+def check_vocabulary(tokenizer: Tokenizer, config: BertConfig, found: ModelFolder) -> None:
     """Refuse a tokenizer with more tokens than the model has embeddings."""
     vocabulary = tokenizer.get_vocab_size()
     if vocabulary > config.vocab_size:

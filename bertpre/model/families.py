@@ -28,7 +28,7 @@ from bertpre.model.heads import (
     XLNetForTokenClassification,
     xlnet_encoder,
 )
-from bertpre.model.xlnet import XLNetLMHeadModel
+from bertpre.model.xlnet import XLNetLMHeadModel, write_xlnet_task_folder, xlnet_export_writer
 from bertpre.model.xlnet_cost import (
     count_xlnet_parameters,
     estimate_xlnet_memory,
@@ -57,6 +57,9 @@ class Family:
     build_encoder: Callable[[BertConfig], nn.Module]  # the bare encoder (fine-tuning, shapes)
     tokenizer_layout: Callable[[Tokenizer], Tokenizer]  # the special-token layout it reads
     read_weights: Callable[[Path], dict[str, torch.Tensor]]  # a folder's tensors under bertpre's names
+    export_writer: Callable[[nn.Module, Path], tuple[str, hf_format.ExportWriter]]  # (model, tokenizer folder)
+    write_task_folder: Callable[..., dict]  # a fine-tuned model's folder; returns config.json's content
+    native_task_models: Callable[[BertConfig], bool]  # whether transformers has task classes for it
     optional_encoder_parts: tuple[str, ...]  # encoder parts a folder may lack (drawn fresh)
     count_parameters: Callable[[BertConfig], Any]  # -> ParameterCounts
     training_flops: Callable[..., float]  # (config, seq_length, predicted_share, **options)
@@ -98,6 +101,9 @@ FAMILIES: dict[str, Family] = {
         padding_side="right", objectives=("mlm",), pair_task=True,
         build_pretraining=build_bert, build_encoder=BertModel, tokenizer_layout=same_layout,
         read_weights=read_bert_weights, optional_encoder_parts=("pooler.",),
+        export_writer=hf_format.bert_export_writer, write_task_folder=hf_format.write_bert_task_folder,
+        # transformers' BertFor*Classification has no relative positions and no ALBERT sharing
+        native_task_models=lambda config: not (config.relative_positions or config.is_albert),
         count_parameters=count_bert_parameters, training_flops=bert_training_flops,
         estimate_memory=estimate_bert_memory),
     "xlnet": Family(
@@ -107,6 +113,8 @@ FAMILIES: dict[str, Family] = {
         padding_side="left", objectives=("plm", "clm"), pair_task=False,
         build_pretraining=build_xlnet, build_encoder=xlnet_encoder, tokenizer_layout=xlnet_layout,
         read_weights=hf_format.read_weights, optional_encoder_parts=(),
+        export_writer=xlnet_export_writer, write_task_folder=write_xlnet_task_folder,
+        native_task_models=lambda config: True,
         count_parameters=count_xlnet_parameters, training_flops=xlnet_training_flops_per_token,
         estimate_memory=estimate_xlnet_memory),
 }

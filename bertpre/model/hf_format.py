@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import pickle
 import re
+import shutil
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 
@@ -19,6 +21,7 @@ from safetensors.torch import load_file, save_file
 import bertpre
 from bertpre.errors import UserError
 from bertpre.model.config import REMOTE_AUTO_MAP, BertConfig
+from bertpre.tokenizer.wordpiece import TOKENIZER_CONFIG_FILE, TOKENIZER_FILES
 
 CONFIG_NAME = "config.json"
 SAFETENSORS_NAME = "model.safetensors"
@@ -277,3 +280,62 @@ def write_json(path: Path, values: dict) -> None:
     path.write_text(json.dumps(values, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
+# --- exporting a run's BERT ----------------------------------------------------------------
+
+ExportWriter = Callable[[Path], list[str]]  # writes the export into a folder; returns the tokenizer files
+
+
+def export_layout(config: BertConfig) -> tuple[str, Callable[[Path, BertConfig, dict], None]]:
+    """The architecture a BERT-layout export names and the function that writes it."""
+    if config.relative_positions:  # ALBERT options or not: transformers' ALBERT has no such positions
+        return "BertpreForPreTraining (remote code: trust_remote_code=True)", write_remote_code_folder
+    if config.is_albert:
+        return "AlbertForPreTraining", write_albert_folder
+    return "BertForPreTraining", write_folder
+
+
+def bert_export_writer(model: torch.nn.Module, tokenizer_folder: Path) -> tuple[str, ExportWriter]:
+    """The architecture a BERT-layout model exports as, and its writer (the tokenizer copied)."""
+    architecture, write_model = export_layout(model.config)
+
+    def write(staging: Path) -> list[str]:
+        write_model(staging, model.config, model.state_dict())
+        copied = []
+        for name in TOKENIZER_FILES:
+            if (tokenizer_folder / name).is_file():
+                shutil.copyfile(tokenizer_folder / name, staging / name)
+                copied.append(name)
+        limit_model_max_length(staging, model.config.max_position_embeddings)
+        return copied
+
+    return architecture, write
+
+
+def limit_model_max_length(folder: Path, positions: int) -> None:
+    """Write the model's position count as the tokenizer's `model_max_length`, so that
+    `transformers` truncates to what the model can read."""
+    path = folder / TOKENIZER_CONFIG_FILE
+    if not path.is_file():  # a bare vocab.txt: transformers takes the length from config.json
+        return
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        config = None
+    if not isinstance(config, dict):
+        raise UserError(f"the run's {path.name} is not a JSON object (damaged); restore it from the "
+                        "DATA folder's tokenizer/ and export again")
+    config["model_max_length"] = positions
+    path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
+def write_bert_task_folder(folder: Path, state: dict[str, torch.Tensor], config: BertConfig,
+                           tokenizer_folder: Path, *, tagging: bool) -> dict:
+    """A fine-tuned BERT's weights (a tagger's without the pooler, which transformers'
+    `BertForTokenClassification` lacks) and its tokenizer files; returns config.json's content."""
+    if tagging:
+        state = {name: tensor for name, tensor in state.items() if not name.startswith("bert.pooler.")}
+    write_folder(folder, config, state)
+    for name in TOKENIZER_FILES:
+        if (tokenizer_folder / name).is_file():
+            shutil.copyfile(tokenizer_folder / name, folder / name)
+    return {**config.to_hf_dict(), "bertpre_version": bertpre.__version__}

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import NamedTuple
@@ -37,10 +37,23 @@ from bertpre.errors import UserError
 from bertpre.labels import IGNORE_INDEX
 from bertpre.model import hf_format
 from bertpre.model.bert import activation, summed_cross_entropy
-from bertpre.model.config import XLNetConfig
+from bertpre.model.config import BertConfig, XLNetConfig
 from bertpre.model.positions import sinusoid_table
+from bertpre.tokenizer.wordpiece import (
+    CLS_TOKEN,
+    PAD_TOKEN,
+    SEP_TOKEN,
+    SPECIAL_TOKENS_MAP_FILE,
+    TOKENIZER_CONFIG_FILE,
+    TOKENIZER_FILE,
+    load_tokenizer,
+)
+from bertpre.tokenizer.xlnet_layout import save_xlnet_tokenizer
 
 TIED_KEYS = ("lm_loss.weight",)  # the word embedding under the head's name
+# The length an export's tokenizer truncates to (relative positions read any length; this is the
+# `max_position_embeddings` a BertConfig read from an XLNet config.json has).
+XLNET_MODEL_MAX_LENGTH = 512
 
 
 # --- the network ---------------------------------------------------------------------------
@@ -420,3 +433,35 @@ class XLNetLMHeadModel(nn.Module):
             model.load_state_dict(state_dict, strict=False)
         model.tie_weights()
         return model
+
+
+def xlnet_export_writer(model: XLNetLMHeadModel, tokenizer_folder: Path) -> tuple[str, hf_format.ExportWriter]:
+    """Hugging Face's native `XLNetLMHeadModel` folder, and the run's (BERT-layout) tokenizer in
+    XLNet's layout; config.json names the tokenizer's own special ids (a reused vocabulary keeps
+    its own)."""
+    tokenizer = load_tokenizer(tokenizer_folder)
+    ids = {field: tokenizer.token_to_id(token) for field, token in
+           (("pad_token_id", PAD_TOKEN), ("cls_token_id", CLS_TOKEN), ("sep_token_id", SEP_TOKEN))}
+    model.config = replace(model.config, **{field: value for field, value in ids.items() if value is not None})
+
+    def write(staging: Path) -> list[str]:
+        model.save_pretrained(staging)
+        save_xlnet_tokenizer(tokenizer, staging, model_max_length=XLNET_MODEL_MAX_LENGTH)
+        return [TOKENIZER_FILE, TOKENIZER_CONFIG_FILE, SPECIAL_TOKENS_MAP_FILE]
+
+    return "XLNetLMHeadModel", write
+
+
+def write_xlnet_task_folder(folder: Path, state: dict[str, torch.Tensor], config: BertConfig,
+                            tokenizer_folder: Path, *, tagging: bool) -> dict:
+    """A fine-tuned XLNet's weights and the tokenizer it was fine-tuned with (XLNet's layout,
+    whatever layout the source kept); returns config.json's content, with the tokenizer's ids."""
+    folder.mkdir(parents=True, exist_ok=True)
+    save_file({name: tensor.detach().contiguous().cpu() for name, tensor in state.items()},
+              folder / hf_format.SAFETENSORS_NAME, metadata={"format": "pt"})
+    tokenizer = load_tokenizer(tokenizer_folder)
+    save_xlnet_tokenizer(tokenizer, folder, model_max_length=config.max_position_embeddings)
+    ids = {field: tokenizer.token_to_id(token) for field, token in
+           (("pad_token_id", PAD_TOKEN), ("cls_token_id", CLS_TOKEN), ("sep_token_id", SEP_TOKEN))}
+    return {**config.to_hf_dict(), "bertpre_version": bertpre.__version__,
+            **{field: value for field, value in ids.items() if value is not None}}

@@ -11,10 +11,10 @@ from bertpre.config import load_config
 from bertpre.data import load_mixture, open_data
 from bertpre.errors import UserError
 from bertpre.model import BertForPreTraining, XLNetLMHeadModel
-from bertpre.model.hf_format import CONFIG_NAME, read_config
-from bertpre.tokenizer import MASK_TOKEN, SPECIAL_TOKENS, load_tokenizer
-from bertpre.tokenizer.wordpiece import TOKENIZER_FILE, VOCAB_FILE, check_same_vocab
-from bertpre.train.checkpoint import find_checkpoint
+from bertpre.model.families import load_pretraining_model
+from bertpre.tokenizer import MASK_TOKEN, SPECIAL_TOKENS
+from bertpre.tokenizer.wordpiece import check_same_vocab
+from bertpre.train.checkpoint import resolve_model_folder
 from bertpre.train.evaluation import evaluate
 from bertpre.train.run_config import read_run_config
 
@@ -28,20 +28,12 @@ class Prediction:
 
 
 def load_model_and_tokenizer(source: str | Path) -> tuple[BertForPreTraining | XLNetLMHeadModel, Tokenizer]:
-    """The model (in eval mode) and its tokenizer from an EXPORT folder, a RUN or a step folder
-    (a BERT, or an XLNet)."""
-    source = Path(source)
-    has_tokenizer = any((source / name).is_file() for name in (TOKENIZER_FILE, VOCAB_FILE))
-    if (source / CONFIG_NAME).is_file() and has_tokenizer:
-        model_folder, tokenizer_folder = source, source  # an export holds both
-    else:
-        model_folder, tokenizer_folder = find_checkpoint(source)
-    shape = read_config(model_folder)
-    tokenizer = load_tokenizer(tokenizer_folder)
-    shape.check_vocab_fits(tokenizer.get_vocab_size(), str(tokenizer_folder))
-    if shape.is_xlnet:
-        return XLNetLMHeadModel.from_pretrained(model_folder).eval(), tokenizer
-    return BertForPreTraining.from_pretrained(model_folder).eval(), tokenizer
+    """The pretraining model (in eval mode, of whichever family) and its tokenizer from an EXPORT
+    folder, a RUN or a step folder."""
+    found = resolve_model_folder(source)
+    tokenizer = found.tokenizer()
+    found.model_config().check_vocab_fits(tokenizer.get_vocab_size(), str(found.tokenizer_folder))
+    return load_pretraining_model(found.model_folder).eval(), tokenizer
 
 
 @torch.no_grad()

@@ -16,6 +16,7 @@ import pickle
 import random
 import re
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +24,12 @@ import numpy as np
 import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
+from tokenizers import Tokenizer
 
 from bertpre.data.folder import check_tokenizer_files, file_digest
 from bertpre.errors import UserError
 from bertpre.model.config import BertConfig
-from bertpre.model.hf_format import CONFIG_NAME, read_config
+from bertpre.model.hf_format import CONFIG_NAME, check_folder, read_config
 from bertpre.tokenizer.wordpiece import TOKENIZER_FILE, VOCAB_FILE, load_tokenizer
 from bertpre.train.runtime import Runtime, barrier
 
@@ -283,6 +285,40 @@ def find_checkpoint(source: str | Path) -> tuple[Path, Path]:
     verify_checkpoint(checkpoint, skip_suffixes=(".pt",),
                       tokenizer=tokenizer if tokenizer != checkpoint else None)
     return checkpoint, tokenizer
+
+
+@dataclass(frozen=True)
+class ModelFolder:
+    """Where a model's weights and its tokenizer are: one folder (an export, a Hugging Face
+    folder) or a run's checkpoint and the run's tokenizer/."""
+
+    path: Path  # as the user named it
+    model_folder: Path  # config.json and the weights
+    tokenizer_folder: Path
+
+    def model_config(self) -> BertConfig:
+        return read_config(self.model_folder)
+
+    def tokenizer(self) -> Tokenizer:
+        return load_tokenizer(self.tokenizer_folder)
+
+
+def resolve_model_folder(path: str | Path) -> ModelFolder:
+    """A model folder holding its tokenizer (an export, a Hugging Face BERT or XLNet folder), a
+    RUN folder (its latest checkpoint) or one of its `checkpoints/step-N`.
+
+    Never downloads: a hub name is refused in one line that says to pass a local folder.
+    """
+    path = Path(path)
+    if (path / CONFIG_NAME).is_file() and path.parent.name != "checkpoints":
+        if not any((path / name).is_file() for name in (TOKENIZER_FILE, VOCAB_FILE)):
+            raise UserError(f"{path} has no {VOCAB_FILE} or {TOKENIZER_FILE}; the vocabulary must match "
+                            "the weights, so copy the tokenizer the weights were trained with into that folder")
+        return ModelFolder(path, path, path)
+    if not path.is_dir():
+        check_folder(str(path))  # a hub name gets its own message
+    model_folder, tokenizer_folder = find_checkpoint(path)
+    return ModelFolder(path, model_folder, tokenizer_folder)
 
 
 def load_safely(path: Path) -> Any:

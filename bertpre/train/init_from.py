@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from pathlib import Path
 
 from tokenizers import Tokenizer
@@ -10,16 +10,10 @@ from tokenizers import Tokenizer
 from bertpre.config import Config
 from bertpre.errors import UserError
 from bertpre.model import BertConfig, BertForPreTraining, XLNetLMHeadModel
-from bertpre.model.hf_format import (
-    CONFIG_NAME,
-    check_folder,
-    read_config,
-    read_folder,
-)
+from bertpre.model.hf_format import read_folder
 from bertpre.model.vocab_growth import grow_vocab_rows
-from bertpre.tokenizer import VocabMismatch, load_tokenizer, vocab_extension
-from bertpre.tokenizer.wordpiece import TOKENIZER_FILE, VOCAB_FILE
-from bertpre.train.checkpoint import find_checkpoint
+from bertpre.tokenizer import VocabMismatch, vocab_extension
+from bertpre.train.checkpoint import ModelFolder
 
 # Model keys a run may set whatever the source says: they shape training, not the weights.
 TRAINING_ONLY_KEYS = ("hidden_dropout_prob", "attention_probs_dropout_prob", "initializer_range",
@@ -28,39 +22,6 @@ SHAPE_KEYS = tuple(f.name for f in fields(BertConfig) if f.name not in TRAINING_
 # The parts a BertModel-only or BertForMaskedLM folder may lack, as the user knows them.
 HEADS = {"bert.pooler.": "the pooler (bert.pooler)", "cls.predictions.": "the MLM head (cls.predictions)",
          "cls.seq_relationship.": "the pair head (cls.seq_relationship)"}
-
-
-@dataclass
-class InitSource:
-    """Where a run's first weights come from: a model folder and the vocabulary they were trained with."""
-
-    path: Path  # as the user named it
-    model_folder: Path  # config.json and the weights
-    tokenizer_folder: Path
-
-    @classmethod
-    def find(cls, path: str | Path) -> InitSource:
-        """A Hugging Face BERT folder, a bertpre export, a RUN folder or one of its checkpoints.
-
-        Never downloads: a hub name is refused in one line that says to pass a local folder.
-        """
-        path = Path(path)
-        if (path / CONFIG_NAME).is_file() and path.parent.name != "checkpoints":
-            if not any((path / name).is_file() for name in (TOKENIZER_FILE, VOCAB_FILE)):
-                raise UserError(f"model.init_from {path} has no {VOCAB_FILE} or {TOKENIZER_FILE}; the "
-                                "vocabulary must match the weights, so copy the tokenizer the weights "
-                                "were trained with into that folder")
-            return cls(path, path, path)
-        if not path.is_dir():
-            check_folder(str(path))  # a hub name gets its own message
-        model_folder, tokenizer_folder = find_checkpoint(path)
-        return cls(path, model_folder, tokenizer_folder)
-
-    def model_config(self) -> BertConfig:
-        return read_config(self.model_folder)
-
-    def tokenizer(self) -> Tokenizer:
-        return load_tokenizer(self.tokenizer_folder)
 
 
 def adopt_shape(config: Config, shape: BertConfig, where: str | Path) -> None:
@@ -84,7 +45,7 @@ def adopt_shape(config: Config, shape: BertConfig, where: str | Path) -> None:
                         f"{shape.max_position_embeddings} positions of {where}; lower it")
 
 
-def source_vocab_growth(source: InitSource, data_tokenizer: Tokenizer, data_path: str | Path,
+def source_vocab_growth(source: ModelFolder, data_tokenizer: Tokenizer, data_path: str | Path,
                         source_rows: int) -> list[list[int]]:
     """The pieces of each token DATA's vocabulary adds to the source's (none: the same vocabulary).
 
@@ -109,7 +70,7 @@ def source_vocab_growth(source: InitSource, data_tokenizer: Tokenizer, data_path
     return pieces
 
 
-def load_source_weights(model: BertForPreTraining | XLNetLMHeadModel, source: InitSource,
+def load_source_weights(model: BertForPreTraining | XLNetLMHeadModel, source: ModelFolder,
                         new_pieces: list[list[int]] | None = None) -> list[str]:
     """Copy the source's tensors into `model` (built with the source's shape, and its
     vocabulary grown by `len(new_pieces)` rows, each the mean of its pieces' rows).

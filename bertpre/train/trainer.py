@@ -42,11 +42,11 @@ from bertpre.train.checkpoint import (
     load_checkpoint,
     read_rank_tensors,
     remove_partial_checkpoints,
+    resolve_model_folder,
     save_checkpoint,
 )
 from bertpre.train.evaluation import build_evaluator
 from bertpre.train.init_from import (
-    InitSource,
     adopt_shape,
     load_source_weights,
     source_vocab_growth,
@@ -195,7 +195,7 @@ class Trainer:
         latest = latest_checkpoint(self.run_dir) if resume else None
         # Weights come from model.init_from only at the start; a resume reads its checkpoint,
         # whose config.json is the shape the run was given.
-        self.source = InitSource.find(config.init_from) if config.init_from and latest is None else None
+        self.source = resolve_model_folder(config.init_from) if config.init_from and latest is None else None
         self.new_pieces: list[list[int]] = []  # tokens DATA's vocabulary adds to the source's
         if self.source is not None:
             adopt_shape(config, self.source.model_config(), self.source.path)
