@@ -1,27 +1,30 @@
-"""The config system: YAML → typed, validated sections; `--set` overrides; presets."""
-from bertpre.config.loading import (
-    DEVICES,
+"""One config system for every command: rules (each range once), sections typed from their
+annotations, loading (YAML, --set, presets), the pretraining run's config and fine-tuning's."""
+from bertpre.config.loading import resolve_config_path
+from bertpre.config.rules import (
     MAX_BATCH,
     MAX_SEED,
     MAX_SEQ_LENGTH,
-    NULLABLE,
     RULES,
+    Range,
+    check_number,
+    integers,
+    numbers,
+)
+from bertpre.config.run import check_world_size, load_config, resolve
+from bertpre.config.sections import (
+    DEVICES,
     SECTIONS,
     Config,
     DataConfig,
     OptimConfig,
-    check_number,
-    check_world_size,
-    integers,
-    load_config,
-    numbers,
-    preset_names,
-    resolve,
-    resolve_config_path,
+    PhaseConfig,
+    TrainConfig,
 )
+from bertpre.configs import preset_names
 
 __all__ = [
-    "DEVICES", "MAX_BATCH", "MAX_SEED", "MAX_SEQ_LENGTH", "NULLABLE", "RULES", "SECTIONS", "Config",
-    "DataConfig", "OptimConfig", "check_number", "check_world_size", "integers", "load_config",
-    "numbers", "preset_names", "resolve", "resolve_config_path",
+    "DEVICES", "MAX_BATCH", "MAX_SEED", "MAX_SEQ_LENGTH", "RULES", "SECTIONS", "Config", "DataConfig",
+    "OptimConfig", "PhaseConfig", "Range", "TrainConfig", "check_number", "check_world_size", "integers",
+    "load_config", "numbers", "preset_names", "resolve", "resolve_config_path",
 ]
