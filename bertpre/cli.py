@@ -431,8 +431,9 @@ def finetune(
              --text-column sentence --out results/sst2
              bertpre finetune my-bert --glue-dir glue_data --tasks sst2,mrpc,stsb --out results/glue
     """
+    from bertpre.config.finetune import load_hyperparameters
     from bertpre.finetune.report import format_benchmark, format_curve, format_table
-    from bertpre.finetune.run import TaskFiles, choose_seeds, load_hyperparameters
+    from bertpre.finetune.run import TaskFiles, choose_seeds
     from bertpre.finetune.run import finetune as run_finetune
 
     # The options' values go on typed: written back as `lr=2e-05` text, YAML would read a string.

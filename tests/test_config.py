@@ -329,3 +329,49 @@ def test_numbers_yaml_cannot_read_are_one_line(tmp_path):
         load_config(write(tmp_path, "train:\n  max_steps: 1" + "0" * 5000 + "\n"))
     with pytest.raises(UserError, match="the value is not a YAML scalar"):
         load_config(None, ["train.max_steps=1" + "0" * 5000])
+
+
+# --- fine-tuning's settings: the same loader, the same RULES (finetune.NAME) ---
+def test_every_numeric_finetuning_setting_has_a_rule():
+    from bertpre.config.finetune import Hyperparameters
+
+    numeric = {f"finetune.{name}" for name, annotation in field_types(Hyperparameters).items()
+               if annotation in (int, float)}
+    assert numeric == {key for key in RULES if key.startswith("finetune.")}
+
+
+@pytest.mark.parametrize("overrides, given, expected", [
+    (["lr=2e-5"], {}, None),
+    (["lr=.nan"], {}, "lr must be a finite number, got nan"),
+    ([], {"lr": 0.0}, "lr must be in (0, 10], got 0.0"),
+    (["epochs=1.5"], {}, "epochs must be an integer, got 1.5"),
+    (["epoch=3"], {}, "unknown fine-tuning setting 'epoch'; did you mean 'epochs'?"),
+    (["lr"], {}, "override 'lr' must look like key=value, e.g. --set lr=3e-5"),
+    (["lr=[1"], {}, "override 'lr=[1': the value is not a YAML scalar"),
+    (["pooling=max"], {}, "pooling must be cls or mean, got 'max'"),
+    (["mode=3"], {}, "mode must be a string, got 3"),
+])
+def test_finetuning_settings_are_checked_in_one_line(overrides, given, expected):
+    from bertpre.config.finetune import load_hyperparameters
+
+    if expected is None:
+        assert load_hyperparameters(None, None, overrides, given).lr == 2e-5
+        return
+    with pytest.raises(UserError) as raised:
+        load_hyperparameters(None, None, overrides, given)
+    assert str(raised.value) == expected
+
+
+def test_finetuning_yaml_goes_through_the_one_loader(tmp_path):
+    from bertpre.config.finetune import load_hyperparameters
+
+    hp = load_hyperparameters(None, write(tmp_path, "finetune:\n  preset: small-data\n  lr: 3e-5\n"), [],
+                              {"epochs": 4})
+    assert (hp.lr, hp.epochs, hp.mode) == (3e-5, 4, "full")
+    with pytest.raises(UserError, match="must be a mapping with settings"):
+        load_hyperparameters(None, write(tmp_path, "- lr\n"), [])
+    with pytest.raises(UserError, match="does not exist"):
+        load_hyperparameters(None, tmp_path / "missing.yaml", [])
+    with pytest.raises(UserError, match="aliases"):
+        load_hyperparameters(None, write(tmp_path, "a: &a [1]\n" + "".join(f"b{i}: *a\n" for i in range(20))), [])
+
