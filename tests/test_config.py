@@ -375,3 +375,32 @@ def test_finetuning_yaml_goes_through_the_one_loader(tmp_path):
     with pytest.raises(UserError, match="aliases"):
         load_hyperparameters(None, write(tmp_path, "a: &a [1]\n" + "".join(f"b{i}: *a\n" for i in range(20))), [])
 
+
+# --- a default the user never wrote is no error: plm and clm read no sentence pairs (step 7) ---
+XLNET_TEXT = "model:\n  architecture: xlnet\ndata:\n  objective: {objective}\n"
+PAIRS_REFUSED = ("data.objective plm reads documents as consecutive segments, with no sentence pairs; "
+                 "set data.pair_task: none (it is '{pair_task}')")
+
+
+@pytest.mark.parametrize("objective", ["plm", "clm"])
+def test_an_objective_without_pairs_takes_pair_task_none_when_it_is_not_written(tmp_path, objective):
+    assert load_config(write(tmp_path, XLNET_TEXT.format(objective=objective))).data.pair_task == "none"
+    sets = ["model.architecture=xlnet", f"data.objective={objective}"]
+    config = load_config(None, sets)
+    assert config.data.pair_task == "none"
+    config.save(tmp_path / "saved.yaml")
+    assert yaml.safe_load((tmp_path / "saved.yaml").read_text())["data"]["pair_task"] == "none"
+    assert load_config(tmp_path / "saved.yaml") == config
+    assert load_config(None).data.pair_task == "nsp"  # mlm keeps BERT's default
+
+
+@pytest.mark.parametrize("pair_task", ["nsp", "sop"])
+def test_a_pair_task_written_beside_plm_is_still_refused(tmp_path, pair_task):
+    written = write(tmp_path, XLNET_TEXT.format(objective="plm") + f"  pair_task: {pair_task}\n")
+    attempts = [lambda: load_config(written),
+                lambda: load_config(None, ["model.architecture=xlnet", "data.objective=plm",
+                                           f"data.pair_task={pair_task}"])]
+    for attempt in attempts:
+        with pytest.raises(UserError) as raised:
+            attempt()
+        assert str(raised.value) == PAIRS_REFUSED.format(pair_task=pair_task)

@@ -141,7 +141,8 @@ def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] 
     """Read a YAML config, apply `section.key=value` overrides and validate everything.
 
     Precedence: overrides > YAML > defaults. `path=None` starts from the defaults.
-    `optim.warmup_ratio` is turned into `optim.warmup_steps` here.
+    `optim.warmup_ratio` is turned into `optim.warmup_steps` here, and a `data.pair_task` that
+    neither gives is `none` for the objectives that read no sentence pairs (plm, clm).
     """
     raw = _read_pretraining_yaml(resolve_config_path(path)) if path is not None else {}
     for name in raw:
@@ -158,6 +159,9 @@ def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] 
     config.model_keys_given = frozenset(model_raw) - {INIT_FROM}
     if ratio_given and not warmup_given:
         config.optim.warmup_steps = None
+    data_raw = raw.get("data") if isinstance(raw.get("data"), dict) else {}
+    if config.data.recurrent and "pair_task" not in data_raw:
+        config.data.pair_task = "none"  # BERT's nsp is no default for segments: plm and clm read no pairs
     if raw.get("phases") is not None:
         train_raw = raw.get("train") if isinstance(raw.get("train"), dict) else {}
         _set_phases(config, raw["phases"], max_steps_given="max_steps" in train_raw,
