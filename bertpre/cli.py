@@ -209,15 +209,12 @@ def pretrain(
     (both once a checkpoint is saved).
     """
     from bertpre.config import load_config
+    from bertpre.config.sections import INIT_FROM
     from bertpre.train.trainer import pretrain as run_pretraining
 
-    cfg = load_config(config, list(overrides or []))
-    if data is not None:
-        cfg.data.path = str(data)
-    if out is not None:
-        cfg.train.out = str(out)
-    if init_from is not None:
-        cfg.init_from = str(init_from)
+    given = {"data.path": data, "train.out": out, f"model.{INIT_FROM}": init_from}
+    cfg = load_config(config, list(overrides or []),
+                      {key: str(path) for key, path in given.items() if path is not None})
     result = run_pretraining(cfg, resume=resume)
     state = "stopped by signal" if result.exit_code else "done"
     typer.echo(f"{state} at step {result.step}; skipped steps: {result.skipped_steps}; "

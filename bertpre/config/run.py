@@ -41,6 +41,11 @@ def _apply_override(raw: dict, override: str) -> None:
     dotted, value = parse_override(override, OVERRIDE_FORM)
     if "." not in dotted:
         raise UserError(f"override {override!r} must look like {OVERRIDE_FORM}")
+    _set_value(raw, dotted, value)
+
+
+def _set_value(raw: dict, dotted: str, value: Any) -> None:
+    """Set `section.key` in `raw` to `value`, the section and key known."""
     section, key = dotted.split(".", 1)
     if section not in SECTIONS:
         raise unknown("config section", section, list(SECTIONS))
@@ -137,10 +142,13 @@ def _read_pretraining_yaml(path: Path) -> dict[str, Any]:
                      holds="sections model, data, optim, train")
 
 
-def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
+def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] = (),
+                values: dict[str, Any] | None = None) -> Config:
     """Read a YAML config, apply `section.key=value` overrides and validate everything.
 
-    Precedence: overrides > YAML > defaults. `path=None` starts from the defaults.
+    Precedence: `values` > overrides > YAML > defaults. `path=None` starts from the defaults.
+    `values` are typed, keyed `section.key` (what a command's own options give, e.g. --data as
+    `data.path`): never text for YAML to read again.
     `optim.warmup_ratio` is turned into `optim.warmup_steps` here, and a `data.pair_task` that
     neither gives is `none` for the objectives that read no sentence pairs (plm, clm).
     """
@@ -150,6 +158,8 @@ def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] 
             raise unknown("config section", name, [*SECTIONS, "phases"])
     for override in overrides:
         _apply_override(raw, override)
+    for dotted, value in (values or {}).items():
+        _set_value(raw, dotted, value)
     optim_raw = raw.get("optim") if isinstance(raw.get("optim"), dict) else {}
     warmup_given = optim_raw.get("warmup_steps") is not None
     ratio_given = optim_raw.get("warmup_ratio") is not None
