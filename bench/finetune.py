@@ -437,7 +437,7 @@ def main(argv: list[str] | None = None) -> int:
     threads = torch.get_num_threads()
     started = time.perf_counter()
 
-    from bertpre.finetune.run import PRESETS
+    from bertpre.finetune import PRESETS
 
     hp = replace(PRESETS["bert"], lr=args.lr, epochs=args.epochs, batch_size=args.batch_size,
                  max_seq_length=args.max_seq_length)

@@ -209,15 +209,12 @@ def pretrain(
     (both once a checkpoint is saved).
     """
     from bertpre.config import load_config
+    from bertpre.config.sections import INIT_FROM
     from bertpre.train.trainer import pretrain as run_pretraining
 
-    cfg = load_config(config, list(overrides or []))
-    if data is not None:
-        cfg.data.path = str(data)
-    if out is not None:
-        cfg.train.out = str(out)
-    if init_from is not None:
-        cfg.init_from = str(init_from)
+    given = {"data.path": data, "train.out": out, f"model.{INIT_FROM}": init_from}
+    cfg = load_config(config, list(overrides or []),
+                      {key: str(path) for key, path in given.items() if path is not None})
     result = run_pretraining(cfg, resume=resume)
     state = "stopped by signal" if result.exit_code else "done"
     typer.echo(f"{state} at step {result.step}; skipped steps: {result.skipped_steps}; "
@@ -431,8 +428,9 @@ def finetune(
              --text-column sentence --out results/sst2
              bertpre finetune my-bert --glue-dir glue_data --tasks sst2,mrpc,stsb --out results/glue
     """
+    from bertpre.config.finetune import load_hyperparameters
     from bertpre.finetune.report import format_benchmark, format_curve, format_table
-    from bertpre.finetune.run import TaskFiles, choose_seeds, load_hyperparameters
+    from bertpre.finetune.run import TaskFiles, choose_seeds
     from bertpre.finetune.run import finetune as run_finetune
 
     # The options' values go on typed: written back as `lr=2e-05` text, YAML would read a string.

@@ -1,12 +1,14 @@
 """The config: shipped YAMLs load, every key is validated, overrides win, contradictions fail."""
-import dataclasses
 import math
+import types
+import typing
 from pathlib import Path
 
 import pytest
 import yaml
 
-from bertpre.config import NULLABLE, RULES, SECTIONS, check_world_size, load_config, resolve
+from bertpre.config import RULES, SECTIONS, check_world_size, load_config, resolve
+from bertpre.config.sections import field_types
 from bertpre.errors import UserError
 from bertpre.tokenizer.wordpiece import train_tokenizer
 
@@ -213,19 +215,17 @@ def test_bad_mixtures_fail_with_the_entry_named(value, expected):
 
 
 # --- every number finite and in range (issue 29): one rule per key, in the file and in --set ---
-KEYED_RULES = sorted(key for key in RULES if "[]" not in key and not key.startswith("phases"))
+KEYED_RULES = sorted(key for key in RULES if "[]" not in key and key.split(".")[0] in SECTIONS)
 
 
 def test_every_numeric_key_has_a_rule():
-    numeric = set()
-    for section, cls in SECTIONS.items():
-        defaults = cls(vocab_size="auto") if section == "model" else cls()
-        for field in dataclasses.fields(cls):
-            value = getattr(defaults, field.name)
-            if field.name in NULLABLE or field.name == "vocab_size" or (
-                    isinstance(value, (int, float)) and not isinstance(value, bool)):
-                numeric.add(f"{section}.{field.name}")
-    assert numeric - {"optim.betas"} == set(KEYED_RULES)
+    """A field annotated with int or float (`int | None`, `int | str` too) has its rule; no rule
+    names a field that is not there."""
+    numeric = {f"{section}.{name}" for section, cls in SECTIONS.items()
+               for name, annotation in field_types(cls).items()
+               if {int, float} & set(typing.get_args(annotation) if isinstance(annotation, types.UnionType)
+                                     else (annotation,))}
+    assert numeric == set(KEYED_RULES)
 
 
 @pytest.mark.parametrize("value, shown", [
@@ -329,3 +329,78 @@ def test_numbers_yaml_cannot_read_are_one_line(tmp_path):
         load_config(write(tmp_path, "train:\n  max_steps: 1" + "0" * 5000 + "\n"))
     with pytest.raises(UserError, match="the value is not a YAML scalar"):
         load_config(None, ["train.max_steps=1" + "0" * 5000])
+
+
+# --- fine-tuning's settings: the same loader, the same RULES (finetune.NAME) ---
+def test_every_numeric_finetuning_setting_has_a_rule():
+    from bertpre.config.finetune import Hyperparameters
+
+    numeric = {f"finetune.{name}" for name, annotation in field_types(Hyperparameters).items()
+               if annotation in (int, float)}
+    assert numeric == {key for key in RULES if key.startswith("finetune.")}
+
+
+@pytest.mark.parametrize("overrides, given, expected", [
+    (["lr=2e-5"], {}, None),
+    (["lr=.nan"], {}, "lr must be a finite number, got nan"),
+    ([], {"lr": 0.0}, "lr must be in (0, 10], got 0.0"),
+    (["epochs=1.5"], {}, "epochs must be an integer, got 1.5"),
+    (["epoch=3"], {}, "unknown fine-tuning setting 'epoch'; did you mean 'epochs'?"),
+    (["lr"], {}, "override 'lr' must look like key=value, e.g. --set lr=3e-5"),
+    (["lr=[1"], {}, "override 'lr=[1': the value is not a YAML scalar"),
+    (["pooling=max"], {}, "pooling must be cls or mean, got 'max'"),
+    (["mode=3"], {}, "mode must be a string, got 3"),
+])
+def test_finetuning_settings_are_checked_in_one_line(overrides, given, expected):
+    from bertpre.config.finetune import load_hyperparameters
+
+    if expected is None:
+        assert load_hyperparameters(None, None, overrides, given).lr == 2e-5
+        return
+    with pytest.raises(UserError) as raised:
+        load_hyperparameters(None, None, overrides, given)
+    assert str(raised.value) == expected
+
+
+def test_finetuning_yaml_goes_through_the_one_loader(tmp_path):
+    from bertpre.config.finetune import load_hyperparameters
+
+    hp = load_hyperparameters(None, write(tmp_path, "finetune:\n  preset: small-data\n  lr: 3e-5\n"), [],
+                              {"epochs": 4})
+    assert (hp.lr, hp.epochs, hp.mode) == (3e-5, 4, "full")
+    with pytest.raises(UserError, match="must be a mapping with settings"):
+        load_hyperparameters(None, write(tmp_path, "- lr\n"), [])
+    with pytest.raises(UserError, match="does not exist"):
+        load_hyperparameters(None, tmp_path / "missing.yaml", [])
+    with pytest.raises(UserError, match="aliases"):
+        load_hyperparameters(None, write(tmp_path, "a: &a [1]\n" + "".join(f"b{i}: *a\n" for i in range(20))), [])
+
+
+# --- a default the user never wrote is no error: plm and clm read no sentence pairs (step 7) ---
+XLNET_TEXT = "model:\n  architecture: xlnet\ndata:\n  objective: {objective}\n"
+PAIRS_REFUSED = ("data.objective plm reads documents as consecutive segments, with no sentence pairs; "
+                 "set data.pair_task: none (it is '{pair_task}')")
+
+
+@pytest.mark.parametrize("objective", ["plm", "clm"])
+def test_an_objective_without_pairs_takes_pair_task_none_when_it_is_not_written(tmp_path, objective):
+    assert load_config(write(tmp_path, XLNET_TEXT.format(objective=objective))).data.pair_task == "none"
+    sets = ["model.architecture=xlnet", f"data.objective={objective}"]
+    config = load_config(None, sets)
+    assert config.data.pair_task == "none"
+    config.save(tmp_path / "saved.yaml")
+    assert yaml.safe_load((tmp_path / "saved.yaml").read_text())["data"]["pair_task"] == "none"
+    assert load_config(tmp_path / "saved.yaml") == config
+    assert load_config(None).data.pair_task == "nsp"  # mlm keeps BERT's default
+
+
+@pytest.mark.parametrize("pair_task", ["nsp", "sop"])
+def test_a_pair_task_written_beside_plm_is_still_refused(tmp_path, pair_task):
+    written = write(tmp_path, XLNET_TEXT.format(objective="plm") + f"  pair_task: {pair_task}\n")
+    attempts = [lambda: load_config(written),
+                lambda: load_config(None, ["model.architecture=xlnet", "data.objective=plm",
+                                           f"data.pair_task={pair_task}"])]
+    for attempt in attempts:
+        with pytest.raises(UserError) as raised:
+            attempt()
+        assert str(raised.value) == PAIRS_REFUSED.format(pair_task=pair_task)

@@ -1,4 +1,5 @@
 """Downstream evaluation: fine-tune (or probe) a pretrained BERT or XLNet on labelled tasks, over seeds."""
+from bertpre.config.finetune import PRESETS, Hyperparameters, load_hyperparameters
 from bertpre.finetune.metrics import (
     METRICS,
     accuracy,
@@ -10,10 +11,10 @@ from bertpre.finetune.metrics import (
     span_scores,
     spearman,
 )
-from bertpre.finetune.run import PRESETS, TaskFiles, finetune, load_hyperparameters
+from bertpre.finetune.run import TaskFiles, finetune
 
 __all__ = [
-    "METRICS", "PRESETS", "TaskFiles", "accuracy", "f1_binary", "f1_macro", "finetune",
+    "METRICS", "PRESETS", "Hyperparameters", "TaskFiles", "accuracy", "f1_binary", "f1_macro", "finetune",
     "load_hyperparameters", "majority_class", "matthews_corrcoef", "pearson", "span_scores",
     "spearman",
 ]

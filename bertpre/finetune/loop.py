@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import numpy as np
 import torch
 from torch import nn
 
+from bertpre.config.finetune import Hyperparameters
 from bertpre.finetune.encoding import Encoded, pad_batch
 from bertpre.finetune.model import build_task_model
 from bertpre.finetune.source import Encoder
@@ -20,22 +20,6 @@ from bertpre.train.optim import learning_rate, parameter_groups
 from bertpre.train.runtime import Runtime
 
 FUSED_ADAMW_DEVICES = ("cpu", "cuda")  # where torch has a fused AdamW kernel
-
-
-@dataclass
-class Hyperparameters:
-    """How one seed trains (a preset's values, overridden by options)."""
-
-    mode: str = "full"  # full | probe
-    epochs: int = 3
-    lr: float = 2e-5
-    batch_size: int = 32
-    max_seq_length: int = 128
-    warmup_ratio: float = 0.1
-    weight_decay: float = 0.01
-    max_grad_norm: float = 1.0
-    pooling: str = "cls"  # probe features: cls | mean
-    eval_batch_size: int = 64
 
 
 def schedule_steps(examples: int, hp: Hyperparameters) -> tuple[int, int]:

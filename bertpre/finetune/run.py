@@ -12,16 +12,15 @@ import math
 import os
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 
 import bertpre
 from bertpre.claim import Claim, claimed, real_path
-from bertpre.config import check_number, integers, numbers
+from bertpre.config.finetune import Hyperparameters
 from bertpre.errors import UserError
 from bertpre.finetune.benchmarks import (
     BENCHMARKS,
@@ -34,7 +33,6 @@ from bertpre.finetune.benchmarks import (
 from bertpre.finetune.encoding import Encoded, encode_texts, encode_words
 from bertpre.finetune.features import FEATURES_FOLDER, cached_features
 from bertpre.finetune.loop import (
-    Hyperparameters,
     finetune_full,
     probe_labels,
     train_probe,
@@ -57,79 +55,7 @@ from bertpre.train.runtime import Runtime, init_runtime
 MARKER = ".bertpre-finetune"
 RESULTS_FILE = "results.json"
 SWEEP_FILE = "results.jsonl"
-PRESETS: dict[str, Hyperparameters] = {
-    # BERT's paper: lr 2e-5 (of 5e-5, 3e-5, 2e-5), batch 32, 3 epochs, 10% warmup, decay 0.01.
-    "bert": Hyperparameters(),
-    # Few examples: more passes, as small GLUE tasks (RTE, MRPC, STS-B) are usually run.
-    "small-data": Hyperparameters(epochs=20),
-    # A linear probe on frozen features: a larger lr and more passes cost little.
-    "probe": Hyperparameters(mode="probe", lr=1e-3, epochs=20, weight_decay=0.0),
-}
 MAX_SEEDS = 100
-
-
-def load_hyperparameters(preset: str | None, config: Path | None, overrides: list[str],
-                         given: dict[str, Any] | None = None) -> Hyperparameters:
-    """Preset (default `bert`, or the config's `preset:`) < the YAML config < `--set key=value` <
-    `given` (typed values from the command line's own options, e.g. `--lr`)."""
-    values: dict[str, Any] = {}
-    if config is not None:
-        try:
-            loaded = yaml.safe_load(Path(config).read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise UserError(f"--config {config}: no such file") from None
-        except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
-            raise UserError(f"--config {config} is not a readable YAML file ({error})") from None
-        if loaded is None:
-            loaded = {}
-        if not isinstance(loaded, dict):
-            raise UserError(f"--config {config} must be a mapping of settings, e.g. `lr: 3.0e-5`")
-        loaded = dict(loaded.get("finetune", loaded)) if isinstance(loaded.get("finetune"), dict) else loaded
-        preset = loaded.pop("preset", preset)
-        values.update(loaded)
-    for override in overrides:
-        key, separator, text = override.partition("=")
-        if not separator:
-            raise UserError(f"--set {override!r} must look like key=value, e.g. --set lr=3e-5")
-        values[key.removeprefix("finetune.")] = yaml.safe_load(text)
-    values.update(given or {})
-    name = preset or "bert"
-    if name not in PRESETS:
-        raise UserError(f"preset {name!r} is not one of {', '.join(PRESETS)}")
-    return check_hyperparameters(replace(PRESETS[name], **known_keys(values)))
-
-
-def known_keys(values: dict[str, Any]) -> dict[str, Any]:
-    names = [field.name for field in fields(Hyperparameters)]
-    for key in values:
-        if key not in names:
-            import difflib
-
-            close = difflib.get_close_matches(key, names, n=1)
-            hint = f"; did you mean {close[0]!r}" if close else f" (settings: {', '.join(names)})"
-            raise UserError(f"unknown fine-tuning setting {key!r}{hint}")
-    return values
-
-
-# Each numeric setting's range. YAML 1.1 reads 2e-5 (no dot) as a string: check_number takes it
-# as the number it spells, as the pretraining config does.
-HYPERPARAMETER_RULES = {
-    "epochs": integers(1, 10_000), "batch_size": integers(1, 1 << 20), "max_seq_length": integers(3, 1 << 16),
-    "eval_batch_size": integers(1, 1 << 20), "lr": numbers("(0, 10]"), "warmup_ratio": numbers("[0, 1]"),
-    "weight_decay": numbers("[0, 10]"), "max_grad_norm": numbers("(0, 1e6]"),
-}
-
-
-def check_hyperparameters(hp: Hyperparameters) -> Hyperparameters:
-    """Every value of the right type, finite and in range (one line naming the first that is not)."""
-    for name, allowed in HYPERPARAMETER_RULES.items():
-        value = check_number(name, allowed, getattr(hp, name))
-        setattr(hp, name, value if allowed.integer else float(value))
-    if hp.mode not in ("full", "probe"):
-        raise UserError(f"mode must be full or probe, got {hp.mode!r}")
-    if hp.pooling not in ("cls", "mean"):
-        raise UserError(f"pooling must be cls or mean, got {hp.pooling!r}")
-    return hp
 
 
 def choose_seeds(count: int | None, given: list[int] | None) -> list[int]:

@@ -44,3 +44,19 @@ def test_info_prints_counts_flops_and_memory(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     for words in ("total (BertForPreTraining)", "training FLOPs per token", "with gradient checkpointing"):
         assert words in done.stdout
+
+
+def test_info_takes_an_xlnet_config_that_leaves_pair_task_out(tmp_path: Path) -> None:
+    """A default the user never wrote is no error: plm reads no sentence pairs, so pair_task is none."""
+    config = tmp_path / "xlnet.yaml"
+    config.write_text("model:\n  architecture: xlnet\n  hidden_size: 64\n  num_hidden_layers: 2\n"
+                      "  num_attention_heads: 4\n  intermediate_size: 128\n  vocab_size: 1000\n"
+                      "data:\n  objective: plm\n")
+    done = bertpre("info", "--config", str(config), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "XLNetLMHeadModel" in done.stdout
+    written = bertpre("info", "--config", str(config), "--set", "data.pair_task=nsp", cwd=tmp_path)
+    assert written.returncode == 2
+    assert written.stderr.strip().splitlines() == [
+        "error: data.objective plm reads documents as consecutive segments, with no sentence pairs; "
+        "set data.pair_task: none (it is 'nsp')"]

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from _killed_run import KILLED_RUN
 from safetensors.torch import load_file
 
@@ -235,3 +236,22 @@ def test_a_compiled_plm_step_has_no_graph_breaks_and_trains_as_eager(tiny_data, 
     losses = [[row["train/plm_loss"] for row in step_rows(run.run_dir) if "train/plm_loss" in row]
               for run in (compiled, eager)]
     assert losses[0] == pytest.approx(losses[1], abs=2e-3)
+
+
+def test_pretrain_takes_an_xlnet_config_that_leaves_pair_task_out(tiny_data, tmp_path, monkeypatch, capsys):
+    """Through the real CLI: the default nsp is no error for plm, and the run's config.yaml says none."""
+    from bertpre.cli import main
+
+    config = tmp_path / "xlnet.yaml"
+    config.write_text("model:\n  architecture: xlnet\n  hidden_size: 64\n  num_hidden_layers: 2\n"
+                      "  num_attention_heads: 4\n  intermediate_size: 128\n  mem_len: 16\n"
+                      "data:\n  objective: plm\n  max_seq_length: 32\n  num_workers: 0\n"
+                      "train:\n  batch_size: 4\n  micro_batch_size: 4\n  max_steps: 1\n  precision: fp32\n"
+                      "  device: cpu\n")
+    monkeypatch.setattr(sys, "argv", ["bertpre", "pretrain", "--config", str(config), "--data", str(tiny_data),
+                                      "--out", str(tmp_path / "run")])
+    with pytest.raises(SystemExit) as exit:
+        main()
+    assert exit.value.code == 0, capsys.readouterr().err
+    saved = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())
+    assert (saved["data"]["objective"], saved["data"]["pair_task"]) == ("plm", "none")

@@ -1,0 +1,83 @@
+"""Fine-tuning's settings: a preset < the YAML file < `--set key=value` < the command line's typed
+options, read by the same loader and checked against the same RULES as the pretraining config."""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bertpre.config.loading import parse_override, read_yaml
+from bertpre.config.sections import check_field, field_types, unknown
+from bertpre.errors import UserError
+
+MODES = ("full", "probe")
+POOLINGS = ("cls", "mean")
+
+
+@dataclass
+class Hyperparameters:
+    """How one seed trains (a preset's values, overridden by options)."""
+
+    mode: str = "full"  # full | probe
+    epochs: int = 3
+    lr: float = 2e-5
+    batch_size: int = 32
+    max_seq_length: int = 128
+    warmup_ratio: float = 0.1
+    weight_decay: float = 0.01
+    max_grad_norm: float = 1.0
+    pooling: str = "cls"  # probe features: cls | mean
+    eval_batch_size: int = 64
+
+
+PRESETS: dict[str, Hyperparameters] = {
+    # BERT's paper: lr 2e-5 (of 5e-5, 3e-5, 2e-5), batch 32, 3 epochs, 10% warmup, decay 0.01.
+    "bert": Hyperparameters(),
+    # Few examples: more passes, as small GLUE tasks (RTE, MRPC, STS-B) are usually run.
+    "small-data": Hyperparameters(epochs=20),
+    # A linear probe on frozen features: a larger lr and more passes cost little.
+    "probe": Hyperparameters(mode="probe", lr=1e-3, epochs=20, weight_decay=0.0),
+}
+
+
+def load_hyperparameters(preset: str | None, config: Path | None, overrides: list[str],
+                         given: dict[str, Any] | None = None) -> Hyperparameters:
+    """Preset (default `bert`, or the config's `preset:`) < the YAML config < `--set key=value` <
+    `given` (typed values from the command line's own options, e.g. `--lr`).
+
+    The YAML file holds the settings at its top, or under `finetune:`.
+    """
+    values: dict[str, Any] = {}
+    if config is not None:
+        loaded = read_yaml(Path(config), instead="a YAML file of settings, e.g. `lr: 3.0e-5`",
+                           holds="settings, e.g. `lr: 3.0e-5`")
+        if isinstance(loaded.get("finetune"), dict):
+            loaded = dict(loaded["finetune"])
+        preset = loaded.pop("preset", preset)
+        values.update(loaded)
+    for override in overrides:
+        key, value = parse_override(override, "key=value, e.g. --set lr=3e-5")
+        values[key.removeprefix("finetune.")] = value
+    values.update(given or {})
+    name = preset or "bert"
+    if not isinstance(name, str) or name not in PRESETS:
+        raise UserError(f"preset {name!r} is not one of {', '.join(PRESETS)}")
+    return build_hyperparameters(PRESETS[name], values)
+
+
+def build_hyperparameters(base: Hyperparameters, values: dict[str, Any]) -> Hyperparameters:
+    """`base` with `values` set: every name known, every value of its field's type and in its
+    rule (`finetune.NAME` in RULES)."""
+    annotations = field_types(Hyperparameters)
+    for name in values:
+        if name not in annotations:
+            raise unknown("fine-tuning setting", name, list(annotations))
+    checked = {name: check_field(name, f"finetune.{name}", annotations[name], value)
+               for name, value in values.items()}
+    hp = dataclasses.replace(base, **checked)
+    if hp.mode not in MODES:
+        raise UserError(f"mode must be full or probe, got {hp.mode!r}")
+    if hp.pooling not in POOLINGS:
+        raise UserError(f"pooling must be cls or mean, got {hp.pooling!r}")
+    return hp

@@ -1,0 +1,276 @@
+"""The pretraining run's config: `load_config` (YAML or preset < --set, every key checked),
+the contradictions between keys, `phases:`, and resolving `model.vocab_size: auto`."""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from bertpre.config.loading import parse_override, read_yaml, resolve_config_path
+from bertpre.config.rules import MAX_STEPS, RULES, check_number
+from bertpre.config.sections import (
+    DEVICES,
+    INIT_FROM,
+    LR_SCHEDULES,
+    OBJECTIVES,
+    OPTIMIZERS,
+    PHASE_KEYS,
+    PLM_PLANS,
+    PRECISIONS,
+    SCHEDULES,
+    SECTIONS,
+    Config,
+    PhaseConfig,
+    build_section,
+    check_field,
+    field_types,
+    key_names,
+    unknown,
+)
+from bertpre.configs import preset_names
+from bertpre.errors import UserError
+from bertpre.labels import MASK_COUNTS, PAIR_TASKS
+from bertpre.model.config import ARCHITECTURES
+from bertpre.tokenizer.wordpiece import PAD_TOKEN
+
+OVERRIDE_FORM = "section.key=value, e.g. train.max_steps=10"
+
+
+def _apply_override(raw: dict, override: str) -> None:
+    """Apply one `section.key=value` override (value parsed as a YAML scalar) to `raw`."""
+    dotted, value = parse_override(override, OVERRIDE_FORM)
+    if "." not in dotted:
+        raise UserError(f"override {override!r} must look like {OVERRIDE_FORM}")
+    _set_value(raw, dotted, value)
+
+
+def _set_value(raw: dict, dotted: str, value: Any) -> None:
+    """Set `section.key` in `raw` to `value`, the section and key known."""
+    section, key = dotted.split(".", 1)
+    if section not in SECTIONS:
+        raise unknown("config section", section, list(SECTIONS))
+    if key not in key_names(section):
+        raise unknown(f"key in {section}", key, key_names(section))
+    current = raw.setdefault(section, {})
+    if not isinstance(current, dict):
+        raise UserError(f"config section {section!r} must be a mapping")
+    current[key] = value
+
+
+def _check_choice(where: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise UserError(f"{where} is {value!r}; use one of {', '.join(choices)}")
+
+
+def _validate(config: Config, warmup_given: bool, ratio_given: bool) -> None:
+    """Every choice and contradiction that can be checked without data or devices (each key's
+    own range, RULES, was checked as it was read)."""
+    model, data, optim, train = config.model, config.data, config.optim, config.train
+    placeholder_vocab = model.pad_token_id + 1 if model.vocab_size == "auto" else model.vocab_size
+    dataclasses.replace(model, vocab_size=placeholder_vocab).validate()
+
+    if data.max_seq_length > model.max_position_embeddings and not model.relative_positions:
+        raise UserError(
+            f"data.max_seq_length ({data.max_seq_length}) is larger than "
+            f"model.max_position_embeddings ({model.max_position_embeddings}); lower one or raise the other"
+        )
+    _check_choice("data.pair_task", data.pair_task, PAIR_TASKS)
+    if data.pair_task != "none" and model.type_vocab_size < 2:
+        raise UserError(f"data.pair_task {data.pair_task!r} needs model.type_vocab_size >= 2")
+    _check_choice("data.mask_count", data.mask_count, MASK_COUNTS)
+    if data.mask_replace_prob + data.random_replace_prob > 1.0 + 1e-9:
+        raise UserError(
+            "data.mask_replace_prob + data.random_replace_prob must be at most 1 "
+            f"(got {data.mask_replace_prob} + {data.random_replace_prob})"
+        )
+
+    _validate_objective(config)
+
+    _check_choice("optim.name", optim.name, OPTIMIZERS)
+    _check_choice("optim.schedule", optim.schedule, SCHEDULES)
+    if warmup_given and ratio_given:
+        raise UserError("set optim.warmup_steps or optim.warmup_ratio, not both")
+    if optim.warmup_ratio is not None:
+        optim.warmup_steps = round(optim.warmup_ratio * train.max_steps)
+        optim.warmup_ratio = None
+    if optim.warmup_steps is None:
+        optim.warmup_steps = 0
+
+    if train.batch_size % train.micro_batch_size != 0:
+        raise UserError(
+            f"train.batch_size ({train.batch_size}) is not divisible by "
+            f"train.micro_batch_size ({train.micro_batch_size})"
+        )
+    _check_choice("train.precision", train.precision, PRECISIONS)
+    _check_choice("train.device", train.device, DEVICES)
+
+
+def _validate_objective(config: Config) -> None:
+    """The objective against the architecture, and plm/clm's own keys."""
+    model, data = config.model, config.data
+    _check_choice("model.architecture", model.architecture, ARCHITECTURES)
+    _check_choice("data.objective", data.objective, OBJECTIVES)
+    if model.is_xlnet and data.objective == "mlm":
+        raise UserError("model.architecture xlnet trains with data.objective plm (XLNet's permutation LM) "
+                        "or clm (Transformer-XL's left-to-right LM); set one of them")
+    if not model.is_xlnet and data.objective != "mlm":
+        raise UserError(f"data.objective {data.objective} needs XLNet's two-stream attention: set "
+                        "model.architecture: xlnet (BERT's layout trains with mlm)")
+    if not data.recurrent:
+        return
+    if data.pair_task != "none":
+        raise UserError(f"data.objective {data.objective} reads documents as consecutive segments, "
+                        f"with no sentence pairs; set data.pair_task: none (it is {data.pair_task!r})")
+    _check_choice("data.plm_plan", data.plm_plan, PLM_PLANS)
+    if data.max_span_length > 1 / data.plm_probability + 1e-9:
+        raise UserError(f"data.max_span_length ({data.max_span_length}) must be at most "
+                        f"1 / data.plm_probability ({1 / data.plm_probability:g}): each span needs its context")
+    if data.objective == "plm" and data.plm_plan == "hf" and data.max_seq_length % 2:
+        raise UserError(f"data.plm_plan hf orders each half of a row apart, so data.max_seq_length must be "
+                        f"even (it is {data.max_seq_length})")
+    if data.objective == "plm" and data.plm_plan == "xlnet" and data.max_seq_length % data.segment_step:
+        raise UserError(f"data.max_seq_length ({data.max_seq_length}) must be a multiple of data.reuse_length "
+                        f"({data.segment_step}): XLNet draws each row's order within blocks of reuse_length "
+                        "tokens, so that the part kept as memory never depends on the rest")
+    if data.reuse_length is not None and data.reuse_length > data.max_seq_length:
+        raise UserError(f"data.reuse_length ({data.reuse_length}) is longer than a segment "
+                        f"(data.max_seq_length {data.max_seq_length}); segments would skip text")
+
+
+def _read_pretraining_yaml(path: Path) -> dict[str, Any]:
+    return read_yaml(path, instead=f"a YAML file or a preset ({', '.join(preset_names())})",
+                     holds="sections model, data, optim, train")
+
+
+def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] = (),
+                values: dict[str, Any] | None = None) -> Config:
+    """Read a YAML config, apply `section.key=value` overrides and validate everything.
+
+    Precedence: `values` > overrides > YAML > defaults. `path=None` starts from the defaults.
+    `values` are typed, keyed `section.key` (what a command's own options give, e.g. --data as
+    `data.path`): never text for YAML to read again.
+    `optim.warmup_ratio` is turned into `optim.warmup_steps` here, and a `data.pair_task` that
+    neither gives is `none` for the objectives that read no sentence pairs (plm, clm).
+    """
+    raw = _read_pretraining_yaml(resolve_config_path(path)) if path is not None else {}
+    for name in raw:
+        if name not in SECTIONS and name != "phases":
+            raise unknown("config section", name, [*SECTIONS, "phases"])
+    for override in overrides:
+        _apply_override(raw, override)
+    for dotted, value in (values or {}).items():
+        _set_value(raw, dotted, value)
+    optim_raw = raw.get("optim") if isinstance(raw.get("optim"), dict) else {}
+    warmup_given = optim_raw.get("warmup_steps") is not None
+    ratio_given = optim_raw.get("warmup_ratio") is not None
+    config = Config(**{name: build_section(name, raw.get(name)) for name in SECTIONS})
+    model_raw = raw.get("model") if isinstance(raw.get("model"), dict) else {}
+    config.init_from = _init_from(model_raw.get(INIT_FROM))
+    config.model_keys_given = frozenset(model_raw) - {INIT_FROM}
+    if ratio_given and not warmup_given:
+        config.optim.warmup_steps = None
+    data_raw = raw.get("data") if isinstance(raw.get("data"), dict) else {}
+    if config.data.recurrent and "pair_task" not in data_raw:
+        config.data.pair_task = "none"  # BERT's nsp is no default for segments: plm and clm read no pairs
+    if raw.get("phases") is not None:
+        train_raw = raw.get("train") if isinstance(raw.get("train"), dict) else {}
+        _set_phases(config, raw["phases"], max_steps_given="max_steps" in train_raw,
+                    ratio_given=ratio_given)
+    _validate(config, warmup_given, ratio_given)
+    for index in range(len(config.phases)):
+        try:
+            _validate(config.for_phase(index), warmup_given=True, ratio_given=False)
+        except UserError as error:
+            raise UserError(f"phases[{index}]: {error}") from None
+    return config
+
+
+def _build_phase(index: int, values: Any) -> PhaseConfig:
+    where = f"phases[{index}]"
+    if not isinstance(values, dict):
+        raise UserError(f"{where} must be a mapping with steps and the sections it changes, got {values!r}")
+    keys = ["steps", "lr_schedule", *PHASE_KEYS]
+    for name in values:
+        if name not in keys:
+            raise unknown(f"key in {where}", name, keys)
+    if "steps" not in values:
+        raise UserError(f"{where} has no steps; give every phase its optimizer steps, e.g. {{steps: 1000}}")
+    steps = check_number(f"{where}.steps", "phases[].steps", values["steps"])
+    schedule = values.get("lr_schedule", "restart")
+    _check_choice(f"{where}.lr_schedule", schedule, LR_SCHEDULES)
+    changes: dict[str, dict[str, Any]] = {}
+    for section, allowed in PHASE_KEYS.items():
+        given = values.get(section) or {}
+        if not isinstance(given, dict):
+            raise UserError(f"{where}.{section} must be a mapping of keys to values")
+        annotations = field_types(SECTIONS[section])
+        for name, value in given.items():
+            if name not in allowed:
+                raise unknown(f"key in {where}.{section} (a phase changes only "
+                               f"{', '.join(allowed)})", name, list(allowed))
+            changes.setdefault(section, {})[name] = check_field(f"{where}.{section}.{name}", f"{section}.{name}",
+                                                                annotations[name], value)
+    if schedule == "continue" and changes.get("optim"):
+        raise UserError(f"{where} continues the previous phase's schedule, so it cannot set "
+                        f"optim.{next(iter(changes['optim']))}; remove it or use lr_schedule: restart")
+    return PhaseConfig(steps=steps, lr_schedule=schedule, **changes)
+
+
+def _set_phases(config: Config, raw: Any, *, max_steps_given: bool, ratio_given: bool) -> None:
+    """Read `phases:`; train.max_steps becomes their total unless given (then at most that)."""
+    if not isinstance(raw, list) or not raw:
+        raise UserError("phases must be a list of phases, each with its steps, e.g. "
+                        "[{steps: 900000}, {steps: 100000, data: {max_seq_length: 512}}]")
+    config.phases = [_build_phase(index, values) for index, values in enumerate(raw)]
+    if config.phases[0].lr_schedule == "continue":
+        raise UserError("phases[0] has no previous phase to continue; use lr_schedule: restart")
+    if ratio_given:
+        raise UserError("optim.warmup_ratio cannot be used with phases; give optim.warmup_steps "
+                        "(at the top or in each phase)")
+    total = sum(phase.steps for phase in config.phases)
+    if total > MAX_STEPS:
+        raise UserError(f"phases must add up to {RULES['train.max_steps'].describe()} steps, got {total:,}")
+    if not max_steps_given:
+        config.train.max_steps = total
+    elif config.train.max_steps > total:
+        raise UserError(f"train.max_steps ({config.train.max_steps}) is more than the phases' "
+                        f"{total} steps; add the steps to a phase, or leave train.max_steps out")
+
+
+def _init_from(value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise UserError(f"model.{INIT_FROM} must be the path of a model folder, export, run or "
+                        f"checkpoint, got {value!r}")
+    return value
+
+
+def check_world_size(config: Config, world_size: int) -> int:
+    """Return the gradient-accumulation steps for `world_size` processes, or raise UserError."""
+    per_step = config.train.micro_batch_size * world_size
+    if config.train.batch_size % per_step != 0:
+        raise UserError(
+            f"train.batch_size ({config.train.batch_size}) is not divisible by "
+            f"micro_batch_size × world size ({config.train.micro_batch_size} × {world_size})"
+        )
+    return config.train.batch_size // per_step
+
+
+def resolve(config: Config, tokenizer: Any) -> Config:
+    """Fill `model.vocab_size: auto` and `pad_token_id` from the tokenizer; check they fit.
+
+    Args:
+        tokenizer: a `tokenizers.Tokenizer`.
+    """
+    tokenizer_vocab = tokenizer.get_vocab_size(with_added_tokens=True)
+    model = config.model
+    if model.vocab_size == "auto":
+        model.vocab_size = tokenizer_vocab
+    else:
+        model.check_vocab_fits(tokenizer_vocab, "the DATA folder's tokenizer")
+    pad_id = tokenizer.token_to_id(PAD_TOKEN)
+    if pad_id is not None:
+        model.pad_token_id = pad_id
+    model.validate()
+    return config
