@@ -6,6 +6,7 @@ import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow.compute as pc
@@ -62,7 +63,7 @@ def run_demo(
         raise UserError(f"config {config_path} not found; pass --config with a YAML file or a "
                         f"preset ({', '.join(preset_names())})")
     # A bad config or --max-steps fails now, before anything is written or minutes are spent.
-    load_config(config_path, overrides=[] if max_steps is None else [f"train.max_steps={max_steps}"])
+    load_config(config_path, values={} if max_steps is None else {"train.max_steps": max_steps})
     target = check_demo_folder(out)
     with claimed(target, "demo") as claim:
         check_demo_folder(out, claim)  # again, now that no other bertpre command can fill it
@@ -76,10 +77,11 @@ def run_demo(
         tokenize_corpus([corpus], data_dir, vocab_size=DEMO_VOCAB_SIZE, lowercase=True,
                         validation_share=DEMO_VALIDATION_SHARE)
 
-        overrides = [f"data.path={data_dir}", f"train.out={run_dir}"]
+        # Typed: as `data.path=...` text, YAML would read a path such as `my demo #1` as `my demo`.
+        values: dict[str, Any] = {"data.path": str(data_dir), "train.out": str(run_dir)}
         if max_steps is not None:
-            overrides.append(f"train.max_steps={max_steps}")
-        config = load_config(config_path, overrides=overrides)
+            values["train.max_steps"] = max_steps
+        config = load_config(config_path, values=values)
         say(f"3/4  pretraining {config_path.name} for {config.train.max_steps} steps into {run_dir}")
         result = pretrain(config, resume=False)
         if result.exit_code != 0:

@@ -116,6 +116,9 @@ def test_demo_runs_the_whole_flow(tmp_path: Path):
     (tmp_path / "mine" / "notes.txt").write_text("keep")  # an empty folder would be taken
     refused = run(BERTPRE, "demo", "--out", "mine", cwd=tmp_path, expect=2)
     assert refused.stderr.count("\n") == 1 and "not made by `bertpre demo`" in refused.stderr
+    # A folder name YAML would cut at " #" once lost its tail on its way into the config.
+    run(BERTPRE, "demo", "--out", "my demo #1", "--max-steps", "1", cwd=tmp_path)
+    assert (tmp_path / "my demo #1" / "model" / "model.safetensors").is_file()
 
 
 @pytest.mark.slow
