@@ -56,7 +56,7 @@ from bench.common import (
 )
 
 if TYPE_CHECKING:
-    from bertpre.train.step import HostCounts
+    from bertpre.train.objectives.mlm import HostCounts
 
 SHAPES = {
     "tiny": dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64),
@@ -125,7 +125,7 @@ def trainer_batches(batches: list[dict[str, torch.Tensor]], slots: int, device: 
                     keep_attention_mask: bool) -> tuple[list[dict[str, torch.Tensor]], HostCounts]:
     """`make_batch`'s CPU micro-batches as the trainer copies them to `device`, and the step's
     counts, taken on the CPU as `Trainer.train_step` does."""
-    from bertpre.train.step import HostCounts, device_batch
+    from bertpre.train.objectives.mlm import HostCounts, device_batch
 
     host = []
     for batch in batches:
@@ -190,7 +190,7 @@ def bertpre_stepper(model: torch.nn.Module, batches: list[dict[str, torch.Tensor
                     fused: bool, precision: str, compile_model: bool = False
                     ) -> tuple[Stepper, list[dict[str, torch.Tensor]], dict]:
     """bertpre's side as the trainer runs it, its device micro-batches and what describes them."""
-    from bertpre.train.step import PretrainingObjective
+    from bertpre.train.objectives.mlm import PretrainingObjective
 
     slots = prediction_slots(batches[0]["input_ids"].shape[1], batches)
     # A compiled step keeps the mask, as the trainer does: one graph for every batch.

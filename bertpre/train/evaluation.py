@@ -12,7 +12,7 @@ from bertpre.batches.segments import SegmentInstances
 from bertpre.config import DataConfig
 from bertpre.data import DataFolder, DataMixture
 from bertpre.labels import IGNORE_INDEX, MASK_ACTION_NAMES
-from bertpre.train.step import HostCounts, device_batch
+from bertpre.train.objectives.mlm import HostCounts, device_batch
 
 
 class Evaluator:
@@ -136,7 +136,7 @@ class SegmentEvaluator:
         """`{objective}_loss`, perplexity, `{objective}_acc`, predictions, sequences (NaN where
         nothing was predicted). The model is put back in its previous train/eval mode."""
         from bertpre.batches.plm import expand_plm
-        from bertpre.train.plm_step import RecurrentMemory, plm_device_batch, plm_predictions
+        from bertpre.train.objectives.plm import RecurrentMemory, plm_device_batch, plm_predictions
 
         device = device or next(model.parameters()).device
         was_training = model.training

@@ -11,8 +11,8 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from bertpre.train.objectives.mlm import DEVICE_STATS, HOST_STATS, named_stats
 from bertpre.train.runtime import Runtime
-from bertpre.train.step import DEVICE_STATS, HOST_STATS, named_stats
 
 # Per-step sums over micro-batches and processes: those the device keeps, then the host's counts.
 STATS = DEVICE_STATS + HOST_STATS

@@ -52,14 +52,23 @@ from bertpre.train.init_from import (
     source_vocab_growth,
 )
 from bertpre.train.metrics import MetricsWindow, MetricsWriter, ProgressBar, gpu_scalars
-from bertpre.train.optim import build_optimizer, learning_rate
-from bertpre.train.plm_step import (
+from bertpre.train.objectives.mlm import (
+    DEVICE_STATS,
+    HOST_STATS,
+    HostCounts,
+    PretrainingObjective,
+    device_batch,
+    freeze_pair_head,
+    named_stats,
+)
+from bertpre.train.objectives.plm import (
     MEMORY_FILE,
     PermutationObjective,
     RecurrentMemory,
     plm_device_batch,
     plm_host_counts,
 )
+from bertpre.train.optim import build_optimizer, learning_rate
 from bertpre.train.report import (
     CUSTOM_SCALARS_LAYOUT,
     RunPlan,
@@ -77,15 +86,6 @@ from bertpre.train.runtime import (
     init_runtime,
     seed_everything,
     shutdown,
-)
-from bertpre.train.step import (
-    DEVICE_STATS,
-    HOST_STATS,
-    HostCounts,
-    PretrainingObjective,
-    device_batch,
-    freeze_pair_head,
-    named_stats,
 )
 
 MAX_CONSECUTIVE_SKIPS = 20  # fp16 overflow skips in a row before the run is declared diverged

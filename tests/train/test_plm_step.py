@@ -14,7 +14,7 @@ from tokenizers.models import WordPiece
 from bertpre.batches.plm import PermutationCollator, expand_plm
 from bertpre.batches.segments import SegmentInstances
 from bertpre.model.xlnet import XLNetConfig, XLNetLMHeadModel
-from bertpre.train.plm_step import PermutationObjective, RecurrentMemory, plm_predictions
+from bertpre.train.objectives.plm import PermutationObjective, RecurrentMemory, plm_predictions
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 MICRO, SLOTS = 2, 2

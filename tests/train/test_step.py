@@ -10,7 +10,7 @@ from torch.overrides import TorchFunctionMode
 
 import bertpre.train.trainer as trainer
 from bertpre.config import load_config
-from bertpre.train.step import HostCounts, device_batch
+from bertpre.train.objectives.mlm import HostCounts, device_batch
 
 ROOT = Path(__file__).parents[2]
 TINY = ROOT / "configs" / "tiny.yaml"

@@ -16,7 +16,7 @@ from torch import nn
 from bertpre.batches.plm import expand_plm
 from bertpre.labels import IGNORE_INDEX
 from bertpre.model.xlnet import XLNetLMHeadModel
-from bertpre.train.step import HostCounts
+from bertpre.train.objectives.mlm import HostCounts
 
 # Each process's recurrent memory in a checkpoint (`RecurrentMemory.state_dict`).
 MEMORY_FILE = "memory_{rank}.safetensors"

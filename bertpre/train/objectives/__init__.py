@@ -1,0 +1,1 @@
+"""What a pretraining run learns to predict: one object per `data.objective` (mlm, plm, clm)."""
