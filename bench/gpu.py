@@ -12,7 +12,7 @@ throughput: one optimizer step on a global batch (default 256 sequences, accumul
 micro-batches when --micro-batch-size is smaller), --precision autocast for both models (bf16 by
 default, as the trainer on a modern GPU; fp16 adds a GradScaler), gradient clipping, fused AdamW
 for both models (--no-fused: foreach AdamW for both).
-bertpre's side is the trainer's step: `bertpre.train.step.PretrainingObjective` on Google's
+bertpre's side is the trainer's step: `bertpre.train.objectives.mlm.PretrainingObjective` on Google's
 fixed-size (B, P) masked_lm_positions / masked_lm_ids, loss = MLM loss sum / predictions + pair
 loss sum / pairs with the counts taken on the CPU at set-up, no attention mask for a micro-batch
 without padding (kept under --compile, which compiles the objective with fullgraph=True, as
@@ -56,7 +56,7 @@ from bench.common import (
 )
 
 if TYPE_CHECKING:
-    from bertpre.train.objectives.mlm import HostCounts
+    from bertpre.train.objectives import HostCounts
 
 SHAPES = {
     "tiny": dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64),
@@ -125,13 +125,14 @@ def trainer_batches(batches: list[dict[str, torch.Tensor]], slots: int, device: 
                     keep_attention_mask: bool) -> tuple[list[dict[str, torch.Tensor]], HostCounts]:
     """`make_batch`'s CPU micro-batches as the trainer copies them to `device`, and the step's
     counts, taken on the CPU as `Trainer.train_step` does."""
-    from bertpre.train.objectives.mlm import HostCounts, device_batch
+    from bertpre.train.objectives import HostCounts
+    from bertpre.train.objectives.mlm import device_batch, mlm_host_counts
 
     host = []
     for batch in batches:
         positions, ids = fixed_size_predictions(batch["labels"], slots)
         host.append({**batch, "masked_lm_positions": positions, "masked_lm_ids": ids})
-    counts = [HostCounts.of(batch) for batch in host]
+    counts = [mlm_host_counts(batch) for batch in host]
     totals = HostCounts(predictions=sum(count.predictions for count in counts),
                         pairs=sum(count.pairs for count in counts),
                         tokens=sum(count.tokens for count in counts))
@@ -144,7 +145,7 @@ def objective_loss(objective: Callable, totals: HostCounts) -> Loss:
     weights = [1 / total if total else 0.0 for total in (totals.predictions, totals.pairs)]
 
     def loss(batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        mlm_loss_sum, pair_loss_sum, _ = objective(batch)  # the device sums are computed, unread
+        (mlm_loss_sum, pair_loss_sum), _, _ = objective(batch)  # the device sums are computed, unread
         return mlm_loss_sum * weights[0] + pair_loss_sum * weights[1]
 
     return loss

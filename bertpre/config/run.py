@@ -31,6 +31,7 @@ from bertpre.configs import preset_names
 from bertpre.errors import UserError
 from bertpre.labels import MASK_COUNTS, PAIR_TASKS
 from bertpre.model.config import ARCHITECTURES
+from bertpre.model.families import FAMILIES, family
 from bertpre.tokenizer.wordpiece import PAD_TOKEN
 
 OVERRIDE_FORM = "section.key=value, e.g. train.max_steps=10"
@@ -110,12 +111,12 @@ def _validate_objective(config: Config) -> None:
     model, data = config.model, config.data
     _check_choice("model.architecture", model.architecture, ARCHITECTURES)
     _check_choice("data.objective", data.objective, OBJECTIVES)
-    if model.is_xlnet and data.objective == "mlm":
-        raise UserError("model.architecture xlnet trains with data.objective plm (XLNet's permutation LM) "
-                        "or clm (Transformer-XL's left-to-right LM); set one of them")
-    if not model.is_xlnet and data.objective != "mlm":
-        raise UserError(f"data.objective {data.objective} needs XLNet's two-stream attention: set "
-                        "model.architecture: xlnet (BERT's layout trains with mlm)")
+    row = family(model)
+    if data.objective not in row.objectives:
+        trained_by = [name for name, other in FAMILIES.items() if data.objective in other.objectives]
+        raise UserError(f"model.architecture {model.architecture} trains with data.objective "
+                        f"{' or '.join(row.objectives)}, not {data.objective} (which model.architecture "
+                        f"{' or '.join(trained_by)} trains with); set one of them")
     if not data.recurrent:
         return
     if data.pair_task != "none":
@@ -170,8 +171,8 @@ def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] 
     if ratio_given and not warmup_given:
         config.optim.warmup_steps = None
     data_raw = raw.get("data") if isinstance(raw.get("data"), dict) else {}
-    if config.data.recurrent and "pair_task" not in data_raw:
-        config.data.pair_task = "none"  # BERT's nsp is no default for segments: plm and clm read no pairs
+    if "pair_task" not in data_raw and not family(config.model).pair_task:
+        config.data.pair_task = "none"  # a default never written is no error: XLNet reads no sentence pairs
     if raw.get("phases") is not None:
         train_raw = raw.get("train") if isinstance(raw.get("train"), dict) else {}
         _set_phases(config, raw["phases"], max_steps_given="max_steps" in train_raw,

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from tokenizers import Tokenizer
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
@@ -25,6 +26,7 @@ from bertpre.model.positions import (
     transformer_xl_bias,
 )
 from bertpre.model.unpad import Unpadded
+from bertpre.tokenizer.wordpiece import MASK_TOKEN
 
 # --- the network ---------------------------------------------------------------------------
 
@@ -528,6 +530,23 @@ class BertForPreTraining(nn.Module):
         if unexpected:
             warnings.warn(f"{folder}: ignored weights {', '.join(unexpected)}", stacklevel=2)
         return model
+
+
+@torch.no_grad()
+def bert_mask_logits(model: BertForPreTraining, tokenizer: Tokenizer, text: str) -> torch.Tensor:
+    """The MLM head's logits (M, V) at each [MASK] of `text`, read as one segment [CLS] ... [SEP]."""
+    ids = tokenizer.encode(text).ids  # [CLS] ... [SEP]
+    limit = model.config.max_position_embeddings
+    if len(ids) > limit and not model.config.relative_positions:
+        raise UserError(f"the text is {len(ids)} tokens long; this model reads at most {limit}")
+    input_ids = torch.tensor([ids])  # (1, T)
+    positions = (input_ids[0] == tokenizer.token_to_id(MASK_TOKEN)).nonzero().flatten()
+    if positions.numel() == 0:
+        raise UserError(f"the tokenizer did not keep {MASK_TOKEN} as one token in {text!r}")
+    device = next(model.parameters()).device
+    logits = model(input_ids.to(device), attention_mask=torch.ones_like(input_ids, device=device),
+                   token_type_ids=torch.zeros_like(input_ids, device=device)).prediction_logits[0]  # (T, V)
+    return logits[positions.to(device)]
 
 
 def summed_cross_entropy(

@@ -8,7 +8,7 @@ cost differs, its cost functions) and one row in FAMILIES.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +18,9 @@ from torch import nn
 
 from bertpre.errors import UserError
 from bertpre.model import hf_format
-from bertpre.model.bert import BertForPreTraining, BertModel
+from bertpre.model.bert import BertForPreTraining, BertModel, bert_mask_logits
 from bertpre.model.bert_cost import bert_training_flops, count_bert_parameters, estimate_bert_memory
-from bertpre.model.config import REMOTE_MODEL_TYPE, BertConfig
+from bertpre.model.config import REMOTE_MODEL_TYPE, XLNET_SHAPE_FIELDS, BertConfig
 from bertpre.model.heads import (
     BertForSequenceClassification,
     BertForTokenClassification,
@@ -28,7 +28,13 @@ from bertpre.model.heads import (
     XLNetForTokenClassification,
     xlnet_encoder,
 )
-from bertpre.model.xlnet import XLNetLMHeadModel, write_xlnet_task_folder, xlnet_export_writer
+from bertpre.model.vocab_growth import grow_vocab_rows
+from bertpre.model.xlnet import (
+    XLNetLMHeadModel,
+    write_xlnet_task_folder,
+    xlnet_export_writer,
+    xlnet_mask_logits,
+)
 from bertpre.model.xlnet_cost import (
     count_xlnet_parameters,
     estimate_xlnet_memory,
@@ -61,9 +67,14 @@ class Family:
     write_task_folder: Callable[..., dict]  # a fine-tuned model's folder; returns config.json's content
     native_task_models: Callable[[BertConfig], bool]  # whether transformers has task classes for it
     optional_encoder_parts: tuple[str, ...]  # encoder parts a folder may lack (drawn fresh)
+    optional_parts: dict[str, str]  # pretraining-model parts a folder may lack, as users know them
     count_parameters: Callable[[BertConfig], Any]  # -> ParameterCounts
     training_flops: Callable[..., float]  # (config, seq_length, predicted_share, **options)
     estimate_memory: Callable[..., Any]  # (config, seq_length, predicted_share, precision, **options)
+    shape_words: Callable[[BertConfig], str]  # the shape in words: "12 layers, hidden 768, ..."
+    source_fields: tuple[str, ...]  # what a run started from a released model takes from its config
+    grow_vocabulary: Callable[..., dict] | None  # (state, new pieces) -> state with the rows added
+    mask_logits: Callable[[nn.Module, Tokenizer, str], torch.Tensor]  # fill-mask: (M, V) at each [MASK]
 
     def load_pretraining(self, folder: str | Path, *, strict: bool = False) -> nn.Module:
         """The pretraining model of a Hugging Face folder (heads a BertModel-only folder lacks are
@@ -71,6 +82,12 @@ class Family:
         if self.pretraining_class is BertForPreTraining:
             return BertForPreTraining.from_pretrained(folder, strict=strict)
         return self.pretraining_class.from_pretrained(folder)
+
+
+# Model keys a run may set whatever the source says: they shape training, not the weights.
+TRAINING_ONLY_KEYS = ("hidden_dropout_prob", "attention_probs_dropout_prob", "initializer_range",
+                      "pad_token_id", "mem_len", "clamp_len")
+BERT_SOURCE_FIELDS = tuple(field.name for field in fields(BertConfig) if field.name not in TRAINING_ONLY_KEYS)
 
 
 def build_bert(config: BertConfig, tokenizer: Tokenizer | None = None) -> BertForPreTraining:
@@ -101,22 +118,30 @@ FAMILIES: dict[str, Family] = {
         padding_side="right", objectives=("mlm",), pair_task=True,
         build_pretraining=build_bert, build_encoder=BertModel, tokenizer_layout=same_layout,
         read_weights=read_bert_weights, optional_encoder_parts=("pooler.",),
+        optional_parts={"bert.pooler.": "the pooler (bert.pooler)", "cls.predictions.": "the MLM head (cls.predictions)",
+                        "cls.seq_relationship.": "the pair head (cls.seq_relationship)"},
         export_writer=hf_format.bert_export_writer, write_task_folder=hf_format.write_bert_task_folder,
         # transformers' BertFor*Classification has no relative positions and no ALBERT sharing
         native_task_models=lambda config: not (config.relative_positions or config.is_albert),
         count_parameters=count_bert_parameters, training_flops=bert_training_flops,
-        estimate_memory=estimate_bert_memory),
+        estimate_memory=estimate_bert_memory,
+        shape_words=lambda config: (f"{config.num_hidden_layers} layers, hidden {config.hidden_size}, "
+                                    f"{config.position_embedding_type} positions"),
+        source_fields=BERT_SOURCE_FIELDS, grow_vocabulary=grow_vocab_rows, mask_logits=bert_mask_logits),
     "xlnet": Family(
         architecture="xlnet", display_name="XLNet", hf_model_types=("xlnet",),
         pretraining_class=XLNetLMHeadModel, sequence_head=XLNetForSequenceClassification,
         token_head=XLNetForTokenClassification, hf_task_prefix="XLNet", encoder_attribute="transformer",
         padding_side="left", objectives=("plm", "clm"), pair_task=False,
         build_pretraining=build_xlnet, build_encoder=xlnet_encoder, tokenizer_layout=xlnet_layout,
-        read_weights=hf_format.read_weights, optional_encoder_parts=(),
+        read_weights=hf_format.read_weights, optional_encoder_parts=(), optional_parts={},
         export_writer=xlnet_export_writer, write_task_folder=write_xlnet_task_folder,
         native_task_models=lambda config: True,
         count_parameters=count_xlnet_parameters, training_flops=xlnet_training_flops_per_token,
-        estimate_memory=estimate_xlnet_memory),
+        estimate_memory=estimate_xlnet_memory,
+        shape_words=lambda config: (f"{config.num_hidden_layers} layers, hidden {config.hidden_size}, "
+                                    f"relative positions, memory {config.mem_len}"),
+        source_fields=XLNET_SHAPE_FIELDS, grow_vocabulary=None, mask_logits=xlnet_mask_logits),
 }
 
 
@@ -127,6 +152,11 @@ def family(config: BertConfig) -> Family:
     except KeyError:
         raise UserError(f"model.architecture {config.architecture!r} is not built; use one of "
                         f"{', '.join(FAMILIES)}") from None
+
+
+def family_of(model: nn.Module) -> Family:
+    """The row whose pretraining class `model` is."""
+    return next(row for row in FAMILIES.values() if isinstance(model, row.pretraining_class))
 
 
 def load_pretraining_model(folder: str | Path, *, strict: bool = False) -> nn.Module:

@@ -29,6 +29,7 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 from safetensors.torch import save_file
+from tokenizers import Tokenizer
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
@@ -41,6 +42,7 @@ from bertpre.model.config import BertConfig, XLNetConfig
 from bertpre.model.positions import sinusoid_table
 from bertpre.tokenizer.wordpiece import (
     CLS_TOKEN,
+    MASK_TOKEN,
     PAD_TOKEN,
     SEP_TOKEN,
     SPECIAL_TOKENS_MAP_FILE,
@@ -423,16 +425,27 @@ class XLNetLMHeadModel(nn.Module):
         except (json.JSONDecodeError, UnicodeDecodeError, TypeError, AttributeError) as error:
             raise UserError(f"{path}: not an XLNet config ({error})") from None
         model = cls(config)
-        state_dict = {k: v for k, v in hf_format.read_weights(folder).items() if k not in TIED_KEYS}
-        expected = {k: v.shape for k, v in model.state_dict().items() if k not in TIED_KEYS}
+        model.load_weights(hf_format.read_weights(folder), folder)
+        return model
+
+    def load_weights(self, state_dict: dict[str, torch.Tensor], folder: Path, *,
+                     strict: bool = True) -> tuple[list[str], list[str]]:
+        """Copy a folder's tensors into this model: every weight but the tied head must be there,
+        and no other (`strict` is always so for XLNet, whose folders hold no optional parts).
+
+        Returns:
+            (missing names, unexpected names): both empty.
+        """
+        state_dict = {k: v for k, v in state_dict.items() if k not in TIED_KEYS}
+        expected = {k: v.shape for k, v in self.state_dict().items() if k not in TIED_KEYS}
         _, unexpected = hf_format.match_state_dict(expected, state_dict, folder, layout="XLNet", optional=())
         if unexpected:
             raise UserError(f"{folder}: the weights do not fit XLNet's layout of config.json "
                             f"({len(unexpected)} unexpected: {', '.join(unexpected[:3])})")
         with torch.no_grad():
-            model.load_state_dict(state_dict, strict=False)
-        model.tie_weights()
-        return model
+            self.load_state_dict(state_dict, strict=False)
+        self.tie_weights()
+        return [], []
 
 
 def xlnet_export_writer(model: XLNetLMHeadModel, tokenizer_folder: Path) -> tuple[str, hf_format.ExportWriter]:
@@ -465,3 +478,23 @@ def write_xlnet_task_folder(folder: Path, state: dict[str, torch.Tensor], config
            (("pad_token_id", PAD_TOKEN), ("cls_token_id", CLS_TOKEN), ("sep_token_id", SEP_TOKEN))}
     return {**config.to_hf_dict(), "bertpre_version": bertpre.__version__,
             **{field: value for field, value in ids.items() if value is not None}}
+
+
+@torch.no_grad()
+def xlnet_mask_logits(model: XLNetLMHeadModel, tokenizer: Tokenizer, text: str) -> torch.Tensor:
+    """XLNet's logits (M, V) for each [MASK] of `text`: every [MASK] is a target of the query
+    stream that sees the rest of the text (as a segment ends, with [SEP]) and no other target;
+    the [MASK] token itself is hidden from every position, so it takes no part."""
+    ids = tokenizer.encode(text, add_special_tokens=False).ids + [tokenizer.token_to_id(SEP_TOKEN)]
+    input_ids = torch.tensor([ids])  # (1, T)
+    positions = (input_ids[0] == tokenizer.token_to_id(MASK_TOKEN)).nonzero().flatten()  # (P,)
+    if positions.numel() == 0:
+        raise UserError(f"the tokenizer did not keep {MASK_TOKEN} as one token in {text!r}")
+    length, targets = input_ids.shape[1], positions.numel()
+    perm_mask = torch.zeros(1, length, length)
+    perm_mask[0, :, positions] = 1.0  # no position sees a target
+    target_mapping = torch.zeros(1, targets, length)
+    target_mapping[0, torch.arange(targets), positions] = 1.0
+    device = next(model.parameters()).device
+    return model(input_ids.to(device), perm_mask=perm_mask.to(device),
+                 target_mapping=target_mapping.to(device)).logits[0]  # (P, V)

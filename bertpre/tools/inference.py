@@ -11,7 +11,7 @@ from bertpre.config import load_config
 from bertpre.data import load_mixture, open_data
 from bertpre.errors import UserError
 from bertpre.model import BertForPreTraining, XLNetLMHeadModel
-from bertpre.model.families import load_pretraining_model
+from bertpre.model.families import family, family_of, load_pretraining_model
 from bertpre.tokenizer import MASK_TOKEN, SPECIAL_TOKENS
 from bertpre.tokenizer.wordpiece import check_same_vocab
 from bertpre.train.checkpoint import resolve_model_folder
@@ -48,52 +48,9 @@ def fill_mask(
         raise UserError(f'the text has no {MASK_TOKEN}; write e.g. "The capital of France is {MASK_TOKEN}."')
     if top_k < 1:
         raise UserError(f"--top-k must be at least 1, not {top_k}")
-    if isinstance(model, XLNetLMHeadModel):
-        return [[Prediction(token, probability) for token, probability in candidates]
-                for candidates in xlnet_fill_mask(model, tokenizer, text, top_k)]
-    ids = tokenizer.encode(text).ids  # [CLS] ... [SEP]
-    limit = model.config.max_position_embeddings
-    if len(ids) > limit and not model.config.relative_positions:
-        raise UserError(f"the text is {len(ids)} tokens long; this model reads at most {limit}")
-    input_ids = torch.tensor([ids])  # (1, T)
-    mask_id = tokenizer.token_to_id(MASK_TOKEN)
-    positions = (input_ids[0] == mask_id).nonzero().flatten()
-    if positions.numel() == 0:
-        raise UserError(f"the tokenizer did not keep {MASK_TOKEN} as one token in {text!r}")
-
-    device = next(model.parameters()).device
-    logits = model(
-        input_ids.to(device),
-        attention_mask=torch.ones_like(input_ids, device=device),
-        token_type_ids=torch.zeros_like(input_ids, device=device),
-    ).prediction_logits[0]  # (T, V)
-    probabilities = logits[positions.to(device)].float().softmax(dim=-1)  # (M, V)
+    probabilities = family_of(model).mask_logits(model, tokenizer, text).float().softmax(dim=-1)  # (M, V)
     return [[Prediction(token, probability) for token, probability in candidates]
             for candidates in top_tokens(probabilities, tokenizer, top_k)]
-
-
-@torch.no_grad()
-def xlnet_fill_mask(model: XLNetLMHeadModel, tokenizer: Tokenizer, text: str,
-                    top_k: int) -> list[list[tuple[str, float]]]:
-    """XLNet's guess for each [MASK]: every [MASK] is a target of the query stream that sees the
-    rest of the text (as a segment ends, with [SEP]) and no other target; the [MASK] token itself
-    is hidden from every position, so it takes no part."""
-    from bertpre.tokenizer.wordpiece import SEP_TOKEN
-
-    ids = tokenizer.encode(text, add_special_tokens=False).ids + [tokenizer.token_to_id(SEP_TOKEN)]
-    input_ids = torch.tensor([ids])  # (1, T)
-    positions = (input_ids[0] == tokenizer.token_to_id(MASK_TOKEN)).nonzero().flatten()  # (P,)
-    if positions.numel() == 0:
-        raise UserError(f"the tokenizer did not keep {MASK_TOKEN} as one token in {text!r}")
-    length, targets = input_ids.shape[1], positions.numel()
-    perm_mask = torch.zeros(1, length, length)
-    perm_mask[0, :, positions] = 1.0  # no position sees a target
-    target_mapping = torch.zeros(1, targets, length)
-    target_mapping[0, torch.arange(targets), positions] = 1.0
-    device = next(model.parameters()).device
-    logits = model(input_ids.to(device), perm_mask=perm_mask.to(device),
-                   target_mapping=target_mapping.to(device)).logits[0]  # (P, V)
-    return top_tokens(logits.float().softmax(dim=-1), tokenizer, top_k)
 
 
 def top_tokens(probabilities: torch.Tensor, tokenizer: Tokenizer, top_k: int) -> list[list[tuple[str, float]]]:
@@ -145,24 +102,21 @@ def evaluate_saved_model(source: str | Path, data: str | Path | None = None, *,
     config = read_run_config(source / "config.yaml") if own else load_config(config_path)
     config = config.for_phase(len(config.phase_ends()) - 1)  # a phased run ends at its last length
     model, tokenizer = load_model_and_tokenizer(source)
+    shape = resolve_model_folder(source).model_config()
     scored = open_data(data) if data is not None else load_mixture(config.data.sources)
     folders = [scored] if data is not None else scored.folders
     for folder in folders:
         check_same_vocab(folder.tokenizer, tokenizer, folder.path, f"model {source}")
-    if isinstance(model, XLNetLMHeadModel) and not config.data.recurrent:
-        # An export, or a config of BERT's: XLNet is scored by its permutation LM.
-        config.data.objective, config.data.pair_task = "plm", "none"
-    if isinstance(model, XLNetLMHeadModel):
-        if max_seq_length is not None:
-            config.data.max_seq_length = max_seq_length
-            if config.data.max_seq_length % config.data.segment_step:
-                config.data.reuse_length = None
-        return evaluate(model, scored, config.data, micro_batch_size=micro_batch_size, seed=seed)
-    positions = model.config.max_position_embeddings
+    row = family(shape)
+    if config.data.objective not in row.objectives:  # an export, or a config of another family's
+        config.data.objective = row.objectives[0]
+        if not row.pair_task:
+            config.data.pair_task = "none"
+    positions = shape.max_position_embeddings
     if max_seq_length is not None:
         if max_seq_length < 8:
             raise UserError(f"--max-seq-length {max_seq_length} must be at least 8")
-        if max_seq_length > positions and not model.config.relative_positions:
+        if max_seq_length > positions and not shape.relative_positions:
             raise UserError(f"--max-seq-length {max_seq_length} is longer than the {positions} positions "
                             f"of {source} (an absolute position table); models with relative "
                             "positions (model.position_embedding_type rope or transformer_xl) read any length")
@@ -170,6 +124,8 @@ def evaluate_saved_model(source: str | Path, data: str | Path | None = None, *,
         if cap is not None:
             config.data.max_predictions_per_seq = max(1, round(cap * max_seq_length / config.data.max_seq_length))
         config.data.max_seq_length = max_seq_length
-    elif not model.config.relative_positions:
+        if config.data.max_seq_length % config.data.segment_step:  # plm, clm: segments restart at the length
+            config.data.reuse_length = None
+    elif not shape.relative_positions:
         config.data.max_seq_length = min(config.data.max_seq_length, positions)
     return evaluate(model, scored, config.data, micro_batch_size=micro_batch_size, seed=seed)

@@ -287,6 +287,10 @@ def find_checkpoint(source: str | Path) -> tuple[Path, Path]:
     return checkpoint, tokenizer
 
 
+# Each process's recurrent memory in a checkpoint (plm, clm: `objectives.plm.RecurrentMemory`).
+MEMORY_FILE = "memory_{rank}.safetensors"
+
+
 @dataclass(frozen=True)
 class ModelFolder:
     """Where a model's weights and its tokenizer are: one folder (an export, a Hugging Face

@@ -2,26 +2,17 @@
 from __future__ import annotations
 
 import shlex
-from dataclasses import fields
 from pathlib import Path
 
 from tokenizers import Tokenizer
+from torch import nn
 
 from bertpre.config import Config
 from bertpre.errors import UserError
-from bertpre.model import BertConfig, BertForPreTraining, XLNetLMHeadModel
-from bertpre.model.hf_format import read_folder
-from bertpre.model.vocab_growth import grow_vocab_rows
+from bertpre.model import BertConfig
+from bertpre.model.families import family
 from bertpre.tokenizer import VocabMismatch, vocab_extension
 from bertpre.train.checkpoint import ModelFolder
-
-# Model keys a run may set whatever the source says: they shape training, not the weights.
-TRAINING_ONLY_KEYS = ("hidden_dropout_prob", "attention_probs_dropout_prob", "initializer_range",
-                      "pad_token_id", "mem_len", "clamp_len")
-SHAPE_KEYS = tuple(f.name for f in fields(BertConfig) if f.name not in TRAINING_ONLY_KEYS)
-# The parts a BertModel-only or BertForMaskedLM folder may lack, as the user knows them.
-HEADS = {"bert.pooler.": "the pooler (bert.pooler)", "cls.predictions.": "the MLM head (cls.predictions)",
-         "cls.seq_relationship.": "the pair head (cls.seq_relationship)"}
 
 
 def adopt_shape(config: Config, shape: BertConfig, where: str | Path) -> None:
@@ -30,16 +21,18 @@ def adopt_shape(config: Config, shape: BertConfig, where: str | Path) -> None:
     A shape key the config gives with another value is an error naming the key; training-only
     keys (dropout, the init range of new heads) keep the config's values.
     """
-    for name in shape.shape_fields() if shape.is_xlnet else SHAPE_KEYS:
+    row = family(shape)
+    for name in row.source_fields:
         given, wanted = getattr(config.model, name), getattr(shape, name)
         if name in config.model_keys_given and given != wanted and not (name == "vocab_size" and given == "auto"):
             raise UserError(f"model.{name} is {given!r} in the config but {where} has {wanted!r}; with "
                             f"model.init_from the model's shape comes from the source, so remove "
                             f"model.{name} from the config")
         setattr(config.model, name, wanted)
-    if shape.is_xlnet and not config.data.recurrent:
-        raise UserError(f"{where} is an XLNet, which trains with data.objective plm or clm (set "
-                        "model.architecture: xlnet, data.objective and data.pair_task: none)")
+    if config.data.objective not in row.objectives:
+        raise UserError(f"{where} holds {row.display_name} weights, which train with data.objective "
+                        f"{' or '.join(row.objectives)} (set model.architecture: {row.architecture}, "
+                        "data.objective and data.pair_task: none)")
     if config.data.max_seq_length > shape.max_position_embeddings and not shape.relative_positions:
         raise UserError(f"data.max_seq_length ({config.data.max_seq_length}) is larger than the "
                         f"{shape.max_position_embeddings} positions of {where}; lower it")
@@ -70,8 +63,7 @@ def source_vocab_growth(source: ModelFolder, data_tokenizer: Tokenizer, data_pat
     return pieces
 
 
-def load_source_weights(model: BertForPreTraining | XLNetLMHeadModel, source: ModelFolder,
-                        new_pieces: list[list[int]] | None = None) -> list[str]:
+def load_source_weights(model: nn.Module, source: ModelFolder, new_pieces: list[list[int]] | None = None) -> list[str]:
     """Copy the source's tensors into `model` (built with the source's shape, and its
     vocabulary grown by `len(new_pieces)` rows, each the mean of its pieces' rows).
 
@@ -79,24 +71,23 @@ def load_source_weights(model: BertForPreTraining | XLNetLMHeadModel, source: Mo
         What the user should know: the vocabulary grown, the heads the source lacks (they keep
         their fresh initialization), tensors the model has no place for.
     """
-    if isinstance(model, XLNetLMHeadModel):
-        if new_pieces:
-            raise UserError(f"model.init_from {source.path} is an XLNet, whose vocabulary bertpre does not "
-                            "extend yet; use DATA tokenized with its own tokenizer and no --add-vocab")
-        model.load_state_dict(XLNetLMHeadModel.from_pretrained(source.model_folder).state_dict())
-        return []
-    _, state_dict = read_folder(source.model_folder)
+    row = family(source.model_config())
+    state_dict = row.read_weights(source.model_folder)
     said = []
     if new_pieces:
+        if row.grow_vocabulary is None:
+            raise UserError(f"model.init_from {source.path} holds {row.display_name} weights, whose vocabulary "
+                            "bertpre does not extend yet; use DATA tokenized with its own tokenizer and no --add-vocab")
         rows = model.config.vocab_size - len(new_pieces)
-        state_dict = grow_vocab_rows(state_dict, new_pieces)
+        state_dict = row.grow_vocabulary(state_dict, new_pieces)
         said.append(f"the vocabulary grows from {rows:,} to {model.config.vocab_size:,} tokens; each "
                     "new row starts as the mean of the rows of the pieces the old vocabulary split it into")
     missing, unexpected = model.load_weights(state_dict, source.model_folder)
-    heads = [label for prefix, label in HEADS.items() if any(name.startswith(prefix) for name in missing)]
+    heads = [label for prefix, label in row.optional_parts.items() if any(name.startswith(prefix) for name in missing)]
     if heads:
         said.append(f"{source.path} has no weights for {', '.join(heads)}; newly initialized")
     if unexpected:
         shown = ", ".join(unexpected[:5]) + (" ..." if len(unexpected) > 5 else "")
-        said.append(f"{source.path}: ignored {len(unexpected)} tensors bertpre's BERT has no place for ({shown})")
+        said.append(f"{source.path}: ignored {len(unexpected)} tensors bertpre's {row.display_name} has no "
+                    f"place for ({shown})")
     return said

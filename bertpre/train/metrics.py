@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from bertpre.train.objectives.mlm import DEVICE_STATS, HOST_STATS, named_stats
+from bertpre.train.objectives.base import DEVICE_STATS, HOST_STATS, named_stats
 from bertpre.train.runtime import Runtime
 
 # Per-step sums over micro-batches and processes: those the device keeps, then the host's counts.

@@ -20,27 +20,17 @@ from safetensors import SafetensorError
 from torch.nn.parallel import DistributedDataParallel
 
 import bertpre
-from bertpre.batches import (
-    BatchStream,
-    MaskingCollator,
-    MixedInstances,
-    PretrainingInstances,
-    build_instances,
-)
-from bertpre.batches.plm import PermutationCollator
-from bertpre.batches.segments import MixedSegments, SegmentInstances
-from bertpre.config import Config, DataConfig, check_world_size, resolve
+from bertpre.config import Config, check_world_size, resolve
 from bertpre.data import DataFolder, load_mixture
 from bertpre.errors import WRITE_ERRNOS, UserError
-from bertpre.model import BertForPreTraining, XLNetLMHeadModel
 from bertpre.model.cost import memory_shortfall, training_flops_per_token
+from bertpre.model.families import family
 from bertpre.model.hf_format import read_config
 from bertpre.tokenizer import load_tokenizer
 from bertpre.tokenizer.wordpiece import TOKENIZER_FILE, check_same_vocab
 from bertpre.train.checkpoint import (
     latest_checkpoint,
     load_checkpoint,
-    read_rank_tensors,
     remove_partial_checkpoints,
     resolve_model_folder,
     save_checkpoint,
@@ -52,21 +42,13 @@ from bertpre.train.init_from import (
     source_vocab_growth,
 )
 from bertpre.train.metrics import MetricsWindow, MetricsWriter, ProgressBar, gpu_scalars
-from bertpre.train.objectives.mlm import (
+from bertpre.train.objectives import (
     DEVICE_STATS,
     HOST_STATS,
     HostCounts,
-    PretrainingObjective,
-    device_batch,
-    freeze_pair_head,
+    NoCarry,
     named_stats,
-)
-from bertpre.train.objectives.plm import (
-    MEMORY_FILE,
-    PermutationObjective,
-    RecurrentMemory,
-    plm_device_batch,
-    plm_host_counts,
+    objective_for,
 )
 from bertpre.train.optim import build_optimizer, learning_rate
 from bertpre.train.report import (
@@ -222,8 +204,9 @@ class Trainer:
                 print(f"warning: {warning}", file=sys.stderr)
 
         seed_everything(train.seed)
-        self.model = build_pretraining_model(config, self.data.tokenizer)
-        self.memory: RecurrentMemory | None = None  # plm/clm: each micro-batch slot's memory
+        self.objective = objective_for(config.data.objective)
+        self.model = family(config.model).build_pretraining(config.model, self.data.tokenizer)
+        self.carry = NoCarry()  # what each micro-batch slot hands the next step's (plm/clm: memory)
         if self.source is not None:
             self.say(f"starting from the weights of {self.source.path}")
             for line in load_source_weights(self.model, self.source, self.new_pieces):
@@ -231,9 +214,6 @@ class Trainer:
         self.model.to(runtime.device)
         self.model.set_gradient_checkpointing(train.gradient_checkpointing)
         self.optimizer = build_optimizer(self.model, config.optim, runtime.device)
-        if config.data.pair_task == "none" and not config.model.is_xlnet:
-            # After the optimizer is built: its state keeps one layout whatever the pair task.
-            freeze_pair_head(self.model)
         self.scaler = runtime.grad_scaler()
         seed_everything(train.seed + runtime.rank)  # dropout differs across processes
         self.step, self.skipped_steps, self.consecutive_skips = 0, 0, 0
@@ -248,7 +228,8 @@ class Trainer:
         else:
             self.load_state_dict(load_checkpoint(latest, model=self.model, optimizer=self.optimizer,
                                                  scaler=self.scaler, runtime=runtime), latest)
-            self.load_memory(latest)
+            if self.stream.state_dict()["position"]:  # a phase's end starts the next with no carry
+                self.carry.restore(latest, runtime.rank, runtime.device)
             self.check_resumed_config()
             if runtime.is_main:
                 print(f"resuming from {latest} (step {self.step}, epoch {self.stream.epoch})",
@@ -267,20 +248,6 @@ class Trainer:
         if self.runtime.is_main:
             print(f"note: {note}", file=sys.stderr)
 
-    def build_instances(self, data_config: DataConfig) -> PretrainingInstances | MixedInstances:
-        """This process's training instances as `data_config` describes them (one folder or a
-        mixture); a mixture's realised shares are said once."""
-        instances = build_instances(self.mixture, data_config, seed=self.config.train.seed,
-                                    rank=self.runtime.rank, world_size=self.runtime.world_size)
-        if isinstance(instances, MixedInstances) and self.runtime.is_main:
-            shares = ", ".join(f"{name} {share:.2%} ({count:,} instances, {count / block:.2f} of its epochs)"
-                               for (name, share), count, block in zip(
-                                   instances.shares.items(), instances.draws.tolist(),
-                                   instances.stream_block.tolist(), strict=True))
-            print(f"data: {instances.size:,} instances an epoch from {len(instances.names)} "
-                  f"sources, every epoch: {shares}", file=sys.stderr)
-        return instances
-
     def start_run(self, *, resumed: bool) -> None:
         """Write the run folder's config and tokenizer; set up the model wrapper, evaluator and logs."""
         config, runtime, train = self.config, self.runtime, self.config.train
@@ -296,9 +263,9 @@ class Trainer:
         self.window = MetricsWindow(self.step)
         self.start_step, self.eta_said = self.step, False
         self.metrics.describe_run(CUSTOM_SCALARS_LAYOUT, self.run_texts())
-        if isinstance(self.stream.instances, MixedInstances):  # said once: equal in every epoch
-            self.metrics.log(self.step, {f"data/share/{name}": share
-                                         for name, share in self.stream.instances.shares.items()})
+        shares = self.objective.shares(self.stream.instances)
+        if shares:  # said once: equal in every epoch
+            self.metrics.log(self.step, {f"data/share/{name}": share for name, share in shares.items()})
         if len(config.phases) > 1 and runtime.is_main:
             print(f"phase {self.phase + 1} of {len(config.phases)}: {self.describe_phase()}",
                   file=sys.stderr)
@@ -326,14 +293,8 @@ class Trainer:
             device += f" ({torch.cuda.get_device_name(runtime.device)})"
         counts = [folder.manifest.get("counts", {}) if isinstance(folder.manifest, dict) else {}
                   for folder in self.mixture.folders]
-        shape = (f"{model.num_hidden_layers} layers, hidden {model.hidden_size}, "
-                 f"{model.position_embedding_type} positions")
-        if model.is_xlnet:
-            data = self.phase_config.data
-            shape = (f"{model.num_hidden_layers} layers, hidden {model.hidden_size}, relative positions, "
-                     f"memory {model.mem_len}; {data.objective}"
-                     + (f" ({data.plm_plan} plan, 1/{1 / data.plm_probability:.3g} predicted)"
-                        if data.objective == "plm" else ""))
+        row = family(model)
+        shape = row.shape_words(model) + self.objective.summary(self.phase_config.data)
         return RunPlan(
             run_dir=str(self.run_dir),
             parameters=self.model.num_parameters(),
@@ -346,7 +307,7 @@ class Trainer:
             corpus_tokens=sum(int(count.get("tokens", 0)) for count in counts),
             steps_per_epoch=len(self.stream.instances) * runtime.world_size / train.batch_size,
             phases=len(self.config.phases),
-            architecture="XLNet" if model.is_xlnet else "BERT",
+            architecture=row.display_name,
         )
 
     def enter_phase(self, index: int, stream_state: dict[str, int] | None = None) -> None:
@@ -357,37 +318,17 @@ class Trainer:
         self.phase_end = self.config.phase_ends()[index]
         self.accumulation = check_world_size(config, runtime.world_size)
         seed = config.train.seed
-        if config.data.recurrent:
-            # Slot j of every step reads the same rows (lanes), so its memory is their context.
-            lanes = config.train.micro_batch_size * self.accumulation
-            if self.mixture.is_mixture:
-                instances = MixedSegments.from_mixture(self.mixture, config.data, lanes=lanes, seed=seed,
-                                                       rank=runtime.rank, world_size=runtime.world_size)
-            else:
-                instances = SegmentInstances.from_config(self.data.train, self.data.tokenizer, config.data,
-                                                         lanes=lanes, seed=seed, rank=runtime.rank,
-                                                         world_size=runtime.world_size)
-            collate = PermutationCollator.from_config(self.data.tokenizer, config.data, seed,
-                                                      fixed_shapes=config.train.compile)
-            self.memory = RecurrentMemory(self.accumulation)
-            # The states a segment leaves as memory: its first segment_step tokens', the context
-            # of the next segment, which starts that far on (this phase's length and step).
-            self.model.config.reuse_len = reuse_length(config)
-        else:
-            instances = self.build_instances(config.data)
-            collate = MaskingCollator.from_config(self.data.tokenizer, config.data, seed,
-                                                  fixed_shapes=config.train.compile)
-        self.stream = BatchStream(instances, collate,
-                                  micro_batch_size=config.train.micro_batch_size,
-                                  num_workers=config.data.num_workers,
-                                  pin_memory=runtime.device.type == "cuda", seed=seed,
-                                  **(stream_state or {}))
+        self.objective.prepare_model(self.model, config)
+        self.stream = self.objective.stream(self.mixture, config, accumulation=self.accumulation,
+                                            rank=runtime.rank, world_size=runtime.world_size,
+                                            pin_memory=runtime.device.type == "cuda", position=stream_state)
+        self.carry = self.objective.new_carry(self.accumulation)
         # Every process scores its share of the validation batches, at the phase's length.
         self.evaluator = build_evaluator(self.mixture, config.data,
                                          micro_batch_size=config.train.micro_batch_size, seed=seed,
                                          rank=runtime.rank, world_size=runtime.world_size)
         self.token_flops = training_flops_per_token(config.model, config.data.max_seq_length,
-                                                    config.data.predicted_share, **xlnet_cost_options(config))
+                                                    config.data.predicted_share, **self.objective.cost_options(config))
 
     def next_phase(self) -> None:
         """Cross into the next phase; its data continues from the next epoch, so that its
@@ -399,9 +340,8 @@ class Trainer:
 
     def describe_phase(self) -> str:
         config = self.phase_config
-        predictions = (f"reuse_length {config.data.segment_step}" if config.data.recurrent
-                       else f"max_predictions_per_seq {config.data.max_predictions_per_seq}")
-        return (f"max_seq_length {config.data.max_seq_length}, {predictions}, batch {config.train.batch_size} "
+        return (f"max_seq_length {config.data.max_seq_length}, {self.objective.describe(config.data)}, "
+                f"batch {config.train.batch_size} "
                 f"(micro-batch {config.train.micro_batch_size}), lr {config.optim.lr:g}, "
                 f"until step {self.phase_end}")
 
@@ -485,11 +425,10 @@ class Trainer:
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         host_batches = [self.stream.next() for _ in range(self.accumulation)]
-        recurrent = self.memory is not None
-        counts, to_device = (plm_host_counts, plm_device_batch) if recurrent else (HostCounts.of, device_batch)
-        totals = step_totals([counts(batch) for batch in host_batches], runtime)
+        totals = step_totals([self.objective.host_counts(batch) for batch in host_batches], runtime)
         # Every copy is queued before the first forward, so the copies overlap the compute.
-        batches = [to_device(batch, runtime.device, keep_attention_mask=self.phase_config.train.compile)
+        keep_mask = self.phase_config.train.compile
+        batches = [self.objective.to_device(batch, runtime.device, keep_attention_mask=keep_mask)
                    for batch in host_batches]
         # Each micro-batch's loss sums are divided by the step's counts (over all processes),
         # so any split of the batch gives the same gradient; DDP averages over processes.
@@ -509,22 +448,17 @@ class Trainer:
         """One micro-batch on the device; returns its DEVICE_STATS sums.
 
         Args:
-            weights: what the MLM (or PLM) and pair loss sums are multiplied by.
+            weights: what the objective's and the pair loss sums are multiplied by.
             sync: the step's last micro-batch, whose backward all-reduces the gradients.
-            slot: the micro-batch's place in the step, whose memory it reads and leaves (plm, clm).
+            slot: the micro-batch's place in the step, whose carry it reads and leaves.
         """
         no_sync = (self.trained_model.no_sync() if self.runtime.distributed and not sync
                    else contextlib.nullcontext())
         with no_sync:
             with self.runtime.autocast():
-                if self.memory is None:
-                    mlm_loss_sum, pair_loss_sum, sums = self.trained_model(batch)
-                else:
-                    mems, mask = self.memory.read(slot, batch.get("memory_reset"))
-                    mlm_loss_sum, sums, (mems, mask) = self.trained_model(batch, mems, mask)
-                    self.memory.write(slot, mems, mask)
-                    pair_loss_sum = mlm_loss_sum.new_zeros(())
-            loss = mlm_loss_sum * weights[0] + pair_loss_sum * weights[1]
+                (loss_sum, pair_loss_sum), sums, carry = self.trained_model(batch, self.carry.take(slot, batch))
+                self.carry.keep(slot, carry)
+            loss = loss_sum * weights[0] + pair_loss_sum * weights[1]
             (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
         return sums
 
@@ -572,9 +506,8 @@ class Trainer:
     def log(self, stats: StepStats) -> None:
         """Write the logging window's scalars (TensorBoard, metrics.jsonl, progress bar)."""
         self.check_finite()
-        scalars = objective_names(self.window.scalars(lr=stats.lr, loss_scale=self.loss_scale,
-                                                      skipped_steps=self.skipped_steps),
-                                  self.config.data.objective)
+        scalars = self.objective.log_names(self.window.scalars(lr=stats.lr, loss_scale=self.loss_scale,
+                                                               skipped_steps=self.skipped_steps))
         scalars.update(gpu_scalars(self.runtime, scalars["perf/tokens_per_s"], self.token_flops))
         self.metrics.log(self.step, scalars)
         self.last_train = {tag.split("/", 1)[1]: value for tag, value in scalars.items()
@@ -638,24 +571,12 @@ class Trainer:
             save_checkpoint(self.run_dir, self.step, model=self.model, optimizer=self.optimizer,
                             scaler=self.scaler, runtime=self.runtime,
                             keep_last=self.config.train.keep_last, trainer_state=self.state_dict(),
-                            rank_tensors=None if self.memory is None else {MEMORY_FILE: self.memory.state_dict()})
+                            rank_tensors=self.carry.rank_tensors())
         # On a full disk torch.save raises RuntimeError and safetensors SafetensorError.
         except (OSError, RuntimeError, SafetensorError) as error:
             if isinstance(error, OSError) and error.errno not in WRITE_ERRNOS:
                 raise
             raise write_failed(error, f"checkpoint step-{self.step:08d}", self.run_dir) from None
-
-    def load_memory(self, checkpoint: Path) -> None:
-        """This process's recurrent memory as the checkpoint left it (plm, clm): the next segment
-        of every lane attends to it as it would have without the restart. A checkpoint saved as
-        its phase ended starts the next phase's lanes afresh, with no memory."""
-        if self.memory is None or self.stream.state_dict()["position"] == 0:
-            return
-        tensors = read_rank_tensors(checkpoint, MEMORY_FILE, self.runtime.rank)
-        if tensors is None:
-            raise UserError(f"checkpoint {checkpoint} has no {MEMORY_FILE.format(rank=self.runtime.rank)}, "
-                            "the recurrent memory a resumed run continues from; resume from another checkpoint")
-        self.memory.load_state_dict(tensors, self.runtime.device)
 
     def check_resumed_config(self) -> None:
         """A resumed run keeps its config, but for the keys that may change (each one noted)."""
@@ -697,8 +618,7 @@ class Trainer:
 
     def wrap_model(self) -> torch.nn.Module:
         """The objective as the step calls it: compiled whole and/or DDP-wrapped as configured."""
-        objective = PermutationObjective if self.config.model.is_xlnet else PretrainingObjective
-        model = objective(self.model, self.config.optim.label_smoothing)
+        model = self.objective.step_module(self.model, self.config.optim.label_smoothing)
         if self.config.train.compile:
             model = torch.compile(model, fullgraph=True)
         if self.runtime.distributed:
@@ -710,38 +630,9 @@ class Trainer:
 DATA_RECORD = "data.json"  # in RUN: what the run read
 
 
-def build_pretraining_model(config: Config, tokenizer: Any) -> BertForPreTraining | XLNetLMHeadModel:
-    """The model `config.model` describes, freshly initialized from the current seed."""
-    if not config.model.is_xlnet:
-        return BertForPreTraining(config.model)
-    return XLNetLMHeadModel(config.model.xlnet_config(
-        reuse_len=reuse_length(config), cls_token_id=tokenizer.token_to_id("[CLS]"),
-        sep_token_id=tokenizer.token_to_id("[SEP]")))
-
-
-def reuse_length(config: Config) -> int | None:
-    """XLNet's reuse_len for a (phase's) config: the segment step, None when it is the whole row."""
-    data = config.data
-    return data.segment_step if data.segment_step < data.max_seq_length else None
-
-
-def objective_names(scalars: dict[str, float], objective: str) -> dict[str, float]:
-    """`train/mlm_*` named for the run's objective (`train/plm_loss`, `train/clm_acc`)."""
-    if objective == "mlm":
-        return scalars
-    return {tag.replace("/mlm_", f"/{objective}_"): value for tag, value in scalars.items()}
-
-
-def xlnet_cost_options(config: Config) -> dict[str, int]:
-    """The cost model's XLNet arguments for one phase's config (none for BERT): the memory
-    length, the query stream's rows P (as the collator sizes them) and the micro-batch."""
-    if not config.model.is_xlnet:
-        return {}
-    data = config.data
-    length = data.max_seq_length
-    rows = length if data.predicted_share == 1.0 else max(1, int(length * data.predicted_share + 0.5))
-    return {"memory_length": config.model.mem_len, "query_rows": rows,
-            "micro_batch_size": config.train.micro_batch_size}
+def cost_options(config: Config) -> dict[str, int]:
+    """The cost model's objective-specific arguments for one phase's config (none for mlm)."""
+    return objective_for(config.data.objective).cost_options(config)
 
 
 def check_fits_in_memory(config: Config, device: torch.device, world_size: int = 1) -> None:
@@ -753,7 +644,7 @@ def check_fits_in_memory(config: Config, device: torch.device, world_size: int =
         available, where = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), "this machine has"
     for index in range(max(1, len(config.phases))):
         phase = config.for_phase(index)
-        options = xlnet_cost_options(phase)
+        options = cost_options(phase)
         options.pop("micro_batch_size", None)
         if options:  # every row of the device's share of a step keeps its memory
             options["memory_rows"] = phase.train.batch_size // world_size

@@ -61,7 +61,7 @@ def train(tokenizer, instances, steps: int, *, start: dict | None = None, use_me
             item = (step * SLOTS + slot) * MICRO
             batch = collator(instances.__getitems__(list(range(item, item + MICRO))))
             mems, mask = memory.read(slot, batch["memory_reset"]) if use_memory else (None, None)
-            loss_sum, sums, (new_mems, new_mask) = step_module(batch, mems, mask)
+            (loss_sum, _), sums, (new_mems, new_mask) = step_module(batch, (mems, mask))
             (loss_sum / max(plm_predictions(batch), 1)).backward()
             memory.write(slot, new_mems, new_mask)
             total += float(sums[0])
@@ -94,7 +94,7 @@ def test_a_reset_row_sees_no_memory(tokenizer, instances):
     collator = PermutationCollator(tokenizer, perm_size=8, pad_to_length=16, seed=0)
     memory = RecurrentMemory(1)
     first = collator(instances.__getitems__([0, 1]))
-    _, _, (mems, mask) = step_module(first)
+    _, _, (mems, mask) = step_module(first, None)
     memory.write(0, mems, mask)
     second = collator(instances.__getitems__([4, 5]))  # the same two lanes, one step on
     second["memory_reset"] = torch.tensor([True, False])

@@ -10,7 +10,7 @@ from torch.overrides import TorchFunctionMode
 
 import bertpre.train.trainer as trainer
 from bertpre.config import load_config
-from bertpre.train.objectives.mlm import HostCounts, device_batch
+from bertpre.train.objectives.mlm import device_batch, mlm_host_counts
 
 ROOT = Path(__file__).parents[2]
 TINY = ROOT / "configs" / "tiny.yaml"
@@ -92,7 +92,7 @@ def test_the_micro_batch_path_and_the_update_read_nothing_from_the_device(tiny_d
 def test_counts_come_from_the_host_batch(tiny_data, tmp_path):
     with trainer.Trainer(tiny_config(tiny_data, tmp_path / "run", "train.max_steps=1")) as run:
         batch = run.stream.next()
-    counts = HostCounts.of(batch)
+    counts = mlm_host_counts(batch)
     assert counts.predictions == int((batch["labels"] != -100).sum()) > 0
     assert counts.pairs == len(batch["next_sentence_label"]) and counts.tokens == int(batch["attention_mask"].sum())
     padded = device_batch(batch, torch.device("cpu"), keep_attention_mask=False)

@@ -17,6 +17,7 @@ from safetensors.torch import load_file
 import bertpre.train.trainer as trainer
 from bertpre.config import load_config
 from bertpre.errors import UserError
+from bertpre.model import families
 from bertpre.train.optim import learning_rate
 from bertpre.train.trainer import TrainingDiverged, pretrain
 
@@ -190,7 +191,7 @@ def test_ddp_two_gloo_processes_equal_one_process_with_accumulation(data_dir, tm
 
 
 def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(data_dir, tmp_path, monkeypatch):
-    class PoisonedModel(trainer.BertForPreTraining):
+    class PoisonedModel(families.BertForPreTraining):
         calls = 0
 
         def forward(self, *args, **kwargs):
@@ -200,7 +201,7 @@ def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(data_dir, tmp_
                 out.mlm_loss_sum = out.mlm_loss_sum * float("nan")
             return out
 
-    monkeypatch.setattr(trainer, "BertForPreTraining", PoisonedModel)
+    monkeypatch.setattr(families, "BertForPreTraining", PoisonedModel)  # what the family row builds
     run_dir = tmp_path / "run"
     with pytest.raises(TrainingDiverged, match="diverged at step 4.*step-00000002"):
         pretrain(tiny_config(data_dir, run_dir, "train.batch_size=8", "train.micro_batch_size=8", "train.max_steps=6",

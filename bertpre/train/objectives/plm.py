@@ -1,5 +1,6 @@
-"""The permutation-LM micro-batch on the device (XLNet, or Transformer-XL's left-to-right LM):
-what the step computes, and the recurrent memory it carries from one segment to the next.
+"""XLNet's permutation LM (`data.objective: plm`) and Transformer-XL's left-to-right LM (`clm`):
+the segments and their targets, the step module, the recurrent memory it carries from one
+segment to the next, and the validation metrics.
 
 Segments come lane by lane (`bertpre.batches.segments`): micro-batch slot j of every step reads
 the same rows, so slot j's memory, the last `mem_len` hidden states of its rows, is what the
@@ -10,16 +11,26 @@ state: `RecurrentMemory.state_dict` gives plain tensors to save beside the weigh
 """
 from __future__ import annotations
 
+import contextlib
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
 import torch
 from torch import nn
 
-from bertpre.batches.plm import expand_plm
+from bertpre.batches.plm import PermutationCollator, expand_plm
+from bertpre.batches.segments import MixedSegments, SegmentInstances
+from bertpre.errors import UserError
 from bertpre.labels import IGNORE_INDEX
 from bertpre.model.xlnet import XLNetLMHeadModel
-from bertpre.train.objectives.mlm import HostCounts
+from bertpre.train.checkpoint import MEMORY_FILE, read_rank_tensors
+from bertpre.train.objectives.base import HostCounts, Objective, copy_inputs
 
-# Each process's recurrent memory in a checkpoint (`RecurrentMemory.state_dict`).
-MEMORY_FILE = "memory_{rank}.safetensors"
+if TYPE_CHECKING:
+    from bertpre.config import Config, DataConfig
+    from bertpre.data import DataFolder, DataMixture
 # What the model reads of a PLM batch (the rest stays on the host).
 PLM_INPUTS = ("input_ids", "token_type_ids", "attention_mask", "perm_rank", "perm_hidden", "perm_target",
               "target_positions", "labels", "memory_reset")
@@ -39,10 +50,7 @@ def plm_device_batch(batch: dict[str, torch.Tensor], device: torch.device, *,
                      keep_attention_mask: bool) -> dict[str, torch.Tensor]:
     """What the model reads of a host PLM batch, copied without waiting; a batch without padding
     drops its attention mask unless the step is compiled (one graph for every batch)."""
-    names = [name for name in PLM_INPUTS if name in batch]
-    if not keep_attention_mask and bool(batch["attention_mask"].all()):
-        names.remove("attention_mask")
-    return {name: batch[name].to(device, non_blocking=True) for name in names}
+    return copy_inputs(batch, PLM_INPUTS, device, keep_attention_mask=keep_attention_mask)
 
 
 class RecurrentMemory:
@@ -69,6 +77,27 @@ class RecurrentMemory:
         if mask is None:
             mask = torch.ones(states[0].shape[:2], dtype=torch.bool, device=states[0].device)
         self.masks[slot] = mask.bool()
+
+    def take(self, slot: int, batch: dict[str, torch.Tensor]) -> tuple[list[torch.Tensor], torch.Tensor] | None:
+        """The carry slot `slot`'s next micro-batch steps with (None before the first segment)."""
+        states, mask = self.read(slot, batch.get("memory_reset"))
+        return None if states is None else (states, mask)
+
+    def keep(self, slot: int, carry: tuple[list[torch.Tensor] | None, torch.Tensor | None]) -> None:
+        self.write(slot, *carry)
+
+    def rank_tensors(self) -> dict[str, dict[str, torch.Tensor]]:
+        """What each process saves in a checkpoint: its memory, `MEMORY_FILE`."""
+        return {MEMORY_FILE: self.state_dict()}
+
+    def restore(self, checkpoint: Path, rank: int, device: torch.device) -> None:
+        """This process's memory as `checkpoint` left it: the next segment of every lane attends
+        to it as it would have without the restart."""
+        tensors = read_rank_tensors(checkpoint, MEMORY_FILE, rank)
+        if tensors is None:
+            raise UserError(f"checkpoint {checkpoint} has no {MEMORY_FILE.format(rank=rank)}, the "
+                            "recurrent memory a resumed run continues from; resume from another checkpoint")
+        self.load_state_dict(tensors, device)
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         """Plain tensors (safetensors-ready): `slot{j}.mask` and `slot{j}.layer{i}` for each held slot."""
@@ -101,10 +130,11 @@ class PermutationObjective(nn.Module):
         self.model = model
         self.label_smoothing = label_smoothing
 
-    def forward(self, batch: dict[str, torch.Tensor], mems: list[torch.Tensor] | None = None,
-                mems_attention_mask: torch.Tensor | None = None):
-        """Returns the loss sum (in the graph), the sums [loss, correct, 0, 0] (float64, as the
-        MLM step's DEVICE_STATS lay them out) and the memory to keep (states, mask)."""
+    def forward(self, batch: dict[str, torch.Tensor],
+                carry: tuple[list[torch.Tensor], torch.Tensor | None] | None = None):
+        """Returns the loss sums (the PLM's, in the graph, and a zero pair loss), the sums [loss,
+        correct, 0, 0] (float64, in DEVICE_STATS order) and the memory to keep (states, mask)."""
+        mems, mems_attention_mask = carry if carry is not None else (None, None)
         perm_mask, target_mapping = expand_plm(batch)
         labels = batch["labels"]
         out = self.model(batch["input_ids"], token_type_ids=batch.get("token_type_ids"),
@@ -115,4 +145,126 @@ class PermutationObjective(nn.Module):
             correct = (out.logits.argmax(-1) == labels).sum()  # an unused slot's -100 never matches
             zero = correct.new_zeros(()).double()
             sums = torch.stack([out.loss_sum.detach().double(), correct.double(), zero, zero])
-        return out.loss_sum, sums, (out.mems, out.mems_attention_mask)
+        return (out.loss_sum, out.loss_sum.new_zeros(())), sums, (out.mems, out.mems_attention_mask)
+
+
+def reuse_length(config: Config) -> int | None:
+    """XLNet's reuse_len for a (phase's) config: the segment step, None when it is the whole row."""
+    data = config.data
+    return data.segment_step if data.segment_step < data.max_seq_length else None
+
+
+class PermutationLanguageModel(Objective):
+    """`data.objective: plm` or `clm`: documents read as consecutive segments in lanes, each
+    micro-batch slot carrying its rows' memory to the next step's."""
+
+    def build_batches(self, mixture: DataMixture, config: Config, *, accumulation: int, rank: int,
+                      world_size: int) -> tuple[SegmentInstances | MixedSegments, Callable]:
+        # Slot j of every step reads the same rows (lanes), so its memory is their context.
+        lanes = config.train.micro_batch_size * accumulation
+        seed = config.train.seed
+        if mixture.is_mixture:
+            instances = MixedSegments.from_mixture(mixture, config.data, lanes=lanes, seed=seed, rank=rank,
+                                                   world_size=world_size)
+        else:
+            instances = SegmentInstances.from_config(mixture.folders[0].train, mixture.tokenizer, config.data,
+                                                     lanes=lanes, seed=seed, rank=rank, world_size=world_size)
+        collate = PermutationCollator.from_config(mixture.tokenizer, config.data, seed,
+                                                  fixed_shapes=config.train.compile)
+        return instances, collate
+
+    def host_counts(self, batch: dict[str, torch.Tensor]) -> HostCounts:
+        return plm_host_counts(batch)
+
+    def to_device(self, batch: dict[str, torch.Tensor], device: torch.device, *,
+                  keep_attention_mask: bool) -> dict[str, torch.Tensor]:
+        return plm_device_batch(batch, device, keep_attention_mask=keep_attention_mask)
+
+    def step_module(self, model: nn.Module, label_smoothing: float = 0.0) -> nn.Module:
+        return PermutationObjective(model, label_smoothing)
+
+    def new_carry(self, slots: int) -> RecurrentMemory:
+        return RecurrentMemory(slots)
+
+    def prepare_model(self, model: nn.Module, config: Config) -> None:
+        # The states a segment leaves as memory: its first segment_step tokens', the context
+        # of the next segment, which starts that far on (this phase's length and step).
+        model.config.reuse_len = reuse_length(config)
+
+    def source_evaluator(self, folder: DataFolder, data_config: DataConfig, **options: Any) -> SegmentEvaluator:
+        return SegmentEvaluator(folder, data_config, **options)
+
+    def cost_options(self, config: Config) -> dict[str, int]:
+        """The memory length, the query stream's rows P (as the collator sizes them) and the
+        micro-batch (what shares one projection of the distances)."""
+        data = config.data
+        length = data.max_seq_length
+        rows = length if data.predicted_share == 1.0 else max(1, int(length * data.predicted_share + 0.5))
+        return {"memory_length": config.model.mem_len, "query_rows": rows,
+                "micro_batch_size": config.train.micro_batch_size}
+
+    def describe(self, data_config: DataConfig) -> str:
+        return f"reuse_length {data_config.segment_step}"
+
+    def summary(self, data_config: DataConfig) -> str:
+        if self.name != "plm":
+            return f"; {self.name}"
+        return (f"; plm ({data_config.plm_plan} plan, 1/{1 / data_config.plm_probability:.3g} "
+                "predicted)")
+
+
+class SegmentEvaluator:
+    """Validation for plm/clm: the validation documents read as the run reads its data, one
+    segment after the next in `micro_batch_size` lanes, each batch attending to the memory the
+    previous one left; epoch 0's segments and targets for `seed`, planned once.
+
+    Under DDP each process reads its own lanes and the sums are all-reduced.
+    """
+
+    def __init__(self, data: DataFolder, data_config: DataConfig, *, micro_batch_size: int = 32,
+                 seed: int = 42, rank: int = 0, world_size: int = 1) -> None:
+        self.objective = data_config.objective
+        self.rank, self.world_size = rank, world_size
+        self.instances, self.lanes = None, 0
+        if len(data.validation):
+            whole = SegmentInstances.from_config(data.validation, data.tokenizer, data_config, lanes=1, seed=seed)
+            self.lanes = min(micro_batch_size, whole.segment_count() // world_size)
+        if self.lanes:  # else the validation split has too few segments: nothing to score
+            self.instances = whole.with_lanes(self.lanes, rank=rank, world_size=world_size)
+        self.collate = PermutationCollator.from_config(data.tokenizer, data_config, seed=seed)
+
+    @torch.no_grad()
+    def __call__(self, model: torch.nn.Module, *, device: torch.device | None = None,
+                 autocast: contextlib.AbstractContextManager | None = None,
+                 max_batches: int | None = None) -> dict[str, float]:
+        """`{objective}_loss`, perplexity, `{objective}_acc`, predictions, sequences (NaN where
+        nothing was predicted). The model is put back in its previous train/eval mode."""
+        device = device or next(model.parameters()).device
+        was_training = model.training
+        model.eval()
+        device_sums = torch.zeros(2, dtype=torch.float64, device=device)  # loss, correct
+        host_counts = torch.zeros(2, dtype=torch.float64)  # predictions, sequences
+        steps = 0 if self.instances is None else len(self.instances) // self.lanes
+        if max_batches is not None:
+            steps = min(steps, max_batches)
+        memory = RecurrentMemory(1)
+        step = PermutationObjective(model)  # the training step's module, run under no_grad
+        for step in range(steps):
+            batch = self.collate(self.instances.__getitems__(range(step * self.lanes, (step + 1) * self.lanes)))
+            host_counts += torch.tensor([plm_predictions(batch), self.lanes], dtype=torch.float64)
+            inputs = plm_device_batch(batch, device, keep_attention_mask=False)
+            with autocast or contextlib.nullcontext():
+                _, sums, carry = step(inputs, memory.take(0, inputs))
+            memory.keep(0, carry)
+            device_sums += sums[:2]
+        model.train(was_training)
+        if self.world_size > 1:
+            torch.distributed.all_reduce(device_sums)
+            host_counts = host_counts.to(device)
+            torch.distributed.all_reduce(host_counts)
+        (loss, correct), (predictions, sequences) = device_sums.tolist(), host_counts.tolist()
+        loss = loss / predictions if predictions else float("nan")
+        return {f"{self.objective}_loss": loss,
+                "perplexity": math.exp(min(loss, 700.0)) if loss == loss else float("nan"),
+                f"{self.objective}_acc": correct / predictions if predictions else float("nan"),
+                "predictions": int(predictions), "sequences": int(sequences)}
