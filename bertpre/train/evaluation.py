@@ -15,6 +15,15 @@ from bertpre.labels import IGNORE_INDEX, MASK_ACTION_NAMES
 from bertpre.train.step import HostCounts, device_batch
 
 
+def perplexity(loss: float) -> float:
+    """exp(loss), the perplexity of a mean cross-entropy in nats: inf where that overflows a float
+    (a loss above about 709.78), nan for a nan loss (nothing measured)."""
+    try:
+        return math.exp(loss)
+    except OverflowError:
+        return math.inf
+
+
 class Evaluator:
     """Validation metrics on fixed batches: epoch 0's pairs and masks for `seed`, planned once.
 
@@ -97,7 +106,7 @@ class Evaluator:
         mlm_loss = ratio(mlm_loss, predictions)
         results = {
             "mlm_loss": mlm_loss,
-            "perplexity": math.exp(min(mlm_loss, 700.0)) if mlm_loss == mlm_loss else float("nan"),
+            "perplexity": perplexity(mlm_loss),
             "mlm_acc": ratio(correct, predictions),
         }
         for code, hit, count in zip(actions, action_correct, action_counts, strict=True):
@@ -169,7 +178,7 @@ class SegmentEvaluator:
         (loss, correct), (predictions, sequences) = device_sums.tolist(), host_counts.tolist()
         loss = loss / predictions if predictions else float("nan")
         return {f"{self.objective}_loss": loss,
-                "perplexity": math.exp(min(loss, 700.0)) if loss == loss else float("nan"),
+                "perplexity": perplexity(loss),
                 f"{self.objective}_acc": correct / predictions if predictions else float("nan"),
                 "predictions": int(predictions), "sequences": int(sequences)}
 
@@ -213,7 +222,7 @@ class MixtureEvaluator:
             results[metric] = (sum(weight * value for weight, value in weighed) / total if total
                                else float("nan"))
         loss = results[self.loss]
-        results["perplexity"] = math.exp(min(loss, 700.0)) if loss == loss else float("nan")
+        results["perplexity"] = perplexity(loss)
         return results
 
 
