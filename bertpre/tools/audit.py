@@ -88,8 +88,7 @@ class InspectReport:
             ("tokens in split", f"{self.tokens:,}", ""),
             ("instances per epoch", f"{self.instances_per_epoch:,}", ""),
             ("sampled sequences", f"{self.sequences:,}", ""),
-            *((f"share of {name}", f"{sampled:.2%} sampled, {epoch:.2%} of the epoch", f"{weight:.2%}")
-              for name, weight, epoch, sampled in self.sources),
+            *source_rows(self.sources),
             (
                 "mask rate (predicted / eligible)",
                 share(self.predicted_tokens, self.eligible_tokens),
@@ -179,13 +178,8 @@ def inspect_data(
 ) -> InspectReport:
     """Sample `batches` batches of epoch 0 as training would and measure them (of one DATA
     folder, or of a mixture's folders interleaved as training interleaves them)."""
-    if split not in ("train", "validation"):
-        raise UserError(f"split must be train or validation, not {split!r}")
-    if not 1 <= batches <= MAX_BATCHES:
-        raise UserError(f"--batches must be a positive integer of at most {MAX_BATCHES:,}, got {batches}")
-    if batch_size < 1:
-        raise UserError(f"the batch size must be at least 1, got {batch_size}")
-    mixture = data if isinstance(data, DataMixture) else DataMixture([data], [1.0], unique_names([data.path]))
+    check_sampling(split, batches, batch_size, max_batches=MAX_BATCHES)
+    mixture = as_mixture(data)
     instances = build_instances(mixture, data_config, seed=seed, split=split)
     sources = instances.sources if isinstance(instances, MixedInstances) else [instances]
     tokenizer = mixture.tokenizer
@@ -292,14 +286,38 @@ def count_masked_words(collate: MaskingCollator, input_ids: np.ndarray, eligible
 
 def format_report(report: InspectReport) -> str:
     """The report as an aligned text table."""
-    header = ("statistic", "realized", "expected")
-    rows = [header, *report.rows()]
+    return format_table(f"{report.split} split, pair_task {report.pair_task}, epoch 0", report.rows())
+
+
+def check_sampling(split: str, batches: int, batch_size: int, *, max_batches: int) -> None:
+    """One line for a split, batch count or batch size that `inspect` cannot sample."""
+    if split not in ("train", "validation"):
+        raise UserError(f"split must be train or validation, not {split!r}")
+    if not 1 <= batches <= max_batches:
+        raise UserError(f"--batches must be a positive integer of at most {max_batches:,}, got {batches}")
+    if batch_size < 1:
+        raise UserError(f"the batch size must be at least 1, got {batch_size}")
+
+
+def as_mixture(data: DataFolder | DataMixture) -> DataMixture:
+    """A mixture as it is; one DATA folder as the mixture of itself alone."""
+    return data if isinstance(data, DataMixture) else DataMixture([data], [1.0], unique_names([data.path]))
+
+
+def source_rows(sources: list[tuple[str, float, float, float]], unit: str = "") -> list[tuple[str, str, str]]:
+    """A table row per source of a mixture, (name, weight, share of the epoch, share sampled):
+    the realized shares against the weight; `unit` names what is counted, e.g. " (tokens)"."""
+    return [(f"share of {name}{unit}", f"{sampled:.2%} sampled, {epoch:.2%} of the epoch", f"{weight:.2%}")
+            for name, weight, epoch, sampled in sources]
+
+
+def format_table(title: str, rows: list[tuple[str, str, str]]) -> str:
+    """`title`, then the (statistic, realized, expected) rows aligned under their header."""
+    rows = [("statistic", "realized", "expected"), *rows]
     widths = [max(len(row[i]) for row in rows) for i in range(3)]
-    lines = [f"{report.split} split, pair_task {report.pair_task}, epoch 0"]
+    lines = [title]
     for i, row in enumerate(rows):
-        lines.append(
-            "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
-        )
+        lines.append("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
         if i == 0:
             lines.append("  ".join("-" * width for width in widths))
     return "\n".join(lines)
