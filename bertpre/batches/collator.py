@@ -40,7 +40,7 @@ import torch
 from tokenizers import Tokenizer
 
 from bertpre.batches import keyed_random
-from bertpre.batches.instance_batch import InstanceBatch
+from bertpre.batches.instance_batch import InstanceBatch, as_instance_batch
 from bertpre.batches.padding import pad_instances, padded_length, prediction_slots
 from bertpre.errors import UserError
 from bertpre.labels import IGNORE_INDEX, KEPT, MASK_COUNTS, MASKED, NO_ACTION, RANDOM_TOKEN
@@ -172,10 +172,7 @@ class MaskingCollator:
                    pad_to_length=data_config.max_seq_length if fixed_shapes else None)
 
     def __call__(self, instances: Sequence[dict] | InstanceBatch) -> dict[str, torch.Tensor]:
-        if not len(instances):
-            raise ValueError("cannot collate an empty list of instances")
-        if not isinstance(instances, InstanceBatch):
-            instances = InstanceBatch.from_instances(instances)
+        instances = as_instance_batch(instances)
         input_ids, attention_mask, token_type_ids = self._pad(instances)
         row_keys = keyed_random.mix64(instances.seed_keys ^ np.uint64(self.seed_key))
         word_starts = self.word_start_grid(instances, attention_mask) if self.whole_word_mask else None

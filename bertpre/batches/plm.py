@@ -45,7 +45,7 @@ import torch
 from tokenizers import Tokenizer
 
 from bertpre.batches import keyed_random
-from bertpre.batches.instance_batch import InstanceBatch
+from bertpre.batches.instance_batch import InstanceBatch, as_instance_batch
 from bertpre.batches.padding import pad_instances, padded_length, prediction_slots
 from bertpre.errors import UserError
 from bertpre.labels import IGNORE_INDEX
@@ -216,10 +216,7 @@ class PermutationCollator:
         return max(1, int(length * self.plm_probability + 0.5))
 
     def __call__(self, instances: Sequence[dict] | InstanceBatch) -> dict[str, torch.Tensor]:
-        if not len(instances):
-            raise ValueError("cannot collate an empty list of instances")
-        if not isinstance(instances, InstanceBatch):
-            instances = InstanceBatch.from_instances(instances)
+        instances = as_instance_batch(instances)
         input_ids, attention_mask, token_type_ids = self._pad(instances)
         batch_size, length = input_ids.shape
         if self.plan == "hf" and self.objective == "plm" and length % 2:

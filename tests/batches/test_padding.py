@@ -1,10 +1,10 @@
-"""bertpre.batches.padding: the grid both collators pad to, and the fixed-size prediction slots."""
+"""bertpre.batches.padding and as_instance_batch: what both collators are given and the grid they pad it to, and the fixed-size prediction slots."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from bertpre.batches.instance_batch import InstanceBatch
+from bertpre.batches.instance_batch import InstanceBatch, as_instance_batch
 from bertpre.batches.padding import pad_instances, padded_length, prediction_slots
 from bertpre.errors import UserError
 
@@ -44,3 +44,14 @@ def test_prediction_slots_list_each_rows_predictions_in_order_then_0_and_minus_1
     positions, ids = prediction_slots(predicted, values, 6)  # more slots than positions
     assert positions.tolist() == [[1, 3, 0, 0, 0, 0], [0] * 6, [0, 1, 2, 0, 0, 0]]
     assert ids.tolist() == [[11, 13] + [-100] * 4, [-100] * 6, [30, 31, 32] + [-100] * 3]
+
+
+def test_as_instance_batch_keeps_a_batch_converts_dicts_and_refuses_nothing():
+    batch = InstanceBatch(input_ids=np.array([2, 3]), token_type_ids=np.zeros(2, np.int64), lengths=np.array([2]),
+                          seed_keys=np.zeros(1, np.uint64))
+    assert as_instance_batch(batch) is batch
+    converted = as_instance_batch([{"input_ids": [2, 7, 3], "token_type_ids": [0, 0, 1]}, {"input_ids": [2, 3]}])
+    assert converted.input_ids.tolist() == [2, 7, 3, 2, 3] and converted.lengths.tolist() == [3, 2]
+    assert converted.token_type_ids.tolist() == [0, 0, 0, 0, 0]  # not every instance has types: all 0
+    with pytest.raises(ValueError, match="^cannot collate an empty list of instances$"):
+        as_instance_batch([])
