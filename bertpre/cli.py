@@ -312,7 +312,7 @@ def inspect_command(
         from bertpre.tools.plm_audit import format_permutation_report, inspect_segments
 
         typer.echo(format_permutation_report(inspect_segments(
-            open_data(data if data is not None else Path(cfg.data.sources[0][0])), cfg.data, batches=batches,
+            open_data(data) if data is not None else load_mixture(cfg.data.sources), cfg.data, batches=batches,
             batch_size=cfg.train.micro_batch_size, seed=cfg.train.seed, split=split)))
         return
     report = inspect_data(open_data(data) if data is not None else load_mixture(cfg.data.sources),

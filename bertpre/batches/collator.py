@@ -40,7 +40,8 @@ import torch
 from tokenizers import Tokenizer
 
 from bertpre.batches import keyed_random
-from bertpre.batches.instance_batch import InstanceBatch
+from bertpre.batches.instance_batch import InstanceBatch, as_instance_batch
+from bertpre.batches.padding import pad_instances, padded_length, prediction_slots
 from bertpre.errors import UserError
 from bertpre.labels import IGNORE_INDEX, KEPT, MASK_COUNTS, MASKED, NO_ACTION, RANDOM_TOKEN
 from bertpre.tokenizer.wordpiece import CLS_TOKEN, MASK_TOKEN, PAD_TOKEN, SEP_TOKEN, UNK_TOKEN
@@ -171,10 +172,7 @@ class MaskingCollator:
                    pad_to_length=data_config.max_seq_length if fixed_shapes else None)
 
     def __call__(self, instances: Sequence[dict] | InstanceBatch) -> dict[str, torch.Tensor]:
-        if not len(instances):
-            raise ValueError("cannot collate an empty list of instances")
-        if not isinstance(instances, InstanceBatch):
-            instances = InstanceBatch.from_instances(instances)
+        instances = as_instance_batch(instances)
         input_ids, attention_mask, token_type_ids = self._pad(instances)
         row_keys = keyed_random.mix64(instances.seed_keys ^ np.uint64(self.seed_key))
         word_starts = self.word_start_grid(instances, attention_mask) if self.whole_word_mask else None
@@ -195,47 +193,19 @@ class MaskingCollator:
 
     def fixed_size_predictions(self, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(B, P) positions and ids of each row's predictions, in position order, then 0 / -100."""
-        batch_size, length = labels.shape
         predicted = labels != IGNORE_INDEX
-        counts = predicted.sum(axis=1)
         # P: the cap when there is one; else the padded length (fixed) or the batch's most.
         slots = self.max_predictions_per_seq
         if slots is None:
-            slots = length if self.pad_to_length is not None else max(int(counts.max()), 1)
-        # A stable sort of "not predicted" puts each row's predicted positions first, in order.
-        order = np.argsort(~predicted, axis=1, kind="stable")[:, :slots]  # (B, min(P, T))
-        positions = np.zeros((batch_size, slots), dtype=np.int64)
-        positions[:, : order.shape[1]] = order
-        used = np.arange(slots)[None, :] < counts[:, None]
-        positions = np.where(used, positions, 0)
-        ids = np.where(used, np.take_along_axis(labels, positions, axis=1), IGNORE_INDEX)
-        return positions, ids.astype(np.int64)
+            slots = labels.shape[1] if self.pad_to_length is not None else max(int(predicted.sum(axis=1).max()), 1)
+        return prediction_slots(predicted, labels, slots)
 
     def _pad(self, instances: InstanceBatch) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(B, T) input ids, attention mask (bool) and token type ids, padded with [PAD] / 0."""
-        lengths = instances.lengths
-        longest = int(lengths.max())
-        length = longest
-        if self.pad_to_length is not None:
-            if longest > self.pad_to_length:
-                raise UserError(
-                    f"an instance has {longest} tokens, more than pad_to_length {self.pad_to_length}; "
-                    "raise pad_to_length to at least max_seq_length"
-                )
-            length = self.pad_to_length
-        elif self.pad_to_multiple_of is not None:
-            length = -(-longest // self.pad_to_multiple_of) * self.pad_to_multiple_of
-        attention_mask = np.arange(length)[None, :] < lengths[:, None]  # (B, T)
-        input_ids = np.full((len(lengths), length), self.pad_token_id, dtype=np.int64)
-        input_ids[attention_mask] = instances.input_ids
-        if input_ids.min() < 0 or input_ids.max() >= self.vocab_size:
-            raise UserError(
-                f"token id {int(input_ids.max())} is outside the tokenizer's vocabulary of "
-                f"{self.vocab_size}; the data was tokenized with another tokenizer"
-            )
-        token_type_ids = np.zeros_like(input_ids)
-        token_type_ids[attention_mask] = instances.token_type_ids
-        return input_ids, attention_mask, token_type_ids
+        length = padded_length(int(instances.lengths.max()), multiple_of=self.pad_to_multiple_of,
+                               pad_to_length=self.pad_to_length,
+                               hint="; raise pad_to_length to at least max_seq_length")
+        return pad_instances(instances, length, pad_token_id=self.pad_token_id, vocab_size=self.vocab_size)
 
     @staticmethod
     def word_start_grid(instances: InstanceBatch, attention_mask: np.ndarray) -> np.ndarray | None:

@@ -116,3 +116,11 @@ class InstanceBatch:
                for name in ("next_sentence_label", "truncated", "single_sentence_chunk", "document_index",
                             "memory_reset")},
         )
+
+
+def as_instance_batch(instances: Sequence[dict] | InstanceBatch) -> InstanceBatch:
+    """What a collator is given, as one InstanceBatch (a list of dicts is converted); an empty
+    batch is refused."""
+    if not len(instances):
+        raise ValueError("cannot collate an empty list of instances")
+    return instances if isinstance(instances, InstanceBatch) else InstanceBatch.from_instances(instances)

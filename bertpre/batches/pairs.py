@@ -329,7 +329,29 @@ def _front_trims(removed: int, key: int, counter_base: int) -> int:
     return front
 
 
-class PretrainingInstances(torch.utils.data.Dataset):
+class MappedTokens:
+    """The token ids (and word-start flags) of `self.dataset`, one flat array an Arrow chunk, read
+    in place: views of its memory-mapped buffers. A pickled copy (spawned workers) reopens them
+    from the dataset instead of copying the corpus."""
+
+    dataset: datasets.Dataset
+
+    def _open(self) -> None:
+        self._chunk_tokens = [_flat_tokens(chunk) for chunk in _input_ids_chunks(self.dataset)]
+        self._chunk_word_starts = _word_starts_chunks(self.dataset, self._chunk_tokens)
+        self._chunk_starts = np.cumsum([0] + [len(chunk) for chunk in self._chunk_tokens])[:-1].tolist()
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        del state["_chunk_tokens"], state["_chunk_word_starts"]
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._open()
+
+
+class PretrainingInstances(MappedTokens, torch.utils.data.Dataset):
     """Map-style dataset of one epoch's pretraining instances for one DDP rank.
 
     Instances come in a shuffled order, so reading indices 0..len-1 is one epoch and resuming
@@ -385,9 +407,7 @@ class PretrainingInstances(torch.utils.data.Dataset):
         self.index = index_sentences(dataset)
         if self.index.sentence_token_offsets[-1] == 0:
             raise UserError("the dataset has no tokens; tokenize a non-empty corpus")
-        self._chunk_tokens = [_flat_tokens(chunk) for chunk in _input_ids_chunks(dataset)]
-        self._chunk_word_starts = _word_starts_chunks(dataset, self._chunk_tokens)
-        self._chunk_starts = self.index.chunk_token_offsets[:-1].tolist()
+        self._open()
         self.set_epoch(0)
 
     @classmethod
@@ -507,18 +527,6 @@ class PretrainingInstances(torch.utils.data.Dataset):
             document_index=document,
             word_starts=np.concatenate(flags).astype(np.uint8) if with_words else None,
         )
-
-    def __getstate__(self) -> dict:
-        # Token arrays are views of memory-mapped Arrow buffers; a pickled copy (spawned
-        # workers) reopens them from the dataset instead of copying the corpus.
-        state = dict(self.__dict__)
-        del state["_chunk_tokens"], state["_chunk_word_starts"]
-        return state
-
-    def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
-        self._chunk_tokens = [_flat_tokens(chunk) for chunk in _input_ids_chunks(self.dataset)]
-        self._chunk_word_starts = _word_starts_chunks(self.dataset, self._chunk_tokens)
 
 
 def _special_id(tokenizer: Tokenizer, token: str) -> int:

@@ -45,7 +45,8 @@ import torch
 from tokenizers import Tokenizer
 
 from bertpre.batches import keyed_random
-from bertpre.batches.instance_batch import InstanceBatch
+from bertpre.batches.instance_batch import InstanceBatch, as_instance_batch
+from bertpre.batches.padding import pad_instances, padded_length, prediction_slots
 from bertpre.errors import UserError
 from bertpre.labels import IGNORE_INDEX
 from bertpre.tokenizer.wordpiece import CLS_TOKEN, MASK_TOKEN, PAD_TOKEN, SEP_TOKEN
@@ -215,10 +216,7 @@ class PermutationCollator:
         return max(1, int(length * self.plm_probability + 0.5))
 
     def __call__(self, instances: Sequence[dict] | InstanceBatch) -> dict[str, torch.Tensor]:
-        if not len(instances):
-            raise ValueError("cannot collate an empty list of instances")
-        if not isinstance(instances, InstanceBatch):
-            instances = InstanceBatch.from_instances(instances)
+        instances = as_instance_batch(instances)
         input_ids, attention_mask, token_type_ids = self._pad(instances)
         batch_size, length = input_ids.shape
         if self.plan == "hf" and self.objective == "plm" and length % 2:
@@ -276,36 +274,17 @@ class PermutationCollator:
 
     def _targets(self, input_ids: np.ndarray, target: np.ndarray, slots: int) -> tuple[np.ndarray, np.ndarray]:
         """(B, P) predicted positions in position order (then 0) and their ids (then -100)."""
-        counts = target.sum(axis=1)
-        order = np.argsort(~target, axis=1, kind="stable")[:, :slots]
-        positions = np.zeros((len(target), slots), dtype=np.int64)
-        positions[:, :order.shape[1]] = order
-        used = np.arange(slots)[None, :] < counts[:, None]
-        positions = np.where(used, positions, 0)
-        labels = np.where(used, np.take_along_axis(input_ids, positions, axis=1), IGNORE_INDEX)
-        return positions, labels.astype(np.int64)
+        return prediction_slots(target, input_ids, slots)
 
     def _pad(self, instances: InstanceBatch) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        lengths = instances.lengths
-        longest = int(lengths.max())
-        length = longest
+        multiple_of = None
         if self.objective == "plm" and self.plan == "xlnet" and self.perm_size:
-            length = -(-length // self.perm_size) * self.perm_size  # whole blocks of the order
+            multiple_of = self.perm_size  # whole blocks of the order
         elif self.objective == "plm" and self.plan == "hf":
-            length += length % 2  # its two halves
-        if self.pad_to_length is not None:
-            if longest > self.pad_to_length:
-                raise UserError(f"an instance has {longest} tokens, more than pad_to_length {self.pad_to_length}")
-            length = self.pad_to_length
-        attention_mask = np.arange(length)[None, :] < lengths[:, None]
-        input_ids = np.full((len(lengths), length), self.pad_token_id, dtype=np.int64)
-        input_ids[attention_mask] = instances.input_ids
-        if input_ids.min() < 0 or input_ids.max() >= self.vocab_size:
-            raise UserError(f"token id {int(input_ids.max())} is outside the tokenizer's vocabulary of "
-                            f"{self.vocab_size}; the data was tokenized with another tokenizer")
-        token_type_ids = np.zeros_like(input_ids)
-        token_type_ids[attention_mask] = instances.token_type_ids
-        return input_ids, attention_mask, token_type_ids
+            multiple_of = 2  # its two halves
+        length = padded_length(int(instances.lengths.max()), multiple_of=multiple_of,
+                               pad_to_length=self.pad_to_length)
+        return pad_instances(instances, length, pad_token_id=self.pad_token_id, vocab_size=self.vocab_size)
 
 
 def expand_plm(batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:

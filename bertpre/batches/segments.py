@@ -31,10 +31,8 @@ from tokenizers import Tokenizer
 from bertpre.batches import keyed_random
 from bertpre.batches.instance_batch import InstanceBatch
 from bertpre.batches.pairs import (
-    _flat_tokens,
-    _input_ids_chunks,
+    MappedTokens,
     _special_id,
-    _word_starts_chunks,
     index_sentences,
 )
 from bertpre.errors import UserError
@@ -71,7 +69,7 @@ def plan_segments(lengths: np.ndarray, order: np.ndarray, *, segment_length: int
     return SegmentPlan(document.astype(np.int64), start.astype(np.int64), stop.astype(np.int64), index == 0)
 
 
-class SegmentInstances(torch.utils.data.Dataset):
+class SegmentInstances(MappedTokens, torch.utils.data.Dataset):
     """Map-style dataset of one epoch's segments for one rank, lane by lane (see the module).
 
     Args:
@@ -134,11 +132,6 @@ class SegmentInstances(torch.utils.data.Dataset):
     def segment_count(self) -> int:
         """Segments in the current epoch's stream (all ranks')."""
         return len(self.plan.document)
-
-    def _open(self) -> None:
-        self._chunk_tokens = [_flat_tokens(chunk) for chunk in _input_ids_chunks(self.dataset)]
-        self._chunk_word_starts = _word_starts_chunks(self.dataset, self._chunk_tokens)
-        self._chunk_starts = np.cumsum([0] + [len(chunk) for chunk in self._chunk_tokens])[:-1].tolist()
 
     def set_epoch(self, epoch: int) -> None:
         """Plan `epoch`: its document order, segments and this rank's lanes."""
@@ -207,15 +200,6 @@ class SegmentInstances(torch.utils.data.Dataset):
         # A document whose tokens cross a chunk boundary cannot happen (a chunk holds whole
         # documents), but a segment's range is checked rather than assumed.
         raise UserError("a segment crosses an Arrow chunk of the dataset; tokenize the corpus again")
-
-    def __getstate__(self) -> dict:
-        state = dict(self.__dict__)
-        del state["_chunk_tokens"], state["_chunk_word_starts"]
-        return state
-
-    def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
-        self._open()
 
 
 class MixedSegments(SegmentInstances):

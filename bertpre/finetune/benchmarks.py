@@ -8,7 +8,6 @@ GLUE's TSV files are the download script's (`CoLA/train.tsv` has no header; MNLI
 scored, as the references report."""
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +18,7 @@ from bertpre.finetune.tasks import (
     Examples,
     TaskData,
     describe_file,
+    json_records,
     label_set,
     label_value,
     text_value,
@@ -88,15 +88,7 @@ def clue_reader(text: str, pair: str | None, label: str, *,
     and counted, as CLUE's own baselines drop them."""
     def read(path: Path) -> tuple[Examples, int]:
         texts, pairs, labels, skipped = [], [] if pair is not None else None, [], 0
-        for number, line in enumerate(read_text(path).split("\n"), start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except ValueError as error:
-                raise UserError(f"{path}: line {number} is not valid JSON ({error})") from None
-            if not isinstance(record, dict):
-                raise UserError(f"{path}: line {number} is not a JSON object")
+        for number, record in json_records(read_text(path).split("\n"), path):
             if label not in record:
                 raise UserError(f"{path}: line {number} has no {label!r}; is it the CLUE download's file?")
             if record[label] == "-":

@@ -6,55 +6,42 @@ again reuses it instead of training again.
 """
 from __future__ import annotations
 
-import hashlib
-import json
-import math
-import os
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-import bertpre
-from bertpre.claim import Claim, claimed, real_path
+from bertpre.claim import claimed
 from bertpre.config.finetune import Hyperparameters
 from bertpre.errors import UserError
-from bertpre.finetune.benchmarks import (
-    BENCHMARKS,
-    Benchmark,
-    choose_tasks,
-    load_benchmark_task,
-    reported,
-    task_score,
+from bertpre.finetune.benchmarks import BENCHMARKS, choose_tasks, load_benchmark_task
+from bertpre.finetune.features import FEATURES_FOLDER
+from bertpre.finetune.jobs import (  # noqa: F401 (tests and bench import cut_outputs, encode, join_encoded from here)
+    Job,
+    Jobs,
+    cut_outputs,
+    encode,
+    join_encoded,
 )
-from bertpre.finetune.encoding import Encoded, encode_texts, encode_words
-from bertpre.finetune.features import FEATURES_FOLDER, cached_features
-from bertpre.finetune.loop import (
-    finetune_full,
-    probe_labels,
-    train_probe,
+from bertpre.finetune.results import (
+    MARKER,
+    RESULTS_FILE,
+    SWEEP_FILE,
+    check_finetune_out,
+    write_json,
 )
-from bertpre.finetune.report import score, stuck, summarize
-from bertpre.finetune.saved_model import check_can_save, save_task_model
-from bertpre.finetune.source import Encoder, load_encoder
+from bertpre.finetune.saved_model import check_can_save
+from bertpre.finetune.source import load_encoder
 from bertpre.finetune.sweep import (
     is_run,
-    log_to_tensorboard,
     parse_checkpoints,
     run_checkpoints,
     run_in_progress,
     task_name,
 )
-from bertpre.finetune.tasks import TaskData, load_task, majority_label, metric_name
-from bertpre.folders import content_names, real_out
-from bertpre.train.runtime import Runtime, init_runtime
+from bertpre.finetune.tasks import load_task
 
-MARKER = ".bertpre-finetune"
-RESULTS_FILE = "results.json"
-SWEEP_FILE = "results.jsonl"
 MAX_SEEDS = 100
 
 
@@ -181,319 +168,3 @@ def sweep_run(jobs: Jobs, run: Path, spec: str, watch: bool, poll_seconds: float
         raise UserError(f"{run} has no checkpoint that --checkpoints {spec} chooses; see "
                         f"{run / 'checkpoints'}")
     return results
-
-
-@dataclass
-class Job:
-    """One task, its settings and seeds, evaluated on one checkpoint after another."""
-
-    name: str
-    data: TaskData
-    files: TaskFiles
-    hp: Hyperparameters
-    seeds: list[int]
-    target: Path
-    precision: str
-    device: str
-    say: Callable[[str], None]
-    runtime: Runtime | None = None
-    save_model: bool = False
-
-    def evaluate(self, encoder: Encoder, *, sweep_of: Path | None = None) -> tuple[dict[str, Any], bool]:
-        """The result for `encoder` (reused from results.jsonl when it is there) and whether it is
-        new; a new one is recorded there (in a sweep, after the RUN's TensorBoard has it)."""
-        hp = fitted_hyperparameters(self.hp, encoder, self.say)
-        key = work_key(encoder, self.data, self.files, hp, self.seeds)
-        done = finished_work(self.target, key)
-        if done is not None and self.save_model and not done.get("saved_model"):
-            done = None  # the earlier run kept no model: train again to keep one
-        if done is not None:
-            self.say(f"already done: {self.target / SWEEP_FILE} has the {self.name} results for "
-                     f"{encoder.model_folder} (same weights, data, settings and seeds); reusing them")
-            return done, False
-        if self.runtime is None:
-            self.runtime = init_runtime(self.precision, device=self.device)
-        result = run_seeds(encoder, self.data, self.files, hp, self.seeds, self.runtime, self.say,
-                           save_to=self.target if self.save_model else None,
-                           features_folder=self.target / FEATURES_FOLDER)
-        result["key"] = key
-        if self.files.benchmark_task:
-            result["benchmark_task"] = self.files.benchmark_task
-        if sweep_of is not None:  # TensorBoard first: a kill before the line below does both again
-            log_to_tensorboard(sweep_of, self.name, result)
-        append_line(self.target / SWEEP_FILE, result)
-        return result, True
-
-
-def fitted_hyperparameters(hp: Hyperparameters, encoder: Encoder, say: Callable[[str], None]) -> Hyperparameters:
-    """`hp` with max_seq_length cut to the model's positions (a table of absolute positions has
-    no row past its last), with a note; relative positions have no such limit."""
-    config = encoder.config
-    if config.relative_positions or hp.max_seq_length <= config.max_position_embeddings:
-        return hp
-    say(f"note: max_seq_length {hp.max_seq_length} is longer than the model's "
-        f"{config.max_position_embeddings} positions; examples are cut at {config.max_position_embeddings}")
-    return replace(hp, max_seq_length=config.max_position_embeddings)
-
-
-@dataclass
-class Jobs:
-    """Every task of the command on one checkpoint after another; with a benchmark, its score."""
-
-    jobs: list[Job]
-    benchmark: str | None = None
-    encoders: dict[Path, Encoder] = field(default_factory=dict)  # loaded ahead of the claim
-
-    @property
-    def say(self) -> Callable[[str], None]:
-        return self.jobs[0].say
-
-    def evaluate(self, source: Path, *, sweep_of: Path | None = None) -> tuple[dict[str, Any], bool]:
-        encoder = self.encoders.pop(source, None) or load_encoder(source)
-        outcomes = []
-        for job in self.jobs:
-            if len(self.jobs) > 1:
-                job.say(f"{job.name}: {len(job.data.train):,} training examples")
-            outcomes.append(job.evaluate(encoder, sweep_of=sweep_of))
-        if self.benchmark is None:
-            return outcomes[0]
-        summary = benchmark_summary(BENCHMARKS[self.benchmark], encoder,
-                                    [(job.name, result) for job, (result, _) in zip(self.jobs, outcomes, strict=True)])
-        fresh = any(new for _, new in outcomes)
-        if fresh and sweep_of is not None:
-            log_to_tensorboard(sweep_of, self.benchmark, summary)
-        return summary, fresh
-
-
-def benchmark_summary(benchmark: Benchmark, encoder: Encoder, results: list[tuple[str, dict[str, Any]]]
-                      ) -> dict[str, Any]:
-    """The benchmark's report: each task's score (the mean of its reported metrics) and the
-    benchmark score (the mean of the task scores), each over the seeds, and every task's result."""
-    seeds = results[0][1]["seeds"]
-    per_seed = []
-    for number in range(len(seeds)):
-        scores = {name: task_score(benchmark.tasks[name], result, number) for name, result in results}
-        known = [value for value in scores.values() if value is not None]
-        overall = sum(known) / len(known) if len(known) == len(scores) else None
-        per_seed.append({"score": overall, **scores})
-    return {
-        "benchmark": benchmark.name,
-        "source": str(encoder.source),
-        "checkpoint": str(encoder.model_folder),
-        "checkpoint_step": encoder.step,
-        "weights_sha256": encoder.weights_sha256,
-        "mode": results[0][1]["mode"],
-        "seeds": seeds,
-        "metrics": summarize(per_seed),
-        "score_definition": (f"{benchmark.name.upper()} score: the mean of the task scores; a task's score is "
-                             "the mean of its reported metrics (" + "; ".join(
-                                 f"{name} {', '.join(reported(benchmark.tasks[name]))}" for name, _ in results) + ")"),
-        "reported": {name: reported(benchmark.tasks[name]) for name, _ in results},
-        "tasks": {name: result for name, result in results},
-        "bertpre_version": bertpre.__version__,
-    }
-
-
-def run_seeds(encoder: Encoder, data: TaskData, files: TaskFiles, hp: Hyperparameters, seeds: list[int],
-              runtime: Runtime, say: Callable[[str], None], save_to: Path | None = None,
-              features_folder: Path | None = None) -> dict[str, Any]:
-    """Every seed's scores on the scored split(s), summarized; with `save_to`, the best seed's
-    model is written there as a Hugging Face folder. A probe's frozen features are computed once
-    for all seeds, and kept in `features_folder` for later commands."""
-    task = data.task
-    train = encode(encoder, data, data.train, hp)
-    parts = [encode(encoder, data, examples, hp) for _, examples in data.scored]
-    scored = join_encoded(parts)  # one model scores every split; its outputs are cut apart below
-    num_labels = 1 if task == "regression" else len(data.label_names)
-    features = None
-    if hp.mode == "probe":
-        features = [cached_features(encoder, split, task=task, pooling=hp.pooling, batch_size=hp.eval_batch_size,
-                                    runtime=runtime, folder=features_folder, say=say)
-                    for split in (train, scored)]
-    per_seed, flags = [], []
-    best: tuple[float, int, dict] | None = None  # (main score, seed, weights) of the best seed so far
-    for seed in seeds:
-        say(f"seed {seed}: {'training' if hp.mode == 'full' else 'probing'} on {len(train):,} examples")
-        if features is None:
-            raw, model = finetune_full(encoder, train, scored, task=task, num_labels=num_labels, hp=hp,
-                                       seed=seed, runtime=runtime)
-        else:
-            raw = train_probe(features[0], probe_labels(train, task), features[1], task=task,
-                              num_labels=num_labels, hp=hp, seed=seed)
-        scores: dict[str, float] = {}
-        outputs = cut_outputs(raw, parts, task)
-        for number, ((suffix, examples), part) in enumerate(zip(data.scored, parts, strict=True)):
-            predictions = decode(outputs[number], part, data)
-            scores.update({metric_name(name, suffix): value for name, value in
-                           score(task, predictions, examples.labels, data.label_names).items()})
-            reason = stuck(task, predictions)
-            if reason and number == 0:  # flagged once, on the first scored split
-                flags.append(f"seed {seed} predicted {reason} (stuck at one class: try another lr or more epochs)")
-        per_seed.append(scores)
-        main_score = next(iter(scores.values()))
-        if save_to is not None and (best is None or main_score > best[0]):
-            best = (main_score, seed, {name: tensor.detach().cpu().clone()
-                                       for name, tensor in model.state_dict().items()})
-    baseline = majority_baseline(data)
-    saved = None
-    if save_to is not None and best is not None:
-        model.load_state_dict(best[2])
-        saved = {"path": str(save_task_model(save_to, model, encoder.config, task=task,
-                                             label_names=data.label_names,
-                                             tokenizer_folder=encoder.tokenizer_folder)),
-                 "seed": best[1]}
-        say(f"saved seed {best[1]}'s model (the best by {next(iter(per_seed[0]))}) to {saved['path']}")
-    return {
-        "saved_model": saved,
-        "source": str(encoder.source),
-        "checkpoint": str(encoder.model_folder),
-        "checkpoint_step": encoder.step,
-        "weights_sha256": encoder.weights_sha256,
-        "task": task,
-        "mode": hp.mode,
-        "split": data.split,
-        "seeds": seeds,
-        "metrics": summarize(per_seed),
-        "baselines": {"majority": baseline},
-        "flags": flags,
-        "labels": data.label_names,
-        "hyperparameters": asdict(hp),
-        "precision": runtime.precision,
-        "data": {**data.files, "columns": {"text": files.text_column, "text_pair": files.text_pair_column,
-                                           "label": files.label_column},
-                 "examples": {"train": len(data.train),
-                              **{metric_name(data.split, suffix): len(examples) for suffix, examples in data.scored}}},
-        "bertpre_version": bertpre.__version__,
-    }
-
-
-def join_encoded(parts: list[Encoded]) -> Encoded:
-    """Several encoded splits as one (outputs are cut back apart by `cut_outputs`)."""
-    if len(parts) == 1:
-        return parts[0]
-    tagging = parts[0].word_counts is not None
-    return Encoded(input_ids=[ids for part in parts for ids in part.input_ids],
-                   token_type_ids=[types for part in parts for types in part.token_type_ids],
-                   labels=[label for part in parts for label in part.labels],
-                   word_counts=[count for part in parts for count in part.word_counts] if tagging else None,
-                   kept_words=[count for part in parts for count in part.kept_words] if tagging else None)
-
-
-def cut_outputs(raw: np.ndarray, parts: list[Encoded], task: str) -> list[np.ndarray]:
-    """The model's outputs on `join_encoded(parts)`, one array a part (tagging: a row a kept word)."""
-    sizes = [sum(part.kept_words) if task == "tagging" else len(part) for part in parts]
-    bounds = np.cumsum([0, *sizes])
-    return [raw[start:end] for start, end in zip(bounds[:-1], bounds[1:], strict=True)]
-
-
-def encode(encoder: Encoder, data: TaskData, examples, hp: Hyperparameters) -> Encoded:
-    if data.task == "tagging":
-        index = {name: number for number, name in enumerate(data.label_names)}
-        return encode_words(encoder.tokenizer, examples.texts,
-                            [[index[tag] for tag in tags] for tags in examples.labels], hp.max_seq_length)
-    labels = (examples.labels if data.task == "regression"
-              else [data.label_names.index(label) for label in examples.labels])
-    return encode_texts(encoder.tokenizer, examples.texts, examples.pairs, labels, hp.max_seq_length)
-
-
-def decode(raw: np.ndarray, scored: Encoded, data: TaskData) -> list[Any]:
-    """Model outputs → label names, values, or one tag a word (words lost to truncation: the
-    training file's most frequent tag, as a model that never saw them)."""
-    if data.task == "regression":
-        return [float(value) for value in raw]
-    if data.task != "tagging":
-        return [data.label_names[int(index)] for index in raw]
-    fallback = majority_label([tag for tags in data.train.labels for tag in tags])
-    tags, position = [], 0
-    for words, kept in zip(scored.word_counts, scored.kept_words, strict=True):
-        sentence = [data.label_names[int(index)] for index in raw[position:position + kept]]
-        tags.append(sentence + [fallback] * (words - kept))
-        position += kept
-    return tags
-
-
-def majority_baseline(data: TaskData) -> dict[str, float | None]:
-    """The scores of always answering the training file's most frequent label (for regression,
-    its mean), on every scored split."""
-    baseline: dict[str, float | None] = {}
-    for suffix, examples in data.scored:
-        if data.task == "regression":
-            mean = float(np.mean(data.train.labels))
-            predictions: list[Any] = [mean] * len(examples)
-        elif data.task == "tagging":
-            majority = majority_label([tag for tags in data.train.labels for tag in tags])
-            predictions = [[majority] * len(tags) for tags in examples.labels]
-        else:
-            predictions = [majority_label(data.train.labels)] * len(examples)
-        for name, value in score(data.task, predictions, examples.labels, data.label_names).items():
-            baseline[metric_name(name, suffix)] = value if value is not None and math.isfinite(value) else None
-    return baseline
-
-
-def work_key(encoder: Encoder, data: TaskData, files: TaskFiles, hp: Hyperparameters, seeds: list[int]) -> str:
-    """What makes two results the same: weights, task, files, columns, settings and seeds."""
-    described = {"weights": encoder.weights_sha256, "task": data.task, "mode": hp.mode,
-                 "files": {split: entry["sha256"] for split, entry in data.files.items()},
-                 "columns": [files.text_column, files.text_pair_column, files.label_column],
-                 "hyperparameters": asdict(hp), "seeds": seeds}
-    if files.benchmark_task:  # added only when set: earlier single-task keys stay as they were
-        described["benchmark_task"] = files.benchmark_task
-    return hashlib.sha256(json.dumps(described, sort_keys=True).encode()).hexdigest()
-
-
-def finished_work(folder: Path, key: str) -> dict[str, Any] | None:
-    """The recorded result with this key, if `results.jsonl` has one (damaged lines are skipped)."""
-    path = folder / SWEEP_FILE
-    if not path.is_file():
-        return None
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue  # a line torn by a kill: its work is simply done again
-        if isinstance(record, dict) and record.get("key") == key:
-            return record
-    return None
-
-
-def check_finetune_out(out: Path, sources: list[Any], claim: Claim | None = None) -> Path:
-    """`--out` may be new, empty or an earlier `bertpre finetune` folder, and may not hold what
-    the command reads. Writes nothing."""
-    target = real_out(out)
-    for source in sources:
-        if source is None:
-            continue
-        source = real_path(source)
-        if source == target or target in source.parents:
-            raise UserError(f"--out {out} holds {source}, which this command reads; choose another --out")
-    if target.exists():
-        if not target.is_dir():
-            raise UserError(f"--out {out} exists and is not a folder; choose another --out")
-        (claim or Claim(target, "finetune")).check_free()
-        if content_names(target) and not (target / MARKER).is_file():
-            raise UserError(f"--out {out} holds files `bertpre finetune` did not write; choose a new "
-                            "or empty folder, or an earlier finetune --out")
-    else:
-        ancestor = next(parent for parent in target.parents if parent.exists())
-        if not ancestor.is_dir():
-            raise UserError(f"cannot write --out {out}: {ancestor} is a file, not a folder")
-    return target
-
-
-def write_json(path: Path, values: dict[str, Any]) -> None:
-    """Write JSON beside `path` and rename it into place: a reader sees the old file or the new."""
-    staging = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    staging.write_text(json.dumps(values, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    staging.replace(path)
-
-
-def append_line(path: Path, values: dict[str, Any]) -> None:
-    """One JSON line, written whole and flushed to disk before the command reports success."""
-    line = json.dumps(values, ensure_ascii=False) + "\n"
-    if path.is_file() and path.stat().st_size and not path.read_bytes().endswith(b"\n"):
-        line = "\n" + line  # after a line torn by a kill, start a fresh one
-    with path.open("a", encoding="utf-8") as handle:
-        handle.write(line)
-        handle.flush()
-        os.fsync(handle.fileno())
-

@@ -6,7 +6,7 @@ import csv
 import hashlib
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -179,6 +179,21 @@ def read_table(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
+def json_records(lines: Iterable[str], path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number from 1, object) for each non-blank line of a JSON-lines file; one line naming
+    the first that is not a JSON object."""
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError as error:
+            raise UserError(f"{path}: line {number} is not valid JSON ({error})") from None
+        if not isinstance(record, dict):
+            raise UserError(f"{path}: line {number} is not a JSON object")
+        yield number, record
+
+
 def parse_table(text: str, suffix: str, path: Path) -> list[dict[str, Any]]:
     if suffix in (".csv", ".tsv"):
         # TSV as GLUE writes it: tabs separate, quotes are text.
@@ -192,18 +207,7 @@ def parse_table(text: str, suffix: str, path: Path) -> list[dict[str, Any]]:
             return []
         return rows
     if suffix == ".jsonl":
-        rows = []
-        for number, line in enumerate(text.splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except ValueError as error:
-                raise UserError(f"{path}: line {number} is not valid JSON ({error})") from None
-            if not isinstance(record, dict):
-                raise UserError(f"{path}: line {number} is not a JSON object")
-            rows.append(record)
-        return rows
+        return [record for _, record in json_records(text.splitlines(), path)]
     try:
         data = json.loads(text)
     except ValueError as error:

@@ -88,8 +88,7 @@ class InspectReport:
             ("tokens in split", f"{self.tokens:,}", ""),
             ("instances per epoch", f"{self.instances_per_epoch:,}", ""),
             ("sampled sequences", f"{self.sequences:,}", ""),
-            *((f"share of {name}", f"{sampled:.2%} sampled, {epoch:.2%} of the epoch", f"{weight:.2%}")
-              for name, weight, epoch, sampled in self.sources),
+            *source_rows(self.sources),
             (
                 "mask rate (predicted / eligible)",
                 share(self.predicted_tokens, self.eligible_tokens),
@@ -179,23 +178,19 @@ def inspect_data(
 ) -> InspectReport:
     """Sample `batches` batches of epoch 0 as training would and measure them (of one DATA
     folder, or of a mixture's folders interleaved as training interleaves them)."""
-    if split not in ("train", "validation"):
-        raise UserError(f"split must be train or validation, not {split!r}")
-    if not 1 <= batches <= MAX_BATCHES:
-        raise UserError(f"--batches must be a positive integer of at most {MAX_BATCHES:,}, got {batches}")
-    if batch_size < 1:
-        raise UserError(f"the batch size must be at least 1, got {batch_size}")
-    mixture = data if isinstance(data, DataMixture) else DataMixture([data], [1.0], unique_names([data.path]))
+    check_sampling(split, batches, batch_size, max_batches=MAX_BATCHES)
+    mixture = as_mixture(data)
     instances = build_instances(mixture, data_config, seed=seed, split=split)
     sources = instances.sources if isinstance(instances, MixedInstances) else [instances]
     tokenizer = mixture.tokenizer
     collate = MaskingCollator.from_config(tokenizer, data_config, seed)
     unk_id = tokenizer.token_to_id(UNK_TOKEN)
     boundary_ids = [tokenizer.token_to_id(t) for t in (CLS_TOKEN, SEP_TOKEN)]
-    counts = dict.fromkeys(
-        ("eligible", "predicted", "masked", "random", "kept", "label_one", "single", "single_one",
-         "truncated", "real", "padded", "unknown", "text", "words", "word_tokens", "long_word_tokens",
-         "partial_words"), 0
+    counts = dict.fromkeys(  # InspectReport's counts, by their field names
+        ("eligible_tokens", "predicted_tokens", "masked_tokens", "random_tokens", "kept_tokens", "label_one",
+         "single_sentence_chunks", "label_one_in_single_sentence_chunks", "truncated", "real_tokens",
+         "padded_positions", "unknown_tokens", "text_tokens", "masked_words", "masked_word_tokens",
+         "masked_tokens_in_long_words", "partly_masked_words"), 0
     )  # fmt: skip
     word_source = ""
     sequences = min(len(instances), batches * batch_size)
@@ -205,20 +200,20 @@ def inspect_data(
         real = batch["attention_mask"].numpy().astype(bool)
         labels, action = batch["labels"].numpy(), batch["mask_action"].numpy()
         original = np.where(labels >= 0, labels, batch["input_ids"].numpy())
-        counts["eligible"] += int((real & ~collate.never_predicted[original]).sum())
-        counts["predicted"] += int((labels >= 0).sum())
-        counts["masked"] += int((action == MASKED).sum())
-        counts["random"] += int((action == RANDOM_TOKEN).sum())
-        counts["kept"] += int((action == KEPT).sum())
-        counts["real"] += int(real.sum())
-        counts["padded"] += int((~real).sum())
+        counts["eligible_tokens"] += int((real & ~collate.never_predicted[original]).sum())
+        counts["predicted_tokens"] += int((labels >= 0).sum())
+        counts["masked_tokens"] += int((action == MASKED).sum())
+        counts["random_tokens"] += int((action == RANDOM_TOKEN).sum())
+        counts["kept_tokens"] += int((action == KEPT).sum())
+        counts["real_tokens"] += int(real.sum())
+        counts["padded_positions"] += int((~real).sum())
         text = real & ~np.isin(original, boundary_ids)
-        counts["text"] += int(text.sum())
-        counts["unknown"] += int((text & (original == unk_id)).sum())
+        counts["text_tokens"] += int(text.sum())
+        counts["unknown_tokens"] += int((text & (original == unk_id)).sum())
         label = rows.next_sentence_label if rows.next_sentence_label is not None else np.zeros(len(rows), np.int64)
         counts["label_one"] += int(label.sum())
-        counts["single"] += int(rows.single_sentence_chunk.sum())
-        counts["single_one"] += int((label * rows.single_sentence_chunk).sum())
+        counts["single_sentence_chunks"] += int(rows.single_sentence_chunk.sum())
+        counts["label_one_in_single_sentence_chunks"] += int((label * rows.single_sentence_chunk).sum())
         counts["truncated"] += int(rows.truncated.sum())
         if collate.whole_word_mask:
             eligible = real & ~collate.never_predicted[original]
@@ -226,10 +221,10 @@ def inspect_data(
             word_source = "DATA's word_starts" if starts is not None else "## pieces"
             words, tokens, long_tokens, partial = count_masked_words(collate, original, eligible, starts,
                                                                     labels >= 0)
-            counts["words"] += words
-            counts["word_tokens"] += tokens
-            counts["long_word_tokens"] += long_tokens
-            counts["partial_words"] += partial
+            counts["masked_words"] += words
+            counts["masked_word_tokens"] += tokens
+            counts["masked_tokens_in_long_words"] += long_tokens
+            counts["partly_masked_words"] += partial
     source_shares = []
     if isinstance(instances, MixedInstances):
         sampled = np.bincount(instances.source_of(range(sequences)), minlength=len(sources))
@@ -246,28 +241,12 @@ def inspect_data(
         corpus_unk_share=unk_shares[0] if len(unk_shares) == 1 else None,
         instances_per_epoch=len(instances),
         sequences=sequences,
-        eligible_tokens=counts["eligible"],
-        predicted_tokens=counts["predicted"],
-        masked_tokens=counts["masked"],
-        random_tokens=counts["random"],
-        kept_tokens=counts["kept"],
-        label_one=counts["label_one"],
-        single_sentence_chunks=counts["single"],
-        label_one_in_single_sentence_chunks=counts["single_one"],
-        truncated=counts["truncated"],
-        real_tokens=counts["real"],
-        padded_positions=counts["padded"],
-        unknown_tokens=counts["unknown"],
-        text_tokens=counts["text"],
+        **{**counts, "masked_words": counts["masked_words"] if collate.whole_word_mask else None},
         mlm_probability=data_config.mlm_probability,
         mask_replace_prob=data_config.mask_replace_prob,
         random_replace_prob=data_config.random_replace_prob,
         max_predictions_per_seq=data_config.max_predictions_per_seq,
         sources=source_shares,
-        masked_words=counts["words"] if collate.whole_word_mask else None,
-        masked_word_tokens=counts["word_tokens"],
-        masked_tokens_in_long_words=counts["long_word_tokens"],
-        partly_masked_words=counts["partial_words"],
         word_source=word_source,
         shard_sets=[(name, [str(path) for path in folder.shards])
                     for name, folder in zip(mixture.names, mixture.folders, strict=True) if folder.shards],
@@ -292,14 +271,38 @@ def count_masked_words(collate: MaskingCollator, input_ids: np.ndarray, eligible
 
 def format_report(report: InspectReport) -> str:
     """The report as an aligned text table."""
-    header = ("statistic", "realized", "expected")
-    rows = [header, *report.rows()]
+    return format_table(f"{report.split} split, pair_task {report.pair_task}, epoch 0", report.rows())
+
+
+def check_sampling(split: str, batches: int, batch_size: int, *, max_batches: int) -> None:
+    """One line for a split, batch count or batch size that `inspect` cannot sample."""
+    if split not in ("train", "validation"):
+        raise UserError(f"split must be train or validation, not {split!r}")
+    if not 1 <= batches <= max_batches:
+        raise UserError(f"--batches must be a positive integer of at most {max_batches:,}, got {batches}")
+    if batch_size < 1:
+        raise UserError(f"the batch size must be at least 1, got {batch_size}")
+
+
+def as_mixture(data: DataFolder | DataMixture) -> DataMixture:
+    """A mixture as it is; one DATA folder as the mixture of itself alone."""
+    return data if isinstance(data, DataMixture) else DataMixture([data], [1.0], unique_names([data.path]))
+
+
+def source_rows(sources: list[tuple[str, float, float, float]], unit: str = "") -> list[tuple[str, str, str]]:
+    """A table row per source of a mixture, (name, weight, share of the epoch, share sampled):
+    the realized shares against the weight; `unit` names what is counted, e.g. " (tokens)"."""
+    return [(f"share of {name}{unit}", f"{sampled:.2%} sampled, {epoch:.2%} of the epoch", f"{weight:.2%}")
+            for name, weight, epoch, sampled in sources]
+
+
+def format_table(title: str, rows: list[tuple[str, str, str]]) -> str:
+    """`title`, then the (statistic, realized, expected) rows aligned under their header."""
+    rows = [("statistic", "realized", "expected"), *rows]
     widths = [max(len(row[i]) for row in rows) for i in range(3)]
-    lines = [f"{report.split} split, pair_task {report.pair_task}, epoch 0"]
+    lines = [title]
     for i, row in enumerate(rows):
-        lines.append(
-            "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
-        )
+        lines.append("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
         if i == 0:
             lines.append("  ".join("-" * width for width in widths))
     return "\n".join(lines)

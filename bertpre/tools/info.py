@@ -76,20 +76,12 @@ def model_info(
     if assumed:
         config = BertConfig(**{**config.to_dict(), "vocab_size": DEFAULT_VOCAB_SIZE})
     config.validate()
-    if config.is_xlnet:
-        return ModelInfo(
-            config=config, seq_length=seq_length, predicted_share=predicted_share, precision=precision,
-            micro_batch_size=micro_batch_size, vocab_size_assumed=assumed,
-            parameters=count_parameters(config),
-            flops_per_token=training_flops_per_token(config, seq_length, predicted_share,
-                                                     micro_batch_size=micro_batch_size),
-            dense_head_flops_per_token=training_flops_per_token(config, seq_length, 1.0,
-                                                                micro_batch_size=micro_batch_size),
-            memory=estimate_memory(config, seq_length, predicted_share, precision),
-            memory_rows=micro_batch_size if memory_rows is None else memory_rows,
-            xlnet_flops=xlnet_training_flops(config, seq_length, predicted_share,
-                                             micro_batch_size=micro_batch_size),
-        )
+    # XLNet's cost depends on the micro-batch (its memory and relative positions are per batch).
+    per_batch = {"micro_batch_size": micro_batch_size} if config.is_xlnet else {}
+    xlnet = {} if not config.is_xlnet else {
+        "memory_rows": micro_batch_size if memory_rows is None else memory_rows,
+        "xlnet_flops": xlnet_training_flops(config, seq_length, predicted_share, micro_batch_size=micro_batch_size),
+    }
     return ModelInfo(
         config=config,
         seq_length=seq_length,
@@ -98,9 +90,10 @@ def model_info(
         micro_batch_size=micro_batch_size,
         vocab_size_assumed=assumed,
         parameters=count_parameters(config),
-        flops_per_token=training_flops_per_token(config, seq_length, predicted_share),
-        dense_head_flops_per_token=training_flops_per_token(config, seq_length, 1.0),
+        flops_per_token=training_flops_per_token(config, seq_length, predicted_share, **per_batch),
+        dense_head_flops_per_token=training_flops_per_token(config, seq_length, 1.0, **per_batch),
         memory=estimate_memory(config, seq_length, predicted_share, precision),
+        **xlnet,
     )
 
 
@@ -145,10 +138,7 @@ def format_info(info: ModelInfo) -> str:
         f"   (dense head would be {figure(info.dense_head_flops_per_token / 1e6, 1)} MFLOP)",
         f"  per sequence     {figure(info.flops_per_token * info.seq_length / 1e9, 2)} GFLOP",
         "",
-        f"memory estimate ({info.precision} activations, fp32 weights and AdamW)",
-        f"  weights          {readable(memory.weights):>12}",
-        f"  gradients        {readable(memory.gradients):>12}",
-        f"  AdamW state      {readable(memory.adamw_state):>12}",
+        *memory_lines(info),
         f"  activations / sequence: {readable(memory.activations_per_sequence)}, "
         f"{readable(memory.activations_per_sequence_checkpointed)} with gradient checkpointing",
         f"  at micro_batch_size {info.micro_batch_size}: "
@@ -159,6 +149,15 @@ def format_info(info: ModelInfo) -> str:
     ]
     note = fit_note(info)
     return "\n".join(lines + ([note] if note else []))
+
+
+def memory_lines(info: ModelInfo) -> list[str]:
+    """The memory estimate's heading and the weights, gradients and AdamW state it counts."""
+    memory = info.memory
+    return [f"memory estimate ({info.precision} activations, fp32 weights and AdamW)",
+            f"  weights          {readable(memory.weights):>12}",
+            f"  gradients        {readable(memory.gradients):>12}",
+            f"  AdamW state      {readable(memory.adamw_state):>12}"]
 
 
 def format_xlnet_info(info: ModelInfo) -> str:
@@ -195,10 +194,7 @@ def format_xlnet_info(info: ModelInfo) -> str:
         f"   (every row a query, as the hf plan and clm: {figure(info.dense_head_flops_per_token / 1e6, 3)} MFLOP)",
         f"  per sequence        {figure(info.flops_per_token * T / 1e9, 3):>11} GFLOP",
         "",
-        f"memory estimate ({info.precision} activations, fp32 weights and AdamW)",
-        f"  weights          {readable(memory.weights):>12}",
-        f"  gradients        {readable(memory.gradients):>12}",
-        f"  AdamW state      {readable(memory.adamw_state):>12}",
+        *memory_lines(info),
         f"  activations / sequence: {readable(memory.activations_per_sequence)}, "
         f"{readable(memory.activations_per_sequence_checkpointed)} with gradient checkpointing "
         "(both streams, attention probabilities included)",

@@ -3,7 +3,8 @@ on batches drawn as training draws them (segments lane by lane, the run's collat
 
 It answers what the MLM audit answers for BERT: is the predicted share what was asked for, are the
 spans as long as the plan says, how much of a row is padding, how often a row starts a document
-(its memory is reset there), and how many of the P query slots a batch fills.
+(its memory is reset there), and how many of the P query slots a batch fills; for a mixture of
+DATA folders, each source's realised share of the tokens sampled and of the epoch against its weight.
 """
 from __future__ import annotations
 
@@ -12,10 +13,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from bertpre.batches.plm import PermutationCollator
-from bertpre.batches.segments import SegmentInstances
+from bertpre.batches.segments import MixedSegments, SegmentInstances
 from bertpre.config import DataConfig
-from bertpre.data import DataFolder
+from bertpre.data import DataFolder, DataMixture
 from bertpre.errors import UserError
+from bertpre.tools.audit import as_mixture, check_sampling, format_table, source_rows
 
 MAX_BATCHES = 100_000
 
@@ -38,6 +40,8 @@ class PermutationReport:
     span_lengths: dict[int, int] = field(default_factory=dict)  # runs of consecutive targets, in tokens
     plm_probability: float = 1 / 6
     max_span_length: int = 5
+    # A mixture's sources: (name, weight, share of the epoch's tokens, share of the sampled tokens).
+    sources: list[tuple[str, float, float, float]] = field(default_factory=list)
 
     def expected_share(self) -> str:
         if self.objective == "clm":
@@ -65,6 +69,7 @@ class PermutationReport:
         table = [
             ("segments an epoch", f"{self.segments_per_epoch:,}", ""),
             ("rows sampled", f"{self.rows:,}", ""),
+            *source_rows(self.sources, " (tokens)"),
             ("predicted share of eligible tokens", share(self.predicted_tokens, self.eligible_tokens),
              self.expected_share()),
             ("query slots used (predicted / P·rows)", share(self.predicted_tokens, self.query_slots),
@@ -96,30 +101,33 @@ def consecutive_runs(target: np.ndarray) -> np.ndarray:
     return ends[1] - starts[1]
 
 
-def inspect_segments(data: DataFolder, data_config: DataConfig, *, batches: int = 20, batch_size: int = 32,
-                     seed: int = 42, split: str = "train") -> PermutationReport:
-    """Sample `batches` batches of epoch 0 as a plm/clm run would (one lane per row) and measure them."""
-    if split not in ("train", "validation"):
-        raise UserError(f"split must be train or validation, not {split!r}")
-    if not 1 <= batches <= MAX_BATCHES:
-        raise UserError(f"--batches must be a positive integer of at most {MAX_BATCHES:,}, got {batches}")
-    if batch_size < 1:
-        raise UserError(f"the batch size must be at least 1, got {batch_size}")
-    dataset = data.train if split == "train" else data.validation
-    if not len(dataset):
-        raise UserError(f"DATA folder {data.path} has no {split} documents to inspect")
-    whole = SegmentInstances.from_config(dataset, data.tokenizer, data_config, lanes=1, seed=seed)
+def inspect_segments(data: DataFolder | DataMixture, data_config: DataConfig, *, batches: int = 20,
+                     batch_size: int = 32, seed: int = 42, split: str = "train") -> PermutationReport:
+    """Sample `batches` batches of epoch 0 as a plm/clm run would (one lane per row) and measure them
+    (of one DATA folder, or of a mixture's folders interleaved as training interleaves them)."""
+    check_sampling(split, batches, batch_size, max_batches=MAX_BATCHES)
+    mixture = as_mixture(data)
+    for folder in mixture.folders:
+        if not len(getattr(folder, split)):
+            raise UserError(f"DATA folder {folder.path} has no {split} documents to inspect")
+    if mixture.is_mixture:
+        whole: SegmentInstances = MixedSegments.from_mixture(mixture, data_config, lanes=1, seed=seed, split=split)
+    else:
+        whole = SegmentInstances.from_config(getattr(mixture.folders[0], split), mixture.tokenizer, data_config,
+                                             lanes=1, seed=seed)
     lanes = min(batch_size, whole.segment_count())
     instances = whole.with_lanes(lanes)
-    collate = PermutationCollator.from_config(data.tokenizer, data_config, seed)
+    collate = PermutationCollator.from_config(mixture.tokenizer, data_config, seed)
     report = PermutationReport(split=split, objective=data_config.objective, plan=data_config.plm_plan,
                                segments_per_epoch=whole.segment_count(), rows=0, real_tokens=0,
                                padded_positions=0, eligible_tokens=0, predicted_tokens=0, query_slots=0,
                                memory_resets=0, plm_probability=data_config.plm_probability,
                                max_span_length=data_config.max_span_length)
+    sampled_tokens = np.zeros(len(mixture.folders), np.int64)  # real tokens of the sampled rows, by source
     runs: list[np.ndarray] = []
     for step in range(min(batches, len(instances) // lanes)):
-        batch = collate(instances.__getitems__(range(step * lanes, (step + 1) * lanes)))
+        rows = instances.__getitems__(range(step * lanes, (step + 1) * lanes))
+        batch = collate(rows)
         real = batch["attention_mask"].numpy().astype(bool)
         target = batch["perm_target"].numpy()
         report.rows += lanes
@@ -130,19 +138,29 @@ def inspect_segments(data: DataFolder, data_config: DataConfig, *, batches: int 
         report.query_slots += int(batch["labels"].numel())
         report.memory_resets += int(batch["memory_reset"].sum())
         runs.append(consecutive_runs(target))
+        if mixture.is_mixture:  # a segment lies inside one document, so inside one source
+            sampled_tokens += np.bincount(whole.source_of(rows.document_index), weights=real.sum(axis=1),
+                                          minlength=len(sampled_tokens)).astype(np.int64)
     lengths = np.concatenate(runs) if runs else np.zeros(0, np.int64)
     report.span_lengths = {int(n): int(c) for n, c in zip(*np.unique(lengths, return_counts=True), strict=True)}
+    if mixture.is_mixture:
+        epoch_tokens = epoch_tokens_by_source(whole)
+        report.sources = [(name, weight, epoch / max(int(epoch_tokens.sum()), 1), sampled / max(report.real_tokens, 1))
+                          for name, weight, epoch, sampled in zip(mixture.names, mixture.weights,
+                                                                  epoch_tokens.tolist(), sampled_tokens.tolist(),
+                                                                  strict=True)]
     return report
+
+
+def epoch_tokens_by_source(segments: MixedSegments) -> np.ndarray:
+    """(sources,) the tokens (each document with its [SEP]) of each source in the current epoch's
+    documents: what the mixture's weights share out."""
+    documents = segments.epoch_order(segments.epoch)
+    return np.bincount(segments.source_of(documents), weights=segments.document_length[documents] + 1,
+                       minlength=len(segments.weights)).astype(np.int64)
 
 
 def format_permutation_report(report: PermutationReport) -> str:
     """The report as an aligned text table."""
-    rows = [("statistic", "realized", "expected"), *report.rows_table()]
-    widths = [max(len(row[i]) for row in rows) for i in range(3)]
     what = f"{report.objective}, {report.plan} plan" if report.objective == "plm" else report.objective
-    lines = [f"{report.split} split, {what}, epoch 0"]
-    for index, row in enumerate(rows):
-        lines.append("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
-        if index == 0:
-            lines.append("  ".join("-" * width for width in widths))
-    return "\n".join(lines)
+    return format_table(f"{report.split} split, {what}, epoch 0", report.rows_table())

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import contextlib
-import math
 
 import torch
 
@@ -10,10 +9,11 @@ from bertpre.batches import source_seed
 from bertpre.config import DataConfig
 from bertpre.data import DataFolder, DataMixture
 from bertpre.train.objectives import objective_for
+from bertpre.train.objectives.base import perplexity
 from bertpre.train.objectives.mlm import Evaluator
 from bertpre.train.objectives.plm import SegmentEvaluator
 
-__all__ = ["Evaluator", "MixtureEvaluator", "SegmentEvaluator", "build_evaluator", "evaluate"]
+__all__ = ["Evaluator", "MixtureEvaluator", "SegmentEvaluator", "build_evaluator", "evaluate", "perplexity"]
 
 
 class MixtureEvaluator:
@@ -55,7 +55,7 @@ class MixtureEvaluator:
             results[metric] = (sum(weight * value for weight, value in weighed) / total if total
                                else float("nan"))
         loss = results[self.loss]
-        results["perplexity"] = math.exp(min(loss, 700.0)) if loss == loss else float("nan")
+        results["perplexity"] = perplexity(loss)
         return results
 
 

@@ -11,7 +11,7 @@ import pytest
 from tokenizers import Tokenizer
 from tokenizers.models import WordPiece
 
-from bertpre.batches.pairs import PretrainingInstances, truncated_lengths
+from bertpre.batches.pairs import MappedTokens, PretrainingInstances, truncated_lengths
 from bertpre.errors import UserError
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
@@ -355,3 +355,23 @@ def test_one_huge_document_is_planned_in_stretches(tokenizer):
     )
     lengths = sorted(len(r["input_ids"]) - 3 for r in rows)
     assert lengths == sorted([61] * 8 * 3 + [24] * 3 + [61] * 7 + [37])  # 3 x 512 + 464 sentences
+
+
+class Tokens(MappedTokens):
+    def __init__(self, dataset: datasets.Dataset) -> None:
+        self.dataset = dataset
+        self._open()
+
+
+def test_mapped_tokens_lay_each_arrow_chunk_flat_and_reopen_after_pickling():
+    table = datasets.concatenate_datasets([  # two Arrow chunks
+        datasets.Dataset.from_dict({"input_ids": [[[5, 6], [7]], [[8]]]}),
+        datasets.Dataset.from_dict({"input_ids": [[[9, 10, 11]]]})])
+    tokens = Tokens(table)
+    assert [chunk.tolist() for chunk in tokens._chunk_tokens] == [[5, 6, 7, 8], [9, 10, 11]]
+    assert tokens._chunk_starts == [0, 4] and tokens._chunk_word_starts is None
+    state = tokens.__getstate__()
+    assert "_chunk_tokens" not in state and "_chunk_word_starts" not in state
+    copy = pickle.loads(pickle.dumps(tokens))
+    assert [chunk.tolist() for chunk in copy._chunk_tokens] == [[5, 6, 7, 8], [9, 10, 11]]
+    assert copy._chunk_starts == [0, 4]

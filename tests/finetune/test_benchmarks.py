@@ -13,9 +13,11 @@ import pytest
 from test_finetune import ANIMALS, OBJECTS, PEOPLE, VERBS, run_main
 
 from bertpre.config import load_config
+from bertpre.errors import UserError
 from bertpre.finetune.benchmarks import CLUE, GLUE, wsc_text
 from bertpre.finetune.encoding import Encoded
 from bertpre.finetune.run import cut_outputs, join_encoded
+from bertpre.finetune.tasks import json_records
 from bertpre.train.trainer import pretrain
 
 
@@ -241,3 +243,12 @@ def test_a_benchmark_sweep_logs_each_task_and_the_score_at_the_checkpoint_step(
     summary = json.loads((tmp_path / "sweep" / "results.json").read_text())
     assert events.Scalars("downstream/clue_probe/score")[0].value == pytest.approx(summary["metrics"]["score"]["mean"])
     assert "CLUE score" in stdout
+
+
+def test_json_records_number_the_lines_skip_blank_ones_and_name_a_bad_one(tmp_path):
+    path = tmp_path / "train.json"
+    assert list(json_records(['{"a": 1}', "  ", '{"b": "x"}'], path)) == [(1, {"a": 1}), (3, {"b": "x"})]
+    with pytest.raises(UserError, match=r"train.json: line 2 is not valid JSON \("):
+        list(json_records(['{"a": 1}', "{oops"], path))
+    with pytest.raises(UserError, match=r"train.json: line 1 is not a JSON object$"):
+        list(json_records(["[1, 2]"], path))

@@ -13,7 +13,7 @@ from bertpre.cli import app, main
 from bertpre.config import load_config
 from bertpre.model.bert import BertConfig, BertForPreTraining
 from bertpre.model.cost import count_parameters, estimate_memory, training_flops_per_token
-from bertpre.tools.info import format_info, model_info
+from bertpre.tools.info import format_info, memory_lines, model_info
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 TINY = dict(vocab_size=97, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)
@@ -146,3 +146,13 @@ def test_info_on_a_missing_config_is_one_line(tmp_path: Path, monkeypatch, capsy
         main()
     assert exit_info.value.code == 2
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+def test_memory_lines_count_fp32_weights_gradients_and_two_adamw_moments():
+    # BERT-base: 110,106,428 fp32 parameters are 420.0 MiB; AdamW keeps two moments
+    assert memory_lines(model_info(BertConfig(vocab_size="auto"), precision="bf16")) == [
+        "memory estimate (bf16 activations, fp32 weights and AdamW)",
+        "  weights             420.0 MiB",
+        "  gradients           420.0 MiB",
+        "  AdamW state         840.0 MiB",
+    ]

@@ -15,7 +15,14 @@ from bertpre.config import DataConfig
 from bertpre.data import load_mixture
 from bertpre.data.folder import load_data
 from bertpre.errors import UserError
-from bertpre.tools.audit import format_report, inspect_data
+from bertpre.tools.audit import (
+    as_mixture,
+    check_sampling,
+    format_report,
+    format_table,
+    inspect_data,
+    source_rows,
+)
 
 
 @pytest.fixture(scope="module")
@@ -106,3 +113,25 @@ def test_a_config_mixture_reports_each_source_share(data_folder, tmp_path):
     assert report.documents == len(load_data(data_folder).train) + len(load_data(wiki).train)
     result = CliRunner().invoke(app, ["inspect"])
     assert isinstance(result.exception, UserError) and "--config" in str(result.exception)
+
+
+def test_the_helpers_shared_with_the_plm_audit(data_folder):
+    check_sampling("validation", 10, 1, max_batches=10)
+    for split, batches, batch_size, message in [("test", 1, 1, "^split must be train or validation, not 'test'$"),
+                                                ("train", 11, 1, "^--batches must be a positive integer of at most 10, got 11$"),
+                                                ("train", 0, 1, "got 0$"),
+                                                ("train", 1, 0, "^the batch size must be at least 1, got 0$")]:
+        with pytest.raises(UserError, match=message):
+            check_sampling(split, batches, batch_size, max_batches=10)
+    folder = load_data(data_folder)
+    alone = as_mixture(folder)
+    assert alone.folders == [folder] and alone.weights == [1.0] and alone.names == ["data"]
+    assert as_mixture(alone) is alone
+    assert source_rows([("wiki", 0.75, 0.7468, 0.6)], " (tokens)") == [
+        ("share of wiki (tokens)", "60.00% sampled, 74.68% of the epoch", "75.00%")]
+    assert format_table("title", [("a", "1", ""), ("long name", "22", "x")]) == (
+        "title\n"
+        "statistic  realized  expected\n"
+        "---------  --------  --------\n"
+        "a          1\n"
+        "long name  22        x")

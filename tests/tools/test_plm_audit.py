@@ -8,9 +8,12 @@ import sys
 
 import numpy as np
 import pytest
+from _tiny_data import build_tiny_data  # tests/ is on sys.path under pytest
+from typer.testing import CliRunner
 
+from bertpre.cli import app
 from bertpre.config import load_config
-from bertpre.data import open_data
+from bertpre.data import load_mixture, open_data
 from bertpre.errors import UserError
 from bertpre.tools.plm_audit import consecutive_runs, format_permutation_report, inspect_segments
 
@@ -47,3 +50,34 @@ def test_inspect_cli_with_an_xlnet_config(tiny_data, tmp_path):
                             env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert result.returncode == 0, result.stderr
     assert "mean run of consecutive targets" in result.stdout
+
+
+def test_inspect_config_of_a_plm_mixture_reports_every_source_share(tiny_data, tmp_path):
+    wiki = build_tiny_data(tmp_path / "wiki", documents=100, seed=1, tokenizer=tiny_data / "tokenizer")
+    config = tmp_path / "mixture.yaml"
+    config.write_text("model: {architecture: xlnet}\n"
+                      "data:\n  objective: plm\n  pair_task: none\n  max_seq_length: 32\n  path:\n"
+                      f"    - {{path: {tiny_data}, weight: 0.25}}\n    - {{path: {wiki}, weight: 0.75}}\n"
+                      "train: {micro_batch_size: 8}\n")
+    result = CliRunner().invoke(app, ["inspect", "--config", str(config), "--batches", "6"])
+    assert result.exit_code == 0, result.output
+    shares = {line.split()[2]: line for line in result.output.splitlines() if line.startswith("share of ")}
+    assert list(shares) == [tiny_data.name, "wiki"]
+    assert shares["wiki"].startswith("share of wiki (tokens)") and "of the epoch" in shares["wiki"]
+    assert shares["wiki"].rstrip().endswith("75.00%") and shares[tiny_data.name].rstrip().endswith("25.00%")
+
+    mixture = load_mixture([(tiny_data, 1), (wiki, 3)])
+    report = inspect_segments(mixture, load_config(config).data, batches=1000, batch_size=8)  # the whole epoch
+    assert [(name, weight) for name, weight, _, _ in report.sources] == [(tiny_data.name, 0.25), ("wiki", 0.75)]
+    epoch_shares = [epoch for _, _, epoch, _ in report.sources]
+    sampled_shares = [sampled for _, _, _, sampled in report.sources]
+    assert sum(epoch_shares) == pytest.approx(1) and sum(sampled_shares) == pytest.approx(1)
+    # whole documents: the epoch's share is the weight to within one document a source
+    longest = max(max(len(sum(document, [])) for document in folder.train["input_ids"]) for folder in mixture.folders)
+    epoch_tokens = sum(len(sum(document, [])) + 1 for folder in mixture.folders for document in folder.train["input_ids"])
+    assert abs(epoch_shares[1] - 0.75) <= 2 * (longest + 1) / epoch_tokens
+    # every step of the epoch sampled: the sampled share is the epoch's but for the rows that fill no step
+    assert abs(sampled_shares[1] - epoch_shares[1]) <= 0.01
+    single = inspect_segments(open_data(wiki), load_config(config).data, batches=6, batch_size=8)
+    assert single.sources == []
+    assert not [line for line in format_permutation_report(single).splitlines() if line.startswith("share of ")]

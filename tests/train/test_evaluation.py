@@ -8,9 +8,20 @@ import torch
 from bertpre.config import load_config, resolve
 from bertpre.data.folder import load_data
 from bertpre.model.bert import BertForPreTraining
-from bertpre.train.evaluation import evaluate
+from bertpre.train.evaluation import evaluate, perplexity
 
 TINY = Path(__file__).parents[2] / "configs" / "tiny.yaml"
+
+
+def test_perplexity_is_exp_of_the_loss_inf_past_a_float_and_nan_for_nan():
+    assert perplexity(0.0) == 1.0
+    assert perplexity(math.log(30522.0)) == math.exp(math.log(30522.0))
+    assert perplexity(700.0) == math.exp(700.0)
+    assert perplexity(709.0) == math.exp(709.0)  # the largest exp a float holds is at 709.78
+    assert perplexity(710.0) == math.inf
+    assert perplexity(math.inf) == math.inf
+    assert perplexity(-math.inf) == 0.0
+    assert math.isnan(perplexity(math.nan))
 
 
 def test_evaluate_is_repeatable_and_consistent(tiny_data):

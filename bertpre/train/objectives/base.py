@@ -12,6 +12,7 @@ read the carry, step, write the carry.
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,6 +63,15 @@ def copy_inputs(batch: dict[str, torch.Tensor], names: tuple[str, ...], device: 
     if not keep_attention_mask and bool(batch["attention_mask"].all()):
         kept.remove("attention_mask")
     return {name: batch[name].to(device, non_blocking=True) for name in kept}
+
+
+def perplexity(loss: float) -> float:
+    """exp(loss), the perplexity of a mean cross-entropy in nats: inf where that overflows a float
+    (a loss above about 709.78), nan for a nan loss (nothing measured)."""
+    try:
+        return math.exp(loss)
+    except OverflowError:
+        return math.inf
 
 
 class NoCarry:

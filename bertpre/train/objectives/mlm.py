@@ -3,7 +3,6 @@ has one: the batches, the step module that computes the loss sums, and the valid
 from __future__ import annotations
 
 import contextlib
-import math
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -14,7 +13,7 @@ from torch import nn
 from bertpre.batches import MaskingCollator, MixedInstances, PretrainingInstances, build_instances
 from bertpre.labels import IGNORE_INDEX, MASK_ACTION_NAMES
 from bertpre.model import BertForPreTraining
-from bertpre.train.objectives.base import HostCounts, Objective, copy_inputs
+from bertpre.train.objectives.base import HostCounts, Objective, copy_inputs, perplexity
 
 if TYPE_CHECKING:
     from bertpre.config import Config, DataConfig
@@ -207,7 +206,7 @@ class Evaluator:
         mlm_loss = ratio(mlm_loss, predictions)
         results = {
             "mlm_loss": mlm_loss,
-            "perplexity": math.exp(min(mlm_loss, 700.0)) if mlm_loss == mlm_loss else float("nan"),
+            "perplexity": perplexity(mlm_loss),
             "mlm_acc": ratio(correct, predictions),
         }
         for code, hit, count in zip(actions, action_correct, action_counts, strict=True):

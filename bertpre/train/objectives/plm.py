@@ -12,7 +12,6 @@ state: `RecurrentMemory.state_dict` gives plain tensors to save beside the weigh
 from __future__ import annotations
 
 import contextlib
-import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -26,7 +25,7 @@ from bertpre.errors import UserError
 from bertpre.labels import IGNORE_INDEX
 from bertpre.model.xlnet import XLNetLMHeadModel
 from bertpre.train.checkpoint import MEMORY_FILE, read_rank_tensors
-from bertpre.train.objectives.base import HostCounts, Objective, copy_inputs
+from bertpre.train.objectives.base import HostCounts, Objective, copy_inputs, perplexity
 
 if TYPE_CHECKING:
     from bertpre.config import Config, DataConfig
@@ -265,6 +264,6 @@ class SegmentEvaluator:
         (loss, correct), (predictions, sequences) = device_sums.tolist(), host_counts.tolist()
         loss = loss / predictions if predictions else float("nan")
         return {f"{self.objective}_loss": loss,
-                "perplexity": math.exp(min(loss, 700.0)) if loss == loss else float("nan"),
+                "perplexity": perplexity(loss),
                 f"{self.objective}_acc": correct / predictions if predictions else float("nan"),
                 "predictions": int(predictions), "sequences": int(sequences)}

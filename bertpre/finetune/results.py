@@ -1,0 +1,73 @@
+"""A `bertpre finetune` --out folder: its marker, `results.json` (the command's last report) and
+`results.jsonl` (a line for each finished piece of work, found again by its key)."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from bertpre.claim import Claim, real_path
+from bertpre.errors import UserError
+from bertpre.folders import content_names, real_out
+
+MARKER = ".bertpre-finetune"
+RESULTS_FILE = "results.json"
+SWEEP_FILE = "results.jsonl"
+
+
+def finished_work(folder: Path, key: str) -> dict[str, Any] | None:
+    """The recorded result with this key, if `results.jsonl` has one (damaged lines are skipped)."""
+    path = folder / SWEEP_FILE
+    if not path.is_file():
+        return None
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue  # a line torn by a kill: its work is simply done again
+        if isinstance(record, dict) and record.get("key") == key:
+            return record
+    return None
+
+
+def check_finetune_out(out: Path, sources: list[Any], claim: Claim | None = None) -> Path:
+    """`--out` may be new, empty or an earlier `bertpre finetune` folder, and may not hold what
+    the command reads. Writes nothing."""
+    target = real_out(out)
+    for source in sources:
+        if source is None:
+            continue
+        source = real_path(source)
+        if source == target or target in source.parents:
+            raise UserError(f"--out {out} holds {source}, which this command reads; choose another --out")
+    if target.exists():
+        if not target.is_dir():
+            raise UserError(f"--out {out} exists and is not a folder; choose another --out")
+        (claim or Claim(target, "finetune")).check_free()
+        if content_names(target) and not (target / MARKER).is_file():
+            raise UserError(f"--out {out} holds files `bertpre finetune` did not write; choose a new "
+                            "or empty folder, or an earlier finetune --out")
+    else:
+        ancestor = next(parent for parent in target.parents if parent.exists())
+        if not ancestor.is_dir():
+            raise UserError(f"cannot write --out {out}: {ancestor} is a file, not a folder")
+    return target
+
+
+def write_json(path: Path, values: dict[str, Any]) -> None:
+    """Write JSON beside `path` and rename it into place: a reader sees the old file or the new."""
+    staging = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    staging.write_text(json.dumps(values, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    staging.replace(path)
+
+
+def append_line(path: Path, values: dict[str, Any]) -> None:
+    """One JSON line, written whole and flushed to disk before the command reports success."""
+    line = json.dumps(values, ensure_ascii=False) + "\n"
+    if path.is_file() and path.stat().st_size and not path.read_bytes().endswith(b"\n"):
+        line = "\n" + line  # after a line torn by a kill, start a fresh one
+    with path.open("a", encoding="utf-8") as handle:
+        handle.write(line)
+        handle.flush()
+        os.fsync(handle.fileno())
