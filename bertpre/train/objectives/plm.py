@@ -247,13 +247,13 @@ class SegmentEvaluator:
         if max_batches is not None:
             steps = min(steps, max_batches)
         memory = RecurrentMemory(1)
-        step = PermutationObjective(model)  # the training step's module, run under no_grad
+        step_module = PermutationObjective(model)  # the training step's module, run under no_grad
         for step in range(steps):
             batch = self.collate(self.instances.__getitems__(range(step * self.lanes, (step + 1) * self.lanes)))
             host_counts += torch.tensor([plm_predictions(batch), self.lanes], dtype=torch.float64)
             inputs = plm_device_batch(batch, device, keep_attention_mask=False)
             with autocast or contextlib.nullcontext():
-                _, sums, carry = step(inputs, memory.take(0, inputs))
+                _, sums, carry = step_module(inputs, memory.take(0, inputs))
             memory.keep(0, carry)
             device_sums += sums[:2]
         model.train(was_training)
