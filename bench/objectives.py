@@ -119,7 +119,7 @@ def run_config(args, objective: str, data: Path, out: Path, seed: int, steps: in
 def flops_per_token(config, vocab_size: int) -> float:
     """Training FLOPs per position of `config` (forward + backward, the cost model's terms)."""
     from bertpre.model.cost import training_flops_per_token
-    from bertpre.train.trainer import cost_options
+    from bertpre.train.setup import cost_options
 
     model = dataclasses.replace(config.model, vocab_size=vocab_size)
     return training_flops_per_token(model, config.data.max_seq_length, config.data.predicted_share,

@@ -307,7 +307,9 @@ def inspect_command(
 
     if data is None and config is None:
         raise UserError("give a DATA folder to inspect, or --config CFG to inspect its data.path")
-    cfg = load_config(config)
+    from bertpre.train.setup import resolved_config
+
+    cfg = resolved_config(load_config(config), open_data(data) if data is not None else None)
     if cfg.data.recurrent:  # plm / clm: segments and permutation batches
         from bertpre.tools.plm_audit import format_permutation_report, inspect_segments
 

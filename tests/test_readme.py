@@ -123,3 +123,37 @@ def test_the_relative_positions_example_loads(tmp_path):
     (tmp_path / "rope.yaml").write_text(example, encoding="utf-8")
     model = load_config(tmp_path / "rope.yaml").model
     assert (model.position_embedding_type, model.rope_theta) == ("rope", 10000)
+
+
+def architecture_map() -> dict[str, set[str]]:
+    """The README's architecture block as {package folder: the module files named under it}."""
+    text = README.read_text(encoding="utf-8")
+    block = text.split("### Architecture", 1)[1].split("```", 2)[1]
+    named: dict[str, set[str]] = {}
+    folders: list[tuple[int, str]] = []  # (indent, folder) of the enclosing folders
+    for line in block.splitlines():
+        stripped = line.strip()
+        if not stripped or line[0] != " " and not stripped.startswith("bertpre/"):
+            continue
+        indent, word = len(line) - len(line.lstrip()), stripped.split()[0]
+        if word.endswith("/"):
+            folders = [(level, name) for level, name in folders if level < indent] + [(indent, word)]
+        elif word.endswith(".py"):
+            parents = [name for level, name in folders if level < indent]
+            named.setdefault("".join(parents), set()).add(word)
+    return named
+
+
+def test_the_architecture_map_names_every_module():
+    named = architecture_map()
+    package = Path(__file__).resolve().parents[1] / "bertpre"
+    modules = {}
+    for path in package.rglob("*.py"):
+        if path.name == "__init__.py" or "remote_code" in path.parts:
+            continue
+        folder = "bertpre/" + "".join(f"{part}/" for part in path.relative_to(package).parent.parts)
+        modules.setdefault(folder, set()).add(path.name)
+    missing = {folder: sorted(names - named.get(folder, set())) for folder, names in modules.items()}
+    assert {folder: names for folder, names in missing.items() if names} == {}
+    stale = {folder: sorted(names - modules.get(folder, set())) for folder, names in named.items()}
+    assert {folder: names for folder, names in stale.items() if names} == {}

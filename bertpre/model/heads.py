@@ -17,9 +17,9 @@ from bertpre.model.xlnet import XLNetModel
 from bertpre.model.xlnet import init_weights as init_xlnet_weights
 
 
-class BertForSequenceClassification(nn.Module):
-    """`bert` → pooled [CLS] → dropout → `classifier` (Hugging Face's names and math);
-    `num_labels` 1 is regression."""
+class BertTaskModel(nn.Module):
+    """`bert`, `dropout` and a linear `classifier` (Hugging Face's names): what BERT's task
+    models share."""
 
     takes_unpadded = True  # forward's `unpadded`: the layers compute nothing for padding
 
@@ -35,6 +35,11 @@ class BertForSequenceClassification(nn.Module):
         """Draw the head's initial weights from the current torch seed, as transformers does."""
         init_weights(self.classifier, self.bert.config.initializer_range)
 
+
+class BertForSequenceClassification(BertTaskModel):
+    """`bert` → pooled [CLS] → dropout → `classifier` (Hugging Face's names and math);
+    `num_labels` 1 is regression."""
+
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, unpadded: Unpadded | None = None) -> torch.Tensor:
         """Logits (B, num_labels)."""
@@ -44,23 +49,9 @@ class BertForSequenceClassification(nn.Module):
         return self.classifier(self.dropout(pooled))
 
 
-class BertForTokenClassification(nn.Module):
+class BertForTokenClassification(BertTaskModel):
     """`bert` → every token's output → dropout → `classifier` (Hugging Face's names and math;
     its pooler is not used, and not saved)."""
-
-    takes_unpadded = True
-
-    def __init__(self, config: BertConfig, num_labels: int) -> None:
-        super().__init__()
-        self.num_labels = num_labels
-        self.bert = BertModel(config)
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
-        self.classifier = nn.Linear(config.hidden_size, num_labels)
-        self.reset_head()
-
-    def reset_head(self) -> None:
-        """Draw the head's initial weights from the current torch seed, as transformers does."""
-        init_weights(self.classifier, self.bert.config.initializer_range)
 
     def hidden_states(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                       token_type_ids: torch.Tensor | None = None, unpadded: Unpadded | None = None) -> torch.Tensor:

@@ -12,7 +12,7 @@ from bertpre.folders import MARKERS, check_out, claimed_out, make_files_readable
 from bertpre.model.families import family, load_pretraining_model
 from bertpre.model.hf_format import read_config
 from bertpre.tokenizer import load_tokenizer
-from bertpre.train.checkpoint import find_checkpoint
+from bertpre.train.model_folders import find_checkpoint
 
 
 @dataclass

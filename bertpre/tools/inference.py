@@ -14,8 +14,8 @@ from bertpre.model import BertForPreTraining, XLNetLMHeadModel
 from bertpre.model.families import family, family_of, load_pretraining_model
 from bertpre.tokenizer import MASK_TOKEN, SPECIAL_TOKENS
 from bertpre.tokenizer.wordpiece import check_same_vocab
-from bertpre.train.checkpoint import resolve_model_folder
 from bertpre.train.evaluation import evaluate
+from bertpre.train.model_folders import resolve_model_folder
 from bertpre.train.run_config import read_run_config
 
 

@@ -20,12 +20,16 @@ from bertpre.model.cost import (
     training_flops_per_token,
     xlnet_training_flops,
 )
+from bertpre.train.setup import resolved_config
 
 DEFAULT_VOCAB_SIZE = 30522  # BERT's uncased WordPiece vocabulary, used for vocab_size: auto
 
 
 def info_report(config: Config) -> str:
-    """What `bertpre info` prints for a run config: its model at its sequence length and precision."""
+    """What `bertpre info` prints for a run config: its model at its sequence length and precision,
+    resolved as the run would resolve it (`train.setup.resolved_config`: the vocabulary of its
+    DATA where it is tokenized, the shape of `model.init_from`)."""
+    config = resolved_config(config)
     return format_info(model_info(
         config.model,
         seq_length=config.data.max_seq_length,

@@ -16,7 +16,6 @@ import pickle
 import random
 import re
 import shutil
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,17 +23,18 @@ import numpy as np
 import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
-from tokenizers import Tokenizer
 
 from bertpre.data.folder import check_tokenizer_files, file_digest
 from bertpre.errors import UserError
 from bertpre.model.config import BertConfig
-from bertpre.model.hf_format import CONFIG_NAME, check_folder, read_config
-from bertpre.tokenizer.wordpiece import TOKENIZER_FILE, VOCAB_FILE, load_tokenizer
+from bertpre.model.hf_format import CONFIG_NAME, read_config
+from bertpre.tokenizer.wordpiece import load_tokenizer
 from bertpre.train.runtime import Runtime, barrier
 
 LATEST = "latest"
 TRAINER_STATE = "trainer_state.json"
+# Each process's recurrent memory (plm, clm: `objectives.plm.RecurrentMemory`), beside its RNG state.
+MEMORY_FILE = "memory_{rank}.safetensors"
 CHECKSUMS = "checksums.json"
 TOKENIZER_DIR = "tokenizer"  # RUN/tokenizer: the run's copy of DATA's tokenizer files
 CUDA_RNG = "cuda_current_device"  # key of this process's own GPU's RNG state in rng_state_<rank>.pt
@@ -257,72 +257,6 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
         raise UserError(f"{pointer} names {name!r}, which is missing or incomplete; point it at a "
                         "complete step-* folder, or pass a checkpoints/step-N folder")
     return folder
-
-
-def find_checkpoint(source: str | Path) -> tuple[Path, Path]:
-    """(checkpoint folder, tokenizer folder) for a RUN folder or a `step-N` folder inside one."""
-    source = Path(source)
-    if not source.is_dir():
-        raise UserError(f"{source}: no such folder; pass a RUN folder or one of its checkpoints/step-N")
-    if (source / CONFIG_NAME).is_file():
-        checkpoint = source
-        run = source.parent.parent if source.parent.name == "checkpoints" else source
-    else:
-        latest = latest_checkpoint(source)
-        if latest is None and (source / "checkpoints").is_dir():
-            raise UserError(f"{source}: no checkpoints/latest; the run has not saved a checkpoint yet")
-        if latest is None:
-            raise UserError(f"{source}: neither a RUN folder (with checkpoints/latest) nor a "
-                            f"checkpoint (with {CONFIG_NAME})")
-        checkpoint, run = latest, source
-    tokenizer = run / "tokenizer"
-    if not tokenizer.is_dir() and (checkpoint / TOKENIZER_FILE).is_file():
-        tokenizer = checkpoint
-    if not any((tokenizer / name).is_file() for name in (TOKENIZER_FILE, VOCAB_FILE)):
-        raise UserError(f"{run}: no tokenizer/ folder with tokenizer.json or vocab.txt; the run's "
-                        "model needs the run's tokenizer")
-    # The optimizer, scaler and RNG states are read only by a resume, which checks them itself.
-    verify_checkpoint(checkpoint, skip_suffixes=(".pt",),
-                      tokenizer=tokenizer if tokenizer != checkpoint else None)
-    return checkpoint, tokenizer
-
-
-# Each process's recurrent memory in a checkpoint (plm, clm: `objectives.plm.RecurrentMemory`).
-MEMORY_FILE = "memory_{rank}.safetensors"
-
-
-@dataclass(frozen=True)
-class ModelFolder:
-    """Where a model's weights and its tokenizer are: one folder (an export, a Hugging Face
-    folder) or a run's checkpoint and the run's tokenizer/."""
-
-    path: Path  # as the user named it
-    model_folder: Path  # config.json and the weights
-    tokenizer_folder: Path
-
-    def model_config(self) -> BertConfig:
-        return read_config(self.model_folder)
-
-    def tokenizer(self) -> Tokenizer:
-        return load_tokenizer(self.tokenizer_folder)
-
-
-def resolve_model_folder(path: str | Path) -> ModelFolder:
-    """A model folder holding its tokenizer (an export, a Hugging Face BERT or XLNet folder), a
-    RUN folder (its latest checkpoint) or one of its `checkpoints/step-N`.
-
-    Never downloads: a hub name is refused in one line that says to pass a local folder.
-    """
-    path = Path(path)
-    if (path / CONFIG_NAME).is_file() and path.parent.name != "checkpoints":
-        if not any((path / name).is_file() for name in (TOKENIZER_FILE, VOCAB_FILE)):
-            raise UserError(f"{path} has no {VOCAB_FILE} or {TOKENIZER_FILE}; the vocabulary must match "
-                            "the weights, so copy the tokenizer the weights were trained with into that folder")
-        return ModelFolder(path, path, path)
-    if not path.is_dir():
-        check_folder(str(path))  # a hub name gets its own message
-    model_folder, tokenizer_folder = find_checkpoint(path)
-    return ModelFolder(path, model_folder, tokenizer_folder)
 
 
 def load_safely(path: Path) -> Any:

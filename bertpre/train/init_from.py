@@ -12,7 +12,7 @@ from bertpre.errors import UserError
 from bertpre.model import BertConfig
 from bertpre.model.families import family
 from bertpre.tokenizer import VocabMismatch, vocab_extension
-from bertpre.train.checkpoint import ModelFolder
+from bertpre.train.model_folders import ModelFolder
 
 
 def adopt_shape(config: Config, shape: BertConfig, where: str | Path) -> None:

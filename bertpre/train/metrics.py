@@ -6,6 +6,7 @@ import math
 import shutil
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -185,3 +186,29 @@ def gpu_scalars(runtime: Runtime, tokens_per_s: float, token_flops: float) -> di
     if peak_flops is not None:
         scalars["perf/mfu"] = tokens_per_s * token_flops / (peak_flops * runtime.world_size)
     return scalars
+
+
+@dataclass
+class StepStats:
+    """One optimizer step, summed over its micro-batches and all processes.
+
+    `device_sums` and `grad_norm` stay on the device: reading them (`sums`, `loss`) waits for
+    the GPU, so the loop reads them only once per logging window.
+    """
+
+    device_sums: torch.Tensor  # float64 on the device, DEVICE_STATS order
+    host_counts: list[int]  # HOST_STATS order, known before the batch was copied
+    lr: float
+    grad_norm: torch.Tensor  # on the device
+    skipped: bool  # an fp16 overflow: no update was made and the schedule does not advance
+
+    @property
+    def sums(self) -> dict[str, float]:
+        """Every STATS sum as a number (reads the device)."""
+        return named_stats(self.device_sums.tolist(), self.host_counts)
+
+    @property
+    def loss(self) -> float:
+        """Mean MLM loss over the step's predictions plus mean pair loss over its pairs."""
+        sums = self.sums
+        return sums["mlm_loss"] / max(sums["predictions"], 1) + sums["pair_loss"] / max(sums["pairs"], 1)

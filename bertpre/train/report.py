@@ -1,14 +1,24 @@
-"""What a run shows its user: the block it starts with, the time it expects to take, the block it
-ends with, and the TensorBoard layout that opens on the loss curves."""
+"""What a run tells its user: the block it starts with, the time it expects to take, the block it
+ends with, the lines it stops with (a full disk, a diverged loss), and the TensorBoard layout."""
 from __future__ import annotations
 
+import contextlib
 import datetime
+import json
 import math
 import shlex
+import shutil
 from dataclasses import dataclass
+from pathlib import Path
+
+import torch
 
 from bertpre.config import Config
+from bertpre.data import DataMixture
+from bertpre.errors import UserError
+from bertpre.model.families import family
 from bertpre.train.optim import scheduled_learning_rate
+from bertpre.train.runtime import Runtime
 
 # TensorBoard's Custom Scalars tab: one chart per question, train and eval on the same axes, so
 # a run with a single evaluation shows it as a point on the loss curve. Tags are regexes.
@@ -63,6 +73,30 @@ class RunPlan:
     def tokens_per_step(self) -> int:
         """Tokens an optimizer step reads at most (sequences × length; padding included)."""
         return self.batch_size * self.seq_length
+
+
+def plan_run(config: Config, phase: Config, *, run_dir: Path, runtime: Runtime, mixture: DataMixture,
+             parameters: int, step: int, instances: int, objective_words: str) -> RunPlan:
+    """The start block's numbers for a run at `step` in `phase`, from its config, model, runtime
+    and data (`instances`: this process's in an epoch); the model's family says its shape."""
+    row = family(config.model)
+    device = runtime.device.type
+    if device == "cuda":
+        device += f" ({torch.cuda.get_device_name(runtime.device)})"
+    counts = [folder.manifest.get("counts", {}) if isinstance(folder.manifest, dict) else {}
+              for folder in mixture.folders]
+    return RunPlan(
+        run_dir=str(run_dir), parameters=parameters, shape=row.shape_words(config.model) + objective_words,
+        start_step=step,
+        max_steps=config.train.max_steps, batch_size=phase.train.batch_size,
+        seq_length=phase.data.max_seq_length,
+        precision=runtime.precision_line or f"precision {runtime.precision}",
+        devices=f"{runtime.world_size} process{'es' if runtime.world_size > 1 else ''} on {device}",
+        documents=sum(len(folder.train) for folder in mixture.folders),
+        corpus_tokens=sum(int(count.get("tokens", 0)) for count in counts),
+        steps_per_epoch=instances * runtime.world_size / phase.train.batch_size,
+        phases=len(config.phases), architecture=row.display_name,
+    )
 
 
 def start_block(plan: RunPlan) -> str:
@@ -161,3 +195,26 @@ def schedule_change_note(saved: Config, new: Config, step: int) -> str:
     if before == after:  # still warming up
         return f"the learning rate at step {step:,} stays {after:.4g} (warmup); {decay}"
     return f"the learning rate jumps from {before:.4g} to {after:.4g} at step {step:,}: {decay}"
+
+
+def kept_checkpoint(run_dir: Path) -> str:
+    """Which checkpoint a stopped run can resume from, said for people."""
+    latest = run_dir / "checkpoints" / "latest"
+    return (f"the last good checkpoint is {json.dumps(latest.read_text().strip())}" if latest.exists()
+            else "no checkpoint was written yet")
+
+
+def write_failed(error: Exception, what: str, run_dir: Path) -> UserError:
+    """The one line for a write the disk refused (full, read-only): what, why, what is kept."""
+    reason = (f"{error.strerror}: {error.filename}" if isinstance(error, OSError)
+              else (str(error).splitlines() or [type(error).__name__])[0])
+    with contextlib.suppress(OSError):  # torch.save's own message does not say "disk full"
+        reason += f"; {shutil.disk_usage(run_dir).free / 2**20:.1f} MiB free there"
+    return UserError(f"cannot write {what} ({reason}); {kept_checkpoint(run_dir)}; free disk space "
+                     f"or make {run_dir} writable, then run the same command again to resume")
+
+
+def diverged_message(step: int, what: str, run_dir: Path) -> str:
+    """The one line for a run that stopped being finite at (1-based) `step`."""
+    return (f"training diverged at step {step}: {what}; {kept_checkpoint(run_dir)}; "
+            "lower optim.lr, raise optim.warmup_steps or use train.precision=bf16")

@@ -1,11 +1,18 @@
-"""One run, one folder, one config: the RUN folder's lock, and what a resume may change."""
+"""One run, one folder, one config: the RUN folder's lock, what a resume may change, and what a
+run writes there besides its checkpoints (config.yaml, data.json, the tokenizer copy)."""
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 from typing import Any
 
+import yaml
+
+import bertpre
 from bertpre.claim import Claim, real_path
 from bertpre.config import Config
+from bertpre.data import DataMixture
 from bertpre.errors import UserError
 from bertpre.folders import (
     MARKERS,
@@ -15,6 +22,9 @@ from bertpre.folders import (
     is_run_folder,
     real_out,
 )
+from bertpre.train.checkpoint import remove_partial_checkpoints
+from bertpre.train.report import schedule_change_note
+from bertpre.train.run_config import read_run_config
 
 # Keys a resumed run may change: how it is watched, saved and fed, not what it computes.
 # `train.max_steps` may only grow past the step reached.
@@ -112,3 +122,60 @@ def flatten(sections: dict[str, dict[str, Any]]) -> dict[str, Any]:
         else:  # `phases`: one value, a list
             flat[section] = values
     return flat
+
+
+DATA_RECORD = "data.json"  # in RUN: what the run read
+
+
+def prepare_run_folder(run_dir: Path, config: Config, mixture: DataMixture) -> None:
+    """Create RUN, drop partial checkpoints, write config.yaml, data.json and the tokenizer copy."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    remove_partial_checkpoints(run_dir)
+    config.save(run_dir / "config.yaml")
+    write_data_record(run_dir, mixture)
+    if not (run_dir / "tokenizer").exists():
+        # Copied aside and renamed: a kill mid-copy must not leave a torn tokenizer that
+        # every later resume would refuse.
+        staging = run_dir / ".tokenizer.tmp"
+        shutil.rmtree(staging, ignore_errors=True)
+        shutil.copytree(mixture.folders[0].tokenizer_dir, staging)
+        staging.replace(run_dir / "tokenizer")
+
+
+def write_data_record(run_dir: Path, mixture: DataMixture) -> None:
+    """RUN/data.json: the DATA this (re)start reads, each source with its weight and its
+    manifest (a set of shards' merged one, which lists the shards)."""
+    record = {"sources": [
+        {"name": name, "path": str(folder.path), "weight": weight,
+         **({"shards": [str(path) for path in folder.shards]} if folder.shards else {}),
+         "manifest": folder.manifest}
+        for name, weight, folder in zip(mixture.names, mixture.weights, mixture.folders, strict=True)]}
+    staging = run_dir / ".data.json.tmp"
+    staging.write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    staging.replace(run_dir / DATA_RECORD)
+
+
+def run_texts(config: Config, mixture: DataMixture) -> dict[str, str]:
+    """The resolved config and each DATA source's counts, for TensorBoard's Text tab."""
+    text = yaml.safe_dump(config.to_dict(), sort_keys=False)
+    sources = []
+    for name, weight, folder in zip(mixture.names, mixture.weights, mixture.folders, strict=True):
+        counts = folder.manifest.get("counts", {}) if isinstance(folder.manifest, dict) else {}
+        sources.append(f"- **{name}** ({folder.path}, weight {weight:.3g}): "
+                       f"{counts.get('documents', len(folder.train)):,} documents, "
+                       f"{counts.get('tokens', 0):,} tokens, [UNK] share {counts.get('unk_share', 0):.4%}")
+    return {"run/config": f"bertpre {bertpre.__version__}\n\n```yaml\n{text}```",
+            "run/data": "\n".join(sources)}
+
+
+def resume_notes(run_dir: Path, config: Config, step: int) -> list[str]:
+    """What a resumed run tells its user: the keys it resumes with changed (checked: only those
+    that may change) and, if train.max_steps changed, what that does to the schedule."""
+    saved = run_dir / "config.yaml"
+    if not saved.is_file():
+        return []
+    saved_config = read_run_config(saved)
+    notes = [f"resuming with {change}" for change in check_resume_config(saved_config, config, step, run_dir)]
+    if saved_config.train.max_steps != config.train.max_steps:
+        notes.append(schedule_change_note(saved_config, config, step))
+    return notes

@@ -5,7 +5,10 @@ import contextlib
 import datetime
 import os
 import random
+import signal
+import threading
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -196,3 +199,36 @@ def all_reduce_sum(tensor: torch.Tensor, runtime: Runtime) -> torch.Tensor:
     if runtime.distributed:
         dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
     return tensor
+
+
+# The exit code of a run stopped by a signal, after its checkpoint: 128 + the signal's number.
+SIGNAL_EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}
+
+
+class StopSignals:
+    """Turns SIGINT/SIGTERM into a request to stop after the current step."""
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> StopSignals:
+        if threading.current_thread() is threading.main_thread():
+            for signum in SIGNAL_EXIT_CODES:
+                self._previous[signum] = signal.signal(signum, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        self.received = signum
+
+    def agreed(self, runtime: Runtime) -> int:
+        """The signal number any process received (0 for none), agreed by all processes."""
+        if not runtime.distributed:
+            return self.received or 0
+        stop = torch.tensor([self.received or 0], device=runtime.device)
+        torch.distributed.all_reduce(stop, op=torch.distributed.ReduceOp.MAX)
+        return int(stop)
+
+    def __exit__(self, *exc: Any) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)

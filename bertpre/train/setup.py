@@ -6,20 +6,24 @@ from __future__ import annotations
 import copy
 import hashlib
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+from torch import nn
 
 from bertpre.config import Config, check_world_size, resolve
 from bertpre.data import DataFolder, DataMixture, load_mixture
 from bertpre.errors import UserError
-from bertpre.model.cost import memory_shortfall
+from bertpre.model.cost import memory_shortfall, training_flops_per_token
+from bertpre.model.families import family
 from bertpre.model.hf_format import read_config
 from bertpre.tokenizer import load_tokenizer
 from bertpre.tokenizer.wordpiece import TOKENIZER_FILE, check_same_vocab
-from bertpre.train.checkpoint import ModelFolder, latest_checkpoint, resolve_model_folder
-from bertpre.train.init_from import adopt_shape, source_vocab_growth
+from bertpre.train.checkpoint import latest_checkpoint
+from bertpre.train.init_from import adopt_shape, load_source_weights, source_vocab_growth
+from bertpre.train.model_folders import ModelFolder, resolve_model_folder
 from bertpre.train.objectives import objective_for
 from bertpre.train.run_folder import check_run_out
 
@@ -58,17 +62,7 @@ def resolve_run(given: Config, *, world_size: int = 1, device: torch.device | No
     run_dir = Path(config.train.out)
     check_run_out(run_dir, config.init_from, [folder.path for folder in mixture.folders])
     latest = latest_checkpoint(run_dir) if resume else None
-    # Weights come from model.init_from only at the start; a resume reads its checkpoint,
-    # whose config.json is the shape the run was given.
-    source = resolve_model_folder(config.init_from) if config.init_from and latest is None else None
-    new_pieces: list[list[int]] = []
-    if source is not None:
-        adopt_shape(config, source.model_config(), source.path)
-        new_pieces = source_vocab_growth(source, data.tokenizer, data.path, config.model.vocab_size)
-        config.model.vocab_size += len(new_pieces)
-    elif config.init_from:
-        adopt_shape(config, read_config(latest), latest)
-    resolve(config, data.tokenizer)
+    source, new_pieces = settle_model(config, data, latest)
     if device is not None:
         check_fits_in_memory(config, device, world_size)
     if not resume and (run_dir / "checkpoints" / "latest").exists():
@@ -78,6 +72,43 @@ def resolve_run(given: Config, *, world_size: int = 1, device: torch.device | No
         check_tokenizer_matches(run_dir, folder)
     return ResolvedRun(config=config, mixture=mixture, run_dir=run_dir, latest=latest, source=source,
                        new_pieces=new_pieces)
+
+
+def settle_model(config: Config, data: DataFolder | None, latest: Path | None = None
+                 ) -> tuple[ModelFolder | None, list[list[int]]]:
+    """Fill in `config.model` (in place) as the run will build it: the shape of `model.init_from`
+    (a new run) or of the checkpoint `latest` (a resume), the vocabulary grown by the tokens
+    DATA adds to the source's, `vocab_size: auto` and the pad id from DATA's tokenizer.
+
+    Returns:
+        (the released weights a new run starts from, or None; the new tokens' old pieces).
+    """
+    # Weights come from model.init_from only at the start; a resume reads its checkpoint,
+    # whose config.json is the shape the run was given.
+    source = resolve_model_folder(config.init_from) if config.init_from and latest is None else None
+    new_pieces: list[list[int]] = []
+    if source is not None:
+        adopt_shape(config, source.model_config(), source.path)
+        if data is not None:
+            new_pieces = source_vocab_growth(source, data.tokenizer, data.path, config.model.vocab_size)
+            config.model.vocab_size += len(new_pieces)
+    elif config.init_from and latest is not None:
+        adopt_shape(config, read_config(latest), latest)
+    if data is not None:
+        resolve(config, data.tokenizer)
+    return source, new_pieces
+
+
+def resolved_config(given: Config, data: DataFolder | None = None) -> Config:
+    """`given` as a run on `data` would resolve it (a copy; `given` is left as it was): what
+    `bertpre info` and `bertpre inspect` show, so every command sees the run the trainer sees.
+    Without `data`, the config's own first DATA folder where it exists; where none does (not
+    tokenized yet), only `model.init_from`'s shape is filled in."""
+    config = copy.deepcopy(given)
+    if data is None and Path(config.data.sources[0][0]).is_dir():
+        data = load_mixture(config.data.sources).folders[0]
+    settle_model(config, data)
+    return config
 
 
 def cost_options(config: Config) -> dict[str, int]:
@@ -117,3 +148,20 @@ def check_tokenizer_matches(run_dir: Path, data: DataFolder) -> None:
     saved = run_dir / "tokenizer"
     if saved.is_dir():
         check_same_vocab(data.tokenizer, load_tokenizer(saved), data.path, f"run {run_dir}")
+
+
+def build_model(run: ResolvedRun, say: Callable[[str], None]) -> nn.Module:
+    """The run's pretraining model, drawn from the current seed, its family's as the table says;
+    a new run from `model.init_from` takes the source's weights (each thing to know said)."""
+    model = family(run.config.model).build_pretraining(run.config.model, run.data.tokenizer)
+    if run.source is not None:
+        say(f"starting from the weights of {run.source.path}")
+        for line in load_source_weights(model, run.source, run.new_pieces):
+            say(line)
+    return model
+
+
+def token_flops(config: Config) -> float:
+    """Training FLOPs per token of one phase's config (what MFU is measured against)."""
+    return training_flops_per_token(config.model, config.data.max_seq_length, config.data.predicted_share,
+                                    **cost_options(config))

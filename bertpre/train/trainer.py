@@ -2,14 +2,8 @@
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
 import math
-import os
-import shutil
-import signal
 import sys
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,59 +13,37 @@ import torch
 from safetensors import SafetensorError
 from torch.nn.parallel import DistributedDataParallel
 
-import bertpre
-from bertpre.config import Config, check_world_size, resolve
-from bertpre.data import DataFolder, load_mixture
+from bertpre.config import Config, check_world_size
 from bertpre.errors import WRITE_ERRNOS, UserError
-from bertpre.model.cost import memory_shortfall, training_flops_per_token
-from bertpre.model.families import family
-from bertpre.model.hf_format import read_config
-from bertpre.tokenizer import load_tokenizer
-from bertpre.tokenizer.wordpiece import TOKENIZER_FILE, check_same_vocab
-from bertpre.train.checkpoint import (
-    latest_checkpoint,
-    load_checkpoint,
-    remove_partial_checkpoints,
-    resolve_model_folder,
-    save_checkpoint,
-)
+from bertpre.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from bertpre.train.evaluation import build_evaluator
-from bertpre.train.init_from import (
-    adopt_shape,
-    load_source_weights,
-    source_vocab_growth,
-)
-from bertpre.train.metrics import MetricsWindow, MetricsWriter, ProgressBar, gpu_scalars
-from bertpre.train.objectives import (
-    DEVICE_STATS,
-    HOST_STATS,
-    HostCounts,
-    NoCarry,
-    named_stats,
-    objective_for,
-)
+from bertpre.train.metrics import MetricsWindow, MetricsWriter, ProgressBar, StepStats, gpu_scalars
+from bertpre.train.objectives import DEVICE_STATS, HOST_STATS, NoCarry, objective_for, step_totals
 from bertpre.train.optim import build_optimizer, learning_rate
 from bertpre.train.report import (
     CUSTOM_SCALARS_LAYOUT,
     RunPlan,
+    diverged_message,
     end_block,
     eta_line,
     finished_run_note,
-    schedule_change_note,
+    plan_run,
     start_block,
+    write_failed,
 )
-from bertpre.train.run_config import read_run_config
-from bertpre.train.run_folder import RunLock, check_resume_config, check_run_out
+from bertpre.train.run_folder import RunLock, prepare_run_folder, resume_notes, run_texts
 from bertpre.train.runtime import (
+    SIGNAL_EXIT_CODES,
     Runtime,
+    StopSignals,
     all_reduce_sum,
     init_runtime,
     seed_everything,
     shutdown,
 )
+from bertpre.train.setup import build_model, resolve_run, token_flops
 
 MAX_CONSECUTIVE_SKIPS = 20  # fp16 overflow skips in a row before the run is declared diverged
-SIGNAL_EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}
 
 
 class TrainingDiverged(UserError):
@@ -87,53 +59,6 @@ class TrainResult:
     skipped_steps: int = 0
     exit_code: int = 0  # 130 after SIGINT, 143 after SIGTERM
     notes: list[str] = field(default_factory=list)
-
-
-@dataclass
-class StepStats:
-    """One optimizer step, summed over its micro-batches and all processes.
-
-    `device_sums` and `grad_norm` stay on the device: reading them (`sums`, `loss`) waits for
-    the GPU, so the loop reads them only once per logging window.
-    """
-
-    device_sums: torch.Tensor  # float64 on the device, DEVICE_STATS order
-    host_counts: list[int]  # HOST_STATS order, known before the batch was copied
-    lr: float
-    grad_norm: torch.Tensor  # on the device
-    skipped: bool  # an fp16 overflow: no update was made and the schedule does not advance
-
-    @property
-    def sums(self) -> dict[str, float]:
-        """Every STATS sum as a number (reads the device)."""
-        return named_stats(self.device_sums.tolist(), self.host_counts)
-
-    @property
-    def loss(self) -> float:
-        """Mean MLM loss over the step's predictions plus mean pair loss over its pairs."""
-        sums = self.sums
-        return sums["mlm_loss"] / max(sums["predictions"], 1) + sums["pair_loss"] / max(sums["pairs"], 1)
-
-
-class StopSignals:
-    """Turns SIGINT/SIGTERM into a request to stop after the current step."""
-
-    def __init__(self) -> None:
-        self.received: int | None = None
-        self._previous: dict[int, Any] = {}
-
-    def __enter__(self) -> StopSignals:
-        if threading.current_thread() is threading.main_thread():
-            for signum in SIGNAL_EXIT_CODES:
-                self._previous[signum] = signal.signal(signum, self._handle)
-        return self
-
-    def _handle(self, signum: int, frame: Any) -> None:
-        self.received = signum
-
-    def __exit__(self, *exc: Any) -> None:
-        for signum, handler in self._previous.items():
-            signal.signal(signum, handler)
 
 
 def pretrain(config: Config, *, resume: bool = True) -> TrainResult:
@@ -166,33 +91,9 @@ class Trainer:
     def __init__(self, config: Config, runtime: Runtime | None = None, *, resume: bool = True) -> None:
         runtime = runtime or init_runtime(config.train.precision, device=config.train.device,
                                           deterministic=config.train.deterministic)
-        self.config, self.runtime = config, runtime
-        train = config.train
-        for index in range(len(config.phase_ends())):
-            check_world_size(config.for_phase(index), runtime.world_size)
-        self.mixture = load_mixture(config.data.sources)
-        self.data = self.mixture.folders[0]  # every source shares its tokenizer, which the run copies
-        self.run_dir = Path(train.out)
-        check_run_out(self.run_dir, config.init_from, [folder.path for folder in self.mixture.folders])
-        latest = latest_checkpoint(self.run_dir) if resume else None
-        # Weights come from model.init_from only at the start; a resume reads its checkpoint,
-        # whose config.json is the shape the run was given.
-        self.source = resolve_model_folder(config.init_from) if config.init_from and latest is None else None
-        self.new_pieces: list[list[int]] = []  # tokens DATA's vocabulary adds to the source's
-        if self.source is not None:
-            adopt_shape(config, self.source.model_config(), self.source.path)
-            self.new_pieces = source_vocab_growth(self.source, self.data.tokenizer, self.data.path,
-                                                  config.model.vocab_size)
-            config.model.vocab_size += len(self.new_pieces)
-        elif config.init_from:
-            adopt_shape(config, read_config(latest), latest)
-        resolve(config, self.data.tokenizer)
-        check_fits_in_memory(config, runtime.device, runtime.world_size)
-        if not resume and (self.run_dir / "checkpoints" / "latest").exists():
-            raise UserError(f"run folder {self.run_dir} already holds checkpoints; resume it "
-                            "(--resume), or choose a new --out")
-        for folder in self.mixture.folders:
-            check_tokenizer_matches(self.run_dir, folder)
+        run = resolve_run(config, world_size=runtime.world_size, device=runtime.device, resume=resume)
+        self.config, self.runtime, self.mixture, self.run_dir = run.config, runtime, run.mixture, run.run_dir
+        train = self.config.train
         self.lock = RunLock(self.run_dir)
         if runtime.is_main:
             self.lock.check_free()  # before reading a checkpoint another process may be pruning
@@ -200,20 +101,14 @@ class Trainer:
         if runtime.note:
             self.say(runtime.note)
         if runtime.is_main:
-            for warning in config.warnings():
-                print(f"warning: {warning}", file=sys.stderr)
-
+            print("".join(f"warning: {warning}\n" for warning in self.config.warnings()), end="", file=sys.stderr)
         seed_everything(train.seed)
-        self.objective = objective_for(config.data.objective)
-        self.model = family(config.model).build_pretraining(config.model, self.data.tokenizer)
+        self.objective = objective_for(self.config.data.objective)
         self.carry = NoCarry()  # what each micro-batch slot hands the next step's (plm/clm: memory)
-        if self.source is not None:
-            self.say(f"starting from the weights of {self.source.path}")
-            for line in load_source_weights(self.model, self.source, self.new_pieces):
-                self.say(line)
+        self.model = build_model(run, self.say)
         self.model.to(runtime.device)
         self.model.set_gradient_checkpointing(train.gradient_checkpointing)
-        self.optimizer = build_optimizer(self.model, config.optim, runtime.device)
+        self.optimizer = build_optimizer(self.model, self.config.optim, runtime.device)
         self.scaler = runtime.grad_scaler()
         seed_everything(train.seed + runtime.rank)  # dropout differs across processes
         self.step, self.skipped_steps, self.consecutive_skips = 0, 0, 0
@@ -223,24 +118,30 @@ class Trainer:
         # The first step whose loss or gradient norm was not finite (0: none), kept on the
         # device and read only before a log, an evaluation or a save.
         self.diverged_at = torch.zeros((), dtype=torch.int64, device=runtime.device)
-        if latest is None:
-            self.enter_phase(0)
-        else:
-            self.load_state_dict(load_checkpoint(latest, model=self.model, optimizer=self.optimizer,
-                                                 scaler=self.scaler, runtime=runtime), latest)
-            if self.stream.state_dict()["position"]:  # a phase's end starts the next with no carry
-                self.carry.restore(latest, runtime.rank, runtime.device)
-            self.check_resumed_config()
-            if runtime.is_main:
-                print(f"resuming from {latest} (step {self.step}, epoch {self.stream.epoch})",
-                      file=sys.stderr)
+        self.restore(run.latest)
         if runtime.is_main:
             self.lock.acquire()
         try:
-            self.start_run(resumed=latest is not None)
+            self.start_run(resumed=run.latest is not None)
         except BaseException:
             self.lock.release()
             raise
+
+    def restore(self, latest: Path | None) -> None:
+        """Continue from checkpoint `latest` (its state, stream position and carry), or start the
+        first phase."""
+        if latest is None:
+            self.enter_phase(0)
+            return
+        runtime = self.runtime
+        self.load_state_dict(load_checkpoint(latest, model=self.model, optimizer=self.optimizer,
+                                             scaler=self.scaler, runtime=runtime), latest)
+        if self.stream.state_dict()["position"]:  # a phase's end starts the next with no carry
+            self.carry.restore(latest, runtime.rank, runtime.device)
+        for note in resume_notes(self.run_dir, self.config, self.step):
+            self.say(note)
+        if runtime.is_main:
+            print(f"resuming from {latest} (step {self.step}, epoch {self.stream.epoch})", file=sys.stderr)
 
     def say(self, note: str) -> None:
         """Tell the user something about this run (once, from the main process) and keep it."""
@@ -252,7 +153,7 @@ class Trainer:
         """Write the run folder's config and tokenizer; set up the model wrapper, evaluator and logs."""
         config, runtime, train = self.config, self.runtime, self.config.train
         if runtime.is_main:
-            self.prepare_run_folder()
+            prepare_run_folder(self.run_dir, self.config, self.mixture)
         self.trained_model = self.wrap_model()
         # Read after each fp16 step (whether it was skipped); before the first, it needs no read.
         self.loss_scale = self.scaler.get_scale() if self.scaler is not None else 1.0
@@ -262,7 +163,7 @@ class Trainer:
                                     enabled=runtime.is_main and self.step < train.max_steps)
         self.window = MetricsWindow(self.step)
         self.start_step, self.eta_said = self.step, False
-        self.metrics.describe_run(CUSTOM_SCALARS_LAYOUT, self.run_texts())
+        self.metrics.describe_run(CUSTOM_SCALARS_LAYOUT, run_texts(self.config, self.mixture))
         shares = self.objective.shares(self.stream.instances)
         if shares:  # said once: equal in every epoch
             self.metrics.log(self.step, {f"data/share/{name}": share for name, share in shares.items()})
@@ -270,45 +171,12 @@ class Trainer:
             print(f"phase {self.phase + 1} of {len(config.phases)}: {self.describe_phase()}",
                   file=sys.stderr)
 
-    def run_texts(self) -> dict[str, str]:
-        """The resolved config and each DATA source's counts, for TensorBoard's Text tab."""
-        import yaml
-
-        config = yaml.safe_dump(self.config.to_dict(), sort_keys=False)
-        sources = []
-        for name, weight, folder in zip(self.mixture.names, self.mixture.weights, self.mixture.folders,
-                                        strict=True):
-            counts = folder.manifest.get("counts", {}) if isinstance(folder.manifest, dict) else {}
-            sources.append(f"- **{name}** ({folder.path}, weight {weight:.3g}): "
-                           f"{counts.get('documents', len(folder.train)):,} documents, "
-                           f"{counts.get('tokens', 0):,} tokens, [UNK] share {counts.get('unk_share', 0):.4%}")
-        return {"run/config": f"bertpre {bertpre.__version__}\n\n```yaml\n{config}```",
-                "run/data": "\n".join(sources)}
-
     def run_plan(self) -> RunPlan:
         """The start block's numbers, from the config, the model, the runtime and the data."""
-        model, train, runtime = self.config.model, self.phase_config.train, self.runtime
-        device = runtime.device.type
-        if device == "cuda":
-            device += f" ({torch.cuda.get_device_name(runtime.device)})"
-        counts = [folder.manifest.get("counts", {}) if isinstance(folder.manifest, dict) else {}
-                  for folder in self.mixture.folders]
-        row = family(model)
-        shape = row.shape_words(model) + self.objective.summary(self.phase_config.data)
-        return RunPlan(
-            run_dir=str(self.run_dir),
-            parameters=self.model.num_parameters(),
-            shape=shape,
-            start_step=self.step, max_steps=self.config.train.max_steps,
-            batch_size=train.batch_size, seq_length=self.phase_config.data.max_seq_length,
-            precision=runtime.precision_line or f"precision {runtime.precision}",
-            devices=f"{runtime.world_size} process{'es' if runtime.world_size > 1 else ''} on {device}",
-            documents=sum(len(folder.train) for folder in self.mixture.folders),
-            corpus_tokens=sum(int(count.get("tokens", 0)) for count in counts),
-            steps_per_epoch=len(self.stream.instances) * runtime.world_size / train.batch_size,
-            phases=len(self.config.phases),
-            architecture=row.display_name,
-        )
+        return plan_run(self.config, self.phase_config, run_dir=self.run_dir, runtime=self.runtime,
+                        mixture=self.mixture, parameters=self.model.num_parameters(), step=self.step,
+                        instances=len(self.stream.instances),
+                        objective_words=self.objective.summary(self.phase_config.data))
 
     def enter_phase(self, index: int, stream_state: dict[str, int] | None = None) -> None:
         """Build phase `index`'s batches, evaluator and step shape; its stream starts at
@@ -327,8 +195,7 @@ class Trainer:
         self.evaluator = build_evaluator(self.mixture, config.data,
                                          micro_batch_size=config.train.micro_batch_size, seed=seed,
                                          rank=runtime.rank, world_size=runtime.world_size)
-        self.token_flops = training_flops_per_token(config.model, config.data.max_seq_length,
-                                                    config.data.predicted_share, **self.objective.cost_options(config))
+        self.token_flops = token_flops(config)
 
     def next_phase(self) -> None:
         """Cross into the next phase; its data continues from the next epoch, so that its
@@ -377,6 +244,8 @@ class Trainer:
         with StopSignals() as signals, contextlib.closing(self.metrics), \
                 contextlib.closing(self.progress):
             while self.step < train.max_steps:
+                if self.step >= self.phase_end and self.phase + 1 < len(self.config.phase_ends()):
+                    self.next_phase()  # its lengths, batch and schedule from this step on
                 stats = self.train_step()
                 if stats.skipped:
                     continue
@@ -391,7 +260,7 @@ class Trainer:
                 pause_start = time.perf_counter()  # eval and saving are not counted in tokens/s
                 if self.step % train.eval_every == 0 or finished:
                     self.evaluate()
-                stop = self.stop_requested(signals)
+                stop = signals.agreed(self.runtime)
                 if self.step % train.save_every == 0 or finished or stop:
                     self.check_finite()  # a diverged model is never saved
                     self.metrics.flush()  # logs reach the checkpoint's step before it exists
@@ -416,8 +285,6 @@ class Trainer:
         Nothing here reads the device, but the fp16 loss scale (once) and, across processes,
         the step's counts: the CPU queues the whole step ahead of the GPU.
         """
-        if self.step >= self.phase_end and self.phase + 1 < len(self.config.phase_ends()):
-            self.next_phase()
         optim, runtime = self.phase_config.optim, self.runtime
         start, end = self.config.schedule_span(self.phase)
         lr = learning_rate(self.step - start, lr=optim.lr, warmup_steps=optim.warmup_steps,
@@ -539,14 +406,6 @@ class Trainer:
         self.metrics.log(self.step, {f"eval/{name}": value for name, value in results.items()})
         self.last_eval = results
 
-    def stop_requested(self, signals: StopSignals) -> int:
-        """The signal number any process received (0 for none), agreed by all processes."""
-        if not self.runtime.distributed:
-            return signals.received or 0
-        stop = torch.tensor([signals.received or 0], device=self.runtime.device)
-        torch.distributed.all_reduce(stop, op=torch.distributed.ReduceOp.MAX)
-        return int(stop)
-
     def state_dict(self) -> dict[str, int]:
         """The trainer's own state: step, skipped steps and the batch stream's position."""
         return {"step": self.step, "skipped_steps": self.skipped_steps, "phase": self.phase,
@@ -578,44 +437,6 @@ class Trainer:
                 raise
             raise write_failed(error, f"checkpoint step-{self.step:08d}", self.run_dir) from None
 
-    def check_resumed_config(self) -> None:
-        """A resumed run keeps its config, but for the keys that may change (each one noted)."""
-        saved = self.run_dir / "config.yaml"
-        if not saved.is_file():
-            return
-        saved_config = read_run_config(saved)
-        for change in check_resume_config(saved_config, self.config, self.step, self.run_dir):
-            self.say(f"resuming with {change}")
-        if saved_config.train.max_steps != self.config.train.max_steps:
-            self.say(schedule_change_note(saved_config, self.config, self.step))
-
-    def prepare_run_folder(self) -> None:
-        """Create RUN, drop partial checkpoints, write config.yaml, data.json and the tokenizer copy."""
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        remove_partial_checkpoints(self.run_dir)
-        self.config.save(self.run_dir / "config.yaml")
-        self.write_data_record()
-        if not (self.run_dir / "tokenizer").exists():
-            # Copied aside and renamed: a kill mid-copy must not leave a torn tokenizer that
-            # every later resume would refuse.
-            staging = self.run_dir / ".tokenizer.tmp"
-            shutil.rmtree(staging, ignore_errors=True)
-            shutil.copytree(self.data.tokenizer_dir, staging)
-            staging.replace(self.run_dir / "tokenizer")
-
-    def write_data_record(self) -> None:
-        """RUN/data.json: the DATA this (re)start reads, each source with its weight and its
-        manifest (a set of shards' merged one, which lists the shards)."""
-        record = {"sources": [
-            {"name": name, "path": str(folder.path), "weight": weight,
-             **({"shards": [str(path) for path in folder.shards]} if folder.shards else {}),
-             "manifest": folder.manifest}
-            for name, weight, folder in zip(self.mixture.names, self.mixture.weights,
-                                            self.mixture.folders, strict=True)]}
-        staging = self.run_dir / ".data.json.tmp"
-        staging.write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-        staging.replace(self.run_dir / DATA_RECORD)
-
     def wrap_model(self) -> torch.nn.Module:
         """The objective as the step calls it: compiled whole and/or DDP-wrapped as configured."""
         model = self.objective.step_module(self.model, self.config.optim.label_smoothing)
@@ -625,77 +446,3 @@ class Trainer:
             device_ids = [self.runtime.local_rank] if self.runtime.device.type == "cuda" else None
             model = DistributedDataParallel(model, device_ids=device_ids)
         return model
-
-
-DATA_RECORD = "data.json"  # in RUN: what the run read
-
-
-def cost_options(config: Config) -> dict[str, int]:
-    """The cost model's objective-specific arguments for one phase's config (none for mlm)."""
-    return objective_for(config.data.objective).cost_options(config)
-
-
-def check_fits_in_memory(config: Config, device: torch.device, world_size: int = 1) -> None:
-    """Refuse, before anything is allocated, a run that cannot fit in the device's whole memory
-    even at its leanest (`bertpre.model.cost.training_memory_floor`), in any of its phases."""
-    if device.type == "cuda":
-        available, where = torch.cuda.get_device_properties(device).total_memory, "the GPU has"
-    else:
-        available, where = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), "this machine has"
-    for index in range(max(1, len(config.phases))):
-        phase = config.for_phase(index)
-        options = cost_options(phase)
-        options.pop("micro_batch_size", None)
-        if options:  # every row of the device's share of a step keeps its memory
-            options["memory_rows"] = phase.train.batch_size // world_size
-        problem = memory_shortfall(config.model, phase.data.max_seq_length, phase.data.predicted_share,
-                                   phase.train.micro_batch_size, available, where, **options)
-        if problem:
-            where_phase = f"phase {index + 1}: " if config.phases else ""
-            raise UserError(f"{where_phase}{problem} (`bertpre info --config CFG` estimates the memory)")
-
-
-def check_tokenizer_matches(run_dir: Path, data: DataFolder) -> None:
-    """DATA's dataset must come from DATA's tokenizer, and a resumed run must keep its vocabulary."""
-    recorded = (data.manifest.get("tokenizer") or {}).get("sha256") if isinstance(data.manifest, dict) else None
-    tokenizer_file = data.tokenizer_dir / TOKENIZER_FILE
-    if recorded and tokenizer_file.is_file():
-        if hashlib.sha256(tokenizer_file.read_bytes()).hexdigest() != recorded:
-            raise UserError(f"DATA folder {data.path} holds a tokenizer other than the one its "
-                            "dataset was made with (tokenizer.json changed); run `bertpre "
-                            "tokenize` again")
-    saved = run_dir / "tokenizer"
-    if saved.is_dir():
-        check_same_vocab(data.tokenizer, load_tokenizer(saved), data.path, f"run {run_dir}")
-
-
-def step_totals(counts: list[HostCounts], runtime: Runtime) -> list[int]:
-    """The step's HOST_STATS: summed over its micro-batches, and over processes when distributed."""
-    totals = [sum(values) for values in zip(*(count.as_list() for count in counts), strict=True)]
-    if not runtime.distributed:
-        return totals
-    reduced = torch.tensor(totals, dtype=torch.int64, device=runtime.device)
-    return [int(value) for value in all_reduce_sum(reduced, runtime).tolist()]
-
-
-def kept_checkpoint(run_dir: Path) -> str:
-    """Which checkpoint a stopped run can resume from, said for people."""
-    latest = run_dir / "checkpoints" / "latest"
-    return (f"the last good checkpoint is {json.dumps(latest.read_text().strip())}" if latest.exists()
-            else "no checkpoint was written yet")
-
-
-def write_failed(error: Exception, what: str, run_dir: Path) -> UserError:
-    """The one line for a write the disk refused (full, read-only): what, why, what is kept."""
-    reason = (f"{error.strerror}: {error.filename}" if isinstance(error, OSError)
-              else (str(error).splitlines() or [type(error).__name__])[0])
-    with contextlib.suppress(OSError):  # torch.save's own message does not say "disk full"
-        reason += f"; {shutil.disk_usage(run_dir).free / 2**20:.1f} MiB free there"
-    return UserError(f"cannot write {what} ({reason}); {kept_checkpoint(run_dir)}; free disk space "
-                     f"or make {run_dir} writable, then run the same command again to resume")
-
-
-def diverged_message(step: int, what: str, run_dir: Path) -> str:
-    """The one line for a run that stopped being finite at (1-based) `step`."""
-    return (f"training diverged at step {step}: {what}; {kept_checkpoint(run_dir)}; "
-            "lower optim.lr, raise optim.warmup_steps or use train.precision=bf16")

@@ -101,6 +101,8 @@ def test_learning_rate_and_lengths_follow_the_phases(tiny_data, tmp_path):
         for _ in range(4):
             trainer.train_step()
             trainer.step += 1
+        assert trainer.step == trainer.phase_end  # where train() crosses into the next phase
+        trainer.next_phase()
         trainer.train_step()
         assert trainer.phase == 1 and trainer.accumulation == 2
         assert trainer.stream.instances.max_seq_length == 256 and trainer.stream.epoch >= 1

@@ -10,6 +10,7 @@ from bertpre.train.objectives.base import (
     NoCarry,
     Objective,
     named_stats,
+    step_totals,
 )
 from bertpre.train.objectives.mlm import MaskedLanguageModel
 from bertpre.train.objectives.plm import PermutationLanguageModel
@@ -27,4 +28,4 @@ def objective_for(objective: str) -> Objective:
 
 
 __all__ = ["DEVICE_STATS", "HOST_STATS", "OBJECTIVES", "HostCounts", "NoCarry", "Objective", "named_stats",
-           "objective_for"]
+           "objective_for", "step_totals"]

@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from bertpre.batches import BatchStream
+from bertpre.train.runtime import Runtime, all_reduce_sum
 
 if TYPE_CHECKING:  # the config sits above the training package's data classes
     from bertpre.config import Config, DataConfig
@@ -49,6 +50,15 @@ class HostCounts:
 
     def as_list(self) -> list[int]:
         return [self.predictions, self.pairs, self.tokens]
+
+
+def step_totals(counts: list[HostCounts], runtime: Runtime) -> list[int]:
+    """The step's HOST_STATS: summed over its micro-batches, and over processes when distributed."""
+    totals = [sum(values) for values in zip(*(count.as_list() for count in counts), strict=True)]
+    if not runtime.distributed:
+        return totals
+    reduced = torch.tensor(totals, dtype=torch.int64, device=runtime.device)
+    return [int(value) for value in all_reduce_sum(reduced, runtime).tolist()]
 
 
 def copy_inputs(batch: dict[str, torch.Tensor], names: tuple[str, ...], device: torch.device, *,
