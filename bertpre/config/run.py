@@ -115,8 +115,9 @@ def _validate_objective(config: Config) -> None:
     if data.objective not in row.objectives:
         trained_by = [name for name, other in FAMILIES.items() if data.objective in other.objectives]
         raise UserError(f"model.architecture {model.architecture} trains with data.objective "
-                        f"{' or '.join(row.objectives)}, not {data.objective} (which model.architecture "
-                        f"{' or '.join(trained_by)} trains with); set one of them")
+                        f"{' or '.join(row.objectives)}, not {data.objective}; set model.architecture: "
+                        f"{' or '.join(trained_by)} for {data.objective}, or data.objective: "
+                        f"{' or '.join(row.objectives)}")
     if not data.recurrent:
         return
     if data.pair_task != "none":
@@ -160,6 +161,10 @@ def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] 
     for override in overrides:
         _apply_override(raw, override)
     for dotted, value in (values or {}).items():
+        section, key = dotted.split(".", 1)
+        written = raw.get(section) if isinstance(raw.get(section), dict) else {}
+        if key in written:  # what the file says is checked even where a command's option replaces it
+            build_section(section, {key: written[key]})
         _set_value(raw, dotted, value)
     optim_raw = raw.get("optim") if isinstance(raw.get("optim"), dict) else {}
     warmup_given = optim_raw.get("warmup_steps") is not None

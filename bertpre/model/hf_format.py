@@ -82,12 +82,18 @@ def check_folder(folder: str | Path) -> Path:
     path = Path(folder)
     if path.is_dir():
         return path
+    refuse_hub_name(folder)
+    raise UserError(f"{folder}: not a model folder (expected a folder with {CONFIG_NAME})")
+
+
+def refuse_hub_name(folder: str | Path) -> None:
+    """A name like `bert-base-uncased` that is no folder here: say that bertpre never downloads."""
+    path = Path(folder)
     if not path.exists() and not path.is_absolute() and re.fullmatch(r"[\w.-]+(/[\w.-]+)?", str(folder)):
         raise UserError(
             f"{folder!r} is not a local folder; bertpre never downloads models. Download it "
             "yourself (e.g. `huggingface-cli download NAME --local-dir DIR`) and pass DIR"
         )
-    raise UserError(f"{folder}: not a model folder (expected a folder with {CONFIG_NAME})")
 
 
 def read_config(folder: Path) -> BertConfig:

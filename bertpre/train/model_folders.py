@@ -10,7 +10,7 @@ from tokenizers import Tokenizer
 
 from bertpre.errors import UserError
 from bertpre.model.config import BertConfig
-from bertpre.model.hf_format import CONFIG_NAME, check_folder, read_config
+from bertpre.model.hf_format import CONFIG_NAME, read_config, refuse_hub_name
 from bertpre.tokenizer.wordpiece import TOKENIZER_FILE, VOCAB_FILE, load_tokenizer
 from bertpre.train.checkpoint import latest_checkpoint, verify_checkpoint
 
@@ -72,6 +72,6 @@ def resolve_model_folder(path: str | Path) -> ModelFolder:
                             "the weights, so copy the tokenizer the weights were trained with into that folder")
         return ModelFolder(path, path, path)
     if not path.is_dir():
-        check_folder(str(path))  # a hub name gets its own message
+        refuse_hub_name(path)  # else find_checkpoint says there is no such folder
     model_folder, tokenizer_folder = find_checkpoint(path)
     return ModelFolder(path, model_folder, tokenizer_folder)

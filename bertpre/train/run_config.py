@@ -8,16 +8,27 @@ since; it must still hold every section.)
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import yaml
 
 import bertpre
 from bertpre.config import SECTIONS, Config, load_config
 from bertpre.errors import UserError
-from bertpre.train.run_folder import flatten
 
 RESTORE = "restore it from the run's --config and --set values, or start a new run with another --out"
 HEADER = f"# written by bertpre {bertpre.__version__}:"  # how Config.save begins the file
+
+
+def flatten(sections: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """`{"train": {"max_steps": 10}}` → `{"train.max_steps": 10}`."""
+    flat = {}
+    for section, values in sections.items():
+        if isinstance(values, dict):
+            flat.update({f"{section}.{key}": value for key, value in values.items()})
+        else:  # `phases`: one value, a list
+            flat[section] = values
+    return flat
 
 
 def read_run_config(path: Path) -> Config:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
-from typing import Any
 
 import yaml
 
@@ -24,7 +23,7 @@ from bertpre.folders import (
 )
 from bertpre.train.checkpoint import remove_partial_checkpoints
 from bertpre.train.report import schedule_change_note
-from bertpre.train.run_config import read_run_config
+from bertpre.train.run_config import flatten, read_run_config
 
 # Keys a resumed run may change: how it is watched, saved and fed, not what it computes.
 # `train.max_steps` may only grow past the step reached.
@@ -111,17 +110,6 @@ def check_resume_config(saved: Config, new: Config, step: int, run_dir: Path) ->
         if key not in ("train.out", "data.path"):
             notes.append(f"{key} {old!r} → {value!r}")
     return notes
-
-
-def flatten(sections: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """`{"train": {"max_steps": 10}}` → `{"train.max_steps": 10}`."""
-    flat = {}
-    for section, values in sections.items():
-        if isinstance(values, dict):
-            flat.update({f"{section}.{key}": value for key, value in values.items()})
-        else:  # `phases`: one value, a list
-            flat[section] = values
-    return flat
 
 
 DATA_RECORD = "data.json"  # in RUN: what the run read

@@ -223,7 +223,7 @@ def fp16_on_cpu(monkeypatch, infinite_calls):
     monkeypatch.setattr(trainer, "init_runtime",
                         lambda *args, **kwargs: Runtime(device=torch.device("cpu"), precision="fp16"))
 
-    class OverflowingModel(trainer.BertForPreTraining):
+    class OverflowingModel(families.BertForPreTraining):
         calls = 0
 
         def forward(self, *args, **kwargs):
@@ -233,7 +233,7 @@ def fp16_on_cpu(monkeypatch, infinite_calls):
                 out.mlm_loss_sum = out.mlm_loss_sum * float("inf")
             return out
 
-    monkeypatch.setattr(trainer, "BertForPreTraining", OverflowingModel)
+    monkeypatch.setattr(families, "BertForPreTraining", OverflowingModel)  # what the family row builds
 
 
 def test_fp16_skipped_steps_are_counted_and_do_not_advance_the_schedule(data_dir, tmp_path, monkeypatch):

@@ -140,7 +140,7 @@ def test_init_from_an_xlnet_run_starts_from_its_weights(tiny_data, tmp_path):
     a, b = load_file(source / "model.safetensors"), load_file(final_folder(second.run_dir) / "model.safetensors")
     for name in a:  # one step at lr 1e-9 from the source's weights
         torch.testing.assert_close(a[name], b[name], atol=1e-6, rtol=0)
-    with pytest.raises(UserError, match="is an XLNet"):
+    with pytest.raises(UserError, match="holds XLNet weights, which train with data.objective plm or clm"):
         pretrain(load_config(TINY, [f"data.path={tiny_data}", f"train.out={tmp_path / 'bert'}",
                                     f"model.init_from={first.run_dir}", "data.max_seq_length=32"]))
 
