@@ -91,7 +91,7 @@ def refuse_hub_name(folder: str | Path) -> None:
     path = Path(folder)
     if not path.exists() and not path.is_absolute() and re.fullmatch(r"[\w.-]+(/[\w.-]+)?", str(folder)):
         raise UserError(
-            f"{folder!r} is not a local folder; bertpre never downloads models. Download it "
+            f"{str(folder)!r} is not a local folder; bertpre never downloads models. Download it "
             "yourself (e.g. `huggingface-cli download NAME --local-dir DIR`) and pass DIR"
         )
 

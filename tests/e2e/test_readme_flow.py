@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from tokenizers import Tokenizer
 
 REPO = Path(__file__).resolve().parents[2]
 BERTPRE = Path(sys.executable).parent / "bertpre"  # the console script beside this Python
@@ -62,7 +63,10 @@ def test_readme_flow(workdir: Path):
 
     # 2. Pick a config and look at it
     info = run(BERTPRE, "info", "--config", str(REPO / "configs/base.yaml"), cwd=workdir)
-    assert "110,106,428" in info.stdout  # BERT-base with its pretraining heads
+    # BERT-base with its pretraining heads (110,106,428 at 30,522 tokens), at the vocabulary of
+    # the DATA just made, as pretraining will resolve it: each token is a row of 768 and a bias.
+    vocab = Tokenizer.from_file(str(workdir / "data/corpus/tokenizer/tokenizer.json")).get_vocab_size()
+    assert f"vocab {vocab}, " in info.stdout and f"{110_106_428 - (30522 - vocab) * 769:,}" in info.stdout
 
     # 3. Pretrain, with --set overrides; 4. run again: it resumes
     settings = ["--set", "train.save_every=3", "--set", "train.eval_every=3",
