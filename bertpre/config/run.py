@@ -30,7 +30,6 @@ from bertpre.config.sections import (
 from bertpre.configs import preset_names
 from bertpre.errors import UserError
 from bertpre.labels import MASK_COUNTS, PAIR_TASKS
-from bertpre.model.config import ARCHITECTURES
 from bertpre.model.families import FAMILIES, family
 from bertpre.tokenizer.wordpiece import PAD_TOKEN
 
@@ -109,7 +108,7 @@ def _validate(config: Config, warmup_given: bool, ratio_given: bool) -> None:
 def _validate_objective(config: Config) -> None:
     """The objective against the architecture, and plm/clm's own keys."""
     model, data = config.model, config.data
-    _check_choice("model.architecture", model.architecture, ARCHITECTURES)
+    _check_choice("model.architecture", model.architecture, tuple(FAMILIES))
     _check_choice("data.objective", data.objective, OBJECTIVES)
     row = family(model)
     if data.objective not in row.objectives:

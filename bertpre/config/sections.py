@@ -17,14 +17,15 @@ import bertpre
 from bertpre.config.rules import FLOAT_TEXT, LENGTHS, RULES, check_number, shown
 from bertpre.errors import UserError
 from bertpre.model.config import BertConfig
+from bertpre.model.families import FAMILIES
 
 OPTIMIZERS = ("adamw", "lamb")
 SCHEDULES = ("linear", "cosine", "constant")
 PRECISIONS = ("auto", "fp32", "fp16", "bf16")
 DEVICES = ("auto", "cpu", "cuda")
-# What the model learns to predict: BERT's masked tokens, or (model.architecture xlnet) XLNet's
-# permutation LM or Transformer-XL's left-to-right LM over segments carried by memory.
-OBJECTIVES = ("mlm", "plm", "clm")
+# What the model learns to predict, as the family table lists it: BERT's masked tokens, or
+# (model.architecture xlnet) XLNet's permutation LM or Transformer-XL's left-to-right LM.
+OBJECTIVES = tuple(dict.fromkeys(name for row in FAMILIES.values() for name in row.objectives))
 PLM_PLANS = ("xlnet", "hf")
 # `model.init_from` names the weights a run starts from; it is not a field of the model's shape.
 INIT_FROM = "init_from"

@@ -80,8 +80,9 @@ def model_info(
     if assumed:
         config = BertConfig(**{**config.to_dict(), "vocab_size": DEFAULT_VOCAB_SIZE})
     config.validate()
-    # XLNet's cost depends on the micro-batch (its memory and relative positions are per batch).
-    per_batch = {"micro_batch_size": micro_batch_size} if config.is_xlnet else {}
+    # XLNet's cost depends on the micro-batch (its memory and relative positions are per batch);
+    # BERT's cost model takes the argument and does not need it.
+    per_batch = {"micro_batch_size": micro_batch_size}
     xlnet = {} if not config.is_xlnet else {
         "memory_rows": micro_batch_size if memory_rows is None else memory_rows,
         "xlnet_flops": xlnet_training_flops(config, seq_length, predicted_share, micro_batch_size=micro_batch_size),
