@@ -18,7 +18,7 @@ from bertpre.errors import WRITE_ERRNOS, UserError
 from bertpre.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from bertpre.train.evaluation import build_evaluator
 from bertpre.train.metrics import MetricsWindow, MetricsWriter, ProgressBar, StepStats, gpu_scalars
-from bertpre.train.objectives import DEVICE_STATS, HOST_STATS, NoCarry, objective_for, step_totals
+from bertpre.train.objectives import DEVICE_STATS, HOST_STATS, objective_for, step_totals
 from bertpre.train.optim import build_optimizer, learning_rate
 from bertpre.train.report import (
     CUSTOM_SCALARS_LAYOUT,
@@ -104,7 +104,6 @@ class Trainer:
             print("".join(f"warning: {warning}\n" for warning in self.config.warnings()), end="", file=sys.stderr)
         seed_everything(train.seed)
         self.objective = objective_for(self.config.data.objective)
-        self.carry = NoCarry()  # what each micro-batch slot hands the next step's (plm/clm: memory)
         self.model = build_model(run, self.say)
         self.model.to(runtime.device)
         self.model.set_gradient_checkpointing(train.gradient_checkpointing)
