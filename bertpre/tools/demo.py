@@ -1,6 +1,7 @@
 """`bertpre demo`: the whole flow on the built-in sample corpus, on CPU, in minutes."""
 from __future__ import annotations
 
+import math
 import shlex
 import shutil
 from collections.abc import Callable
@@ -47,6 +48,7 @@ class DemoResult:
     evaluation: dict[str, float]
     unigram_accuracy: float
     predictions: list[tuple[str, str, list[list[Prediction]]]]  # (text, filled-in text, top-k)
+    objective: str = "mlm"  # what the run learned to predict: its metrics are named for it
 
 
 def run_demo(
@@ -100,7 +102,7 @@ def run_demo(
         return DemoResult(out=out, run_dir=run_dir, export_dir=export_dir,
                           tensorboard_dir=run_dir / "tensorboard", steps=result.step,
                           evaluation=evaluation, unigram_accuracy=unigram_accuracy(data),
-                          predictions=predictions)
+                          predictions=predictions, objective=config.data.objective)
 
 
 def check_demo_folder(out: Path, claim: Claim | None = None) -> Path:
@@ -145,17 +147,18 @@ def unigram_accuracy(data: DataFolder) -> float:
 
 def format_result(result: DemoResult) -> str:
     """The demo's closing summary: accuracy against the unigram guess, predictions, next steps."""
-    evaluation = result.evaluation
+    evaluation, name = result.evaluation, result.objective
     lines = [
         "",
-        f"trained {result.steps} steps; validation MLM loss {evaluation['mlm_loss']:.3f}, "
+        f"trained {result.steps} steps; validation {name.upper()} loss {evaluation[f'{name}_loss']:.3f}, "
         f"perplexity {evaluation['perplexity']:.1f}",
-        f"MLM accuracy {evaluation['mlm_acc']:.1%} against {result.unigram_accuracy:.1%} for always "
-        "guessing the most frequent token",
-        f"pair accuracy {evaluation['pair_acc']:.1%} (chance: 50%)",
-        "",
-        "fill-mask:",
+        f"{name.upper()} accuracy {evaluation[f'{name}_acc']:.1%} against {result.unigram_accuracy:.1%} "
+        "for always guessing the most frequent token",
     ]
+    pair_accuracy = evaluation.get("pair_acc", math.nan)
+    if pair_accuracy == pair_accuracy:  # NaN: the run had no sentence pairs
+        lines.append(f"pair accuracy {pair_accuracy:.1%} (chance: 50%)")
+    lines += ["", "fill-mask:"]
     for text, filled, candidates in result.predictions:
         lines.append(f"  {text}")
         lines.append(f"    → {filled}")

@@ -197,3 +197,36 @@ def test_fill_mask_shows_an_unknown_word_as_unk_rather_than_dropping_it(export_f
     filled = result.output.splitlines()[1]
     assert filled.startswith("  → the [UNK] sat on the")  # "zebra": no z in the vocab
     assert "[MASK]" not in filled and "[CLS]" not in filled and "[SEP]" not in filled
+
+
+def test_the_demo_summary_names_the_objective_it_trained():
+    """An XLNet demo's evaluation holds plm_* metrics and no pairs: the summary reads those."""
+    out = Path("demo")
+    result = DemoResult(out=out, run_dir=out / "run", export_dir=out / "model",
+                        tensorboard_dir=out / "run/tensorboard", steps=2,
+                        evaluation={"plm_loss": 4.25, "perplexity": 70.1, "plm_acc": 0.125,
+                                    "predictions": 10, "sequences": 4},
+                        unigram_accuracy=0.05, predictions=[], objective="plm")
+    text = format_result(result)
+    assert "validation PLM loss 4.250, perplexity 70.1" in text
+    assert "PLM accuracy 12.5% against 5.0%" in text and "pair accuracy" not in text
+    bert = DemoResult(out=out, run_dir=out / "run", export_dir=out / "model",
+                      tensorboard_dir=out / "run/tensorboard", steps=2,
+                      evaluation={"mlm_loss": 4.0, "perplexity": 54.6, "mlm_acc": 0.2, "pair_acc": float("nan")},
+                      unigram_accuracy=0.05, predictions=[])
+    assert "MLM accuracy 20.0%" in format_result(bert) and "pair accuracy" not in format_result(bert)
+
+
+@pytest.mark.slow
+def test_the_demo_trains_an_xlnet_config_to_the_end(tmp_path):
+    config = tmp_path / "xlnet demo.yaml"
+    config.write_text("model:\n  architecture: xlnet\n  hidden_size: 32\n  num_hidden_layers: 2\n"
+                      "  num_attention_heads: 4\n  intermediate_size: 64\n  mem_len: 16\n"
+                      "data:\n  objective: plm\n  max_seq_length: 32\n  num_workers: 0\n"
+                      "train:\n  batch_size: 4\n  micro_batch_size: 4\n  precision: fp32\n  eval_every: 1000\n"
+                      "  save_every: 1000\noptim:\n  warmup_steps: 1\n", encoding="utf-8")
+    done = subprocess.run([sys.executable, "-m", "bertpre", "demo", "--out", str(tmp_path / "demo"),
+                           "--config", str(config), "--max-steps", "2"], capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert "validation PLM loss" in done.stdout and "top 5:" in done.stdout
