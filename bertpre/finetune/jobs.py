@@ -64,6 +64,8 @@ class Job:
             return done, False
         if self.runtime is None:
             self.runtime = init_runtime(self.precision, device=self.device)
+            if self.runtime.note:  # fp16 asked of a CPU: said, as pretrain says it
+                self.say(f"note: {self.runtime.note}")
         result = run_seeds(encoder, self.data, self.files, hp, self.seeds, self.runtime, self.say,
                            save_to=self.target if self.save_model else None,
                            features_folder=self.target / FEATURES_FOLDER)

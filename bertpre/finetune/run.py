@@ -14,6 +14,7 @@ from typing import Any
 
 from bertpre.claim import claimed
 from bertpre.config.finetune import Hyperparameters
+from bertpre.config.sections import PRECISIONS
 from bertpre.errors import UserError
 from bertpre.finetune.benchmarks import BENCHMARKS, choose_tasks, load_benchmark_task
 from bertpre.finetune.features import FEATURES_FOLDER
@@ -85,6 +86,8 @@ def finetune(source: str | Path, files: TaskFiles | None, out: str | Path, *, hp
     work (a line of OUT/results.jsonl) is never done twice.
     """
     out, source = Path(out), Path(source)
+    if precision not in PRECISIONS:
+        raise UserError(f"--precision {precision!r} is not one of {', '.join(PRECISIONS)}")
     if benchmark is not None:
         chosen = choose_tasks(BENCHMARKS[benchmark[0]], benchmark[1], benchmark[2])
         target = check_finetune_out(out, [source, benchmark[1]])

@@ -15,6 +15,7 @@ import torch
 import torch.distributed as dist
 
 from bertpre.config import DEVICES
+from bertpre.config.sections import PRECISIONS
 from bertpre.errors import UserError
 
 DEVICE_ENV = "BERTPRE_DEVICE"
@@ -108,6 +109,8 @@ def choose_precision(requested: str, device_type: str, bf16_supported: bool) -> 
         device_type: "cuda" or "cpu".
         bf16_supported: whether the GPU has native bf16 (Ampere or newer); ignored on a CPU.
     """
+    if requested not in PRECISIONS:
+        raise UserError(f"precision {requested!r} is not one of {', '.join(PRECISIONS)}")
     if requested == "auto":
         if device_type != "cuda":
             return "fp32", "precision fp32 (auto: mixed precision gains nothing on a CPU)"

@@ -161,6 +161,15 @@ def test_the_learning_rates_of_berts_paper_are_taken_as_typed(options, config_te
     assert {name: recorded[name] for name in expected} == expected
 
 
+def test_fp16_on_a_cpu_says_it_runs_fp32(run_folder, task_files, tmp_path, monkeypatch, capsys):
+    code, _, stderr = run_main(["finetune", run_folder, "--train", task_files["train"], "--validation",
+                                task_files["validation"], "--out", tmp_path / "out", "--seeds", "1", "--epochs",
+                                "1", "--mode", "probe", "--precision", "fp16"], monkeypatch, capsys)
+    assert code == 0, stderr
+    assert "note: precision fp16 needs a CUDA GPU; training in fp32 on this CPU instead" in stderr
+    assert json.loads((tmp_path / "out" / "results.json").read_text())["precision"] == "fp32"
+
+
 def bad(tmp_path: Path, name: str, text: str) -> Path:
     path = tmp_path / name
     path.write_text(text, encoding="utf-8")
@@ -177,6 +186,8 @@ def bad(tmp_path: Path, name: str, text: str) -> Path:
      "has the label 'plant', which the training file"),
     (lambda t, f: ["--train", f["train"], "--validation", f["validation"], "--set", "lr=.nan"], "lr must be a finite number"),
     (lambda t, f: ["--train", f["train"], "--validation", f["validation"], "--lr", "0"], "lr must be in (0, 10]"),
+    (lambda t, f: ["--train", f["train"], "--validation", f["validation"], "--precision", "fp8"],
+     "--precision 'fp8' is not one of auto, fp32, fp16, bf16"),
     (lambda t, f: ["--train", f["train"], "--validation", f["validation"], "--set", "epoch=3"], "did you mean 'epochs'"),
     (lambda t, f: ["--train", f["train"], "--validation", f["validation"], "--seeds", "0"], "--seeds 0 must be"),
     (lambda t, f: ["--train", f["train"], "--validation", f["validation"], "--task", "ranking"], "--task 'ranking'"),
