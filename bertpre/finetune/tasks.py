@@ -170,7 +170,7 @@ def read_table(path: Path) -> list[dict[str, Any]]:
         if suffix == ".parquet":
             rows = read_parquet(path)
         else:
-            text = path.read_text(encoding="utf-8")
+            text = path.read_text(encoding="utf-8-sig")  # a byte-order mark (Excel's CSV) is no text
             rows = parse_table(text, suffix, path)
     except UnicodeDecodeError:
         raise UserError(f"{path} is not UTF-8 text") from None
@@ -254,7 +254,7 @@ def read_conll(path: Path) -> Examples:
     if not path.is_file():
         raise UserError(f"{path}: no such file" if not path.exists() else f"{path} is not a file")
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        lines = path.read_text(encoding="utf-8-sig").splitlines()
     except UnicodeDecodeError:
         raise UserError(f"{path} is not UTF-8 text") from None
     sentences: list[list[str]] = []

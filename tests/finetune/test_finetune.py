@@ -170,6 +170,18 @@ def test_fp16_on_a_cpu_says_it_runs_fp32(run_folder, task_files, tmp_path, monke
     assert json.loads((tmp_path / "out" / "results.json").read_text())["precision"] == "fp32"
 
 
+@pytest.mark.parametrize("suffix", [".csv", ".tsv", ".jsonl"])
+def test_a_file_with_a_byte_order_mark_reads_as_without_one(suffix, tmp_path):
+    """Excel saves "CSV UTF-8" with a byte-order mark; the first column's name is still `text`."""
+    from bertpre.finetune.tasks import read_table
+
+    rows = {".csv": "text,label\nthe cat sees,animal\n", ".tsv": "text\tlabel\nthe cat sees\tanimal\n",
+            ".jsonl": '{"text": "the cat sees", "label": "animal"}\n'}[suffix]
+    path = tmp_path / f"excel{suffix}"
+    path.write_bytes(rows.encode("utf-8-sig"))
+    assert read_table(path) == [{"text": "the cat sees", "label": "animal"}]
+
+
 def bad(tmp_path: Path, name: str, text: str) -> Path:
     path = tmp_path / name
     path.write_text(text, encoding="utf-8")
