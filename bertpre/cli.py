@@ -302,23 +302,23 @@ def inspect_command(
     Example: bertpre inspect data/corpus --config configs/base.yaml
     """
     from bertpre.config import load_config
-    from bertpre.data import load_mixture, open_data
+    from bertpre.data import DataMixture, load_mixture, open_data
     from bertpre.tools.audit import format_report, inspect_data
+    from bertpre.train.setup import resolved_config
 
     if data is None and config is None:
         raise UserError("give a DATA folder to inspect, or --config CFG to inspect its data.path")
-    from bertpre.train.setup import resolved_config
-
-    cfg = resolved_config(load_config(config), open_data(data) if data is not None else None)
+    given = load_config(config)
+    inspected = open_data(data) if data is not None else load_mixture(given.data.sources)
+    cfg = resolved_config(given, inspected.folders[0] if isinstance(inspected, DataMixture) else inspected)
     if cfg.data.recurrent:  # plm / clm: segments and permutation batches
         from bertpre.tools.plm_audit import format_permutation_report, inspect_segments
 
         typer.echo(format_permutation_report(inspect_segments(
-            open_data(data) if data is not None else load_mixture(cfg.data.sources), cfg.data, batches=batches,
+            inspected, cfg.data, batches=batches,
             batch_size=cfg.train.micro_batch_size, seed=cfg.train.seed, split=split)))
         return
-    report = inspect_data(open_data(data) if data is not None else load_mixture(cfg.data.sources),
-                          cfg.data, batches=batches,
+    report = inspect_data(inspected, cfg.data, batches=batches,
                           batch_size=cfg.train.micro_batch_size, seed=cfg.train.seed, split=split)
     typer.echo(format_report(report))
 

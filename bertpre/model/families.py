@@ -20,7 +20,7 @@ from bertpre.errors import UserError
 from bertpre.model import hf_format
 from bertpre.model.bert import BertForPreTraining, BertModel, bert_mask_logits
 from bertpre.model.bert_cost import bert_training_flops, count_bert_parameters, estimate_bert_memory
-from bertpre.model.config import REMOTE_MODEL_TYPE, XLNET_SHAPE_FIELDS, BertConfig
+from bertpre.model.config import XLNET_SHAPE_FIELDS, BertConfig
 from bertpre.model.heads import (
     BertForSequenceClassification,
     BertForTokenClassification,
@@ -50,7 +50,6 @@ class Family:
 
     architecture: str  # `model.architecture`
     display_name: str  # in the run's start block: "BERT"
-    hf_model_types: tuple[str, ...]  # config.json `model_type` values read as this family
     pretraining_class: type[nn.Module]  # from_pretrained(folder), save_pretrained, num_parameters
     sequence_head: type[nn.Module]  # fine-tuning: one label (or score) a text or pair
     token_head: type[nn.Module]  # fine-tuning: one label a token
@@ -75,13 +74,6 @@ class Family:
     source_fields: tuple[str, ...]  # what a run started from a released model takes from its config
     grow_vocabulary: Callable[..., dict] | None  # (state, new pieces) -> state with the rows added
     mask_logits: Callable[[nn.Module, Tokenizer, str], torch.Tensor]  # fill-mask: (M, V) at each [MASK]
-
-    def load_pretraining(self, folder: str | Path, *, strict: bool = False) -> nn.Module:
-        """The pretraining model of a Hugging Face folder (heads a BertModel-only folder lacks are
-        newly initialized, unless `strict`)."""
-        if self.pretraining_class is BertForPreTraining:
-            return BertForPreTraining.from_pretrained(folder, strict=strict)
-        return self.pretraining_class.from_pretrained(folder)
 
 
 # Model keys a run may set whatever the source says: they shape training, not the weights.
@@ -112,7 +104,7 @@ def read_bert_weights(folder: Path) -> dict[str, torch.Tensor]:
 
 FAMILIES: dict[str, Family] = {
     "bert": Family(
-        architecture="bert", display_name="BERT", hf_model_types=("bert", REMOTE_MODEL_TYPE),
+        architecture="bert", display_name="BERT",
         pretraining_class=BertForPreTraining, sequence_head=BertForSequenceClassification,
         token_head=BertForTokenClassification, hf_task_prefix="Bert", encoder_attribute="bert",
         padding_side="right", objectives=("mlm",), pair_task=True,
@@ -129,7 +121,7 @@ FAMILIES: dict[str, Family] = {
                                     f"{config.position_embedding_type} positions"),
         source_fields=BERT_SOURCE_FIELDS, grow_vocabulary=grow_vocab_rows, mask_logits=bert_mask_logits),
     "xlnet": Family(
-        architecture="xlnet", display_name="XLNet", hf_model_types=("xlnet",),
+        architecture="xlnet", display_name="XLNet",
         pretraining_class=XLNetLMHeadModel, sequence_head=XLNetForSequenceClassification,
         token_head=XLNetForTokenClassification, hf_task_prefix="XLNet", encoder_attribute="transformer",
         padding_side="left", objectives=("plm", "clm"), pair_task=False,
@@ -160,8 +152,10 @@ def family_of(model: nn.Module) -> Family:
 
 
 def load_pretraining_model(folder: str | Path, *, strict: bool = False) -> nn.Module:
-    """The pretraining model (of whichever family config.json names) of a Hugging Face folder."""
-    return family(hf_format.read_config(hf_format.check_folder(folder))).load_pretraining(folder, strict=strict)
+    """The pretraining model (of whichever family config.json names) of a Hugging Face folder; the
+    parts a folder may lack (a BertModel-only folder's heads) are newly initialized, unless `strict`."""
+    row = family(hf_format.read_config(hf_format.check_folder(folder)))
+    return row.pretraining_class.from_pretrained(folder, strict=strict)
 
 
 def encoder_of(model: nn.Module, config: BertConfig) -> nn.Module:
@@ -182,10 +176,13 @@ def load_encoder_weights(folder: Path, config: BertConfig) -> tuple[dict[str, to
     prefix = row.encoder_attribute + "."
     state = {name.removeprefix(prefix): tensor for name, tensor in weights.items()
              if name.startswith(prefix)} or weights  # a bare encoder's names have no prefix
-    encoder = row.build_encoder(config)
-    expected = {name: tensor.shape for name, tensor in encoder.state_dict().items()}
+    with torch.device("meta"):  # the shapes only
+        expected = {name: tensor.shape for name, tensor in row.build_encoder(config).state_dict().items()}
     missing, _ = hf_format.match_state_dict(expected, state, folder, layout=row.display_name,
                                             optional=row.optional_encoder_parts)
+    if not missing:
+        return {name: state[name] for name in expected}, missing
+    encoder = row.build_encoder(config)  # the missing parts drawn from the seed
     with torch.no_grad():
         encoder.load_state_dict({name: tensor for name, tensor in state.items() if name in expected}, strict=False)
     return encoder.state_dict(), missing

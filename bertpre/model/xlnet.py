@@ -413,9 +413,10 @@ class XLNetLMHeadModel(nn.Module):
         save_file(tensors, folder / hf_format.SAFETENSORS_NAME, metadata={"format": "pt"})
 
     @classmethod
-    def from_pretrained(cls, folder: str | Path) -> XLNetLMHeadModel:
+    def from_pretrained(cls, folder: str | Path, *, strict: bool = True) -> XLNetLMHeadModel:
         """Load an XLNet folder (bertpre's export or Hugging Face's); every weight but the tied
-        head must be there. Never downloads anything."""
+        head must be there, `strict` or not (an XLNet folder has no optional parts). Never
+        downloads anything."""
         folder = hf_format.check_folder(folder)
         path = folder / hf_format.CONFIG_NAME
         if not path.is_file():
@@ -448,14 +449,20 @@ class XLNetLMHeadModel(nn.Module):
         return [], []
 
 
+def special_token_ids(tokenizer: Tokenizer) -> dict[str, int]:
+    """config.json's pad, [CLS] and [SEP] ids as the tokenizer has them (a reused vocabulary keeps
+    its own); those it lacks are left out."""
+    ids = {"pad_token_id": PAD_TOKEN, "cls_token_id": CLS_TOKEN, "sep_token_id": SEP_TOKEN}
+    return {field: tokenizer.token_to_id(token) for field, token in ids.items()
+            if tokenizer.token_to_id(token) is not None}
+
+
 def xlnet_export_writer(model: XLNetLMHeadModel, tokenizer_folder: Path) -> tuple[str, hf_format.ExportWriter]:
     """Hugging Face's native `XLNetLMHeadModel` folder, and the run's (BERT-layout) tokenizer in
     XLNet's layout; config.json names the tokenizer's own special ids (a reused vocabulary keeps
     its own)."""
     tokenizer = load_tokenizer(tokenizer_folder)
-    ids = {field: tokenizer.token_to_id(token) for field, token in
-           (("pad_token_id", PAD_TOKEN), ("cls_token_id", CLS_TOKEN), ("sep_token_id", SEP_TOKEN))}
-    model.config = replace(model.config, **{field: value for field, value in ids.items() if value is not None})
+    model.config = replace(model.config, **special_token_ids(tokenizer))
 
     def write(staging: Path) -> list[str]:
         model.save_pretrained(staging)
@@ -474,10 +481,7 @@ def write_xlnet_task_folder(folder: Path, state: dict[str, torch.Tensor], config
               folder / hf_format.SAFETENSORS_NAME, metadata={"format": "pt"})
     tokenizer = load_tokenizer(tokenizer_folder)
     save_xlnet_tokenizer(tokenizer, folder, model_max_length=config.max_position_embeddings)
-    ids = {field: tokenizer.token_to_id(token) for field, token in
-           (("pad_token_id", PAD_TOKEN), ("cls_token_id", CLS_TOKEN), ("sep_token_id", SEP_TOKEN))}
-    return {**config.to_hf_dict(), "bertpre_version": bertpre.__version__,
-            **{field: value for field, value in ids.items() if value is not None}}
+    return {**config.to_hf_dict(), "bertpre_version": bertpre.__version__, **special_token_ids(tokenizer)}
 
 
 @torch.no_grad()

@@ -15,7 +15,7 @@ from bertpre.model.families import family, family_of, load_pretraining_model
 from bertpre.tokenizer import MASK_TOKEN, SPECIAL_TOKENS
 from bertpre.tokenizer.wordpiece import check_same_vocab
 from bertpre.train.evaluation import evaluate
-from bertpre.train.model_folders import resolve_model_folder
+from bertpre.train.model_folders import ModelFolder, resolve_model_folder
 from bertpre.train.run_config import read_run_config
 
 
@@ -30,7 +30,11 @@ class Prediction:
 def load_model_and_tokenizer(source: str | Path) -> tuple[BertForPreTraining | XLNetLMHeadModel, Tokenizer]:
     """The pretraining model (in eval mode, of whichever family) and its tokenizer from an EXPORT
     folder, a RUN or a step folder."""
-    found = resolve_model_folder(source)
+    return load_model_folder(resolve_model_folder(source))
+
+
+def load_model_folder(found: ModelFolder) -> tuple[BertForPreTraining | XLNetLMHeadModel, Tokenizer]:
+    """`load_model_and_tokenizer` of a folder already resolved."""
     tokenizer = found.tokenizer()
     found.model_config().check_vocab_fits(tokenizer.get_vocab_size(), str(found.tokenizer_folder))
     return load_pretraining_model(found.model_folder).eval(), tokenizer
@@ -101,8 +105,9 @@ def evaluate_saved_model(source: str | Path, data: str | Path | None = None, *,
     own = config_path is not None and Path(config_path) == source / "config.yaml"
     config = read_run_config(source / "config.yaml") if own else load_config(config_path)
     config = config.for_phase(len(config.phase_ends()) - 1)  # a phased run ends at its last length
-    model, tokenizer = load_model_and_tokenizer(source)
-    shape = resolve_model_folder(source).model_config()
+    found = resolve_model_folder(source)  # once: a RUN's checkpoint is checked against its checksums
+    model, tokenizer = load_model_folder(found)
+    shape = found.model_config()
     scored = open_data(data) if data is not None else load_mixture(config.data.sources)
     folders = [scored] if data is not None else scored.folders
     for folder in folders:
