@@ -2,6 +2,10 @@
 from __future__ import annotations
 
 import errno
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 # Write failures that mean the disk or the path, not the program, is at fault: the command
 # stops with one line (exit 2), never a traceback.
@@ -44,3 +48,22 @@ def raise_if_stopped() -> None:
     """
     if _received:
         raise Stopped(_received[0])
+
+
+@contextmanager
+def signals_held() -> Iterator[None]:
+    """Hold SIGINT and SIGTERM for a few renames that must finish together; a signal that arrives
+    meanwhile is delivered, to the handler in place before, as the block ends."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+    previous = {signum: signal.signal(signum, lambda signum, frame: held.append(signum))
+                for signum in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        if held:
+            signal.raise_signal(held[0])

@@ -1,18 +1,21 @@
 """The folders bertpre writes: what marks one as bertpre's, guarded replacement, temporaries.
 
 A command claims its `--out` before it writes (`bertpre.claim`), and at the end replaces only a
-folder that still holds its claim and the files it held when claimed. A command with `--overwrite` replaces only a folder that bertpre made for that same command,
-never a folder the command reads from, and never in a way that loses the old folder before the
-new one is complete: the new folder is built beside `out` under a temporary name and swapped in.
-Temporaries carry the host and process id, so one left by a killed process is recognised and
-removed by the next command writing the same `out`.
+folder that still holds its claim and the files it held when claimed. A command with
+`--overwrite` replaces only a folder that bertpre made for that same command, never a folder the
+command reads from, and never in a way that loses the old folder before the new one is complete:
+the new folder is built beside `out` under a temporary name and swapped in. Of the old folder,
+only what the command wrote there goes (its inventory, `bertpre.inventory`): anything else inside
+is moved into the new folder at the same place. Temporaries carry the host and process id, so one
+left by a killed process is recognised and cleared by the next command writing the same `out`
+(an old folder swapped aside first gives back what it kept).
 """
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import socket
+import sys
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
@@ -28,13 +31,24 @@ from bertpre.claim import (
     read_holder,
     real_path,
 )
-from bertpre.errors import UserError, raise_if_stopped
+from bertpre.errors import UserError, raise_if_stopped, signals_held
+from bertpre.inventory import (
+    changed_paths,
+    collisions,
+    foreign_paths,
+    read_inventory,
+    restore_kept,
+    shown,
+    swap_in,
+    take_inventory,
+)
 
 # The file that marks a folder as made by one command, and what the folder is called in messages.
 MARKERS = {
     "tokenize": ("manifest.json", "DATA folder"),
     "export": (".bertpre-export", "export"),
     "demo": (".bertpre-demo", "demo folder"),
+    "finetune": (".bertpre-finetune", "finetune folder"),  # kept and added to, never replaced
 }
 RUN_MARKER = "config.yaml"  # with checkpoints/: a RUN folder, which no --overwrite replaces
 RUN_CONFIG_HEADER = b"# written by bertpre"  # how RUN/config.yaml begins (Config.save)
@@ -76,7 +90,18 @@ def check_out(out: Path, command: str, *, overwrite: bool, sources: Sequence[Pat
         what = describe(target)
         raise UserError(f"--out {out} is {what}, which `bertpre {command}` did not make, so "
                         "--overwrite will not replace it; choose another --out")
+    refuse_edits(out, target, command)
     return target
+
+
+def refuse_edits(out: Path, target: Path, command: str) -> None:
+    """Refuse to replace files bertpre wrote in `target` that were changed since (edits of yours)."""
+    changed = changed_paths(target, read_inventory(target, command, ()))
+    if changed:
+        them = "it" if len(changed) == 1 else "them"
+        raise UserError(f"--out {out}: {shown(changed)} changed since `bertpre {command}` wrote {them}, "
+                        f"and --overwrite replaces only what bertpre wrote: move {them} out of "
+                        f"{out} to keep {them} (or delete {them}), then run again")
 
 
 def real_out(out: Path) -> Path:
@@ -144,33 +169,46 @@ class Output:
     command: str
     names: set[str]  # the content names `target` held when it was claimed
 
-    def commit(self) -> None:
+    def commit(self, *, known: dict | None = None) -> None:
         """Put the finished staging folder at `target`, if `target` is still as it was claimed.
 
         At every moment either the old folder or the new one is at `target` (or, for an instant
-        between two renames, the old one sits aside under a temporary name). A folder that lost
-        the claim, or gained or lost files meanwhile, is not replaced: the new result is kept
-        beside it under another name, and the command says where.
+        between two renames, the old one sits aside under a temporary name). Whatever the old
+        folder holds that the command did not write is moved into the new one at the same place.
+        A folder that lost the claim, gained or lost files meanwhile, or holds something of
+        yours where the new folder puts its own, is not replaced: the new result is kept beside
+        it under another name, and the command says where. `known`: digests already taken of
+        the new files (a manifest's), so the inventory does not read them again.
         """
         raise_if_stopped()  # nothing interrupted is put in place
         change = self.change()
+        kept: list[str] = []
+        if not change and self.target.exists():
+            legacy = {path.name for path in self.staging.iterdir()} | {MARKERS[self.command][0]}
+            old = read_inventory(self.target, self.command, legacy)
+            kept = foreign_paths(self.target, old)
+            if changed := changed_paths(self.target, old):
+                change = f"{shown(changed)} changed since bertpre wrote them"
+            elif clashing := collisions(self.staging, kept):
+                change = f"{shown(clashing)}, which bertpre did not write, stands where the new one writes"
         if change:
-            kept = self.target.parent / f"{self.target.name}.new-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
-            self.staging.rename(kept)
-            _, kind = MARKERS[self.command]
-            raise UserError(f"--out {self.out} changed while `bertpre {self.command}` ran ({change}), "
-                            f"so it was not replaced; the new {kind} is at {kept}: move it where "
-                            "you want it")
-        aside = None
-        if self.target.exists():
-            aside = self.target.parent / f"{temporary_prefix(self.target)}old"
-            with contextlib.suppress(FileNotFoundError):
-                shutil.rmtree(aside)
-            self.target.rename(aside)
-        self.staging.rename(self.target)
+            self.keep_beside(change)
+        take_inventory(self.staging, self.command, known=known)
+        with signals_held():  # the renames finish together; a signal is taken after them
+            swap_in(self.target, self.staging, self.target.parent / f"{temporary_prefix(self.target)}old", kept)
         self.claim.keep_folder()
-        if aside is not None:
-            shutil.rmtree(aside, ignore_errors=True)
+        if kept:
+            print(f"note: kept in --out {self.out} what bertpre did not write there: {shown(kept)}",
+                  file=sys.stderr)
+
+    def keep_beside(self, change: str) -> None:
+        """Keep the new result beside `target` (which is not replaced) and say why and where."""
+        kept = self.target.parent / f"{self.target.name}.new-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+        self.staging.rename(kept)
+        _, kind = MARKERS[self.command]
+        raise UserError(f"--out {self.out} changed while `bertpre {self.command}` ran ({change}), "
+                        f"so it was not replaced; the new {kind} is at {kept}: move it where "
+                        "you want it")
 
     def change(self) -> str:
         """How `target` differs from when it was claimed ("" when it does not)."""
@@ -198,6 +236,7 @@ def claimed_out(out: str | Path, command: str, *, overwrite: bool = False,
     try:
         # Again, now that no other bertpre command can: the folder may have filled meanwhile.
         check_out(out, command, overwrite=overwrite, sources=sources, claim=claim)
+        remove_stale_temporaries(target)  # first: an old folder left aside gives back what it kept
         names = content_names(target)
         with staging_folder(target) as staging:
             yield Output(out, target, staging, claim, command, names)
@@ -219,6 +258,7 @@ def remove_stale_temporaries(out: Path) -> list[Path]:
         if len(owner) != 3 or owner[0] != host or not owner[1].isdigit():
             continue
         if not process_alive(int(owner[1])):
+            restore_kept(path, out)  # an old folder swapped aside gives back what it kept
             shutil.rmtree(path, ignore_errors=True)
             removed.append(path)
     return removed

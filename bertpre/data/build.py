@@ -223,7 +223,7 @@ def tokenize_corpus(
         del raw, encoded, splits
         for scratch in building.glob("*.arrow"):
             scratch.unlink()
-        output.commit()
+        output.commit(known=manifest[FILES])
     return manifest
 
 

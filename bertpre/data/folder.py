@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from tokenizers import Tokenizer
 
 from bertpre.errors import UserError
+from bertpre.inventory import file_digest
 from bertpre.tokenizer.wordpiece import load_tokenizer
 
 if TYPE_CHECKING:
@@ -144,15 +145,6 @@ def check_manifest(manifest: object, path: Path, fix: str) -> None:
 
 def is_sha256(value: object) -> bool:
     return isinstance(value, str) and len(value) == 64 and all(c in "0123456789abcdef" for c in value)
-
-
-def file_digest(path: Path) -> dict[str, int | str]:
-    """A file's size and sha256, read in 1 MiB blocks (an Arrow file may be gigabytes)."""
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return {"bytes": path.stat().st_size, "sha256": digest.hexdigest()}
 
 
 def record_files(folder: Path) -> dict[str, dict[str, int | str]]:

@@ -9,9 +9,9 @@ from typing import Any
 
 from bertpre.claim import Claim, real_path
 from bertpre.errors import UserError
-from bertpre.folders import content_names, real_out
+from bertpre.folders import MARKERS, content_names, real_out
 
-MARKER = ".bertpre-finetune"
+MARKER = MARKERS["finetune"][0]
 RESULTS_FILE = "results.json"
 SWEEP_FILE = "results.jsonl"
 

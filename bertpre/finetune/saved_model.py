@@ -4,12 +4,22 @@ unexpected keys, and `AutoTokenizer` the tokenizer it was fine-tuned with."""
 from __future__ import annotations
 
 import shutil
+import time
 from pathlib import Path
 
 from torch import nn
 
-from bertpre.errors import UserError
+from bertpre.errors import UserError, signals_held
 from bertpre.folders import make_files_readable
+from bertpre.inventory import (
+    changed_paths,
+    collisions,
+    foreign_paths,
+    read_inventory,
+    shown,
+    swap_in,
+    take_inventory,
+)
 from bertpre.model import BertConfig
 from bertpre.model.families import family
 from bertpre.model.hf_format import write_json
@@ -48,12 +58,20 @@ def save_task_model(out: Path, model: nn.Module, config: BertConfig, *, task: st
             hf["problem_type"] = "single_label_classification"
     write_json(staging / "config.json", hf)
     make_files_readable(staging)
-    if target.exists():
-        aside = out / f".{MODEL_FOLDER}.old"
-        shutil.rmtree(aside, ignore_errors=True)
-        target.rename(aside)
-        staging.rename(target)
-        shutil.rmtree(aside, ignore_errors=True)
-    else:
-        staging.rename(target)
+    kept: list[str] = []
+    if target.exists():  # an earlier --save-model's: only what it wrote is replaced
+        old = read_inventory(target, "finetune", {path.name for path in staging.iterdir()})
+        kept = foreign_paths(target, old)
+        problem = ""
+        if changed := changed_paths(target, old):
+            problem = f"{shown(changed)} changed since bertpre wrote it"
+        elif clashing := collisions(staging, kept):
+            problem = f"{shown(clashing)}, which bertpre did not write, stands where the new model writes"
+        if problem:
+            beside = out / f"{MODEL_FOLDER}.new-{time.strftime('%Y%m%d-%H%M%S')}"
+            staging.rename(beside)
+            raise UserError(f"{target} was not replaced ({problem}); the new model is at {beside}")
+    take_inventory(staging, "finetune")
+    with signals_held():
+        swap_in(target, staging, out / f".{MODEL_FOLDER}.old", kept)
     return target

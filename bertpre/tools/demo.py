@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import math
 import shlex
-import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,13 +11,21 @@ from typing import Any
 import numpy as np
 import pyarrow.compute as pc
 
-from bertpre.claim import BOOKKEEPING_FILES, Claim, claimed
+from bertpre.claim import Claim, claimed
 from bertpre.config import load_config, resolve_config_path
 from bertpre.configs import preset_names
 from bertpre.data.build import tokenize_corpus
 from bertpre.data.folder import DataFolder, load_data
 from bertpre.errors import UserError
-from bertpre.folders import MARKERS, content_names, real_out
+from bertpre.folders import MARKERS, content_names, real_out, refuse_edits
+from bertpre.inventory import (
+    Inventory,
+    foreign_paths,
+    read_inventory,
+    remove_listed,
+    shown,
+    take_inventory,
+)
 from bertpre.tools.export import export
 from bertpre.tools.inference import Prediction, fill_in, fill_mask, load_model_and_tokenizer
 from bertpre.train.evaluation import evaluate
@@ -26,6 +33,7 @@ from bertpre.train.trainer import pretrain
 from data_prep.sample_corpus import write_sample_corpus
 
 MARKER = MARKERS["demo"][0]  # only a folder carrying this is replaced by the next demo
+PARTS = ("corpus", "data", "run", "model")  # what the demo writes, each rebuilt whole
 DEMO_VOCAB_SIZE = 4000
 DEMO_VALIDATION_SHARE = 0.05  # 26 documents: enough for a steady accuracy figure
 # The sample corpus is Python's own documentation, so these ask for words it teaches.
@@ -69,8 +77,10 @@ def run_demo(
     target = check_demo_folder(out)
     with claimed(target, "demo") as claim:
         check_demo_folder(out, claim)  # again, now that no other bertpre command can fill it
-        prepare_folder(target)
+        kept = prepare_folder(target)
         claim.keep_folder()
+        if kept:
+            say(f"note: kept what the demo did not write in {out}: {shown(kept)}")
         data_dir, run_dir, export_dir = out / "data", out / "run", out / "model"
 
         say("1/4  writing the built-in sample corpus (Python's own documentation)")
@@ -99,6 +109,7 @@ def run_demo(
         for text in DEMO_SENTENCES:
             candidates = fill_mask(model, tokenizer, text, top_k=5)
             predictions.append((text, fill_in(tokenizer, text, candidates), candidates))
+        take_inventory(target, "demo", skip=kept)
         return DemoResult(out=out, run_dir=run_dir, export_dir=export_dir,
                           tensorboard_dir=run_dir / "tensorboard", steps=result.step,
                           evaluation=evaluation, unigram_accuracy=unigram_accuracy(data),
@@ -106,7 +117,9 @@ def run_demo(
 
 
 def check_demo_folder(out: Path, claim: Claim | None = None) -> Path:
-    """The real path of `out`, refused unless it is new, empty or an earlier demo's folder; writes nothing."""
+    """The real path of `out`, refused unless it is new, empty or an earlier demo's folder whose
+    parts hold nothing of yours and no file edited since; writes nothing. Your files beside the
+    parts are kept by the next demo."""
     target = real_out(out)
     if target.exists():
         if not target.is_dir():
@@ -114,19 +127,31 @@ def check_demo_folder(out: Path, claim: Claim | None = None) -> Path:
         (claim or Claim(target, "demo")).check_free()
         if content_names(target) and not (target / MARKER).is_file():
             raise UserError(f"{out} exists and was not made by `bertpre demo`; choose another --out")
+        refuse_edits(out, target, "demo")
+        inside = [path for path in foreign_paths(target, earlier_demo(target)) if path.split("/")[0] in PARTS]
+        if inside:
+            them = "it" if len(inside) == 1 else "them"
+            raise UserError(f"--out {out}: {shown(inside)} did not come from the demo, and the demo "
+                            f"rebuilds {', '.join(sorted({path.split('/')[0] + '/' for path in inside}))} "
+                            f"whole: move {them} out of there (files beside the demo's folders are "
+                            "kept), then run again")
     return target
 
 
-def prepare_folder(target: Path) -> None:
-    """Empty the claimed `target` (an earlier demo's folder, or a new one) but for its claim."""
-    for path in target.iterdir():
-        if path.name in BOOKKEEPING_FILES:
-            continue
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path)
-        else:
-            path.unlink()
-    (target / MARKER).write_text("made by `bertpre demo`; the next demo replaces this folder\n")
+def earlier_demo(target: Path) -> Inventory:
+    """What an earlier demo wrote in `target` (for a demo before inventories: its parts)."""
+    return read_inventory(target, "demo", (*PARTS, MARKER))
+
+
+def prepare_folder(target: Path) -> list[str]:
+    """Clear what an earlier demo wrote in the claimed `target`, keeping everything else, and
+    return what was kept (paths relative to `target`)."""
+    earlier = earlier_demo(target)
+    kept = foreign_paths(target, earlier)
+    remove_listed(target, earlier)
+    (target / MARKER).write_text("made by `bertpre demo`; the next demo replaces what it wrote "
+                                 "here and keeps the rest\n")
+    return kept
 
 
 def unigram_accuracy(data: DataFolder) -> float:

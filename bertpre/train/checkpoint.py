@@ -16,6 +16,7 @@ import pickle
 import random
 import re
 import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +25,9 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from bertpre.data.folder import check_tokenizer_files, file_digest
-from bertpre.errors import UserError
+from bertpre.data.folder import check_tokenizer_files
+from bertpre.errors import UserError, signals_held
+from bertpre.inventory import Inventory, file_digest, foreign_paths, restore_kept, shown, swap_in
 from bertpre.model.config import BertConfig
 from bertpre.model.hf_format import CONFIG_NAME, read_config
 from bertpre.tokenizer.wordpiece import load_tokenizer
@@ -36,6 +38,9 @@ TRAINER_STATE = "trainer_state.json"
 # Each process's recurrent memory (plm, clm: `objectives.plm.RecurrentMemory`), beside its RNG state.
 MEMORY_FILE = "memory_{rank}.safetensors"
 CHECKSUMS = "checksums.json"
+# The files a checkpoint holds, for one written before checksums.json listed them.
+CHECKPOINT_FILE = re.compile(r"config\.json|model\.safetensors|optimizer\.pt|scaler\.pt|trainer_state\.(json|pt)"
+                             r"|rng_state_\d+\.pt|memory_\d+\.safetensors|checksums\.json")
 TOKENIZER_DIR = "tokenizer"  # RUN/tokenizer: the run's copy of DATA's tokenizer files
 CUDA_RNG = "cuda_current_device"  # key of this process's own GPU's RNG state in rng_state_<rank>.pt
 # Fields that fix parameter shapes: a checkpoint must agree on all of them to be loaded.
@@ -131,9 +136,10 @@ def save_checkpoint(run_dir: Path, step: int, *, model: torch.nn.Module,
         (staging / TRAINER_STATE).write_text(json.dumps(state, indent=2), encoding="utf-8")
         write_checksums(staging, run_dir / TOKENIZER_DIR)
         _fsync_tree(staging)
-        if final.exists():  # the same step saved again, e.g. after a resume at it
-            shutil.rmtree(final)
-        os.replace(staging, final)
+        # The same step saved again (e.g. after a resume at it): files of yours in it move over.
+        kept = foreign_paths(final, checkpoint_inventory(final)) if final.exists() else []
+        with signals_held():
+            swap_in(final, staging, checkpoints / f".old-{name}", kept)
         _fsync_path(checkpoints)
         pointer = checkpoints / f".{LATEST}.tmp"
         pointer.write_text(name + "\n", encoding="utf-8")
@@ -215,21 +221,50 @@ def verify_checkpoint(folder: Path, *, skip_suffixes: tuple[str, ...] = (), toke
 
 
 def prune_checkpoints(checkpoints: Path, keep_last: int) -> list[Path]:
-    """Remove the oldest `step-*` folders beyond `keep_last`, never the one `latest` names."""
+    """Remove the oldest `step-*` folders beyond `keep_last`, never the one `latest` names, nor
+    one that holds files bertpre did not write there (it stays whole, with a note)."""
     latest = latest_checkpoint(checkpoints.parent)
     folders = sorted(p for p in checkpoints.glob("step-*") if p.is_dir())
     removed = []
     for folder in folders[:-keep_last] if keep_last > 0 else []:
         if latest is not None and folder.resolve() == latest.resolve():
             continue
+        if yours := foreign_paths(folder, checkpoint_inventory(folder)):
+            print(f"note: kept checkpoint {folder.name} beyond train.keep_last: it holds files bertpre "
+                  f"did not write ({shown(yours)}); delete it yourself when you no longer need them",
+                  file=sys.stderr)
+            continue
         shutil.rmtree(folder)
         removed.append(folder)
     return removed
 
 
+def checkpoint_inventory(folder: Path) -> Inventory:
+    """What bertpre wrote in a checkpoint folder: the files `checksums.json` lists and itself; in
+    a checkpoint from before checksums, the files a checkpoint holds, by name."""
+    record = read_checksums_quietly(folder)
+    if record is not None:
+        return Inventory("pretrain", {name: {} for name in [*record, CHECKSUMS]})
+    return Inventory("pretrain", {path.name: {} for path in folder.iterdir() if CHECKPOINT_FILE.fullmatch(path.name)})
+
+
+def read_checksums_quietly(folder: Path) -> list[str] | None:
+    """The file names `folder/checksums.json` lists, or None where it is missing or unreadable."""
+    try:
+        files = json.loads((folder / CHECKSUMS).read_text(encoding="utf-8"))["files"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return [name for name in files if isinstance(name, str)] if isinstance(files, dict) else None
+
+
 def remove_partial_checkpoints(run_dir: Path) -> list[Path]:
-    """Delete `.tmp-step-*` folders a killed save left behind (never a finished checkpoint)."""
-    partial = sorted((run_dir / "checkpoints").glob(".tmp-step-*"))
+    """Delete `.tmp-step-*` folders a killed save left behind (never a finished checkpoint), and
+    an `.old-step-*` one a killed re-save left, once it gave back the files of yours it held."""
+    checkpoints = run_dir / "checkpoints"
+    for aside in sorted(checkpoints.glob(".old-step-*")):
+        restore_kept(aside, checkpoints / aside.name[len(".old-"):])
+        shutil.rmtree(aside, ignore_errors=True)
+    partial = sorted(checkpoints.glob(".tmp-step-*"))
     for folder in partial:
         shutil.rmtree(folder, ignore_errors=True)
     return partial

@@ -1,9 +1,9 @@
 """Training scalars: what each logging window measured, TensorBoard events, `metrics.jsonl` rows, the progress bar."""
 from __future__ import annotations
 
+import contextlib
 import json
 import math
-import shutil
 import sys
 import time
 from dataclasses import dataclass
@@ -48,7 +48,7 @@ class MetricsWriter:
             staging.replace(self.jsonl_path)
         elif purge_after is None:  # a fresh start: logs of an attempt that saved nothing go
             self.jsonl_path.unlink(missing_ok=True)
-            shutil.rmtree(run_dir / "tensorboard", ignore_errors=True)
+            remove_event_files(run_dir / "tensorboard")
         purge_step = purge_after + 1 if purge_after is not None else None
         self._tensorboard = SummaryWriter(str(run_dir / "tensorboard"), purge_step=purge_step)
         self._jsonl = self.jsonl_path.open("a", encoding="utf-8")
@@ -212,3 +212,17 @@ class StepStats:
         """Mean MLM loss over the step's predictions plus mean pair loss over its pairs."""
         sums = self.sums
         return sums["mlm_loss"] / max(sums["predictions"], 1) + sums["pair_loss"] / max(sums["pairs"], 1)
+
+
+def remove_event_files(folder: Path) -> None:
+    """Delete the TensorBoard event files bertpre wrote under `folder`, and the folders that
+    leaves empty; anything else found there (yours) stays."""
+    if not folder.is_dir():
+        return
+    for path in folder.rglob("events.out.tfevents.*"):
+        if path.is_file() and not path.is_symlink():
+            path.unlink()
+    for path in sorted((path for path in folder.rglob("*") if path.is_dir()), key=lambda p: len(p.parts),
+                       reverse=True) + [folder]:
+        with contextlib.suppress(OSError):
+            path.rmdir()  # only an empty folder goes

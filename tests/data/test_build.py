@@ -1,6 +1,7 @@
 """bertpre.data.build: corpus to DATA folder (train or reuse a vocab, encode, split, write)."""
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -61,6 +62,10 @@ def test_same_inputs_give_byte_identical_data_for_any_num_proc(tmp_path):
     run(corpus, tmp_path / "first", validation_share=0.1)
     run(corpus, tmp_path / "second", validation_share=0.1, num_proc=2)
     first, second = folder_bytes(tmp_path / "first"), folder_bytes(tmp_path / "second")
+    inventory = json.loads(first[".bertpre-inventory.json"])  # byte-identical too: no times in it
+    assert {name: entry["sha256"] for name, entry in inventory["files"].items()} == \
+        {name: hashlib.sha256(content).hexdigest() for name, content in first.items()
+         if name != ".bertpre-inventory.json"}
     assert list(first) == list(second)
     assert [name for name in first if first[name] != second[name]] == []
 

@@ -22,7 +22,7 @@ def data_folder(tmp_path_factory) -> Path:
 def test_data_folder_holds_documents_of_sentences_of_ids(data_folder):
     folder = data_folder
     data = load_data(folder)
-    assert sorted(path.name for path in folder.iterdir()) == ["dataset", "manifest.json", "tokenizer"]
+    assert sorted(path.name for path in folder.iterdir()) == [".bertpre-inventory.json", "dataset", "manifest.json", "tokenizer"]
     assert (len(data.train), len(data.validation)) == (18, 2)
     assert data.train.column_names == ["input_ids"]
     first = data.train[0]["input_ids"]

@@ -30,7 +30,8 @@ def test_export_writes_a_hugging_face_folder_and_refuses_bad_input(tmp_path: Pat
     done = bertpre("export", str(run), "--out", str(tmp_path / "hf"), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert "step-00000007" in done.stdout and "BertForPreTraining" in done.stdout
-    assert {p.name for p in (tmp_path / "hf").iterdir()} == {".bertpre-export", "config.json", "model.safetensors", "vocab.txt"}
+    assert {p.name for p in (tmp_path / "hf").iterdir()} == {".bertpre-export", ".bertpre-inventory.json", "config.json",
+                                                           "model.safetensors", "vocab.txt"}
 
     again = bertpre("export", str(run), "--out", str(tmp_path / "hf"), cwd=tmp_path)
     assert again.returncode == 2

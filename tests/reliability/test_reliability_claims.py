@@ -106,7 +106,7 @@ def test_commit_replaces_only_the_folder_it_claimed(tmp_path):
         (output.staging / ".bertpre-export").write_text("")
         (output.staging / "config.json").write_text("{}")
         output.commit()
-    assert sorted(path.name for path in out.iterdir()) == [".bertpre-export", "config.json"]
+    assert sorted(path.name for path in out.iterdir()) == [".bertpre-export", ".bertpre-inventory.json", "config.json"]
     # Another process takes the claim over while this one builds: nothing is replaced.
     with pytest.raises(UserError, match="it was claimed by process 4242 on elsewhere"):
         with claimed_out(out, "export", overwrite=True) as output:

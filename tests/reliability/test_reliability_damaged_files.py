@@ -26,6 +26,8 @@ import torch
 from _reliability_harness import folder_state
 from test_reliability_bad_input import run_in_process
 
+from bertpre.inventory import INVENTORY_FILE
+
 ARROW = "dataset/train/data-00000-of-00001.arrow"
 LATEST = "checkpoints/step-00000036"
 FILL_MASK_TEXT = "the cat [MASK] the river ."
@@ -383,9 +385,10 @@ WRITTEN_BY_PRETRAIN = ("checkpoints/", "metrics.jsonl", "tensorboard/", "config.
 
 
 def files_read(folder: Path) -> list[Path]:
-    """Every file a command may read: all but TensorBoard's event files, which none reads."""
+    """Every file a command may read: all but TensorBoard's event files, which none reads, and the
+    inventory, which only a command replacing the folder reads (`test_reliability_inventory.py`)."""
     return sorted(path.relative_to(folder) for path in folder.rglob("*")
-                  if path.is_file() and "tensorboard" not in path.parts)
+                  if path.is_file() and "tensorboard" not in path.parts and path.name != INVENTORY_FILE)
 
 
 def damage_file(path: Path, how: str, rng: random.Random, other: Path) -> None:

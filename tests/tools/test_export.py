@@ -40,7 +40,8 @@ def test_export_of_a_run_loads_in_transformers(tmp_path: Path) -> None:
     summary = export(run, tmp_path / "export")
     out = tmp_path / "export"
     assert summary.architecture == "BertForPreTraining" and summary.checkpoint.name == "step-00000020"
-    assert sorted(p.name for p in out.iterdir()) == [".bertpre-export", "config.json", "model.safetensors", "tokenizer_config.json", "vocab.txt"]
+    assert sorted(p.name for p in out.iterdir()) == [".bertpre-export", ".bertpre-inventory.json", "config.json", "model.safetensors",
+                                                     "tokenizer_config.json", "vocab.txt"]
     assert not any(p.name.startswith(".") for p in tmp_path.iterdir())
     theirs, info = transformers.BertForPreTraining.from_pretrained(out, output_loading_info=True)
     assert all(len(keys) == 0 for keys in info.values()), info
@@ -133,9 +134,11 @@ def test_export_replaces_its_own_export_and_sets_length_and_permissions(tmp_path
     run = fake_run(tmp_path, BertForPreTraining(BertConfig(**TINY)))
     out = tmp_path / "export"
     export(run, out)
-    (out / "stale.txt").write_text("from an older export")
+    (out / "README.md").write_text("a model card of yours")
+    (out / "model.safetensors").unlink()  # a file bertpre wrote and you deleted: written again
     export(run, out, overwrite=True)  # an export made by `bertpre export` may be replaced
-    assert not (out / "stale.txt").exists()
+    assert (out / "README.md").read_text() == "a model card of yours"  # only bertpre's files go
+    assert (out / "model.safetensors").is_file()
     tokenizer_config = json.loads((out / "tokenizer_config.json").read_text())
     assert tokenizer_config["model_max_length"] == TINY["max_position_embeddings"] == 64
     modes = {path.name: path.stat().st_mode & 0o777 for path in out.iterdir()}

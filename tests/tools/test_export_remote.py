@@ -93,7 +93,7 @@ def test_a_relative_export_loads_in_transformers_with_bertpre_outputs(tmp_path: 
     out = tmp_path / "export"
     assert summary.architecture == REMOTE
     assert sorted(p.name for p in out.iterdir()) == [
-        ".bertpre-export", "config.json", "configuration_bertpre.py", "model.safetensors",
+        ".bertpre-export", ".bertpre-inventory.json", "config.json", "configuration_bertpre.py", "model.safetensors",
         "modeling_bertpre.py", "tokenizer_config.json", "vocab.txt"]
     hf_config = json.loads((out / "config.json").read_text())
     assert hf_config["model_type"] == "bertpre" and hf_config["auto_map"] == REMOTE_AUTO_MAP

@@ -23,7 +23,7 @@ from _xlnet_run import xlnet_run  # noqa: E402
 
 ATOL = 1e-4
 STEP = "step-00000020"
-EXPORT_FILES = [".bertpre-export", "config.json", "model.safetensors", "special_tokens_map.json",
+EXPORT_FILES = [".bertpre-export", ".bertpre-inventory.json", "config.json", "model.safetensors", "special_tokens_map.json",
                 "tokenizer.json", "tokenizer_config.json"]
 
 
@@ -146,10 +146,12 @@ def test_the_cli_names_the_architecture_and_the_export_keeps_its_guarantees(
     assert out.stat().st_mode & 0o777 == 0o777 & ~current_umask()
     code, _, stderr = cli("export", run, "--out", out)
     assert code == 2 and "already exists" in stderr
-    (out / "stale.txt").write_text("from an older export")
+    (out / "model-card.md").write_text("yours: --overwrite replaces only what bertpre wrote")
     code, _, stderr = cli("export", run / "checkpoints" / STEP, "--out", out, "--overwrite")
     assert code == 0, stderr
-    assert sorted(path.name for path in out.iterdir()) == EXPORT_FILES
+    assert "kept in --out" in stderr and "model-card.md" in stderr
+    assert sorted(path.name for path in out.iterdir()) == sorted([*EXPORT_FILES, "model-card.md"])
+    assert (out / "model-card.md").read_text() == "yours: --overwrite replaces only what bertpre wrote"
     assert not [path.name for path in tmp_path.iterdir() if path.name.startswith(".")]
 
     # Damaged input: one line, and --out stays as it was.
