@@ -35,6 +35,7 @@ LATEST = "latest"
 TRAINER_STATE = "trainer_state.json"
 # Each process's recurrent memory (plm, clm: `objectives.plm.RecurrentMemory`), beside its RNG state.
 MEMORY_FILE = "memory_{rank}.safetensors"
+MEMORY_FILES = re.compile(re.escape(MEMORY_FILE).replace(re.escape("{rank}"), r"\d+"))
 CHECKSUMS = "checksums.json"
 TOKENIZER_DIR = "tokenizer"  # RUN/tokenizer: the run's copy of DATA's tokenizer files
 CUDA_RNG = "cuda_current_device"  # key of this process's own GPU's RNG state in rng_state_<rank>.pt
@@ -183,9 +184,16 @@ USE_ANOTHER_CHECKPOINT = ("use another checkpoint: pass its checkpoints/step-N f
                           "step-N name into checkpoints/latest to resume from it")
 
 
-def verify_checkpoint(folder: Path, *, skip_suffixes: tuple[str, ...] = (), tokenizer: Path | None = None) -> None:
-    """Compare the checkpoint's files (but those ending in `skip_suffixes`, which the caller does
-    not read) and the run's `tokenizer` files with the sizes and sha256s in `checksums.json`.
+def is_training_state(name: str) -> bool:
+    """Whether a checkpoint's file is state only a resume reads (optimizer, scaler, RNG, recurrent
+    memory), not the weights, config and step that export, evaluate and finetune read."""
+    return name.endswith(".pt") or MEMORY_FILES.fullmatch(name) is not None
+
+
+def verify_checkpoint(folder: Path, *, weights_only: bool = False, tokenizer: Path | None = None) -> None:
+    """Compare the checkpoint's files (with `weights_only`, not its training state, which the
+    caller does not read) and the run's `tokenizer` files with the sizes and sha256s in
+    `checksums.json`.
 
     Raises:
         UserError: a file is missing, or its size or content differs from the record.
@@ -200,7 +208,7 @@ def verify_checkpoint(folder: Path, *, skip_suffixes: tuple[str, ...] = (), toke
     for place, files in places:
         for name, entry in files.items():
             path = place / name
-            if name.endswith(skip_suffixes) and place == folder:
+            if weights_only and place == folder and is_training_state(name):
                 continue
             if Path(name).name != name:  # a record naming a path outside the folder is damage
                 raise UserError(f"{folder / CHECKSUMS} is damaged (names {name!r}); {USE_ANOTHER_CHECKPOINT}")

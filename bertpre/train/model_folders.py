@@ -37,8 +37,8 @@ def find_checkpoint(source: str | Path) -> tuple[Path, Path]:
     if not any((tokenizer / name).is_file() for name in (TOKENIZER_FILE, VOCAB_FILE)):
         raise UserError(f"{run}: no tokenizer/ folder with tokenizer.json or vocab.txt; the run's "
                         "model needs the run's tokenizer")
-    # The optimizer, scaler and RNG states are read only by a resume, which checks them itself.
-    verify_checkpoint(checkpoint, skip_suffixes=(".pt",),
+    # The training state (optimizer, scaler, RNG, memory) is read only by a resume, which checks it.
+    verify_checkpoint(checkpoint, weights_only=True,
                       tokenizer=tokenizer if tokenizer != checkpoint else None)
     return checkpoint, tokenizer
 
