@@ -130,6 +130,8 @@ def describe(folder: Path) -> str:
     """What a folder is, for a refusal: a RUN, DATA, export or demo folder, or other files."""
     if is_run_folder(folder):
         return "a RUN folder"
+    if is_run_without_config(folder):
+        return f"a RUN folder without its {RUN_MARKER}"
     for command, (marker, kind) in MARKERS.items():
         if (folder / marker).is_file():
             article = "an" if kind[0] in "aeiou" else "a"
@@ -150,6 +152,11 @@ def is_run_folder(folder: Path) -> bool:
             return handle.read(len(RUN_CONFIG_HEADER)) == RUN_CONFIG_HEADER
     except OSError:
         return False
+
+
+def is_run_without_config(folder: Path) -> bool:
+    """A RUN folder whose config.yaml is gone: it has checkpoints/ but no config.yaml."""
+    return (folder / "checkpoints").is_dir() and not (folder / RUN_MARKER).exists()
 
 
 def is_data_folder(folder: Path) -> bool:

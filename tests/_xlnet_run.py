@@ -11,7 +11,7 @@ import torch
 from bertpre.model import BertConfig
 from bertpre.model.xlnet import XLNetLMHeadModel
 from bertpre.tokenizer import load_tokenizer
-from bertpre.train.checkpoint import save_checkpoint
+from bertpre.train.checkpoint import MEMORY_FILE, save_checkpoint
 from bertpre.train.runtime import Runtime
 
 TINY_XLNET = dict(architecture="xlnet", hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
@@ -19,9 +19,10 @@ TINY_XLNET = dict(architecture="xlnet", hidden_size=32, num_hidden_layers=2, num
 
 
 def xlnet_run(folder: Path, data: Path, *, steps: tuple[int, ...] = (20,), seed: int = 0,
-              **changes) -> Path:
+              memory: bool = False, **changes) -> Path:
     """RUN `folder` with one checkpoint per step (each with other random weights, every
-    parameter perturbed off its init), `latest` the last; the tokenizer is DATA's."""
+    parameter perturbed off its init), `latest` the last; the tokenizer is DATA's. With `memory`,
+    each checkpoint also holds a recurrent memory (one slot of 2 rows), as a plm run's do."""
     shutil.copytree(data / "tokenizer", folder / "tokenizer")
     vocab_size = load_tokenizer(folder / "tokenizer").get_vocab_size()
     config = BertConfig(**{**TINY_XLNET, "vocab_size": vocab_size, **changes})
@@ -33,7 +34,12 @@ def xlnet_run(folder: Path, data: Path, *, steps: tuple[int, ...] = (20,), seed:
         with torch.no_grad():
             for parameter in model.parameters():
                 parameter.add_(torch.randn_like(parameter) * 0.05)
+        states = {f"slot0.layer{layer}": torch.randn(2, config.mem_len, config.hidden_size)
+                  for layer in range(config.num_hidden_layers)}
         save_checkpoint(folder, step, model=model, optimizer=optimizer, scaler=None,
                         trainer_state={"epoch": 0}, runtime=Runtime(device=torch.device("cpu")),
-                        keep_last=len(steps))
+                        keep_last=len(steps),
+                        rank_tensors={MEMORY_FILE: {**states, "slot0.mask": torch.ones(2, config.mem_len,
+                                                                                        dtype=torch.bool)}}
+                        if memory else None)
     return folder

@@ -36,12 +36,14 @@ from bertpre.finetune.saved_model import check_can_save
 from bertpre.finetune.source import load_encoder
 from bertpre.finetune.sweep import (
     is_run,
+    missing_files,
     parse_checkpoints,
     run_checkpoints,
     run_in_progress,
     task_name,
 )
 from bertpre.finetune.tasks import load_task
+from bertpre.train.checkpoint import USE_ANOTHER_CHECKPOINT
 
 MAX_SEEDS = 100
 
@@ -145,21 +147,28 @@ def finetune(source: str | Path, files: TaskFiles | None, out: str | Path, *, hp
 
 def sweep_run(jobs: Jobs, run: Path, spec: str, watch: bool, poll_seconds: float) -> list[dict[str, Any]]:
     """Evaluate the run's chosen checkpoints in step order (and, watching, the ones that land
-    later, until no pretraining holds the run)."""
-    results, seen = [], set()
+    later, until no pretraining holds the run). A checkpoint that cannot be read is skipped with a
+    note, held until one is scored: a sweep that scores none fails in one line that says why."""
+    results, seen, skipped = [], set(), []
     while True:
         finished = not (watch and run_in_progress(run))
         for step, folder in run_checkpoints(run, spec):
             if step in seen:
                 continue
             seen.add(step)
-            try:
-                result, fresh = jobs.evaluate(folder, sweep_of=run)
-            except UserError as error:
-                if folder.exists():
-                    raise
-                jobs.say(f"note: checkpoint {folder.name} was removed while it was read ({error}); skipped")
+            problem = load_swept_encoder(jobs, folder)
+            if problem is not None and not folder.exists():
+                jobs.say(f"note: checkpoint {folder.name} was removed while it was read ({problem}); skipped")
                 continue
+            if problem is not None:
+                skipped.append((folder.name, problem))
+                if results:
+                    jobs.say(f"note: checkpoint {folder.name} skipped: {problem}")
+                continue
+            if not results:  # the notes held back: a checkpoint is scored, so they are not the error
+                for name, why in skipped:
+                    jobs.say(f"note: checkpoint {name} skipped: {why}")
+            result, _ = jobs.evaluate(folder, sweep_of=run)
             results.append(result)
             jobs.say(f"step {step}: " + ", ".join(f"{metric} {values['mean']:.4f}"
                                                   for metric, values in result["metrics"].items()
@@ -167,7 +176,25 @@ def sweep_run(jobs: Jobs, run: Path, spec: str, watch: bool, poll_seconds: float
         if finished:
             break
         time.sleep(poll_seconds)
+    if not results and skipped:
+        shown = "; ".join(f"{name}: {why}" for name, why in skipped[:3])
+        more = f"; and {len(skipped) - 3} more" if len(skipped) > 3 else ""
+        raise UserError(f"none of the {len(skipped)} checkpoints of {run} that --checkpoints {spec} chooses "
+                        f"could be read ({shown}{more})")
     if not results:
         raise UserError(f"{run} has no checkpoint that --checkpoints {spec} chooses; see "
                         f"{run / 'checkpoints'}")
     return results
+
+
+def load_swept_encoder(jobs: Jobs, folder: Path) -> str | None:
+    """Load a sweep's checkpoint's encoder for `jobs`, or say what is wrong with the checkpoint."""
+    missing = missing_files(folder)
+    if missing:
+        return f"{folder} has no {' or '.join(missing)} (it is incomplete)"
+    try:
+        jobs.encoders[folder] = load_encoder(folder)
+    except UserError as error:
+        # The sweep goes on to the other checkpoints, which is what this advice would ask for.
+        return str(error).removesuffix(USE_ANOTHER_CHECKPOINT).rstrip("; ,")
+    return None

@@ -17,13 +17,11 @@ from bertpre.errors import UserError
 from bertpre.model import BertConfig
 from bertpre.model.families import family, load_encoder_weights
 from bertpre.model.hf_format import read_config
-from bertpre.train.checkpoint import MEMORY_FILE
+from bertpre.train.checkpoint import MEMORY_FILES
 from bertpre.train.model_folders import ModelFolder, resolve_model_folder
 
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 STEP_FOLDER = re.compile(r"step-(\d+)$")
-# An XLNet checkpoint's recurrent memory (memory_<rank>.safetensors): training state, not weights.
-MEMORY_FILES = re.compile(re.escape(MEMORY_FILE).replace(re.escape("{rank}"), r"\d+"))
 
 
 @dataclass

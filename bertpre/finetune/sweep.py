@@ -28,19 +28,22 @@ def is_run(folder: Path) -> bool:
 
 
 def run_checkpoints(run: Path, spec: str) -> list[tuple[int, Path]]:
-    """The complete checkpoints of `run` that `spec` chooses, oldest first, as (step, folder)."""
+    """The checkpoints of `run` that `spec` chooses, oldest first, as (step, folder); `latest` is
+    the newest complete one, with any incomplete ones after it (which a sweep says it skips)."""
     kind, every = parse_checkpoints(spec)
-    found = []
-    for folder in (run / "checkpoints").iterdir():
-        match = STEP_FOLDER.match(folder.name)
-        if match and (folder / "config.json").is_file() and (folder / "trainer_state.json").is_file():
-            found.append((int(match.group(1)), folder))
-    found.sort()
+    found = sorted((int(match.group(1)), folder) for folder in (run / "checkpoints").iterdir()
+                   if (match := STEP_FOLDER.match(folder.name)) and folder.is_dir())
     if kind == "latest":
-        return found[-1:]
+        complete = [index for index, (_, folder) in enumerate(found) if not missing_files(folder)]
+        return found[complete[-1]:] if complete else found
     if kind == "every":
         return [(step, folder) for step, folder in found if step % every == 0]
     return found
+
+
+def missing_files(checkpoint: Path) -> list[str]:
+    """What a checkpoint that a sweep scores must hold and `checkpoint` lacks."""
+    return [name for name in ("config.json", "trainer_state.json") if not (checkpoint / name).is_file()]
 
 
 def run_in_progress(run: Path) -> bool:

@@ -15,6 +15,7 @@ import os
 import pickle
 import random
 import re
+import shlex
 import shutil
 import sys
 from pathlib import Path
@@ -37,11 +38,13 @@ LATEST = "latest"
 TRAINER_STATE = "trainer_state.json"
 # Each process's recurrent memory (plm, clm: `objectives.plm.RecurrentMemory`), beside its RNG state.
 MEMORY_FILE = "memory_{rank}.safetensors"
+MEMORY_FILES = re.compile(re.escape(MEMORY_FILE).replace(re.escape("{rank}"), r"\d+"))
 CHECKSUMS = "checksums.json"
 # The files a checkpoint holds, for one written before checksums.json listed them.
 CHECKPOINT_FILE = re.compile(r"config\.json|model\.safetensors|optimizer\.pt|scaler\.pt|trainer_state\.(json|pt)"
                              r"|rng_state_\d+\.pt|memory_\d+\.safetensors|checksums\.json")
 TOKENIZER_DIR = "tokenizer"  # RUN/tokenizer: the run's copy of DATA's tokenizer files
+DATA_RECORD = "data.json"  # RUN/data.json: the DATA folders the run read (`run_folder.write_data_record`)
 CUDA_RNG = "cuda_current_device"  # key of this process's own GPU's RNG state in rng_state_<rank>.pt
 # Fields that fix parameter shapes: a checkpoint must agree on all of them to be loaded.
 def step_folder_name(step: int) -> str:
@@ -189,35 +192,57 @@ USE_ANOTHER_CHECKPOINT = ("use another checkpoint: pass its checkpoints/step-N f
                           "step-N name into checkpoints/latest to resume from it")
 
 
-def verify_checkpoint(folder: Path, *, skip_suffixes: tuple[str, ...] = (), tokenizer: Path | None = None) -> None:
-    """Compare the checkpoint's files (but those ending in `skip_suffixes`, which the caller does
-    not read) and the run's `tokenizer` files with the sizes and sha256s in `checksums.json`.
+def restore_tokenizer(run_dir: Path) -> str:
+    """How to get a missing or damaged RUN/tokenizer back: it is a copy of the tokenizer of the
+    DATA folder the run trained on, which RUN/data.json names."""
+    try:
+        source = json.loads((run_dir / DATA_RECORD).read_text(encoding="utf-8"))["sources"][0]
+        data = Path((source.get("shards") or [source["path"]])[0])  # a shard set's tokenizer is its first's
+    except (OSError, ValueError, KeyError, IndexError, TypeError, AttributeError):
+        return f"copy the tokenizer/ folder of the DATA folder the run trained on into {run_dir}"
+    return (f"copy it back from the DATA folder the run trained on ({data}, as {run_dir / DATA_RECORD} "
+            f"records): cp -r {shlex.quote(str(data / TOKENIZER_DIR))} {shlex.quote(str(run_dir))}/")
+
+
+def is_training_state(name: str) -> bool:
+    """Whether a checkpoint's file is state only a resume reads (optimizer, scaler, RNG, recurrent
+    memory), not the weights, config and step that export, evaluate and finetune read."""
+    return name.endswith(".pt") or MEMORY_FILES.fullmatch(name) is not None
+
+
+def verify_checkpoint(folder: Path, *, weights_only: bool = False, tokenizer: Path | None = None) -> None:
+    """Compare the checkpoint's files (with `weights_only`, not its training state, which the
+    caller does not read) and the run's `tokenizer` files with the sizes and sha256s in
+    `checksums.json`.
 
     Raises:
         UserError: a file is missing, or its size or content differs from the record.
     """
     record = read_checksums(folder) or {"files": {}}
-    places = [(folder, record["files"])]
-    if tokenizer is not None and TOKENIZER_DIR in record:
-        places.append((tokenizer, record[TOKENIZER_DIR]))
-    elif tokenizer is not None and tokenizer.is_dir():  # a run from before checksums: its files agree
-        check_tokenizer_files(tokenizer, load_tokenizer(tokenizer), None,
-                              "copy the DATA folder's tokenizer/ files back into it")
-    for place, files in places:
+    places = [(folder, record["files"], USE_ANOTHER_CHECKPOINT)]
+    if tokenizer is not None:  # every checkpoint of the run reads it: no other checkpoint helps
+        fix = (f"it is part of the run's tokenizer {tokenizer}, which every checkpoint of the run reads; "
+               f"{restore_tokenizer(tokenizer.parent)}")
+        if TOKENIZER_DIR in record and not tokenizer.is_dir():
+            raise UserError(f"the run's tokenizer folder {tokenizer} is missing (every checkpoint of the run "
+                            f"reads it); {restore_tokenizer(tokenizer.parent)}")
+        if TOKENIZER_DIR in record:
+            places.append((tokenizer, record[TOKENIZER_DIR], fix))
+        elif tokenizer.is_dir():  # a run from before checksums: its files agree
+            check_tokenizer_files(tokenizer, load_tokenizer(tokenizer), None, fix)
+    for place, files, fix in places:
         for name, entry in files.items():
             path = place / name
-            if name.endswith(skip_suffixes) and place == folder:
+            if weights_only and place == folder and is_training_state(name):
                 continue
             if Path(name).name != name:  # a record naming a path outside the folder is damage
                 raise UserError(f"{folder / CHECKSUMS} is damaged (names {name!r}); {USE_ANOTHER_CHECKPOINT}")
             if not path.is_file():
-                raise UserError(f"{path} is missing (the checkpoint's {CHECKSUMS} lists it); "
-                                f"{USE_ANOTHER_CHECKPOINT}")
+                raise UserError(f"{path} is missing (the checkpoint's {CHECKSUMS} lists it); {fix}")
             size = path.stat().st_size
             if size != entry["bytes"] or file_digest(path)["sha256"] != entry["sha256"]:
                 what = f"{size:,} bytes, not {entry['bytes']:,}" if size != entry["bytes"] else "its sha256 differs"
-                raise UserError(f"{path} is damaged ({what}, as {folder / CHECKSUMS} recorded); "
-                                f"{USE_ANOTHER_CHECKPOINT}")
+                raise UserError(f"{path} is damaged ({what}, as {folder / CHECKSUMS} recorded); {fix}")
 
 
 def prune_checkpoints(checkpoints: Path, keep_last: int) -> list[Path]:

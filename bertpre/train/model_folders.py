@@ -12,7 +12,12 @@ from bertpre.errors import UserError
 from bertpre.model.config import BertConfig
 from bertpre.model.hf_format import CONFIG_NAME, read_config, refuse_hub_name
 from bertpre.tokenizer.wordpiece import TOKENIZER_FILE, VOCAB_FILE, load_tokenizer
-from bertpre.train.checkpoint import latest_checkpoint, verify_checkpoint
+from bertpre.train.checkpoint import (
+    TOKENIZER_DIR,
+    latest_checkpoint,
+    restore_tokenizer,
+    verify_checkpoint,
+)
 
 
 def find_checkpoint(source: str | Path) -> tuple[Path, Path]:
@@ -31,14 +36,15 @@ def find_checkpoint(source: str | Path) -> tuple[Path, Path]:
             raise UserError(f"{source}: neither a RUN folder (with checkpoints/latest) nor a "
                             f"checkpoint (with {CONFIG_NAME})")
         checkpoint, run = latest, source
-    tokenizer = run / "tokenizer"
+    tokenizer = run / TOKENIZER_DIR
     if not tokenizer.is_dir() and (checkpoint / TOKENIZER_FILE).is_file():
         tokenizer = checkpoint
     if not any((tokenizer / name).is_file() for name in (TOKENIZER_FILE, VOCAB_FILE)):
-        raise UserError(f"{run}: no tokenizer/ folder with tokenizer.json or vocab.txt; the run's "
-                        "model needs the run's tokenizer")
-    # The optimizer, scaler and RNG states are read only by a resume, which checks them itself.
-    verify_checkpoint(checkpoint, skip_suffixes=(".pt",),
+        what = "has no tokenizer.json or vocab.txt" if tokenizer.is_dir() else "is missing"
+        raise UserError(f"the run's tokenizer folder {run / TOKENIZER_DIR} {what} (every checkpoint of the "
+                        f"run reads it); {restore_tokenizer(run)}")
+    # The training state (optimizer, scaler, RNG, memory) is read only by a resume, which checks it.
+    verify_checkpoint(checkpoint, weights_only=True,
                       tokenizer=tokenizer if tokenizer != checkpoint else None)
     return checkpoint, tokenizer
 

@@ -15,13 +15,15 @@ from bertpre.data import DataMixture
 from bertpre.errors import UserError
 from bertpre.folders import (
     MARKERS,
+    RUN_MARKER,
     content_names,
     describe,
     is_data_folder,
     is_run_folder,
+    is_run_without_config,
     real_out,
 )
-from bertpre.train.checkpoint import remove_partial_checkpoints
+from bertpre.train.checkpoint import DATA_RECORD, remove_partial_checkpoints
 from bertpre.train.report import schedule_change_note
 from bertpre.train.run_config import flatten, read_run_config
 
@@ -61,12 +63,17 @@ class RunLock:
 
 def check_run_out(run_dir: Path, init_from: str | None = None, data_paths: list[Path] | None = None) -> None:
     """Refuse a RUN folder `pretrain` may not write: one that exists and is not empty and not a
-    RUN, a file, a dangling link, or a folder inside (or holding) DATA, an export or the weights
+    RUN, a RUN that lost its config.yaml, a file, a dangling link, or a folder inside (or holding) DATA, an export or the weights
     the run starts from. Writes nothing."""
     target = real_out(run_dir)
     if target.exists():
         if not target.is_dir():
             raise UserError(f"--out {run_dir} exists and is not a folder; choose another --out")
+        if is_run_without_config(target):
+            raise UserError(f"--out {run_dir} is a RUN folder without its config.yaml (it has checkpoints/, "
+                            f"but {run_dir / RUN_MARKER} is missing), and a resume checks its config against "
+                            "the run's own; put the run's config.yaml back (TensorBoard's Text tab shows it "
+                            "as run/config), or start a new run with another --out")
         if content_names(target) and not is_run_folder(target):
             raise UserError(f"--out {run_dir} is {describe(target)}, not a RUN folder; `bertpre "
                             "pretrain` writes a new or empty folder, or resumes a RUN; choose "
@@ -111,8 +118,6 @@ def check_resume_config(saved: Config, new: Config, step: int, run_dir: Path) ->
             notes.append(f"{key} {old!r} → {value!r}")
     return notes
 
-
-DATA_RECORD = "data.json"  # in RUN: what the run read
 
 
 def prepare_run_folder(run_dir: Path, config: Config, mixture: DataMixture) -> None:

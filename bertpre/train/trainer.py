@@ -189,7 +189,7 @@ class Trainer:
         self.stream = self.objective.stream(self.mixture, config, accumulation=self.accumulation,
                                             rank=runtime.rank, world_size=runtime.world_size,
                                             pin_memory=runtime.device.type == "cuda", position=stream_state)
-        self.carry = self.objective.new_carry(self.accumulation)
+        self.carry = self.objective.new_carry(self.accumulation, config)
         # Every process scores its share of the validation batches, at the phase's length.
         self.evaluator = build_evaluator(self.mixture, config.data,
                                          micro_batch_size=config.train.micro_batch_size, seed=seed,

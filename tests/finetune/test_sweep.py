@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -127,3 +128,34 @@ def test_checkpoints_need_a_run(sweep_run, task_folder, tmp_path, monkeypatch, c
     code, _, stderr = run_main(sweep_args(sweep_run, task_folder, tmp_path / "x", "some"), monkeypatch, capsys)
     assert code == 2 and "must be latest, all or every:N" in stderr
     assert not (tmp_path / "x").exists()
+
+
+def test_a_sweep_skips_damaged_and_incomplete_checkpoints_with_a_note(
+        sweep_run, task_folder, tmp_path, monkeypatch, capsys):
+    """The intact checkpoints are scored; each skipped one is a note on stderr naming it and what
+    is wrong with it. Only a sweep that could score none fails: exit 2, one line."""
+    run = shutil.copytree(sweep_run, tmp_path / "run", ignore=shutil.ignore_patterns("tensorboard"))
+    checkpoints = run / "checkpoints"
+    (checkpoints / "step-00000010" / "trainer_state.json").unlink()
+    weights = checkpoints / "step-00000020" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])
+    out = tmp_path / "sweep"
+    args = [*sweep_args(run, task_folder, out), "--seeds", "1", "--epochs", "1"]  # the last given counts
+    code, stdout, stderr = run_main(args, monkeypatch, capsys)
+    assert code == 0, stderr
+    assert [json.loads(line)["checkpoint_step"] for line in (out / "results.jsonl").read_text().splitlines()] == [30]
+    notes = [line for line in stderr.splitlines() if "skipped" in line]
+    assert notes == [f"note: checkpoint step-00000010 skipped: {checkpoints / 'step-00000010'} has no "
+                     "trainer_state.json (it is incomplete)",
+                     f"note: checkpoint step-00000020 skipped: {weights} is damaged (1,000 bytes, not "
+                     f"{(sweep_run / 'checkpoints' / 'step-00000020' / 'model.safetensors').stat().st_size:,}, "
+                     f"as {checkpoints / 'step-00000020' / 'checksums.json'} recorded)"], stderr
+    result = json.loads((out / "results.json").read_text())
+    assert (result["checkpoint_step"], result["seeds"]) == (30, [0]) and "accuracy" in stdout
+
+    shutil.rmtree(checkpoints / "step-00000030")  # none left to score
+    code, _, stderr = run_main(sweep_args(run, task_folder, tmp_path / "none"), monkeypatch, capsys)
+    assert code == 2 and len(stderr.splitlines()) == 1, stderr
+    assert stderr.startswith(f"error: none of the 2 checkpoints of {run} that --checkpoints all chooses could "
+                             "be read (step-00000010: "), stderr
+    assert "step-00000020: " in stderr and not (tmp_path / "none").exists()

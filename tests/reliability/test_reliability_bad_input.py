@@ -279,6 +279,13 @@ case("export-overwrite-onto-a-data-folder", "is a DATA folder")(
     lambda w: ["export", w.reference, "--out", w.data, "--overwrite"])
 case("export-overwrite-onto-another-run", "is a RUN folder")(
     lambda w: ["export", w.reference, "--out", w.run_copy(), "--overwrite"])
+@case("export-overwrite-onto-a-run-without-its-config", "is a RUN folder without its config.yaml, which")
+def export_onto_a_run_without_config(w: World) -> list:
+    run = w.run_copy()
+    (run / "config.yaml").unlink()
+    return ["export", w.reference, "--out", run, "--overwrite"]
+
+
 case("export-overwrite-onto-user-files", "is a folder of other files")(
     lambda w: ["export", w.reference, "--out", w.write("mine/notes.txt", "keep").parent, "--overwrite"])
 case("export-overwrite-onto-a-file", "exists and is not a folder")(

@@ -302,6 +302,17 @@ add("run-vocab-edited", Case("run", "tokenizer/vocab.txt",
 add("run-vocab-edited-old", Case("run", "tokenizer/vocab.txt",
                                  lambda p: p.write_text(p.read_text().replace("\nthe\n", "\nthy\n")),
                                  "does not list", RUN_READERS, old=True))
+# Every checkpoint reads the RUN's one tokenizer: its loss is not mended by another checkpoint.
+RESTORE_TOKENIZER = "every checkpoint of the run reads it); copy it back from the DATA folder the run trained on ("
+for old in (False, True):
+    add(f"run-tokenizer-missing{'-old' if old else ''}",
+        Case("run", "tokenizer", shutil.rmtree, RESTORE_TOKENIZER,
+             ("export", "fill-mask", "evaluate") if old else RUN_READERS, old))
+add("run-vocab-missing", Case("run", "tokenizer/vocab.txt", Path.unlink,
+                              "is missing (the checkpoint's checksums.json lists it); it is part of the run's "
+                              "tokenizer", RUN_READERS))
+add("config-yaml-missing", Case("run", "config.yaml", Path.unlink,
+                                "is a RUN folder without its config.yaml (it has checkpoints/", ("pretrain",)))
 add("run-tokenizer-config-empty-old", Case("run", "tokenizer/tokenizer_config.json", write(""),
                                            "is damaged (not a JSON object)", RUN_READERS, old=True))
 

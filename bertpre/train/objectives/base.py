@@ -142,8 +142,9 @@ class Objective:
     def step_module(self, model: nn.Module, label_smoothing: float = 0.0) -> nn.Module:
         raise NotImplementedError
 
-    def new_carry(self, slots: int) -> Any:
-        """What each of a step's `slots` micro-batches hands the next step's (none by default)."""
+    def new_carry(self, slots: int, config: Config) -> Any:
+        """What each of a step's `slots` micro-batches hands the next step's in a phase of `config`
+        (none by default)."""
         return NoCarry()
 
     def prepare_model(self, model: nn.Module, config: Config) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,7 +25,7 @@ from bertpre.batches.segments import MixedSegments, SegmentInstances
 from bertpre.errors import UserError
 from bertpre.labels import IGNORE_INDEX
 from bertpre.model.xlnet import XLNetLMHeadModel
-from bertpre.train.checkpoint import MEMORY_FILE, read_rank_tensors
+from bertpre.train.checkpoint import MEMORY_FILE, USE_ANOTHER_CHECKPOINT, read_rank_tensors
 from bertpre.train.objectives.base import HostCounts, Objective, copy_inputs, perplexity
 
 if TYPE_CHECKING:
@@ -52,13 +53,29 @@ def plm_device_batch(batch: dict[str, torch.Tensor], device: torch.device, *,
     return copy_inputs(batch, PLM_INPUTS, device, keep_attention_mask=keep_attention_mask)
 
 
+@dataclass(frozen=True)
+class MemoryShape:
+    """What a run's memory holds per slot: `layers` states of (rows, ≤mem_len, hidden_size)."""
+
+    rows: int  # train.micro_batch_size
+    mem_len: int
+    hidden_size: int
+    layers: int
+
+    @classmethod
+    def of(cls, config: Config) -> MemoryShape:
+        return cls(config.train.micro_batch_size, config.model.mem_len, config.model.hidden_size,
+                   config.model.num_hidden_layers)
+
+
 class RecurrentMemory:
     """Each micro-batch slot's memory: per layer (B, M, C) states, and the (B, M) mask of which
-    of them are real."""
+    of them are real. With `shape`, a memory restored from a checkpoint is checked against it."""
 
-    def __init__(self, slots: int) -> None:
+    def __init__(self, slots: int, shape: MemoryShape | None = None) -> None:
         self.states: list[list[torch.Tensor] | None] = [None] * slots
         self.masks: list[torch.Tensor | None] = [None] * slots
+        self.shape = shape
 
     def read(self, slot: int, reset: torch.Tensor | None) -> tuple[list[torch.Tensor] | None, torch.Tensor | None]:
         """Slot `slot`'s memory for its next segment; rows where `reset` (B,) is set see none."""
@@ -96,6 +113,8 @@ class RecurrentMemory:
         if tensors is None:
             raise UserError(f"checkpoint {checkpoint} has no {MEMORY_FILE.format(rank=rank)}, the "
                             "recurrent memory a resumed run continues from; resume from another checkpoint")
+        if self.shape is not None:
+            check_memory(tensors, self.shape, len(self.states), checkpoint / MEMORY_FILE.format(rank=rank))
         self.load_state_dict(tensors, device)
 
     def state_dict(self) -> dict[str, torch.Tensor]:
@@ -118,6 +137,41 @@ class RecurrentMemory:
                 layers.append(tensors[f"slot{slot}.layer{len(layers)}"].to(device))
             self.states[slot] = layers or None
             self.masks[slot] = None if mask is None or not layers else mask.to(device, torch.bool)
+
+
+def check_memory(tensors: dict[str, torch.Tensor], shape: MemoryShape, slots: int, path: Path) -> None:
+    """Refuse a saved memory this run cannot continue from: a held slot's states not `shape.layers`
+    of (rows, M, hidden_size) with 1 ≤ M ≤ mem_len and a (rows, M) mask, or a value not finite.
+    (A checkpoint with checksums.json was checked whole before; this is what those without get.)"""
+    expected = (f"{shape.layers} layer(s) of ({shape.rows}, M, {shape.hidden_size}) with M from 1 to "
+                f"{shape.mem_len}, and a ({shape.rows}, M) mask (train.micro_batch_size, model.mem_len, "
+                "model.hidden_size, model.num_hidden_layers)")
+
+    def misfit(found: str) -> UserError:
+        return UserError(f"checkpoint file {path} does not hold this run's recurrent memory ({found}; "
+                         f"expected {expected}); it is damaged or from another run, {USE_ANOTHER_CHECKPOINT}")
+
+    for slot in range(slots):
+        names = [f"slot{slot}.layer{layer}" for layer in range(shape.layers + 1)]
+        mask = tensors.get(f"slot{slot}.mask")
+        if mask is None and names[0] not in tensors:
+            continue  # a slot that held no memory yet
+        held = sum(name in tensors for name in names)
+        if held != shape.layers or names[-1] in tensors or mask is None:
+            raise misfit(f"slot {slot} has {held} layer(s){'' if mask is not None else ' and no mask'}")
+        first = tensors[names[0]]
+        length = first.shape[1] if first.dim() == 3 else 0
+        for name in names[:-1]:
+            state = tensors[name]
+            if tuple(state.shape) != (shape.rows, length, shape.hidden_size) or not 1 <= length <= shape.mem_len:
+                raise misfit(f"{name} has shape {tuple(state.shape)}")
+            if not state.is_floating_point():
+                raise misfit(f"{name} holds {state.dtype}")
+            if not bool(torch.isfinite(state).all()):
+                raise UserError(f"checkpoint file {path} is damaged ({name} holds a value that is not "
+                                f"finite, NaN or inf); {USE_ANOTHER_CHECKPOINT}")
+        if tuple(mask.shape) != (shape.rows, length):
+            raise misfit(f"slot{slot}.mask has shape {tuple(mask.shape)}")
 
 
 class PermutationObjective(nn.Module):
@@ -182,8 +236,8 @@ class PermutationLanguageModel(Objective):
     def step_module(self, model: nn.Module, label_smoothing: float = 0.0) -> nn.Module:
         return PermutationObjective(model, label_smoothing)
 
-    def new_carry(self, slots: int) -> RecurrentMemory:
-        return RecurrentMemory(slots)
+    def new_carry(self, slots: int, config: Config) -> RecurrentMemory:
+        return RecurrentMemory(slots, MemoryShape.of(config))
 
     def prepare_model(self, model: nn.Module, config: Config) -> None:
         # The states a segment leaves as memory: its first segment_step tokens', the context
