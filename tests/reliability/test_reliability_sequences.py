@@ -1,0 +1,172 @@
+"""Random sequences of bertpre commands in a workspace sprinkled with your files.
+
+A seeded generator picks each step: a command (tokenize, pretrain, export, finetune; demo too
+under `make test-slow`), its `--out` (new, beside, inside or on top of an earlier output, or inside
+a folder of yours), with or without `--overwrite`; after a command that wrote a folder it may
+put a file of yours inside it. After every step it checks what a user relies on: each file of
+yours is byte-identical, the command ended with 0 or 2, an exit 2 said exactly one line, and no
+temporary folder is left behind. A failure names the seed and the steps, to be replayed.
+"""
+from __future__ import annotations
+
+import hashlib
+import random
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+FAST_SEQUENCES = 100  # in `make test`
+SLOW_SEQUENCES = 150  # more, with demo among the commands, in `make test-slow`
+STEPS = 4
+
+TASK_ROWS = ["the cat sees the river .\tanimal", "my sister feeds a dog .\tperson",
+             "a small bird finds the tall tree .\tanimal", "the farmer likes an open door .\tperson"] * 4
+
+
+def run_main(args: list, monkeypatch, capsys) -> tuple[int, str, str]:
+    """`bertpre ARGS` through `bertpre.cli.main`, as the console script runs it."""
+    from bertpre.cli import main
+
+    monkeypatch.setattr(sys, "argv", ["bertpre", *map(str, args)])
+    capsys.readouterr()
+    try:
+        main()
+        code = 0
+    except SystemExit as exit:
+        code = exit.code if isinstance(exit.code, int) else int(exit.code is not None)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+@dataclass
+class Sequence:
+    """One random sequence: its workspace, the outputs it made and the files of yours in it."""
+
+    root: Path
+    rng: random.Random
+    shared: dict[str, Path]  # corpus, config, data, run, task files: read, never written
+    with_demo: bool
+    outputs: list[tuple[str, Path]] = field(default_factory=list)  # (command, folder) that succeeded
+    yours: dict[Path, str] = field(default_factory=dict)  # file of yours → sha256
+    steps: list[str] = field(default_factory=list)
+    count: int = 0
+
+    def name(self, stem: str) -> str:
+        self.count += 1
+        return f"{stem}{self.count}"
+
+    def sprinkle(self, folder: Path) -> None:
+        """A file of yours in `folder`: at its top, or in a subfolder of yours."""
+        place = folder / (self.name("mine") + ".txt") if self.rng.random() < 0.6 else \
+            folder / self.name("notes") / "a file of yours.md"
+        place.parent.mkdir(parents=True, exist_ok=True)
+        text = f"yours {self.rng.random()}\n"
+        place.write_text(text, encoding="utf-8")
+        self.yours[place] = hashlib.sha256(text.encode()).hexdigest()
+
+    def pick_out(self) -> Path:
+        """Where the next command writes: a new folder, beside, on top of or inside an earlier
+        output, or inside a folder of yours."""
+        kinds = ["new", "new"] + (["top", "top", "inside", "inside", "beside"] if self.outputs else []) + \
+            ["in yours", "yours"]
+        kind = self.rng.choice(kinds)
+        if kind == "new":
+            return self.root / self.name("out ")
+        if kind == "yours":
+            return self.root / "my folder"
+        if kind == "in yours":
+            return self.root / "my folder" / self.name("out")
+        _, earlier = self.rng.choice(self.outputs)
+        if kind == "top":
+            return earlier
+        if kind == "inside":
+            return earlier / self.name("in")
+        return earlier.parent / f"{earlier.name}-{self.name('beside')}"
+
+    def made(self, command: str) -> list[Path]:
+        return [folder for made_by, folder in self.outputs if made_by == command and folder.is_dir()]
+
+    def command(self) -> list:
+        """The next command line, with its --out (and sometimes --overwrite)."""
+        out = self.pick_out()
+        overwrite = ["--overwrite"] if self.rng.random() < 0.5 else []
+        commands = ["tokenize", "export", "export", "pretrain", "finetune"] + (["demo"] if self.with_demo else [])
+        command = self.rng.choice(commands)
+        shared = self.shared
+        if command == "tokenize":
+            return ["tokenize", shared["corpus"], "--out", out, "--vocab-size", "120", "--min-frequency", "1",
+                    *overwrite]
+        if command == "export":
+            source = self.rng.choice(self.made("pretrain") or [shared["run"]])
+            return ["export", source, "--out", out, *overwrite]
+        if command == "pretrain":
+            data = self.rng.choice(self.made("tokenize") + [shared["data"]])
+            return ["pretrain", "--config", shared["config"], "--data", data, "--out", out,
+                    "--set", "train.max_steps=2", "--set", "train.save_every=2"]
+        if command == "finetune":
+            source = self.rng.choice(self.made("export") + self.made("pretrain") + [shared["run"]])
+            return ["finetune", source, "--train", shared["train"], "--validation", shared["validation"],
+                    "--out", out, "--epochs", "1", "--seeds", "1", "--batch-size", "8"]
+        return ["demo", "--out", out, "--max-steps", "1"]
+
+    def check(self, args: list, code: int, stderr: str) -> None:
+        where = f"seed {self.rng_seed}, steps so far: {self.steps}"
+        assert code in (0, 2), f"exit {code}: {stderr[-2000:]} ({where})"
+        if code == 2:
+            lines = [line for line in stderr.splitlines() if line.strip()]
+            assert len(lines) == 1 and lines[0].startswith("error: "), f"{lines} ({where})"
+        changed = [str(path.relative_to(self.root)) for path, digest in self.yours.items()
+                   if not path.is_file() or hashlib.sha256(path.read_bytes()).hexdigest() != digest]
+        assert changed == [], f"files of yours lost or changed: {changed} after {args} ({where})"
+        temporaries = [str(path.relative_to(self.root)) for path in self.root.rglob("*") if ".tmp-" in path.name]
+        assert temporaries == [], f"left behind: {temporaries} ({where})"
+
+    rng_seed: int = 0
+
+
+def run_sequence(seed: int, shared: dict[str, Path], root: Path, monkeypatch, capsys, *, with_demo: bool) -> int:
+    """Run one seeded sequence of STEPS commands, checking after each; the number of commands run."""
+    sequence = Sequence(root, random.Random(seed), shared, with_demo, rng_seed=seed)
+    root.mkdir(parents=True)
+    sequence.sprinkle(root)
+    (root / "my folder").mkdir()
+    sequence.sprinkle(root / "my folder")
+    for _ in range(STEPS):
+        args = sequence.command()
+        sequence.steps.append(" ".join(str(arg).replace(str(root), "WS") for arg in args))
+        code, _, stderr = run_main(args, monkeypatch, capsys)
+        sequence.check(args, code, stderr)
+        out = Path(args[args.index("--out") + 1])
+        if code == 0:
+            sequence.outputs.append((args[0], out))
+            if sequence.rng.random() < 0.7:
+                sequence.sprinkle(out)
+    return len(sequence.steps)
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory, corpus, tiny_config, data_dir, reference_run) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("task")
+    header = "text\tlabel\n"
+    (folder / "train.tsv").write_text(header + "\n".join(TASK_ROWS) + "\n", encoding="utf-8")
+    (folder / "validation.tsv").write_text(header + "\n".join(TASK_ROWS[:8]) + "\n", encoding="utf-8")
+    return {"corpus": corpus, "config": tiny_config, "data": data_dir, "run": reference_run,
+            "train": folder / "train.tsv", "validation": folder / "validation.tsv"}
+
+
+@pytest.mark.parametrize("block", range(10))
+def test_random_sequences_keep_your_files_and_end_cleanly(block, shared, tmp_path, monkeypatch, capsys):
+    """FAST_SEQUENCES sequences in ten blocks (so a failure shows which)."""
+    per_block = FAST_SEQUENCES // 10
+    for seed in range(block * per_block, (block + 1) * per_block):
+        run_sequence(seed, shared, tmp_path / f"seq{seed}", monkeypatch, capsys, with_demo=False)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("block", range(10))
+def test_more_random_sequences_with_the_demo(block, shared, tmp_path, monkeypatch, capsys):
+    per_block = SLOW_SEQUENCES // 10
+    for seed in range(10_000 + block * per_block, 10_000 + (block + 1) * per_block):
+        run_sequence(seed, shared, tmp_path / f"seq{seed}", monkeypatch, capsys, with_demo=True)
