@@ -1,7 +1,6 @@
 """The report behind `bertpre info`: a config's parameters, training FLOPs and memory, for people."""
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import torch
@@ -20,6 +19,7 @@ from bertpre.model.cost import (
     training_flops_per_token,
     xlnet_training_flops,
 )
+from bertpre.train.memory import device_memory
 from bertpre.train.setup import resolved_config
 
 DEFAULT_VOCAB_SIZE = 30522  # BERT's uncased WordPiece vocabulary, used for vocab_size: auto
@@ -225,9 +225,7 @@ def figure(value: float, decimals: int) -> str:
 def fit_note(info: ModelInfo) -> str | None:
     """A line when this machine could not train the config even at its leanest (what `pretrain`
     here would refuse), else None; `info` itself never allocates what it reports on."""
-    available, where = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), "this machine has"
-    if torch.cuda.is_available():
-        available, where = torch.cuda.get_device_properties(0).total_memory, "its GPU has"
+    available, where = device_memory(torch.device("cuda" if torch.cuda.is_available() else "cpu"))
     problem = memory_shortfall(info.config, info.seq_length, info.predicted_share, info.micro_batch_size,
                                available, where, memory_rows=info.memory_rows or None)
     if problem:
