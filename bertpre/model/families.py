@@ -20,6 +20,7 @@ from bertpre.errors import UserError
 from bertpre.model import hf_format
 from bertpre.model.bert import BertForPreTraining, BertModel, bert_mask_logits
 from bertpre.model.bert_cost import (
+    ForwardShape,
     bert_training_flops,
     count_bert_parameters,
     estimate_bert_inference_memory,
@@ -80,7 +81,8 @@ class Family:
     shape_words: Callable[[BertConfig], str]  # the shape in words: "12 layers, hidden 768, ..."
     source_fields: tuple[str, ...]  # what a run started from a released model takes from its config
     grow_vocabulary: Callable[..., dict] | None  # (state, new pieces) -> state with the rows added
-    mask_logits: Callable[[nn.Module, Tokenizer, str], torch.Tensor]  # fill-mask: (M, V) at each [MASK]
+    # fill-mask: (M, V) at each [MASK]; the callable is told the largest ForwardShape before any forward
+    mask_logits: Callable[[nn.Module, Tokenizer, str, Callable[[ForwardShape], None]], torch.Tensor]
 
 
 # Model keys a run may set whatever the source says: they shape training, not the weights.
@@ -156,6 +158,13 @@ def family(config: BertConfig) -> Family:
 def family_of(model: nn.Module) -> Family:
     """The row whose pretraining class `model` is."""
     return next(row for row in FAMILIES.values() if isinstance(model, row.pretraining_class))
+
+
+def pretraining_config(model: nn.Module) -> BertConfig:
+    """The shape of a pretraining model of any family under bertpre's names (XLNet's model keeps
+    its own XLNetConfig), as the cost model reads it."""
+    config = model.config
+    return config if isinstance(config, BertConfig) else BertConfig.from_xlnet_dict(config.to_hf_dict())
 
 
 def load_pretraining_model(folder: str | Path, *, strict: bool = False) -> nn.Module:

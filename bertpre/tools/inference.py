@@ -11,10 +11,12 @@ from bertpre.config import load_config
 from bertpre.data import load_mixture, open_data
 from bertpre.errors import UserError
 from bertpre.model import BertForPreTraining, XLNetLMHeadModel
-from bertpre.model.families import family, family_of, load_pretraining_model
+from bertpre.model.cost import ForwardShape
+from bertpre.model.families import family, family_of, load_pretraining_model, pretraining_config
 from bertpre.tokenizer import MASK_TOKEN, SPECIAL_TOKENS
 from bertpre.tokenizer.wordpiece import check_same_vocab
 from bertpre.train.evaluation import evaluate
+from bertpre.train.memory import check_forward_fits
 from bertpre.train.model_folders import ModelFolder, resolve_model_folder
 from bertpre.train.run_config import read_run_config
 
@@ -46,13 +48,21 @@ def fill_mask(
 ) -> list[list[Prediction]]:
     """The `top_k` most likely tokens for each `[MASK]` in `text`, in order of appearance.
 
-    Special tokens are never proposed: the model is never trained to predict them.
+    Special tokens are never proposed: the model is never trained to predict them. A text whose
+    forward pass the cost model says would not fit in the device's memory is refused before it
+    runs (XLNet reads a long text in windows, so only BERT's relative positions meet this).
     """
     if MASK_TOKEN not in text:
         raise UserError(f'the text has no {MASK_TOKEN}; write e.g. "The capital of France is {MASK_TOKEN}."')
     if top_k < 1:
         raise UserError(f"--top-k must be at least 1, not {top_k}")
-    probabilities = family_of(model).mask_logits(model, tokenizer, text).float().softmax(dim=-1)  # (M, V)
+    config, device = pretraining_config(model), next(model.parameters()).device
+
+    def fits(shape: ForwardShape) -> None:
+        check_forward_fits(config, shape, device, what=f"reading the text ({shape.seq_length:,} tokens at once)",
+                           advice="shorten the text")
+
+    probabilities = family_of(model).mask_logits(model, tokenizer, text, fits).float().softmax(dim=-1)  # (M, V)
     return [[Prediction(token, probability) for token, probability in candidates]
             for candidates in top_tokens(probabilities, tokenizer, top_k)]
 
