@@ -1,7 +1,7 @@
 """Memory bounded before allocation, as a user meets it: `bertpre fill-mask` reads any length of text
 on an XLNet export in windows with memory; a forward the cost model says would not fit the
-machine's memory is refused in one line that gives the figure and the machine's memory, before
-anything is allocated."""
+machine's memory (fill-mask, evaluate) is refused in one line that gives the figure and the
+machine's memory, before anything is allocated; `bertpre info` shows the figure evaluate checks."""
 from __future__ import annotations
 
 import json
@@ -141,3 +141,23 @@ def test_fill_mask_on_xlnet_refuses_a_window_that_would_not_fit(xlnet_export, mo
     assert code == 2 and len(stderr.splitlines()) == 1
     assert stderr.startswith("error: reading the text (512 tokens at once) needs about ")
     assert stderr.rstrip().endswith("but this machine has 1.0 MiB; shorten the text")
+
+
+def test_evaluate_refuses_a_micro_batch_that_would_not_fit_with_the_figure_info_shows(
+        xlnet_export, tiny_data, tmp_path, monkeypatch, capsys):
+    machine_of(SMALL_MACHINE, monkeypatch)
+    code, _, stderr = run_main(["evaluate", xlnet_export, "--data", tiny_data, "--micro-batch-size", "64"],
+                               monkeypatch, capsys)
+    assert code == 2 and len(stderr.splitlines()) == 1, stderr
+    assert stderr.startswith("error: scoring 64 sequences of 128 tokens at once needs about ")
+    assert stderr.rstrip().endswith("but this machine has 64.0 MiB; lower --micro-batch-size or --max-seq-length")
+    figure = stderr.split("needs about ")[1].split(" (")[0]
+
+    # `bertpre info` on the same model and data settings shows the figure evaluate compared.
+    config = tmp_path / "xlnet.yaml"
+    config.write_text(f"model: {{architecture: xlnet, hidden_size: 32, num_hidden_layers: 2, num_attention_heads: 4, "
+                      f"intermediate_size: 64, mem_len: 8}}\ndata: {{path: {tiny_data}, objective: plm}}\n"
+                      "train: {micro_batch_size: 64}\n", encoding="utf-8")
+    code, stdout, stderr = run_main(["info", "--config", config], monkeypatch, capsys)
+    assert code == 0, stderr
+    assert f"  evaluate (no gradients, fp32, 64 sequences of 128 tokens): {figure} at its peak" in stdout
