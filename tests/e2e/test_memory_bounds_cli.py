@@ -1,7 +1,7 @@
 """Memory bounded before allocation, as a user meets it: `bertpre fill-mask` reads any length of text
 on an XLNet export in windows with memory; a forward the cost model says would not fit the
-machine's memory (fill-mask, evaluate) is refused in one line that gives the figure and the
-machine's memory, before anything is allocated; `bertpre info` shows the figure evaluate checks."""
+machine's memory (fill-mask, evaluate, finetune) is refused in one line that gives the figure and
+the machine's memory, before anything is allocated; `bertpre info` shows the figure evaluate checks."""
 from __future__ import annotations
 
 import json
@@ -18,7 +18,7 @@ from bertpre.cli import main
 from bertpre.model import BertConfig
 from bertpre.model import xlnet as xlnet_module
 from bertpre.model.bert import BertForPreTraining
-from bertpre.model.cost import ForwardShape, estimate_inference_memory, readable
+from bertpre.model.cost import ForwardShape, estimate_inference_memory, estimate_memory, readable
 from bertpre.model.xlnet import XLNetRelativeAttention
 from bertpre.tokenizer import load_tokenizer
 from bertpre.tokenizer.wordpiece import save_tokenizer
@@ -161,3 +161,31 @@ def test_evaluate_refuses_a_micro_batch_that_would_not_fit_with_the_figure_info_
     code, stdout, stderr = run_main(["info", "--config", config], monkeypatch, capsys)
     assert code == 0, stderr
     assert f"  evaluate (no gradients, fp32, 64 sequences of 128 tokens): {figure} at its peak" in stdout
+
+
+def test_finetune_refuses_a_batch_that_would_not_fit_and_writes_nothing(relative_bert, tmp_path, monkeypatch,
+                                                                        capsys):
+    text = "the cat sees the river . " * 10
+    for name in ("train.jsonl", "dev.jsonl"):
+        (tmp_path / name).write_text("".join(json.dumps({"text": text, "label": label}) + "\n"
+                                             for label in ("a", "b") * 8), encoding="utf-8")
+    length = len(load_tokenizer(relative_bert).encode(text).ids)
+    config = json.loads((relative_bert / "config.json").read_text())
+    shape = BertConfig(**{key: config[key] for key in ("vocab_size", "hidden_size", "num_hidden_layers",
+                                                       "num_attention_heads", "intermediate_size",
+                                                       "position_embedding_type")})
+    cost = estimate_memory(shape, length, 0.0, "fp32", memory_length=0, query_rows=0)
+    model = cost.weights + cost.gradients + cost.adamw_state
+    need = model + 16 * cost.activations_per_sequence
+    machine_of(need - 1, monkeypatch)
+    code, stdout, stderr = run_main(["finetune", relative_bert, "--train", tmp_path / "train.jsonl",
+                                     "--validation", tmp_path / "dev.jsonl", "--out", tmp_path / "out",
+                                     "--batch-size", "16", "--precision", "fp32", "--seeds", "1"],
+                                    monkeypatch, capsys)
+    assert code == 2 and stdout == "", stderr
+    assert stderr.splitlines()[-1] == (
+        f"error: fine-tuning a batch of 16 examples of {length} tokens needs at least {readable(need)} "
+        f"({readable(model)} of weights, gradients and AdamW state, "
+        f"{readable(16 * cost.activations_per_sequence)} of activations in fp32), but this machine has "
+        f"{readable(need - 1)}; lower --batch-size or --max-seq-length")
+    assert not (tmp_path / "out").exists()
