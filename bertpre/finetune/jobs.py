@@ -28,6 +28,8 @@ from bertpre.finetune.saved_model import save_task_model
 from bertpre.finetune.source import Encoder, load_encoder
 from bertpre.finetune.sweep import log_to_tensorboard
 from bertpre.finetune.tasks import TaskData, majority_label, metric_name
+from bertpre.model.cost import ForwardShape
+from bertpre.train.memory import check_finetuning_fits, check_forward_fits
 from bertpre.train.runtime import Runtime, init_runtime
 
 if TYPE_CHECKING:  # what the user named; `finetune` builds the jobs from it
@@ -157,6 +159,7 @@ def run_seeds(encoder: Encoder, data: TaskData, files: TaskFiles, hp: Hyperparam
     train = encode(encoder, data, data.train, hp)
     parts = [encode(encoder, data, examples, hp) for _, examples in data.scored]
     scored = join_encoded(parts)  # one model scores every split; its outputs are cut apart below
+    check_fits(encoder, hp, train, scored, runtime)
     num_labels = 1 if task == "regression" else len(data.label_names)
     features = None
     if hp.mode == "probe":
@@ -218,6 +221,22 @@ def run_seeds(encoder: Encoder, data: TaskData, files: TaskFiles, hp: Hyperparam
                               **{metric_name(data.split, suffix): len(examples) for suffix, examples in data.scored}}},
         "bertpre_version": bertpre.__version__,
     }
+
+
+def check_fits(encoder: Encoder, hp: Hyperparameters, train: Encoded, scored: Encoded, runtime: Runtime) -> None:
+    """Refuse, before any model is built, a training batch (full mode) or a batch of features or
+    predictions that the cost model says would not fit in the device's memory, at the longest
+    example's length (batches are padded to their longest)."""
+    longest = max(len(ids) for split in (train, scored) for ids in split.input_ids)
+    if hp.mode == "full":
+        check_finetuning_fits(encoder.config, batch_size=min(hp.batch_size, len(train)), seq_length=longest,
+                              precision=runtime.precision, device=runtime.device,
+                              advice="lower --batch-size or --max-seq-length")
+    rows = min(hp.eval_batch_size, max(len(train), len(scored)))
+    check_forward_fits(encoder.config, ForwardShape(batch_size=rows, seq_length=longest, predicted_rows=0),
+                       runtime.device, precision=runtime.precision,
+                       what=f"reading {rows:,} examples of {longest:,} tokens at once",
+                       advice="lower eval_batch_size (--set eval_batch_size=N) or --max-seq-length")
 
 
 def join_encoded(parts: list[Encoded]) -> Encoded:

@@ -16,6 +16,7 @@ from torch.utils.checkpoint import checkpoint
 from bertpre.errors import UserError
 from bertpre.labels import IGNORE_INDEX
 from bertpre.model import hf_format
+from bertpre.model.bert_cost import ForwardShape
 from bertpre.model.config import HIDDEN_ACTS, BertConfig
 from bertpre.model.positions import (
     PositionInputs,
@@ -533,8 +534,12 @@ class BertForPreTraining(nn.Module):
 
 
 @torch.no_grad()
-def bert_mask_logits(model: BertForPreTraining, tokenizer: Tokenizer, text: str) -> torch.Tensor:
-    """The MLM head's logits (M, V) at each [MASK] of `text`, read as one segment [CLS] ... [SEP]."""
+def bert_mask_logits(model: BertForPreTraining, tokenizer: Tokenizer, text: str,
+                     fits: Callable[[ForwardShape], None] = lambda shape: None) -> torch.Tensor:
+    """The MLM head's logits (M, V) at each [MASK] of `text`, read as one segment [CLS] ... [SEP];
+    the head runs at the [MASK]s alone. A text past an absolute position table is refused;
+    relative positions read any length, so `fits` is told the forward before it runs (it may
+    refuse it)."""
     ids = tokenizer.encode(text).ids  # [CLS] ... [SEP]
     limit = model.config.max_position_embeddings
     if len(ids) > limit and not model.config.relative_positions:
@@ -543,10 +548,11 @@ def bert_mask_logits(model: BertForPreTraining, tokenizer: Tokenizer, text: str)
     positions = (input_ids[0] == tokenizer.token_to_id(MASK_TOKEN)).nonzero().flatten()
     if positions.numel() == 0:
         raise UserError(f"the tokenizer did not keep {MASK_TOKEN} as one token in {text!r}")
+    fits(ForwardShape(batch_size=1, seq_length=len(ids), predicted_rows=positions.numel()))
     device = next(model.parameters()).device
-    logits = model(input_ids.to(device), attention_mask=torch.ones_like(input_ids, device=device),
-                   token_type_ids=torch.zeros_like(input_ids, device=device)).prediction_logits[0]  # (T, V)
-    return logits[positions.to(device)]
+    input_ids = input_ids.to(device)
+    return model(input_ids, attention_mask=torch.ones_like(input_ids), token_type_ids=torch.zeros_like(input_ids),
+                 masked_lm_positions=positions[None].to(device)).prediction_logits[0]  # (M, V)
 
 
 def summed_cross_entropy(

@@ -1,5 +1,6 @@
-"""What a BERT-layout model costs to train: parameters by part, FLOPs per token, memory
-(the shared `ParameterCounts` and `MemoryEstimate` are laid out here)."""
+"""What a BERT-layout model costs to train and to read with: parameters by part, FLOPs per token,
+memory (the shared `ParameterCounts`, `MemoryEstimate`, `ForwardShape` and `InferenceMemory` are
+laid out here)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -143,3 +144,74 @@ def estimate_bert_memory(
         activations_per_sequence_checkpointed=embeddings + layers * s * p * d + per_layer + head,
         attention_probs_per_sequence=layers * s * (2 * p + 1) * config.num_attention_heads * s,
     )
+
+
+@dataclass(frozen=True)
+class ForwardShape:
+    """The largest forward pass a reading runs without gradients: `batch_size` rows of
+    `seq_length` tokens, each with `memory_length` remembered states (XLNet) and
+    `predicted_rows` positions that reach the vocabulary. `permutation`: XLNet's training
+    inputs (perm_mask, target_mapping, token types), as `evaluate` passes them."""
+
+    batch_size: int
+    seq_length: int
+    predicted_rows: int
+    memory_length: int = 0
+    permutation: bool = False
+
+
+@dataclass
+class InferenceMemory:
+    """Bytes at the peak of a forward pass without gradients: the fp32 weights and the
+    activations alive at once (without gradients autocast keeps no copies of the weights)."""
+
+    weights: int
+    activations: int
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.activations
+
+
+def logit_bytes(precision: str) -> int:
+    """Bytes a logit takes at the head's peak: itself, its float32 copy (under autocast) and the
+    float32 (log-)softmax read from it."""
+    p = BYTES_PER_ELEMENT[precision]
+    return p + 4 + (4 if p != 4 else 0)
+
+
+def estimate_bert_inference_memory(config: BertConfig, shape: ForwardShape,
+                                   precision: str = "fp32") -> InferenceMemory:
+    """The peak of a BERT forward without gradients (`torch.no_grad`, eval mode), for a batch
+    of `shape` (`memory_length` and `permutation` are XLNet's).
+
+    Without autograd each layer's tensors are freed as the next is computed, so the peak is
+    the residual stream (float32: LayerNorm's output, also under autocast) plus the largest
+    working set of one layer: q, k, v, the context and its copies (6 T·d·p, p bytes a matmul
+    output), or the feed-forward's two T·I tensors. Fused SDPA keeps no T×T scores (CPU's flash
+    kernel, CUDA's efficient kernel); `rope` rotates q, then k, through two T·d more;
+    `transformer_xl` builds its bias by hand: the scores by
+    distance (a, T, 2T − 1), the gathered (a, T, T), their sum and its scaled copy, and an
+    int64 (T, T) index a batch. The head: the P predicted rows' states, the logits, and their
+    float32 copy and (log-)softmax (under autocast, the decoder's 16-bit copy of the word table).
+    """
+    p = BYTES_PER_ELEMENT[precision]
+    d, i, v, heads = config.hidden_size, config.intermediate_size, config.vocab_size, config.num_attention_heads
+    width = config.embedding_size or d
+    B, T, P = shape.batch_size, shape.seq_length, shape.predicted_rows
+    residual = 4 * T * max(d, width)
+    cast = T * d * p if p != 4 else 0  # under autocast, a matmul's 16-bit copy of its float32 input
+    attention = 6 * T * d * p + cast
+    per_batch = 0
+    if config.position_embedding_type == "rope":
+        attention += 2 * T * d * p  # rotating q (then k): its rotated half, two products and their sum
+        per_batch = 4 * T * (d // heads) * 4  # the angles (twice, half and whole), their cos and sin
+    if config.position_embedding_type == "transformer_xl":
+        attention += heads * T * (5 * T - 1) * p
+        per_batch = 8 * T * T + (2 * T - 1) * d * (4 + p)  # the gather index, the sinusoids and W_R's output
+    feed_forward = 2 * T * i * p + 2 * T * d * 4 + cast
+    embeddings = 3 * T * width * 4
+    head = P * (d + 3 * width) * 4 + P * v * logit_bytes(precision) + (v * width * p if p != 4 else 0)
+    per_sequence = residual + max(embeddings, attention, feed_forward, head)  # one after the other
+    return InferenceMemory(weights=4 * count_bert_parameters(config).total,
+                           activations=B * per_sequence + per_batch)

@@ -1,8 +1,14 @@
-"""What a model config costs to train: parameters by part, FLOPs per token, memory; each family's
-own functions (`bert_cost`, `xlnet_cost`), as the family table names them."""
+"""What a model config costs to train and to read with: parameters by part, FLOPs per token,
+memory; each family's own functions (`bert_cost`, `xlnet_cost`), as the family table names them."""
 from __future__ import annotations
 
-from bertpre.model.bert_cost import BYTES_PER_ELEMENT, MemoryEstimate, ParameterCounts
+from bertpre.model.bert_cost import (
+    BYTES_PER_ELEMENT,
+    ForwardShape,
+    InferenceMemory,
+    MemoryEstimate,
+    ParameterCounts,
+)
 from bertpre.model.config import BertConfig
 from bertpre.model.families import family
 from bertpre.model.xlnet_cost import (
@@ -12,9 +18,10 @@ from bertpre.model.xlnet_cost import (
     xlnet_training_flops,
 )
 
-__all__ = ["BYTES_PER_ELEMENT", "MemoryEstimate", "ParameterCounts", "XLNetFlops", "count_parameters",
-           "estimate_memory", "memory_shortfall", "plm_query_rows", "readable", "training_flops_per_token",
-           "training_memory_floor", "xlnet_activations", "xlnet_training_flops"]
+__all__ = ["BYTES_PER_ELEMENT", "ForwardShape", "InferenceMemory", "MemoryEstimate", "ParameterCounts",
+           "XLNetFlops", "count_parameters", "estimate_inference_memory", "estimate_memory",
+           "inference_shortfall", "memory_shortfall", "plm_query_rows", "readable",
+           "training_flops_per_token", "training_memory_floor", "xlnet_activations", "xlnet_training_flops"]
 
 
 def count_parameters(config: BertConfig) -> ParameterCounts:
@@ -37,6 +44,21 @@ def estimate_memory(config: BertConfig, seq_length: int, predicted_share: float,
     """Training memory (see `bert_cost.estimate_bert_memory`, `xlnet_cost.estimate_xlnet_memory`)."""
     return family(config).estimate_memory(config, seq_length, predicted_share, precision,
                                           memory_length=memory_length, query_rows=query_rows)
+
+
+def estimate_inference_memory(config: BertConfig, shape: ForwardShape, precision: str = "fp32") -> InferenceMemory:
+    """The peak of a forward pass without gradients (see `bert_cost.estimate_bert_inference_memory`,
+    `xlnet_cost.estimate_xlnet_inference_memory`)."""
+    return family(config).estimate_inference_memory(config, shape, precision)
+
+
+def inference_shortfall(need: InferenceMemory, available: int, where: str) -> str | None:
+    """Why a forward pass needing `need` cannot run in `available` bytes, or None when it fits;
+    `where` names the memory ('this machine has')."""
+    if need.total <= available:
+        return None
+    return (f"needs about {readable(need.total)} ({readable(need.weights)} of weights, "
+            f"{readable(need.activations)} of activations), but {where} {readable(available)}")
 
 
 def readable(size: float) -> str:

@@ -19,7 +19,13 @@ from torch import nn
 from bertpre.errors import UserError
 from bertpre.model import hf_format
 from bertpre.model.bert import BertForPreTraining, BertModel, bert_mask_logits
-from bertpre.model.bert_cost import bert_training_flops, count_bert_parameters, estimate_bert_memory
+from bertpre.model.bert_cost import (
+    ForwardShape,
+    bert_training_flops,
+    count_bert_parameters,
+    estimate_bert_inference_memory,
+    estimate_bert_memory,
+)
 from bertpre.model.config import XLNET_SHAPE_FIELDS, BertConfig
 from bertpre.model.heads import (
     BertForSequenceClassification,
@@ -37,6 +43,7 @@ from bertpre.model.xlnet import (
 )
 from bertpre.model.xlnet_cost import (
     count_xlnet_parameters,
+    estimate_xlnet_inference_memory,
     estimate_xlnet_memory,
     xlnet_training_flops_per_token,
 )
@@ -70,10 +77,12 @@ class Family:
     count_parameters: Callable[[BertConfig], Any]  # -> ParameterCounts
     training_flops: Callable[..., float]  # (config, seq_length, predicted_share, **options)
     estimate_memory: Callable[..., Any]  # (config, seq_length, predicted_share, precision, **options)
+    estimate_inference_memory: Callable[..., Any]  # (config, ForwardShape, precision) -> InferenceMemory
     shape_words: Callable[[BertConfig], str]  # the shape in words: "12 layers, hidden 768, ..."
     source_fields: tuple[str, ...]  # what a run started from a released model takes from its config
     grow_vocabulary: Callable[..., dict] | None  # (state, new pieces) -> state with the rows added
-    mask_logits: Callable[[nn.Module, Tokenizer, str], torch.Tensor]  # fill-mask: (M, V) at each [MASK]
+    # fill-mask: (M, V) at each [MASK]; the callable is told the largest ForwardShape before any forward
+    mask_logits: Callable[[nn.Module, Tokenizer, str, Callable[[ForwardShape], None]], torch.Tensor]
 
 
 # Model keys a run may set whatever the source says: they shape training, not the weights.
@@ -116,7 +125,7 @@ FAMILIES: dict[str, Family] = {
         # transformers' BertFor*Classification has no relative positions and no ALBERT sharing
         native_task_models=lambda config: not (config.relative_positions or config.is_albert),
         count_parameters=count_bert_parameters, training_flops=bert_training_flops,
-        estimate_memory=estimate_bert_memory,
+        estimate_memory=estimate_bert_memory, estimate_inference_memory=estimate_bert_inference_memory,
         shape_words=lambda config: (f"{config.num_hidden_layers} layers, hidden {config.hidden_size}, "
                                     f"{config.position_embedding_type} positions"),
         source_fields=BERT_SOURCE_FIELDS, grow_vocabulary=grow_vocab_rows, mask_logits=bert_mask_logits),
@@ -130,7 +139,7 @@ FAMILIES: dict[str, Family] = {
         export_writer=xlnet_export_writer, write_task_folder=write_xlnet_task_folder,
         native_task_models=lambda config: True,
         count_parameters=count_xlnet_parameters, training_flops=xlnet_training_flops_per_token,
-        estimate_memory=estimate_xlnet_memory,
+        estimate_memory=estimate_xlnet_memory, estimate_inference_memory=estimate_xlnet_inference_memory,
         shape_words=lambda config: (f"{config.num_hidden_layers} layers, hidden {config.hidden_size}, "
                                     f"relative positions, memory {config.mem_len}"),
         source_fields=XLNET_SHAPE_FIELDS, grow_vocabulary=None, mask_logits=xlnet_mask_logits),
@@ -149,6 +158,13 @@ def family(config: BertConfig) -> Family:
 def family_of(model: nn.Module) -> Family:
     """The row whose pretraining class `model` is."""
     return next(row for row in FAMILIES.values() if isinstance(model, row.pretraining_class))
+
+
+def pretraining_config(model: nn.Module) -> BertConfig:
+    """The shape of a pretraining model of any family under bertpre's names (XLNet's model keeps
+    its own XLNetConfig), as the cost model reads it."""
+    config = model.config
+    return config if isinstance(config, BertConfig) else BertConfig.from_xlnet_dict(config.to_hf_dict())
 
 
 def load_pretraining_model(folder: str | Path, *, strict: bool = False) -> nn.Module:

@@ -21,6 +21,9 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
@@ -38,6 +41,7 @@ from bertpre.errors import UserError
 from bertpre.labels import IGNORE_INDEX
 from bertpre.model import hf_format
 from bertpre.model.bert import activation, summed_cross_entropy
+from bertpre.model.bert_cost import ForwardShape
 from bertpre.model.config import BertConfig, XLNetConfig
 from bertpre.model.positions import sinusoid_table
 from bertpre.tokenizer.wordpiece import (
@@ -484,21 +488,94 @@ def write_xlnet_task_folder(folder: Path, state: dict[str, torch.Tensor], config
     return {**config.to_hf_dict(), "bertpre_version": bertpre.__version__, **special_token_ids(tokenizer)}
 
 
+# fill-mask reads a long text in windows of the length an export declares (its tokenizer's
+# model_max_length), one every half window.
+MASK_WINDOW = XLNET_MODEL_MAX_LENGTH
+MASK_WINDOW_STEP = MASK_WINDOW // 2
+
+
+def reading_windows(length: int, window: int, step: int) -> list[tuple[int, int]]:
+    """[start, stop) of the windows over `length` tokens: `window` long, one every `step`, the
+    last ending at the text's end (training's segments, `plan_segments`, over one document)."""
+    count = 1 + max(0, -(-(length - window) // step))
+    return [(index * step, min(index * step + window, length)) for index in range(count)]
+
+
+def choose_window(position: int, windows: list[tuple[int, int]], memory_length: int) -> int:
+    """The window where `position` has the most context on its poorer side (before it: the
+    window's tokens and the memory before them, at most `memory_length`; after it: the
+    window's), then the most in all; the first of equals."""
+
+    def context(index: int) -> tuple[int, int]:
+        start, stop = windows[index]
+        before = position - (start - min(memory_length, start))
+        after = stop - 1 - position
+        return min(before, after), before + after
+
+    return max((index for index, (start, stop) in enumerate(windows) if start <= position < stop), key=context)
+
+
+@contextmanager
+def remembering(model: XLNetLMHeadModel, reuse_len: int) -> Iterator[None]:
+    """The memory each forward leaves is the states of its first `reuse_len` tokens (what the
+    trainer's `prepare_model` sets for a run), for the duration; the config is restored after."""
+    config = model.transformer.config
+    kept = config.reuse_len
+    config.reuse_len = reuse_len
+    try:
+        yield
+    finally:
+        config.reuse_len = kept
+
+
 @torch.no_grad()
-def xlnet_mask_logits(model: XLNetLMHeadModel, tokenizer: Tokenizer, text: str) -> torch.Tensor:
+def xlnet_mask_logits(model: XLNetLMHeadModel, tokenizer: Tokenizer, text: str,
+                      fits: Callable[[ForwardShape], None] = lambda shape: None) -> torch.Tensor:
     """XLNet's logits (M, V) for each [MASK] of `text`: every [MASK] is a target of the query
     stream that sees the rest of the text (as a segment ends, with [SEP]) and no other target;
-    the [MASK] token itself is hidden from every position, so it takes no part."""
+    the [MASK] tokens are hidden from every position, in the window and in the memory, so they
+    take no part.
+
+    A text longer than `MASK_WINDOW` is read as training reads a document: windows of that
+    length, one every `MASK_WINDOW_STEP`, each seeing the memory the earlier ones left (its
+    first `MASK_WINDOW_STEP` states, the last `mem_len` kept), and each [MASK] predicted in the
+    window where it has the most context on both sides (`choose_window`). So memory is bounded
+    whatever the text's length (attention at most MASK_WINDOW × (MASK_WINDOW + mem_len)), and
+    XLNet reads long text as it was built to (Transformer-XL's recurrence) rather than being
+    refused it; reading the whole text at once instead costs memory by the square of its
+    length (3,000 words took 2.3 GB) and shows the model distances it never saw in training. A
+    text up to `MASK_WINDOW` tokens is one window: one forward over all of it, as before.
+
+    `fits` is told the largest forward before any runs (it may refuse it).
+    """
     ids = tokenizer.encode(text, add_special_tokens=False).ids + [tokenizer.token_to_id(SEP_TOKEN)]
-    input_ids = torch.tensor([ids])  # (1, T)
-    positions = (input_ids[0] == tokenizer.token_to_id(MASK_TOKEN)).nonzero().flatten()  # (P,)
-    if positions.numel() == 0:
+    mask_id = tokenizer.token_to_id(MASK_TOKEN)
+    positions = [index for index, token in enumerate(ids) if token == mask_id]
+    if not positions:
         raise UserError(f"the tokenizer did not keep {MASK_TOKEN} as one token in {text!r}")
-    length, targets = input_ids.shape[1], positions.numel()
-    perm_mask = torch.zeros(1, length, length)
-    perm_mask[0, :, positions] = 1.0  # no position sees a target
-    target_mapping = torch.zeros(1, targets, length)
-    target_mapping[0, torch.arange(targets), positions] = 1.0
+    memory_length = model.transformer.config.mem_len
+    windows = reading_windows(len(ids), MASK_WINDOW, MASK_WINDOW_STEP)
+    chosen = [choose_window(position, windows, memory_length) for position in positions]
+    fits(ForwardShape(batch_size=1, seq_length=windows[0][1], predicted_rows=max(Counter(chosen).values()),
+                      memory_length=min(memory_length, windows[-1][0])))
     device = next(model.parameters()).device
-    return model(input_ids.to(device), perm_mask=perm_mask.to(device),
-                 target_mapping=target_mapping.to(device)).logits[0]  # (P, V)
+    input_ids = torch.tensor([ids], device=device)  # (1, n)
+    visible = input_ids != mask_id  # no position sees a [MASK]: in its window, nor in memory
+    logits = torch.empty(len(positions), model.config.vocab_size, device=device)  # (M, V)
+    memory = memory_mask = None
+    with remembering(model, MASK_WINDOW_STEP):
+        for index, (start, stop) in enumerate(windows[:max(chosen) + 1]):
+            numbers = [number for number, window in enumerate(chosen) if window == index]
+            if not numbers and not memory_length:
+                continue  # nothing to predict here, nothing to remember
+            target_mapping = None
+            if numbers:
+                target_mapping = torch.zeros(1, len(numbers), stop - start, device=device)  # (1, P, T)
+                target_mapping[0, torch.arange(len(numbers)), [positions[n] - start for n in numbers]] = 1.0
+            encoded = model.transformer(input_ids[:, start:stop], attention_mask=visible[:, start:stop],
+                                        target_mapping=target_mapping, mems=memory,
+                                        mems_attention_mask=memory_mask)
+            if numbers:
+                logits[numbers] = model.lm_loss(encoded.last_hidden_state[0]).float()  # (P, V)
+            memory, memory_mask = encoded.mems, encoded.mems_attention_mask
+    return logits

@@ -1,10 +1,17 @@
-"""What an XLNet (`architecture: xlnet`) costs to train: parameters by part, FLOPs by stream,
-memory with the memory states."""
+"""What an XLNet (`architecture: xlnet`) costs to train and to read with: parameters by part, FLOPs
+by stream, memory with the memory states."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bertpre.model.bert_cost import BYTES_PER_ELEMENT, MemoryEstimate, ParameterCounts
+from bertpre.model.bert_cost import (
+    BYTES_PER_ELEMENT,
+    ForwardShape,
+    InferenceMemory,
+    MemoryEstimate,
+    ParameterCounts,
+    logit_bytes,
+)
 from bertpre.model.config import BertConfig
 
 
@@ -180,3 +187,43 @@ def estimate_xlnet_memory(config: BertConfig, seq_length: int, predicted_share: 
     return MemoryEstimate(weights=4 * parameters, gradients=4 * parameters, adamw_state=8 * parameters,
                           activations_per_sequence=full, activations_per_sequence_checkpointed=checkpointed,
                           attention_probs_per_sequence=0, memory_states_per_sequence=kept)
+
+
+def estimate_xlnet_inference_memory(config: BertConfig, shape: ForwardShape,
+                                    precision: str = "fp32") -> InferenceMemory:
+    """The peak of an XLNet forward without gradients, for a batch of `shape`: T tokens, M
+    memory states and P query rows a row (K = M + T keys, R = M + 2T − 1 distances).
+
+    Each layer's tensors are freed as the next is computed. The peak is one stream's attention
+    (`XLNetRelativeAttention.attend`): the scores by distance (a, Q, R), kept to its end, beside
+    the content scores (a, Q, K), the gathered position scores and their sum (p bytes each),
+    or later the float32 softmax and its copy; beside it the layer's [memory; segment], k, v
+    (K·d each), the memory given and the memory being made (float32, M·d a layer), the int64
+    distance index and the boolean masks (K a query, two for the content stream while its own
+    token is let through). `permutation` adds training's inputs: perm_mask (T, T) and its
+    padded copy, the segment masks and target_mapping (P, T, float32); the segment scores come
+    after the gathered ones are freed, and add nothing to the peak. The head: P·V logits and their softmax (`bert_cost.logit_bytes`; under autocast, the 16-bit
+    copy of the word table).
+    """
+    p = BYTES_PER_ELEMENT[precision]
+    d, i, v, heads, layers = (config.hidden_size, config.intermediate_size, config.vocab_size,
+                              config.num_attention_heads, config.num_hidden_layers)
+    B, T, P, M = shape.batch_size, shape.seq_length, shape.predicted_rows, shape.memory_length
+    K, R = M + T, M + 2 * T - 1
+
+    # The float32 softmax beside its input; under autocast, a float32 copy of its input as well,
+    # then its 16-bit copy
+    softmax = p + 4 if p == 4 else p + 8
+
+    def attend(rows: int) -> int:
+        return heads * rows * max(p * (R + 3 * K), p * R + softmax * K)
+
+    masks = (T * K * (3 if shape.permutation else 2) + 8 * P * K + 2 * P * K
+             + (T * T + 4 * P * T if shape.permutation else 0))
+    layer = 3 * K * d * p + T * d * p + max(attend(T), attend(P), 2 * T * i * p + T * d * 4)
+    memory = 2 * layers * M * d * 4
+    head = P * v * logit_bytes(precision) + (v * d * p if p != 4 else 0)  # after the last layer
+    per_sequence = masks + memory + 4 * T * d + max(layer, head)
+    per_batch = 8 * T * K + R * d * (4 + p)  # the content stream's distance index, the sinusoids, W_R R
+    return InferenceMemory(weights=4 * count_xlnet_parameters(config).total,
+                           activations=B * per_sequence + per_batch)

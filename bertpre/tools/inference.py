@@ -11,10 +11,12 @@ from bertpre.config import load_config
 from bertpre.data import load_mixture, open_data
 from bertpre.errors import UserError
 from bertpre.model import BertForPreTraining, XLNetLMHeadModel
-from bertpre.model.families import family, family_of, load_pretraining_model
+from bertpre.model.cost import ForwardShape
+from bertpre.model.families import family, family_of, load_pretraining_model, pretraining_config
 from bertpre.tokenizer import MASK_TOKEN, SPECIAL_TOKENS
 from bertpre.tokenizer.wordpiece import check_same_vocab
-from bertpre.train.evaluation import evaluate
+from bertpre.train.evaluation import evaluate, evaluation_forward
+from bertpre.train.memory import check_forward_fits
 from bertpre.train.model_folders import ModelFolder, resolve_model_folder
 from bertpre.train.run_config import read_run_config
 
@@ -46,13 +48,21 @@ def fill_mask(
 ) -> list[list[Prediction]]:
     """The `top_k` most likely tokens for each `[MASK]` in `text`, in order of appearance.
 
-    Special tokens are never proposed: the model is never trained to predict them.
+    Special tokens are never proposed: the model is never trained to predict them. A text whose
+    forward pass the cost model says would not fit in the device's memory is refused before it
+    runs (XLNet reads a long text in windows, so only BERT's relative positions meet this).
     """
     if MASK_TOKEN not in text:
         raise UserError(f'the text has no {MASK_TOKEN}; write e.g. "The capital of France is {MASK_TOKEN}."')
     if top_k < 1:
         raise UserError(f"--top-k must be at least 1, not {top_k}")
-    probabilities = family_of(model).mask_logits(model, tokenizer, text).float().softmax(dim=-1)  # (M, V)
+    config, device = pretraining_config(model), next(model.parameters()).device
+
+    def fits(shape: ForwardShape) -> None:
+        check_forward_fits(config, shape, device, what=f"reading the text ({shape.seq_length:,} tokens at once)",
+                           advice="shorten the text")
+
+    probabilities = family_of(model).mask_logits(model, tokenizer, text, fits).float().softmax(dim=-1)  # (M, V)
     return [[Prediction(token, probability) for token, probability in candidates]
             for candidates in top_tokens(probabilities, tokenizer, top_k)]
 
@@ -91,7 +101,8 @@ def evaluate_saved_model(source: str | Path, data: str | Path | None = None, *,
     table's; relative positions read any length). `max_seq_length` scores at another length,
     the cap on predictions scaled with it; a length past an absolute table is refused. Without
     `data`, the config's `data.path` is scored: for a mixture, each source as `<name>/<metric>`
-    and overall as the mixture weighs them (see `MixtureEvaluator`).
+    and overall as the mixture weighs them (see `MixtureEvaluator`). A micro-batch the cost
+    model says would not fit in memory is refused before any is read.
     """
     if micro_batch_size < 1:
         raise UserError(f"--micro-batch-size {micro_batch_size} must be at least 1")
@@ -133,4 +144,8 @@ def evaluate_saved_model(source: str | Path, data: str | Path | None = None, *,
             config.data.reuse_length = None
     elif not shape.relative_positions:
         config.data.max_seq_length = min(config.data.max_seq_length, positions)
+    check_forward_fits(shape, evaluation_forward(config.data, micro_batch_size, shape.mem_len),
+                       next(model.parameters()).device,
+                       what=f"scoring {micro_batch_size:,} sequences of {config.data.max_seq_length:,} tokens at once",
+                       advice="lower --micro-batch-size or --max-seq-length")
     return evaluate(model, scored, config.data, micro_batch_size=micro_batch_size, seed=seed)

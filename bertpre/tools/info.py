@@ -1,7 +1,6 @@
 """The report behind `bertpre info`: a config's parameters, training FLOPs and memory, for people."""
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import torch
@@ -9,10 +8,13 @@ import torch
 from bertpre.config import Config
 from bertpre.model import BertConfig
 from bertpre.model.cost import (
+    ForwardShape,
+    InferenceMemory,
     MemoryEstimate,
     ParameterCounts,
     XLNetFlops,
     count_parameters,
+    estimate_inference_memory,
     estimate_memory,
     memory_shortfall,
     plm_query_rows,
@@ -20,6 +22,8 @@ from bertpre.model.cost import (
     training_flops_per_token,
     xlnet_training_flops,
 )
+from bertpre.train.evaluation import evaluation_forward
+from bertpre.train.memory import device_memory
 from bertpre.train.setup import resolved_config
 
 DEFAULT_VOCAB_SIZE = 30522  # BERT's uncased WordPiece vocabulary, used for vocab_size: auto
@@ -39,6 +43,7 @@ def info_report(config: Config) -> str:
         micro_batch_size=config.train.micro_batch_size,
         # on one device every row of a step (micro-batches x accumulation) keeps its memory
         memory_rows=config.train.batch_size,
+        evaluation=evaluation_forward(config.data, config.train.micro_batch_size, config.model.mem_len),
     ))
 
 
@@ -58,6 +63,8 @@ class ModelInfo:
     memory: MemoryEstimate
     memory_rows: int = 0  # XLNet: the rows whose memory states one device keeps
     xlnet_flops: XLNetFlops | None = None
+    evaluation: ForwardShape | None = None  # `bertpre evaluate`'s forward at micro_batch_size
+    evaluation_memory: InferenceMemory | None = None  # its peak, as `evaluate` checks it
 
     @property
     def query_rows(self) -> int:
@@ -72,10 +79,12 @@ def model_info(
     precision: str = "fp32",
     micro_batch_size: int = 32,
     memory_rows: int | None = None,
+    evaluation: ForwardShape | None = None,
 ) -> ModelInfo:
     """Collect the counts for a config; `vocab_size: auto` is taken as 30522. For XLNet,
     `predicted_share` gives the query rows P and the memory is the config's `mem_len`, kept by
-    `memory_rows` sequences (default `micro_batch_size`)."""
+    `memory_rows` sequences (default `micro_batch_size`). With `evaluation`, the peak of that
+    forward without gradients (fp32, as `bertpre evaluate` runs and checks it)."""
     assumed = config.vocab_size == "auto"
     if assumed:
         config = BertConfig(**{**config.to_dict(), "vocab_size": DEFAULT_VOCAB_SIZE})
@@ -98,6 +107,8 @@ def model_info(
         flops_per_token=training_flops_per_token(config, seq_length, predicted_share, **per_batch),
         dense_head_flops_per_token=training_flops_per_token(config, seq_length, 1.0, **per_batch),
         memory=estimate_memory(config, seq_length, predicted_share, precision),
+        evaluation=evaluation,
+        evaluation_memory=None if evaluation is None else estimate_inference_memory(config, evaluation),
         **xlnet,
     )
 
@@ -151,6 +162,7 @@ def format_info(info: ModelInfo) -> str:
         f"{readable(total_memory(memory, info.micro_batch_size, True))} with checkpointing "
         f"(+{readable(memory.attention_probs_per_sequence * info.micro_batch_size)} "
         "if attention runs unfused)",
+        *evaluation_lines(info),
     ]
     note = fit_note(info)
     return "\n".join(lines + ([note] if note else []))
@@ -213,8 +225,19 @@ def format_xlnet_info(info: ModelInfo) -> str:
                  f"{readable(total_memory(memory, info.micro_batch_size, False) + states)}, "
                  f"{readable(total_memory(memory, info.micro_batch_size, True) + states)} with checkpointing"
                  + (" (memory states included)" if M else ""))
+    lines += evaluation_lines(info)
     note = fit_note(info)
     return "\n".join(lines + ([note] if note else []))
+
+
+def evaluation_lines(info: ModelInfo) -> list[str]:
+    """The peak of `bertpre evaluate`'s forward, the figure its memory check compares (none
+    without an evaluation shape)."""
+    need, shape = info.evaluation_memory, info.evaluation
+    if need is None or shape is None:
+        return []
+    return [f"  evaluate (no gradients, fp32, {shape.batch_size:,} sequences of {shape.seq_length:,} tokens): "
+            f"{readable(need.total)} at its peak ({readable(need.activations)} of activations)"]
 
 
 def figure(value: float, decimals: int) -> str:
@@ -225,9 +248,7 @@ def figure(value: float, decimals: int) -> str:
 def fit_note(info: ModelInfo) -> str | None:
     """A line when this machine could not train the config even at its leanest (what `pretrain`
     here would refuse), else None; `info` itself never allocates what it reports on."""
-    available, where = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), "this machine has"
-    if torch.cuda.is_available():
-        available, where = torch.cuda.get_device_properties(0).total_memory, "its GPU has"
+    available, where = device_memory(torch.device("cuda" if torch.cuda.is_available() else "cpu"))
     problem = memory_shortfall(info.config, info.seq_length, info.predicted_share, info.micro_batch_size,
                                available, where, memory_rows=info.memory_rows or None)
     if problem:

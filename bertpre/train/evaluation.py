@@ -8,12 +8,14 @@ import torch
 from bertpre.batches import source_seed
 from bertpre.config import DataConfig
 from bertpre.data import DataFolder, DataMixture
+from bertpre.model.cost import ForwardShape, plm_query_rows
 from bertpre.train.objectives import objective_for
 from bertpre.train.objectives.base import perplexity
 from bertpre.train.objectives.mlm import Evaluator
 from bertpre.train.objectives.plm import SegmentEvaluator
 
-__all__ = ["Evaluator", "MixtureEvaluator", "SegmentEvaluator", "build_evaluator", "evaluate", "perplexity"]
+__all__ = ["Evaluator", "MixtureEvaluator", "SegmentEvaluator", "build_evaluator", "evaluate", "evaluation_forward",
+           "perplexity"]
 
 
 class MixtureEvaluator:
@@ -68,6 +70,16 @@ def build_evaluator(mixture: DataMixture, data_config: DataConfig, *, micro_batc
     if mixture.is_mixture:
         return MixtureEvaluator(mixture, data_config, **options)
     return objective_for(data_config.objective).source_evaluator(mixture.folders[0], data_config, **options)
+
+
+def evaluation_forward(data_config: DataConfig, micro_batch_size: int, mem_len: int = 0) -> ForwardShape:
+    """The largest forward an evaluation of `data_config` runs: `micro_batch_size` sequences of
+    `max_seq_length`, the head on the predicted share of them; plm and clm with the model's
+    memory (`mem_len`) and training's permutation inputs, as `SegmentEvaluator` passes them."""
+    length, recurrent = data_config.max_seq_length, data_config.recurrent
+    return ForwardShape(batch_size=micro_batch_size, seq_length=length,
+                        predicted_rows=plm_query_rows(length, data_config.predicted_share),
+                        memory_length=mem_len if recurrent else 0, permutation=recurrent)
 
 
 def evaluate(model: torch.nn.Module, data: DataFolder | DataMixture, data_config: DataConfig, *,

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +22,7 @@ from bertpre.tokenizer import load_tokenizer
 from bertpre.tokenizer.wordpiece import TOKENIZER_FILE, check_same_vocab
 from bertpre.train.checkpoint import latest_checkpoint
 from bertpre.train.init_from import adopt_shape, load_source_weights, source_vocab_growth
+from bertpre.train.memory import device_memory
 from bertpre.train.model_folders import ModelFolder, resolve_model_folder
 from bertpre.train.objectives import objective_for
 from bertpre.train.run_folder import check_run_out
@@ -119,10 +119,7 @@ def cost_options(config: Config) -> dict[str, int]:
 def check_fits_in_memory(config: Config, device: torch.device, world_size: int = 1) -> None:
     """Refuse, before anything is allocated, a run that cannot fit in the device's whole memory
     even at its leanest (`bertpre.model.cost.training_memory_floor`), in any of its phases."""
-    if device.type == "cuda":
-        available, where = torch.cuda.get_device_properties(device).total_memory, "the GPU has"
-    else:
-        available, where = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), "this machine has"
+    available, where = device_memory(device)
     for index in range(max(1, len(config.phases))):
         phase = config.for_phase(index)
         options = cost_options(phase)

@@ -1,0 +1,56 @@
+"""Whether a command's work fits the device's memory, asked of the cost model before anything is
+allocated (the device's memory read one way for every command)."""
+from __future__ import annotations
+
+import os
+
+import torch
+
+from bertpre.errors import UserError
+from bertpre.model import BertConfig
+from bertpre.model.cost import (
+    ForwardShape,
+    estimate_inference_memory,
+    estimate_memory,
+    inference_shortfall,
+    readable,
+)
+
+
+def device_memory(device: torch.device) -> tuple[int, str]:
+    """(bytes, how a message names them) of the whole memory that work on `device` may use: the
+    GPU's, or on a CPU this machine's (what the kernel lets a process have at the most)."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).total_memory, "the GPU has"
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), "this machine has"
+
+
+def check_forward_fits(config: BertConfig, shape: ForwardShape, device: torch.device, *, what: str,
+                       advice: str, precision: str = "fp32") -> None:
+    """Refuse, in one line, a forward pass without gradients whose peak (the cost model's
+    `estimate_inference_memory`) is more than the device's memory.
+
+    Args:
+        what: the work, as the subject of the sentence: "reading the text (3,001 tokens at once)".
+        advice: what to make smaller: "shorten the text".
+    """
+    available, where = device_memory(device)
+    problem = inference_shortfall(estimate_inference_memory(config, shape, precision), available, where)
+    if problem:
+        raise UserError(f"{what} {problem}; {advice}")
+
+
+def check_finetuning_fits(config: BertConfig, *, batch_size: int, seq_length: int, precision: str,
+                          device: torch.device, advice: str) -> None:
+    """Refuse, in one line, fine-tuning whose fp32 weights, gradients and AdamW state and one
+    batch's activations (the tensors autograd keeps for backward, a floor of the peak; no head
+    over the vocabulary) are more than the device's memory."""
+    memory = estimate_memory(config, seq_length, 0.0, precision, memory_length=0, query_rows=0)
+    model = memory.weights + memory.gradients + memory.adamw_state
+    activations = batch_size * memory.activations_per_sequence
+    available, where = device_memory(device)
+    if model + activations > available:
+        raise UserError(f"fine-tuning a batch of {batch_size:,} examples of {seq_length:,} tokens needs at "
+                        f"least {readable(model + activations)} ({readable(model)} of weights, gradients and "
+                        f"AdamW state, {readable(activations)} of activations in {precision}), but {where} "
+                        f"{readable(available)}; {advice}")
