@@ -159,6 +159,15 @@ def is_run_without_config(folder: Path) -> bool:
     return (folder / "checkpoints").is_dir() and not (folder / RUN_MARKER).exists()
 
 
+def enclosing_output(target: Path) -> Path | None:
+    """The nearest folder above `target` that is a RUN, a DATA or an export: where no RUN may be
+    made (its checkpoints and the outer folder's would be taken for each other)."""
+    for folder in target.parents:
+        if is_run_folder(folder) or is_data_folder(folder) or (folder / MARKERS["export"][0]).is_file():
+            return folder
+    return None
+
+
 def is_data_folder(folder: Path) -> bool:
     """A folder `bertpre tokenize` made: its manifest beside a dataset or a tokenizer."""
     return (folder / MARKERS["tokenize"][0]).is_file() and any(

@@ -17,7 +17,14 @@ from bertpre.configs import preset_names
 from bertpre.data.build import tokenize_corpus
 from bertpre.data.folder import DataFolder, load_data
 from bertpre.errors import UserError
-from bertpre.folders import MARKERS, content_names, real_out, refuse_edits
+from bertpre.folders import (
+    MARKERS,
+    content_names,
+    describe,
+    enclosing_output,
+    real_out,
+    refuse_edits,
+)
 from bertpre.inventory import (
     Inventory,
     foreign_paths,
@@ -135,6 +142,9 @@ def check_demo_folder(out: Path, claim: Claim | None = None) -> Path:
                             f"rebuilds {', '.join(sorted({path.split('/')[0] + '/' for path in inside}))} "
                             f"whole: move {them} out of there (files beside the demo's folders are "
                             "kept), then run again")
+    if (around := enclosing_output(target)) is not None:
+        raise UserError(f"--out {out} is inside {describe(around)} at {around}, and the demo's run "
+                        "cannot be made inside another output; choose a folder outside it")
     return target
 
 

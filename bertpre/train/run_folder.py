@@ -14,11 +14,10 @@ from bertpre.config import Config
 from bertpre.data import DataMixture
 from bertpre.errors import UserError
 from bertpre.folders import (
-    MARKERS,
     RUN_MARKER,
     content_names,
     describe,
-    is_data_folder,
+    enclosing_output,
     is_run_folder,
     is_run_without_config,
     real_out,
@@ -78,13 +77,9 @@ def check_run_out(run_dir: Path, init_from: str | None = None, data_paths: list[
             raise UserError(f"--out {run_dir} is {describe(target)}, not a RUN folder; `bertpre "
                             "pretrain` writes a new or empty folder, or resumes a RUN; choose "
                             "another --out")
-    for folder in [target, *target.parents]:
-        if folder != target and is_run_folder(folder):
-            raise UserError(f"--out {run_dir} is inside the RUN folder {folder}; choose a folder "
-                            "outside it")
-        if is_data_folder(folder) or (folder / MARKERS["export"][0]).is_file():
-            raise UserError(f"--out {run_dir} is inside {describe(folder)} at {folder}; choose a "
-                            "folder outside it")
+    if (folder := enclosing_output(target)) is not None:
+        where = f"the RUN folder {folder}" if is_run_folder(folder) else f"{describe(folder)} at {folder}"
+        raise UserError(f"--out {run_dir} is inside {where}; choose a folder outside it")
     for source, what in [*((path, "the DATA folder") for path in data_paths or []),
                          *([(Path(init_from), "model.init_from")] if init_from else [])]:
         source = real_path(source)

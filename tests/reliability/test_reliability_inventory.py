@@ -254,3 +254,14 @@ def test_a_fresh_start_removes_only_the_event_files_bertpre_wrote(tmp_path):
     yours = sprinkle(board, "my-layout.json")
     remove_event_files(board)
     assert hashes(board) == yours
+
+
+def test_a_demo_inside_another_output_is_refused_before_any_work(reference_run, tmp_path, monkeypatch, capsys):
+    """Found by the random sequences: the demo wrote its corpus and DATA, then its run was refused."""
+    export = tmp_path / "export"
+    assert run_main(["export", reference_run, "--out", export], monkeypatch, capsys)[0] == 0
+    before = hashes(export)
+    code, stdout, stderr = run_main(["demo", "--out", export / "demo"], monkeypatch, capsys)
+    assert code == 2 and stdout == "" and len(stderr.splitlines()) == 1, stderr
+    assert "the demo's run cannot be made inside another output" in stderr
+    assert hashes(export) == before and not (export / "demo").exists()

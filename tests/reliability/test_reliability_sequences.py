@@ -66,34 +66,35 @@ class Sequence:
         place.write_text(text, encoding="utf-8")
         self.yours[place] = hashlib.sha256(text.encode()).hexdigest()
 
-    def pick_out(self) -> Path:
+    def pick_out(self) -> tuple[Path, str | None]:
         """Where the next command writes: a new folder, beside, on top of or inside an earlier
-        output, or inside a folder of yours."""
+        output, or inside a folder of yours; and the command that made it, when on top of one."""
         kinds = ["new", "new"] + (["top", "top", "inside", "inside", "beside"] if self.outputs else []) + \
             ["in yours", "yours"]
         kind = self.rng.choice(kinds)
         if kind == "new":
-            return self.root / self.name("out ")
+            return self.root / self.name("out "), None
         if kind == "yours":
-            return self.root / "my folder"
+            return self.root / "my folder", None
         if kind == "in yours":
-            return self.root / "my folder" / self.name("out")
-        _, earlier = self.rng.choice(self.outputs)
+            return self.root / "my folder" / self.name("out"), None
+        made_by, earlier = self.rng.choice(self.outputs)
         if kind == "top":
-            return earlier
+            return earlier, made_by
         if kind == "inside":
-            return earlier / self.name("in")
-        return earlier.parent / f"{earlier.name}-{self.name('beside')}"
+            return earlier / self.name("in"), None
+        return earlier.parent / f"{earlier.name}-{self.name('beside')}", None
 
     def made(self, command: str) -> list[Path]:
         return [folder for made_by, folder in self.outputs if made_by == command and folder.is_dir()]
 
     def command(self) -> list:
         """The next command line, with its --out (and sometimes --overwrite)."""
-        out = self.pick_out()
+        out, made_by = self.pick_out()
         overwrite = ["--overwrite"] if self.rng.random() < 0.5 else []
         commands = ["tokenize", "export", "export", "pretrain", "finetune"] + (["demo"] if self.with_demo else [])
-        command = self.rng.choice(commands)
+        # On top of an earlier output, mostly the command that made it: the case --overwrite is for.
+        command = made_by if made_by and self.rng.random() < 0.6 else self.rng.choice(commands)
         shared = self.shared
         if command == "tokenize":
             return ["tokenize", shared["corpus"], "--out", out, "--vocab-size", "120", "--min-frequency", "1",
