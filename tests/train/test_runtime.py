@@ -11,7 +11,8 @@ import torch.distributed as dist
 
 from bertpre.errors import UserError
 from bertpre.train import runtime as runtime_module
-from bertpre.train.checkpoint import CUDA_RNG, capture_rng_state, load_safely, restore_rng_state
+from bertpre.train.checkpoint import load_safely
+from bertpre.train.rng_state import CUDA_RNG, capture_rng_state, restore_rng_state
 from bertpre.train.runtime import (
     PROCESS_GROUP_TIMEOUT,
     choose_device,
