@@ -41,6 +41,24 @@ PRESETS: dict[str, Hyperparameters] = {
 }
 
 
+# BERT's fine-tuning rates (2e-5 … 5e-5) are set for BERT-base's hidden size 768; a much smaller
+# model barely moves at them in a few epochs (the tests' hidden-32 models learn at 1e-3).
+BERT_BASE_HIDDEN = 768
+SMALL_MODEL_LR = 1e-3
+
+
+def advice_when_stuck(hp: Hyperparameters, hidden_size: int) -> str:
+    """What to try when a seed predicts one class for everything, for these settings and model."""
+    if hp.mode == "probe":
+        return (f"try a larger --lr than {hp.lr:g} (e.g. --lr {hp.lr * 10:g}) or more --epochs; the probe preset "
+                f"is lr {PRESETS['probe'].lr:g}, {PRESETS['probe'].epochs} epochs")
+    if hidden_size < BERT_BASE_HIDDEN and hp.lr < SMALL_MODEL_LR / 10:
+        return (f"lr {hp.lr:g} is a rate for BERT-base (hidden {BERT_BASE_HIDDEN}) and barely moves a "
+                f"hidden-{hidden_size} model: try --lr {SMALL_MODEL_LR:g}, and more epochs with --preset small-data")
+    return (f"try another --lr than {hp.lr:g} (BERT's paper chose among 5e-5, 3e-5 and 2e-5) or more "
+            f"epochs (--preset small-data: {PRESETS['small-data'].epochs})")
+
+
 def load_hyperparameters(preset: str | None, config: Path | None, overrides: list[str],
                          given: dict[str, Any] | None = None) -> Hyperparameters:
     """Preset (default `bert`, or the config's `preset:`) < the YAML config < `--set key=value` <

@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 import bertpre
-from bertpre.config.finetune import Hyperparameters
+from bertpre.config.finetune import Hyperparameters, advice_when_stuck
 from bertpre.finetune.benchmarks import BENCHMARKS, Benchmark, reported, task_score
-from bertpre.finetune.encoding import Encoded, encode_texts, encode_words
+from bertpre.finetune.encoding import Encoded, describe_training, encode_texts, encode_words
 from bertpre.finetune.features import FEATURES_FOLDER, cached_features
 from bertpre.finetune.loop import finetune_full, probe_labels, train_probe
 from bertpre.finetune.report import score, stuck, summarize
@@ -169,7 +169,7 @@ def run_seeds(encoder: Encoder, data: TaskData, files: TaskFiles, hp: Hyperparam
     per_seed, flags = [], []
     best: tuple[float, int, dict] | None = None  # (main score, seed, weights) of the best seed so far
     for seed in seeds:
-        say(f"seed {seed}: {'training' if hp.mode == 'full' else 'probing'} on {len(train):,} examples")
+        say(f"seed {seed}: {'training' if hp.mode == 'full' else 'probing'} on {describe_training(train)}")
         if features is None:
             raw, model = finetune_full(encoder, train, scored, task=task, num_labels=num_labels, hp=hp,
                                        seed=seed, runtime=runtime)
@@ -184,7 +184,8 @@ def run_seeds(encoder: Encoder, data: TaskData, files: TaskFiles, hp: Hyperparam
                            score(task, predictions, examples.labels, data.label_names).items()})
             reason = stuck(task, predictions)
             if reason and number == 0:  # flagged once, on the first scored split
-                flags.append(f"seed {seed} predicted {reason} (stuck at one class: try another lr or more epochs)")
+                flags.append(f"seed {seed} predicted {reason} (stuck at one class: "
+                             f"{advice_when_stuck(hp, encoder.config.hidden_size)})")
         per_seed.append(scores)
         main_score = next(iter(scores.values()))
         if save_to is not None and (best is None or main_score > best[0]):
