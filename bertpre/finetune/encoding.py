@@ -1,19 +1,25 @@
 """Examples → token ids as the ecosystem encodes them: `[CLS] a [SEP] b [SEP]` with token types
 0/1 (XLNet's tokenizer: `a [SEP] b [SEP] [CLS]`, types 0/1/2), truncated longest-first by the
 tokenizer itself (what `BertTokenizerFast(a, b, truncation="longest_first", max_length=L)` gives),
-and tags on the first piece of each word; batches padded on the model's side (XLNet's: the left).
+and tags on the first piece of each word, placed back by the word's index (the tokenizer's
+word_ids); batches padded on the model's side (XLNet's: the left).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
 
+import numpy as np
 import torch
-from tokenizers import Tokenizer
+from tokenizers import Encoding, Tokenizer
 
 from bertpre.errors import UserError
+from bertpre.finetune.tasks import TaskData, majority_label, metric_name
 from bertpre.labels import IGNORE_INDEX
 
 ENCODE_BATCH = 4096  # examples per call into the tokenizer (it parallelizes inside one call)
+WHOLE_SHARE = 0.95  # the truncation note gives the length that keeps this share of examples whole
 
 
 @dataclass
@@ -25,9 +31,25 @@ class Encoded:
     labels: list  # an int or float per example, or a list of ints per token (tagging)
     word_counts: list[int] | None = None  # tagging: words in each example, before truncation
     kept_words: list[int] | None = None  # tagging: words whose first piece survived truncation
+    # tagging: per example, the index of the word each tagged piece begins, in order
+    tagged_words: list[list[int]] | None = None
+    empty_words: list[list[int]] | None = None  # tagging: per example, the words with no pieces at all
+    whole_lengths: list[int] | None = None  # tokens in each example before truncation ([CLS] … [SEP])
 
     def __len__(self) -> int:
         return len(self.input_ids)
+
+
+def join_encoded(parts: list[Encoded]) -> Encoded:
+    """Several encoded splits as one, example after example (`cut_outputs` cuts outputs back apart)."""
+    if len(parts) == 1:
+        return parts[0]
+    joined = {}
+    for column in fields(Encoded):
+        values = [getattr(part, column.name) for part in parts]
+        joined[column.name] = None if any(value is None for value in values) else [
+            row for value in values for row in value]
+    return Encoded(**joined)
 
 
 def truncating(tokenizer: Tokenizer, max_length: int) -> Tokenizer:
@@ -44,39 +66,132 @@ def truncating(tokenizer: Tokenizer, max_length: int) -> Tokenizer:
     return copy
 
 
+def untruncated(tokenizer: Tokenizer) -> Tokenizer:
+    """A copy of `tokenizer` that adds [CLS]/[SEP] and neither truncates nor pads."""
+    copy = Tokenizer.from_str(tokenizer.to_str())
+    copy.no_padding()
+    copy.no_truncation()
+    return copy
+
+
+def encode_batches(tokenizer: Tokenizer, inputs: list, max_length: int, *, is_pretokenized: bool = False
+                   ) -> tuple[list[Encoding], list[Encoding]]:
+    """(truncated, whole) encodings of `inputs`: each example is encoded whole, and again with
+    truncation only where it is longer than `max_length` (the same encoding where it fits)."""
+    cut, uncut = truncating(tokenizer, max_length), untruncated(tokenizer)
+    truncated, complete = [], []
+    for start in range(0, len(inputs), ENCODE_BATCH):
+        batch = inputs[start:start + ENCODE_BATCH]
+        encodings = uncut.encode_batch(batch, is_pretokenized=is_pretokenized)
+        long = [index for index, encoding in enumerate(encodings) if len(encoding.ids) > max_length]
+        shortened = dict(zip(long, cut.encode_batch([batch[index] for index in long],
+                                                    is_pretokenized=is_pretokenized), strict=True))
+        truncated.extend(shortened.get(index, encoding) for index, encoding in enumerate(encodings))
+        complete.extend(encodings)
+    return truncated, complete
+
+
 def encode_texts(tokenizer: Tokenizer, texts: list[str], pairs: list[str] | None, labels: list,
                  max_length: int) -> Encoded:
     """Sentences or sentence pairs with one label each."""
-    tokenizer = truncating(tokenizer, max_length)
     inputs = list(zip(texts, pairs, strict=True)) if pairs is not None else texts
-    input_ids, token_type_ids = [], []
-    for start in range(0, len(inputs), ENCODE_BATCH):
-        for encoding in tokenizer.encode_batch(inputs[start:start + ENCODE_BATCH]):
-            input_ids.append(encoding.ids)
-            token_type_ids.append(encoding.type_ids)
-    return Encoded(input_ids, token_type_ids, list(labels))
+    truncated, complete = encode_batches(tokenizer, inputs, max_length)
+    return Encoded([encoding.ids for encoding in truncated], [encoding.type_ids for encoding in truncated],
+                   list(labels), whole_lengths=[len(encoding.ids) for encoding in complete])
 
 
 def encode_words(tokenizer: Tokenizer, words: list[list[str]], tags: list[list[int]],
                  max_length: int) -> Encoded:
     """Tagged sentences: each word's tag on its first piece, IGNORE_INDEX on the rest and on
-    [CLS]/[SEP]. A word cut off by truncation keeps no piece; `kept_words` counts those left."""
-    tokenizer = truncating(tokenizer, max_length)
-    input_ids, token_type_ids, labels, kept = [], [], [], []
-    for start in range(0, len(words), ENCODE_BATCH):
-        batch = words[start:start + ENCODE_BATCH]
-        for offset, encoding in enumerate(tokenizer.encode_batch(batch, is_pretokenized=True)):
-            sentence_tags = tags[start + offset]
-            token_labels, previous = [], None
-            for word in encoding.word_ids:
-                token_labels.append(sentence_tags[word] if word is not None and word != previous
-                                    else IGNORE_INDEX)
-                previous = word
-            input_ids.append(encoding.ids)
-            token_type_ids.append(encoding.type_ids)
-            labels.append(token_labels)
-            kept.append(sum(label != IGNORE_INDEX for label in token_labels))
-    return Encoded(input_ids, token_type_ids, labels, [len(sentence) for sentence in words], kept)
+    [CLS]/[SEP]. A word cut off by truncation keeps no piece, nor does a word the tokenizer turns
+    into nothing (a zero-width space, a soft hyphen, a control character); `tagged_words` says
+    which word each tagged piece is, `empty_words` which words had no pieces even before truncation."""
+    truncated, complete = encode_batches(tokenizer, words, max_length, is_pretokenized=True)
+    labels, tagged, empty = [], [], []
+    for sentence_tags, encoding, uncut in zip(tags, truncated, complete, strict=True):
+        token_labels, first_pieces, previous = [], [], None
+        for word in encoding.word_ids:
+            if word is not None and word != previous:
+                token_labels.append(sentence_tags[word])
+                first_pieces.append(word)
+            else:
+                token_labels.append(IGNORE_INDEX)
+            previous = word
+        labels.append(token_labels)
+        tagged.append(first_pieces)
+        pieced = {word for word in uncut.word_ids if word is not None}
+        empty.append([word for word in range(len(sentence_tags)) if word not in pieced])
+    return Encoded([encoding.ids for encoding in truncated], [encoding.type_ids for encoding in truncated],
+                   labels, word_counts=[len(sentence) for sentence in words],
+                   kept_words=[len(first_pieces) for first_pieces in tagged], tagged_words=tagged,
+                   empty_words=empty, whole_lengths=[len(encoding.ids) for encoding in complete])
+
+
+def tags_by_word(predicted: Sequence[int], encoded: Encoded, label_names: list[str], fallback: str) -> list[list[str]]:
+    """One tag name a word from the model's outputs on `encoded` (one a tagged piece, in order):
+    each output goes to the word its piece begins; a word with no piece (cut off by truncation,
+    or turned into nothing by the tokenizer) gets `fallback`, in its own place."""
+    tags, position = [], 0
+    for count, words in zip(encoded.word_counts, encoded.tagged_words, strict=True):
+        sentence = [fallback] * count
+        for word, index in zip(words, predicted[position:position + len(words)], strict=True):
+            sentence[word] = label_names[int(index)]
+        tags.append(sentence)
+        position += len(words)
+    return tags
+
+
+def truncation_note(splits: list[tuple[str, Encoded]], max_length: int, positions: int | None = None) -> str | None:
+    """How many examples of each split (name, encoded) were cut at `max_length` tokens, and the
+    length that would keep 95% of all of them whole; None when none was cut."""
+    cut = [(name, sum(length > max_length for length in encoded.whole_lengths), len(encoded))
+           for name, encoded in splits]
+    if not any(count for _, count, _ in cut):
+        return None
+    lengths = np.sort(np.concatenate([np.asarray(encoded.whole_lengths) for _, encoded in splits]))
+    keeps = int(lengths[math.ceil(WHOLE_SHARE * lengths.size) - 1])
+    shares = " and ".join(f"{count:,} of {total:,} {name} examples ({count / total:.1%})" for name, count, total in cut)
+    line = f"note: {shares} were cut at --max-seq-length {max_length}"
+    if keeps <= max_length:
+        return f"{line}; {WHOLE_SHARE:.0%} of them are whole at this length"
+    beyond = f", more than the model's {positions} positions" if positions is not None and keeps > positions else ""
+    return f"{line}; --max-seq-length {keeps} would keep {WHOLE_SHARE:.0%} of them whole{beyond}"
+
+
+def missing_words_notes(name: str, encoded: Encoded, words: list[list[str]], fallback: str, *,
+                        training: bool = False) -> list[str]:
+    """Lines counting the words of split `name` that have no tagged piece: those the tokenizer
+    turned into nothing (naming the first) and those cut off by truncation; each was scored as
+    `fallback` (or, in training, learned nothing)."""
+    empty = [(sentence, word) for sentence, indices in enumerate(encoded.empty_words) for word in indices]
+    cut = sum(encoded.word_counts) - sum(encoded.kept_words) - len(empty)
+    outcome = "nothing is learned from them" if training else f"scored as {fallback}"
+    notes = []
+    if empty:
+        sentence, word = empty[0]
+        first = ascii(words[sentence][word])
+        notes.append(f"note: {len(empty):,} {name} word{'s' if len(empty) != 1 else ''} had no tokens (the first: "
+                     f"{first}, word {word + 1} of sentence {sentence + 1}): {outcome}")
+    if cut:
+        were = "words were" if cut != 1 else "word was"
+        notes.append(f"note: {cut:,} {name} {were} cut off by --max-seq-length: {outcome}")
+    return notes
+
+
+def encoding_notes(data: TaskData, train: Encoded, scored: list[Encoded], max_length: int,
+                   positions: int | None = None) -> list[str]:
+    """What encoding left out, for the user: the examples cut at `max_length` tokens (and the
+    length that keeps 95% whole; `positions`, the model's limit, if it has one) and, for tagging,
+    the words with no tagged piece, per split (`scored`: one Encoded each of `data.scored`)."""
+    named = [("training", train, data.train),
+             *((metric_name(data.split, suffix), part, examples)
+               for (suffix, examples), part in zip(data.scored, scored, strict=True))]
+    notes = [truncation_note([(name, encoded) for name, encoded, _ in named], max_length, positions)]
+    if data.task == "tagging":
+        fallback = majority_label([tag for tags in data.train.labels for tag in tags])
+        for name, encoded, examples in named:
+            notes.extend(missing_words_notes(name, encoded, examples.texts, fallback, training=name == "training"))
+    return [note for note in notes if note]
 
 
 def describe_training(encoded: Encoded) -> str:

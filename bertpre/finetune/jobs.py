@@ -19,7 +19,15 @@ import numpy as np
 import bertpre
 from bertpre.config.finetune import Hyperparameters, advice_when_stuck
 from bertpre.finetune.benchmarks import BENCHMARKS, Benchmark, reported, task_score
-from bertpre.finetune.encoding import Encoded, describe_training, encode_texts, encode_words
+from bertpre.finetune.encoding import (
+    Encoded,
+    describe_training,
+    encode_texts,
+    encode_words,
+    encoding_notes,
+    join_encoded,
+    tags_by_word,
+)
 from bertpre.finetune.features import FEATURES_FOLDER, cached_features
 from bertpre.finetune.loop import finetune_full, probe_labels, train_probe
 from bertpre.finetune.report import score, stuck, summarize
@@ -160,6 +168,9 @@ def run_seeds(encoder: Encoder, data: TaskData, files: TaskFiles, hp: Hyperparam
     parts = [encode(encoder, data, examples, hp) for _, examples in data.scored]
     scored = join_encoded(parts)  # one model scores every split; its outputs are cut apart below
     check_fits(encoder, hp, train, scored, runtime)
+    for note in encoding_notes(data, train, parts, hp.max_seq_length,
+                               None if encoder.config.relative_positions else encoder.config.max_position_embeddings):
+        say(note)
     num_labels = 1 if task == "regression" else len(data.label_names)
     features = None
     if hp.mode == "probe":
@@ -240,18 +251,6 @@ def check_fits(encoder: Encoder, hp: Hyperparameters, train: Encoded, scored: En
                        advice="lower eval_batch_size (--set eval_batch_size=N) or --max-seq-length")
 
 
-def join_encoded(parts: list[Encoded]) -> Encoded:
-    """Several encoded splits as one (outputs are cut back apart by `cut_outputs`)."""
-    if len(parts) == 1:
-        return parts[0]
-    tagging = parts[0].word_counts is not None
-    return Encoded(input_ids=[ids for part in parts for ids in part.input_ids],
-                   token_type_ids=[types for part in parts for types in part.token_type_ids],
-                   labels=[label for part in parts for label in part.labels],
-                   word_counts=[count for part in parts for count in part.word_counts] if tagging else None,
-                   kept_words=[count for part in parts for count in part.kept_words] if tagging else None)
-
-
 def cut_outputs(raw: np.ndarray, parts: list[Encoded], task: str) -> list[np.ndarray]:
     """The model's outputs on `join_encoded(parts)`, one array a part (tagging: a row a kept word)."""
     sizes = [sum(part.kept_words) if task == "tagging" else len(part) for part in parts]
@@ -270,19 +269,13 @@ def encode(encoder: Encoder, data: TaskData, examples, hp: Hyperparameters) -> E
 
 
 def decode(raw: np.ndarray, scored: Encoded, data: TaskData) -> list[Any]:
-    """Model outputs → label names, values, or one tag a word (words lost to truncation: the
-    training file's most frequent tag, as a model that never saw them)."""
+    """Model outputs → label names, values, or one tag a word (a word with no piece, lost to
+    truncation or to the tokenizer: the training file's most frequent tag, in its own place)."""
     if data.task == "regression":
         return [float(value) for value in raw]
     if data.task != "tagging":
         return [data.label_names[int(index)] for index in raw]
-    fallback = majority_label([tag for tags in data.train.labels for tag in tags])
-    tags, position = [], 0
-    for words, kept in zip(scored.word_counts, scored.kept_words, strict=True):
-        sentence = [data.label_names[int(index)] for index in raw[position:position + kept]]
-        tags.append(sentence + [fallback] * (words - kept))
-        position += kept
-    return tags
+    return tags_by_word(raw, scored, data.label_names, majority_label([tag for tags in data.train.labels for tag in tags]))
 
 
 def majority_baseline(data: TaskData) -> dict[str, float | None]:
