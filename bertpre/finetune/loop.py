@@ -4,11 +4,14 @@ both end with predictions on the scored split."""
 from __future__ import annotations
 
 import math
+import sys
+import time
 from collections.abc import Iterator
 
 import numpy as np
 import torch
 from torch import nn
+from tqdm import tqdm
 
 from bertpre.config.finetune import Hyperparameters
 from bertpre.finetune.encoding import Encoded, pad_batch
@@ -32,6 +35,35 @@ def shuffled_batches(count: int, batch_size: int, generator: torch.Generator) ->
     order = torch.randperm(count, generator=generator).tolist()
     for start in range(0, count, batch_size):
         yield order[start:start + batch_size]
+
+
+class SeedProgress:
+    """A seed's tqdm bar on stderr: step of steps, epoch, loss, examples a second. Silent where
+    stderr is no terminal (a log file, a pipe, a test), as tqdm's `disable=None` decides."""
+
+    REFRESH_SECONDS = 0.5  # the loss is read off the device (a wait) no oftener than this
+
+    def __init__(self, seed: int, total_steps: int, epochs: int, unit: str = "examples") -> None:
+        self.bar = tqdm(total=total_steps, desc=f"seed {seed}", unit="step", file=sys.stderr, disable=None,
+                        dynamic_ncols=True)
+        self.epochs, self.unit = epochs, unit
+        self.examples, self.started, self.shown = 0, time.perf_counter(), -math.inf
+
+    def step(self, epoch: int, loss: torch.Tensor, examples: int) -> None:
+        """One optimizer step of `examples` examples done in epoch `epoch` (from 0)."""
+        self.examples += examples
+        if self.bar.disable:
+            return
+        now = time.perf_counter()
+        if now - self.shown >= self.REFRESH_SECONDS or self.bar.n + 1 == self.bar.total:
+            rate = self.examples / max(now - self.started, 1e-9)
+            self.bar.set_postfix_str(f"epoch {epoch + 1}/{self.epochs}, loss {loss.item():.4f}, "
+                                     f"{rate:,.0f} {self.unit}/s", refresh=False)
+            self.shown = now
+        self.bar.update()
+
+    def close(self) -> None:
+        self.bar.close()
 
 
 def task_loss(logits: torch.Tensor, labels: torch.Tensor, task: str) -> torch.Tensor:
@@ -64,8 +96,9 @@ def train_full(encoder: Encoder, train: Encoded, *, task: str, num_labels: int, 
     generator = torch.Generator().manual_seed(seed)
     pad_id = pad_token_id(encoder)
     step = 0
+    progress = SeedProgress(seed, total, hp.epochs, "sentences" if task == "tagging" else "examples")
     model.train()
-    for _ in range(hp.epochs):
+    for epoch in range(hp.epochs):
         for indices in shuffled_batches(len(train), hp.batch_size, generator):
             batch = pad_batch(train, indices, pad_id, regression=task == "regression", tagging=task == "tagging",
                               padding_side=encoder.padding_side)
@@ -89,6 +122,8 @@ def train_full(encoder: Encoder, train: Encoded, *, task: str, num_labels: int, 
             else:
                 optimizer.step()
             step += 1
+            progress.step(epoch, loss, len(indices))
+    progress.close()
     return model
 
 
@@ -186,7 +221,8 @@ def train_probe(train_features: torch.Tensor, train_labels: torch.Tensor, scored
     total, warmup = schedule_steps(len(train_features), hp)
     generator = torch.Generator().manual_seed(seed)
     step = 0
-    for _ in range(hp.epochs):
+    progress = SeedProgress(seed, total, hp.epochs, "tokens" if task == "tagging" else "examples")
+    for epoch in range(hp.epochs):
         for indices in shuffled_batches(len(train_features), hp.batch_size, generator):
             for group in optimizer.param_groups:
                 group["lr"] = learning_rate(step, lr=hp.lr, warmup_steps=warmup, max_steps=total)
@@ -196,6 +232,8 @@ def train_probe(train_features: torch.Tensor, train_labels: torch.Tensor, scored
             torch.nn.utils.clip_grad_norm_(head.parameters(), hp.max_grad_norm)
             optimizer.step()
             step += 1
+            progress.step(epoch, loss, len(indices))
+    progress.close()
     with torch.no_grad():
         logits = head(scored_features)
     return (logits.squeeze(-1) if task == "regression" else logits.argmax(-1)).numpy()

@@ -1,10 +1,13 @@
 """Tagging's words and pieces, and what `bertpre finetune` tells its user, from the outside: a word
 the tokenizer turns into nothing (a zero-width space, a soft hyphen, a byte-order mark, a control
 character) keeps its place, is scored as the fallback tag and is counted; the examples truncation
-cut are counted; a tagging seed says what it trains on; a stuck seed is told which lr to try."""
+cut are counted; a seed's progress shows on a terminal only; a tagging seed says what it trains on; a
+stuck seed is told which lr to try."""
 from __future__ import annotations
 
+import io
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -131,12 +134,42 @@ def test_the_truncation_note_counts_the_examples_cut_and_the_length_that_keeps_9
     assert code == 0, stderr
     assert ("note: 6 of 20 training examples (30.0%) and 0 of 10 validation examples (0.0%) were cut at "
             "--max-seq-length 16; --max-seq-length 21 would keep 95% of them whole") in stderr.splitlines()
+    assert no_progress_bar(stderr)  # stderr is no terminal here
     code, _, stderr = run_main(["finetune", run_folder, "--train", tmp_path / "train.jsonl", "--validation",
                                 tmp_path / "dev.jsonl", "--out", tmp_path / "out", "--mode", "probe",
                                 "--seeds", "1", "--epochs", "1", "--max-seq-length", "21"], monkeypatch, capsys)
     assert code == 0, stderr
     assert ("note: 1 of 20 training examples (5.0%) and 0 of 10 validation examples (0.0%) were cut at "
             "--max-seq-length 21; 95% of them are whole at this length") in stderr.splitlines()
+
+
+class Terminal(io.StringIO):
+    """A stderr that says it is a terminal."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("mode", ["full", "probe"])
+def test_each_seed_shows_a_progress_bar_on_a_terminal(mode, run_folder, tmp_path, monkeypatch, capsys):
+    """(Where stderr is no terminal there is no bar: the truncation and stuck-seed tests check.)"""
+    train = write_task(tmp_path, 20, 0, "train.jsonl")
+    validation = write_task(tmp_path, 10, 1, "dev.jsonl")
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    code, _, _ = run_main(["finetune", run_folder, "--train", train, "--validation", validation, "--mode", mode,
+                           "--seeds", "2", "--epochs", "2", "--batch-size", "8", "--lr", "1e-3",
+                           "--out", tmp_path / "out"], monkeypatch, capsys)
+    shown = terminal.getvalue()
+    assert code == 0, shown
+    for seed in (0, 1):  # 2 epochs of 3 batches (8 + 8 + 4 examples)
+        final = [line.split("\n")[0] for line in shown.split("\r") if line.startswith(f"seed {seed}: 100%")]
+        assert final and "| 6/6 [" in final[-1], shown  # tqdm may draw the last state twice
+        assert "epoch 2/2, loss " in final[-1] and final[-1].rstrip().endswith(" examples/s]"), shown
+
+
+def no_progress_bar(stderr: str) -> bool:
+    return "step/s" not in stderr and "examples/s" not in stderr and "\r" not in stderr
 
 
 def test_a_small_model_stuck_at_the_bert_presets_lr_is_told_which_lr_to_try(
@@ -152,6 +185,7 @@ def test_a_small_model_stuck_at_the_bert_presets_lr_is_told_which_lr_to_try(
         "(stuck at one class: lr 2e-05 is a rate for BERT-base (hidden 768) and barely moves a hidden-32 "
         "model: try --lr 0.001, and more epochs with --preset small-data)"), flags
     assert f"warning: {flags[0]}" in stdout
+    assert no_progress_bar(stderr)  # stderr is no terminal here
 
 
 def test_a_tagging_seed_says_how_many_sentences_and_tokens_it_trains_on(run_folder, tmp_path, monkeypatch, capsys):
