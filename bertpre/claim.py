@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from bertpre.errors import UserError
+from bertpre.errors import UserError, signals_held
 
 CLAIM_FILE = ".bertpre-claim"
 # Files that say nothing about what a folder holds: the claim, and RUN locks of bertpre < 0.2.
@@ -104,9 +104,10 @@ class Claim:
         self._make_folder()
         try:
             for _ in range(3):
-                if self._link():
-                    self.held = True
-                    return
+                with signals_held():  # linked is held: a stop between the two would leave the claim
+                    if self._link():
+                        self.held = True
+                        return
                 holder = read_holder(self.path)
                 if holder is None:
                     continue  # released meanwhile
@@ -121,7 +122,7 @@ class Claim:
             raise UserError(f"could not claim {self.label} {self.folder}: other commands keep "
                             "claiming it; run one command on it at a time")
         except BaseException:
-            self._remove_created()
+            self.release()  # the claim too, when a stop signal came as it was taken
             raise
 
     def holds(self) -> bool:
@@ -217,8 +218,8 @@ class Claim:
 def claimed(folder: Path, command: str, *, label: str = "--out") -> Iterator[Claim]:
     """Hold a claim on `folder` (a real path) for the block; released on any exit."""
     claim = Claim(folder, command, label=label)
-    claim.take()
-    try:
+    try:  # take() inside: a stop signal just after it is taken still releases it
+        claim.take()
         yield claim
     finally:
         claim.release()

@@ -14,7 +14,7 @@ except ImportError:  # older typer runs on Click itself
     from click.exceptions import NoArgsIsHelpError, UsageError
 
 from bertpre.configs import preset_names
-from bertpre.errors import WRITE_ERRNOS, Stopped, UserError, stop
+from bertpre.errors import WRITE_ERRNOS, Stopped, UserError, handle_stop_signals, stop_signal
 from data_prep.errors import CorpusError
 
 app = typer.Typer(
@@ -49,17 +49,6 @@ def _options(
 PRESETS = ", ".join(preset_names())
 EXIT_INTERRUPTED = 130
 EXIT_TERMINATED = 143  # 128 + SIGTERM, as a shell reports a process the signal ended
-
-
-def _raise_stopped(signum: int, frame: object) -> None:
-    if os.getpid() != _MAIN_PID:  # a forked worker (datasets' pool): die as before
-        signal.signal(signum, signal.SIG_DFL)
-        os.kill(os.getpid(), signum)
-        return
-    stop(signum)
-
-
-_MAIN_PID = os.getpid()
 
 
 # Each command is a thin wrapper: parse options, call one library function, print a summary.
@@ -484,21 +473,48 @@ def main() -> None:
     command = typer.main.get_command(app)
     # SIGINT and SIGTERM unwind, so every command's temporary folders are removed on the way
     # out; pretrain replaces these handlers with its own while it trains (it checkpoints first).
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, _raise_stopped)
+    handle_stop_signals()
     try:
         # Not standalone: Click hands usage errors back instead of printing its usage box.
-        code = command.main(prog_name="bertpre", standalone_mode=False)
-    except NoArgsIsHelpError:
-        code = command.main(["--help"], prog_name="bertpre", standalone_mode=False)
-    except UsageError as error:
+        try:
+            code = command.main(prog_name="bertpre", standalone_mode=False)
+        except NoArgsIsHelpError:
+            code = command.main(["--help"], prog_name="bertpre", standalone_mode=False)
+    except (Exception, KeyboardInterrupt, Stopped) as error:
+        code = report_error(error)
+    else:
+        signum = stop_signal()  # one that came as the work ended still decides the exit code
+        if signum is not None:
+            code = report_stop(signum)
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+def report_stop(signum: int) -> int:
+    """Say that SIGINT or SIGTERM stopped the command, and return its exit code (128 + signal)."""
+    terminated = signum == signal.SIGTERM
+    typer.echo("terminated" if terminated else "interrupted", err=True)
+    return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
+
+
+def report_error(error: BaseException) -> int:
+    """Say in one line on stderr why the command stopped early, and return its exit code.
+
+    A stop signal decides the exit whatever exception the unwinding ended in (see
+    `bertpre.errors.stop_signal`): a library's cleanup raising its own is no bug of the command.
+    """
+    signum = stop_signal()
+    if signum is None and isinstance(error, Stopped):
+        signum = error.signum
+    if signum is not None:
+        return report_stop(signum)
+    if isinstance(error, UsageError):
         hint = f" (see: {error.ctx.command_path} --help)" if error.ctx else ""
         typer.echo(f"error: {error.format_message()}{hint}", err=True)
-        sys.exit(EXIT_BAD_INPUT)
-    except (UserError, CorpusError) as error:
+        return EXIT_BAD_INPUT
+    if isinstance(error, (UserError, CorpusError)):
         typer.echo(f"error: {one_line(str(error))}", err=True)
-        sys.exit(EXIT_BAD_INPUT)
-    except OSError as error:  # a full or read-only disk, a path that cannot be written
+        return EXIT_BAD_INPUT
+    if isinstance(error, OSError):  # a full or read-only disk, a path that cannot be written
         if error.errno in WRITE_ERRNOS:
             where = f" {error.filename}" if error.filename else ""
             typer.echo(f"error: cannot write{where}: {error.strerror}; free disk space or choose a "
@@ -507,18 +523,12 @@ def main() -> None:
             typer.echo(f"error: {one_line(str(error.filename))[:300]}: {error.strerror or error}; check "
                        "that path and run the command again", err=True)
         else:
-            sys.exit(report_internal_error(error))
-        sys.exit(EXIT_BAD_INPUT)
-    except (KeyboardInterrupt, typer.Abort):
+            return report_internal_error(error)
+        return EXIT_BAD_INPUT
+    if isinstance(error, (KeyboardInterrupt, typer.Abort)):
         typer.echo("interrupted", err=True)
-        sys.exit(EXIT_INTERRUPTED)
-    except Stopped as stopped:
-        terminated = stopped.signum == signal.SIGTERM
-        typer.echo("terminated" if terminated else "interrupted", err=True)
-        sys.exit(EXIT_TERMINATED if terminated else EXIT_INTERRUPTED)
-    except Exception as error:  # a bug: one line for the user, the traceback in a file for us
-        sys.exit(report_internal_error(error))
-    sys.exit(code if isinstance(code, int) else 0)
+        return EXIT_INTERRUPTED
+    return report_internal_error(error)  # a bug: one line for the user, the traceback in a file for us
 
 
 def one_line(message: str) -> str:

@@ -2,10 +2,15 @@
 from __future__ import annotations
 
 import errno
+import os
 import signal
+import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 # Write failures that mean the disk or the path, not the program, is at fault: the command
 # stops with one line (exit 2), never a traceback.
@@ -30,14 +35,69 @@ class Stopped(BaseException):
         super().__init__(signum)
         self.signum = signum
 
+    def __del__(self) -> None:
+        # Dropped before the command ended: C code that runs signal handlers swallowed it (compile()
+        # while importing, Arrow, tokenizers' callbacks, an at-fork hook). Send the signal again in
+        # a moment, from outside that code (here the handler would run in the same place).
+        if _command_running and _received and os.getpid() == _handling_pid:
+            threading.Timer(0.05, signal.pthread_kill, args=(threading.main_thread().ident, self.signum)).start()
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 _received: list[int] = []  # signals recorded by `stop`, for `raise_if_stopped`
+_handling_pid: int | None = None  # the process `handle_stop_signals` was called in
+_command_running = False  # between `handle_stop_signals` and `stop_signal`
+
+
+def handle_stop_signals() -> None:
+    """SIGINT and SIGTERM raise `Stopped` in this process (the CLI's handlers), so every command
+    unwinds and removes its temporaries. Pretraining replaces the handlers while it trains
+    (`bertpre.train.runtime.StopSignals`)."""
+    global _handling_pid, _command_running
+    _received.clear()  # a command starts with no stop (main() may run twice in one process: tests)
+    _command_running = True
+    if _handling_pid is None:
+        sys.unraisablehook = _quiet_about_stops(sys.unraisablehook)
+    _handling_pid = os.getpid()
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, _on_stop_signal)
+
+
+def _on_stop_signal(signum: int, frame: object) -> None:
+    if os.getpid() != _handling_pid:  # a forked child: never unwind the parent's work here
+        signal.signal(signum, signal.SIG_DFL)  # (its staging folder): end as the signal ends it
+        os.kill(os.getpid(), signum)
+        return
+    if _command_running:  # once its exit code is chosen, a signal changes nothing
+        stop(signum)
+
+
+def _quiet_about_stops(hook: Callable[[Any], None]) -> Callable[[Any], None]:
+    """A `sys.unraisablehook` that prints nothing for a `Stopped` raised where Python can only
+    print an exception (a `__del__`, an at-fork hook): it is raised again (`Stopped.__del__`)."""
+
+    def unraisable(report: Any) -> None:
+        if not isinstance(report.exc_value, Stopped):
+            hook(report)
+
+    return unraisable
 
 
 def stop(signum: int) -> None:
     """Record a stop signal and raise `Stopped` (the CLI's SIGINT and SIGTERM handler)."""
     _received.append(signum)
     raise Stopped(signum)
+
+
+def stop_signal() -> int | None:
+    """The stop signal this process received, if any, when the command ends: its exit code is
+    the signal's, whatever exception the unwinding ended in (a library's cleanup may raise its
+    own while `Stopped` passes through it: datasets' process pool asks its busy workers for
+    their results with a 0.05 s timeout in a `finally`). No stop is raised after this."""
+    global _command_running
+    _command_running = False
+    return _received[0] if _received else None
 
 
 def raise_if_stopped() -> None:
@@ -67,3 +127,42 @@ def signals_held() -> Iterator[None]:
             signal.signal(signum, handler)
         if held:
             signal.raise_signal(held[0])
+
+
+def interruptible(work: Callable[[], T], cut_short: Callable[[], None]) -> T:
+    """`work()`, run in a thread of its own so that a stop signal is handled at once.
+
+    Python runs signal handlers in the main thread only, between its bytecodes: native code that
+    holds the main thread for minutes (tokenizers' training, which reads its input from threads
+    of its own) would keep SIGINT and SIGTERM waiting until it returned. Here the main thread
+    waits instead; when the handler raises, `cut_short()` must make `work` end soon (e.g. by
+    ending its input), which is waited for before the exception goes on.
+    """
+    outcome: dict[str, Any] = {}
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            outcome["value"] = work()
+        except BaseException as error:  # handed to the caller's thread
+            outcome["error"] = error
+        finally:
+            done.set()
+
+    thread = threading.Thread(target=run, name="bertpre-native-work")
+    thread.start()
+    try:
+        done.wait()
+    except BaseException:
+        cut_short()
+        raise
+    finally:
+        # Never go on while native code runs in the thread (Python cannot finalize under it), so
+        # a second signal waits too; an Event, since 3.11's join(), interrupted, takes the thread
+        # for ended.
+        with signals_held():
+            done.wait()
+            thread.join()
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]

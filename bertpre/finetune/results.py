@@ -58,8 +58,11 @@ def check_finetune_out(out: Path, sources: list[Any], claim: Claim | None = None
 def write_json(path: Path, values: dict[str, Any]) -> None:
     """Write JSON beside `path` and rename it into place: a reader sees the old file or the new."""
     staging = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    staging.write_text(json.dumps(values, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    staging.replace(path)
+    try:
+        staging.write_text(json.dumps(values, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        staging.replace(path)
+    finally:  # a stop signal or a full disk: no half-written file stays beside it
+        staging.unlink(missing_ok=True)
 
 
 def append_line(path: Path, values: dict[str, Any]) -> None:

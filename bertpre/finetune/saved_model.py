@@ -43,35 +43,39 @@ def save_task_model(out: Path, model: nn.Module, config: BertConfig, *, task: st
     target = out / MODEL_FOLDER
     staging = out / f".{MODEL_FOLDER}.tmp"
     shutil.rmtree(staging, ignore_errors=True)
-    row = family(config)
-    hf = row.write_task_folder(staging, model.state_dict(), config, tokenizer_folder, tagging=task == "tagging")
-    prefix = row.hf_task_prefix
-    if task == "regression":
-        hf.update(architectures=[f"{prefix}ForSequenceClassification"], num_labels=1, problem_type="regression",
-                  id2label={"0": "LABEL_0"}, label2id={"LABEL_0": 0})
-    else:
-        hf.update(architectures=[f"{prefix}ForTokenClassification" if task == "tagging"
-                                 else f"{prefix}ForSequenceClassification"],
-                  id2label={str(number): name for number, name in enumerate(label_names)},
-                  label2id={name: number for number, name in enumerate(label_names)})
-        if task == "classification":
-            hf["problem_type"] = "single_label_classification"
-    write_json(staging / "config.json", hf)
-    make_files_readable(staging)
-    kept: list[str] = []
-    if target.exists():  # an earlier --save-model's: only what it wrote is replaced
-        old = read_inventory(target, "finetune", {path.name for path in staging.iterdir()})
-        kept = foreign_paths(target, old)
-        problem = ""
-        if changed := changed_paths(target, old):
-            problem = f"{shown(changed)} changed since bertpre wrote it"
-        elif clashing := collisions(staging, kept):
-            problem = f"{shown(clashing)}, which bertpre did not write, stands where the new model writes"
-        if problem:
-            beside = out / f"{MODEL_FOLDER}.new-{time.strftime('%Y%m%d-%H%M%S')}"
-            staging.rename(beside)
-            raise UserError(f"{target} was not replaced ({problem}); the new model is at {beside}")
-    take_inventory(staging, "finetune")
+    try:
+        row = family(config)
+        hf = row.write_task_folder(staging, model.state_dict(), config, tokenizer_folder, tagging=task == "tagging")
+        prefix = row.hf_task_prefix
+        if task == "regression":
+            hf.update(architectures=[f"{prefix}ForSequenceClassification"], num_labels=1, problem_type="regression",
+                      id2label={"0": "LABEL_0"}, label2id={"LABEL_0": 0})
+        else:
+            hf.update(architectures=[f"{prefix}ForTokenClassification" if task == "tagging"
+                                     else f"{prefix}ForSequenceClassification"],
+                      id2label={str(number): name for number, name in enumerate(label_names)},
+                      label2id={name: number for number, name in enumerate(label_names)})
+            if task == "classification":
+                hf["problem_type"] = "single_label_classification"
+        write_json(staging / "config.json", hf)
+        make_files_readable(staging)
+        kept: list[str] = []
+        if target.exists():  # an earlier --save-model's: only what it wrote is replaced
+            old = read_inventory(target, "finetune", {path.name for path in staging.iterdir()})
+            kept = foreign_paths(target, old)
+            problem = ""
+            if changed := changed_paths(target, old):
+                problem = f"{shown(changed)} changed since bertpre wrote it"
+            elif clashing := collisions(staging, kept):
+                problem = f"{shown(clashing)}, which bertpre did not write, stands where the new model writes"
+            if problem:
+                beside = out / f"{MODEL_FOLDER}.new-{time.strftime('%Y%m%d-%H%M%S')}"
+                staging.rename(beside)
+                raise UserError(f"{target} was not replaced ({problem}); the new model is at {beside}")
+        take_inventory(staging, "finetune")
+    except BaseException:  # a stop signal or a full disk: no half-written folder stays
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
     with signals_held():
         swap_in(target, staging, out / f".{MODEL_FOLDER}.old", kept)
     return target
