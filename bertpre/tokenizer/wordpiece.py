@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from tokenizers import (
     trainers,
 )
 
-from bertpre.errors import UserError
+from bertpre.errors import UserError, interruptible
 from bertpre.tokenizer.alphabet import CharacterCounts, plan_alphabet
 
 logger = logging.getLogger(__name__)
@@ -112,7 +113,18 @@ def _train_once(
         continuing_subword_prefix=CONTINUING_SUBWORD_PREFIX,
         **trainer_options,
     )
-    tokenizer.train_from_iterator(iter(texts), trainer, length=length)
+    stopping = threading.Event()
+
+    def until_stopped() -> Iterator[list[str]]:
+        for batch in texts:
+            if stopping.is_set():
+                return  # the trainer finishes on what it has read, and its result is dropped
+            yield batch
+
+    # tokenizers reads the texts from threads of its own while the calling thread waits in native
+    # code, where no signal handler runs: wait in Python instead, so SIGINT/SIGTERM stop at once.
+    interruptible(lambda: tokenizer.train_from_iterator(until_stopped(), trainer, length=length),
+                  stopping.set)
     return tokenizer.get_vocab(with_added_tokens=False)
 
 
