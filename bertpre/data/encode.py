@@ -1,4 +1,5 @@
-"""Corpus documents to a tokenized Arrow dataset: spool to disk, encode with `datasets.map`, split."""
+"""Corpus documents to a tokenized Arrow dataset: spool to disk, encode with `datasets.map`
+(with --num-proc, in `process_map`'s processes), split."""
 from __future__ import annotations
 
 import os
@@ -16,6 +17,7 @@ from tokenizers import Tokenizer
 from tqdm import tqdm
 
 from bertpre.data.folder import TRAIN_SPLIT, VALIDATION_SPLIT
+from bertpre.data.process_map import map_in_processes
 from bertpre.errors import UserError
 from bertpre.tokenizer.alphabet import CharacterCounts
 from bertpre.tokenizer.sentence_encoder import ChunkEncoder, sum_per_group
@@ -167,21 +169,26 @@ def encode_corpus(
     `fingerprint` replaces datasets' own, which would hash the temporary folder's path and so
     differ from run to run (and with it DATA's state.json).
     """
-    with _single_threaded_tokenizers_in_workers(num_proc):
-        encoded = documents.with_format("arrow").map(
-            encode_documents,
-            batched=True,
-            batch_size=BATCH_DOCUMENTS,
-            num_proc=num_proc if num_proc > 1 else None,
-            remove_columns=["sentences"],
-            features=ENCODED_FEATURES if word_starts is None else datasets.Features(
-                {"input_ids": ENCODED_FEATURES["input_ids"], "word_starts": WORD_STARTS_FEATURE,
-                 **{name: ENCODED_FEATURES[name] for name in COUNT_COLUMNS}}),
-            fn_kwargs={"encoder": ChunkEncoder(tokenizer), "word_starts": word_starts},
-            new_fingerprint=f"{fingerprint}-encoded",
-            load_from_cache_file=False,
-            desc="Encoding sentences",
-        )
+    options = dict(
+        batched=True,
+        batch_size=BATCH_DOCUMENTS,
+        remove_columns=["sentences"],
+        features=ENCODED_FEATURES if word_starts is None else datasets.Features(
+            {"input_ids": ENCODED_FEATURES["input_ids"], "word_starts": WORD_STARTS_FEATURE,
+             **{name: ENCODED_FEATURES[name] for name in COUNT_COLUMNS}}),
+        fn_kwargs={"encoder": ChunkEncoder(tokenizer), "word_starts": word_starts},
+        load_from_cache_file=False,
+    )
+    documents = documents.with_format("arrow")
+    if num_proc > 1 and len(documents) > 1:
+        with _single_threaded_tokenizers_in_workers(num_proc):
+            encoded = map_in_processes(documents, encode_documents, num_proc=num_proc,
+                                       folder=Path(documents.cache_files[0]["filename"]).parent,
+                                       new_fingerprint=f"{fingerprint}-encoded", desc="Encoding sentences",
+                                       **options)
+    else:
+        encoded = documents.map(encode_documents, new_fingerprint=f"{fingerprint}-encoded",
+                                desc="Encoding sentences", **options)
     counts = {name: int(encoded.data.column(name).to_numpy().sum()) for name in COUNT_COLUMNS}
     encoded = encoded.with_format(None).remove_columns(COUNT_COLUMNS, new_fingerprint=f"{fingerprint}-ids")
     return encoded, counts
