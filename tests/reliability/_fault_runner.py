@@ -9,13 +9,25 @@
 - `kill_in_metrics:n`: SIGKILL while the n-th metrics.jsonl row is half written.
 - `kill_in_tokenizer_copy:n`: SIGKILL while copying the n-th file of RUN/tokenizer.
 - `nan_loss:n` / `inf_loss:n`: the n-th training forward pass returns a NaN / inf MLM loss.
+- `pause_before:MODULE.NAME:n`: pause before the n-th call of the function or method NAME
+  (e.g. `bertpre.folders.Output.commit`), in whichever process calls it (forked workers count
+  their own calls).
+- `pause_in_vocab:n`: pause as the vocab trainer reads its n-th batch of sentences (inside
+  tokenizers' training, which calls back into Python for them).
+
+A pause creates the file `$BERTPRE_PAUSED` (holding the pausing process's id) and sleeps until
+the file is gone (two minutes at most): a test waits for the file, sends its signal, and removes
+the file, which lets a pause in a thread that no signal interrupts go on.
 """
 from __future__ import annotations
 
 import errno
+import functools
+import importlib
 import os
 import signal
 import sys
+import time
 
 
 def _die() -> None:
@@ -33,7 +45,46 @@ def _nth(n: int):
     return hit
 
 
+def _pause() -> None:
+    paused = os.environ["BERTPRE_PAUSED"]
+    with open(paused, "a") as handle:
+        handle.write(f"{os.getpid()}\n")
+    deadline = time.monotonic() + 120
+    while os.path.exists(paused) and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def _resolve(dotted: str) -> tuple[object, str]:
+    """The object holding the attribute `dotted` names (a module or a class), and its name."""
+    parts = dotted.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        try:
+            holder = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for part in parts[cut:-1]:
+            holder = getattr(holder, part)
+        return holder, parts[-1]
+    raise SystemExit(f"BERTPRE_FAULT names nothing importable: {dotted!r}")
+
+
 def install(fault: str) -> None:
+    if fault.startswith("pause_before:"):
+        dotted, _, count = fault.removeprefix("pause_before:").rpartition(":")
+        hit = _nth(int(count))
+        holder, attribute = _resolve(dotted)
+        real = getattr(holder, attribute)
+
+        # wraps: the copy keeps the real one's name, so datasets pickles it by reference to a
+        # forked worker, where the same name finds this copy again.
+        @functools.wraps(real)
+        def paused(*args, **kwargs):
+            if hit():
+                _pause()
+            return real(*args, **kwargs)
+
+        setattr(holder, attribute, paused)
+        return
     name, _, count = fault.partition(":")
     hit = _nth(int(count or 1))
 
@@ -100,6 +151,18 @@ def install(fault: str) -> None:
             return out
 
         BertForPreTraining.forward = forward
+    elif name == "pause_in_vocab":
+        from bertpre.data.encode import SentenceBatches
+
+        real_iter = SentenceBatches.__iter__
+
+        def batches(self):
+            for batch in real_iter(self):
+                if hit():
+                    _pause()
+                yield batch
+
+        SentenceBatches.__iter__ = batches
     else:
         raise SystemExit(f"unknown BERTPRE_FAULT {fault!r}")
 

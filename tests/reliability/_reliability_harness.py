@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -167,3 +168,66 @@ def folder_state(folder: Path) -> dict[str, tuple[int, int]]:
         return {}
     return {str(p.relative_to(folder)): (p.lstat().st_size if p.is_file() else -1, p.lstat().st_mtime_ns)
             for p in sorted(folder.rglob("*"))}  # lstat: a link is itself, even one that loops
+
+
+# How each stop signal is sent: SIGTERM to the process, as a scheduler or `kill` sends it; SIGINT
+# to its whole process group, as Ctrl-C in a terminal does (workers get it too).
+STOPS = {signal.SIGTERM: (143, "terminated"), signal.SIGINT: (130, "interrupted")}
+
+
+def start_paused(args: list, fault: str, paused: Path, tmp: Path) -> subprocess.Popen:
+    """Start `bertpre ARGS` in a process group of its own, `fault` (a `pause_…` of the fault
+    runner) making it wait at one point; `tmp` is its temporary folder (TMPDIR)."""
+    tmp.mkdir(exist_ok=True)
+    env = dict(fault_env(fault), BERTPRE_PAUSED=str(paused), TMPDIR=str(tmp))
+    return subprocess.Popen(bertpre_command(*args, fault=fault), env=env, cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def send_stop(process: subprocess.Popen, signum: int) -> None:
+    if signum == signal.SIGINT:
+        os.killpg(process.pid, signum)
+    else:
+        process.send_signal(signum)
+
+
+def group_processes(group: int) -> list[int]:
+    """The processes of process group `group` (zombies included: not yet gone)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # ended meanwhile
+        if int(fields[2]) == group:  # the fields after `(name)`: state, ppid, pgrp, ...
+            found.append(int(entry.name))
+    return found
+
+
+def assert_stopped(process: subprocess.Popen, signum: int, stdout: str, stderr: str) -> None:
+    """The exit code of `signum`, its one line last on stderr and no other complaint, and no
+    process of the command's group still running (the workers included)."""
+    code, said = STOPS[signum]
+    assert process.returncode == code, stderr[-3000:]
+    lines = stderr.splitlines()
+    assert lines[-1:] == [said] and lines.count(said) == 1, stderr[-3000:]
+    assert not any(line.startswith("error") or "Traceback" in line for line in lines), stderr[-3000:]
+    deadline = time.monotonic() + 30  # a killed worker may take a moment to be reaped
+    while group_processes(process.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert group_processes(process.pid) == []
+
+
+def temporaries_under(folder: Path) -> list[Path]:
+    """Anything a stopped command may have left: temporaries and staging folders (`.NAME.tmp…`),
+    claims, datasets' scratch files (`tmp…`), old folders set aside (`….old`)."""
+    patterns = (".*.tmp*", ".bertpre-claim*", "tmp*", "*.old", "*.new-*")
+    return sorted({path for pattern in patterns for path in folder.rglob(pattern)})
+
+
+def file_contents(folder: Path) -> dict[str, bytes]:
+    """Every file under `folder` with its bytes."""
+    return {str(path.relative_to(folder)): path.read_bytes() for path in sorted(folder.rglob("*"))
+            if path.is_file()}
