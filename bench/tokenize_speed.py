@@ -3,7 +3,8 @@
 - vocab training: bertpre's `train_tokenizer` (character count, fixed alphabet and ## seeds
   for determinism, WordPiece trainer; reading the spooled Arrow documents) next to
   `Tokenizer.train_from_iterator` with a `WordPieceTrainer` on the same sentences in memory.
-- encode+write: bertpre's `datasets.map(batched, num_proc)` encoding, counting, split by
+- encode+write: bertpre's `datasets.map(batched)` encoding (`--num-proc` > 1: one forked
+  process per shard, `bertpre.data.process_map`), counting, split by
   document and `save_to_disk`, next to `Tokenizer.encode_batch` over the same sentences (ids
   collected in memory, nothing written).
 - end to end (bertpre only): `tokenize_corpus`, i.e. also reading, cleaning and splitting

@@ -167,7 +167,9 @@ def encode_corpus(
     `word_starts`, each token's word-start flag, segmented in the encoding processes).
 
     `fingerprint` replaces datasets' own, which would hash the temporary folder's path and so
-    differ from run to run (and with it DATA's state.json).
+    differ from run to run (and with it DATA's state.json). With `num_proc` > 1 the shards are
+    encoded in forked processes (`process_map`), their files written beside `documents`' own; a
+    dataset held in memory has no such folder and is encoded in this process.
     """
     options = dict(
         batched=True,
@@ -180,7 +182,7 @@ def encode_corpus(
         load_from_cache_file=False,
     )
     documents = documents.with_format("arrow")
-    if num_proc > 1 and len(documents) > 1:
+    if num_proc > 1 and len(documents) > 1 and documents.cache_files:  # the shards' files go beside it
         with _single_threaded_tokenizers_in_workers(num_proc):
             encoded = map_in_processes(documents, encode_documents, num_proc=num_proc,
                                        folder=Path(documents.cache_files[0]["filename"]).parent,
