@@ -248,8 +248,8 @@ def claimed_out(out: str | Path, command: str, *, overwrite: bool = False,
     out = Path(out)
     target = check_out(out, command, overwrite=overwrite, sources=sources)
     claim = Claim(target, command)
-    claim.take()
-    try:
+    try:  # take() inside: a stop signal just after it is taken still releases it
+        claim.take()
         # Again, now that no other bertpre command can: the folder may have filled meanwhile.
         check_out(out, command, overwrite=overwrite, sources=sources, claim=claim)
         remove_stale_temporaries(target)  # first: an old folder left aside gives back what it kept
