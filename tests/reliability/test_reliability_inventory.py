@@ -265,3 +265,20 @@ def test_a_demo_inside_another_output_is_refused_before_any_work(reference_run, 
     assert code == 2 and stdout == "" and len(stderr.splitlines()) == 1, stderr
     assert "the demo's run cannot be made inside another output" in stderr
     assert hashes(export) == before and not (export / "demo").exists()
+
+
+def test_finetune_results_inside_an_export_survive_its_overwrite(reference_run, tmp_path, monkeypatch, capsys):
+    """The finding: `finetune --out` inside an export was lost to the next `export --overwrite`."""
+    export = tmp_path / "my-bert"
+    assert run_main(["export", reference_run, "--out", export], monkeypatch, capsys)[0] == 0
+    rows = ["the cat sees the river .\tanimal", "my sister feeds a dog .\tperson"] * 6
+    task = tmp_path / "task.tsv"
+    task.write_text("text\tlabel\n" + "\n".join(rows) + "\n", encoding="utf-8")
+    code, _, stderr = run_main(["finetune", export, "--train", task, "--validation", task, "--out",
+                                export / "downstream", "--epochs", "1", "--seeds", "1"], monkeypatch, capsys)
+    assert code == 0, stderr
+    results = hashes(export / "downstream")
+    assert "results.json" in results
+    code, _, stderr = run_main(["export", reference_run, "--out", export, "--overwrite"], monkeypatch, capsys)
+    assert code == 0, stderr
+    assert hashes(export / "downstream") == results
