@@ -222,4 +222,5 @@ def claimed(folder: Path, command: str, *, label: str = "--out") -> Iterator[Cla
         claim.take()
         yield claim
     finally:
-        claim.release()
+        with signals_held():  # a second stop must not cut the clean-up short
+            claim.release()

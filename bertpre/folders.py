@@ -257,7 +257,8 @@ def claimed_out(out: str | Path, command: str, *, overwrite: bool = False,
         with staging_folder(target) as staging:
             yield Output(out, target, staging, claim, command, names)
     finally:
-        claim.release()
+        with signals_held():  # a second stop must not cut the clean-up short
+            claim.release()
 
 
 def temporary_prefix(out: Path) -> str:
@@ -297,7 +298,8 @@ def staging_folder(out: Path) -> Iterator[Path]:
     try:
         yield staging
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        with signals_held():  # a second stop (or a stop sent again) must not cut it short
+            shutil.rmtree(staging, ignore_errors=True)
 
 
 def current_umask() -> int:
