@@ -185,11 +185,12 @@ def train_tokenizer(
     # Fixing the alphabet and the ## tokens up front makes training deterministic (see alphabet.py).
     pipeline = build_tokenizer(None, lowercase)
     prefix = CONTINUING_SUBWORD_PREFIX
-    # The characters every vocab of these options holds: the vocab must have room for them.
-    always, always_seeds = plan_alphabet(pipeline, character_counts, prefix,
-                                         ALWAYS_KEPT_CHARACTERS if limit_alphabet is None else limit_alphabet)
-    if not always:
+    alphabet, seeds = plan_alphabet(pipeline, character_counts, prefix, limit_alphabet)
+    if not alphabet:
         raise UserError("the corpus has no text to train a vocab on; check the corpus files")
+    # The characters every vocab of these options holds: the vocab must have room for them.
+    always, always_seeds = (alphabet, seeds) if limit_alphabet is not None else plan_alphabet(
+        pipeline, character_counts, prefix, ALWAYS_KEPT_CHARACTERS)
     floor = len(SPECIAL_TOKENS) + len(always) + len(always_seeds)
     if vocab_size < floor:
         raise UserError(
@@ -197,12 +198,13 @@ def train_tokenizer(
             f"alphabet ({len(always)} characters, {len(always_seeds)} of them also as ##c) alone take "
             f"{floor} entries; use --vocab-size of at least {floor} (or lower --limit-alphabet)"
         )
-    alphabet, seeds = plan_alphabet(pipeline, character_counts, prefix, limit_alphabet)
     counts = normalized_counts(pipeline, character_counts)
+    # Characters beyond the always-kept ones compete with the merges for room (alphabet.py).
+    competing = limit_alphabet is None and len(alphabet) > len(always)
     trainer_options = {
         # With every character, room for as many merges as the vocab could hold without them:
         # keep_frequent_characters then weighs the characters against the merges.
-        "vocab_size": vocab_size + (0 if limit_alphabet is not None else len(alphabet) + len(seeds)),
+        "vocab_size": vocab_size + (len(alphabet) + len(seeds) if competing else 0),
         "min_frequency": min_frequency,
         "show_progress": show_progress,
     }
@@ -222,7 +224,7 @@ def train_tokenizer(
         logger.info("retraining the vocab with %d corrected ## seeds", len(corrected))
         seeds = corrected
 
-    if limit_alphabet is None and len(vocab) > vocab_size:
+    if competing and len(vocab) > vocab_size:
         encoder = Tokenizer(models.WordPiece(vocab, unk_token=UNK_TOKEN,
                                              max_input_chars_per_word=MAX_INPUT_CHARS_PER_WORD))
         uses = token_uses(encoder, trained_word_counts(trainer))
