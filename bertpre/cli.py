@@ -99,7 +99,10 @@ def tokenize(
     num_proc: int = typer.Option(1, "--num-proc", help="Processes encoding the corpus (raise for large corpora)."),
     min_frequency: int = typer.Option(
         2, "--min-frequency", help="Fewest occurrences for a merged subword (with --add-vocab: an appended word)."),
-    limit_alphabet: int = typer.Option(1000, "--limit-alphabet", help="Most distinct characters in the vocab."),
+    limit_alphabet: int | None = typer.Option(
+        None, "--limit-alphabet", metavar="N",
+        help="Keep the N most frequent characters in the vocab. Default: every character seen at "
+             "least as often as the rarest subword kept (all of them when they fit)."),
     no_sentence_split: bool = typer.Option(
         False, "--no-sentence-split", help="Take each line as one sentence (no sentence splitting)."),
     seed: int = typer.Option(42, "--seed", help="Seed of the train/validation split."),
@@ -117,7 +120,7 @@ def tokenize(
       bertpre tokenize CORPUS --vocab-only --vocab-sample-bytes 1000000000 --out vocab
       bertpre tokenize CORPUS --tokenizer vocab --num-shards 64 --out data/shard-{shard}
     """
-    from bertpre.data.build import format_summary, tokenize_corpus
+    from bertpre.data.build import format_summary, tokenize_corpus, unk_warning
     from bertpre.data.shards import resolve_shard
     from bertpre.data.vocab import format_vocab_summary, peak_memory_line, train_vocab
 
@@ -161,6 +164,9 @@ def tokenize(
         typer.echo(f"warning: {replaced:,} invalid UTF-8 byte sequence(s) in the corpus were "
                    "replaced with U+FFFD (counted in the manifest)", err=True)
     typer.echo(format_summary(manifest, out, [("peak memory", peak_memory_line())]))
+    warning = unk_warning(manifest)
+    if warning is not None:
+        typer.echo(warning, err=True)
 
 
 def _merge_shard_manifests(folder: Path, corpus: list[str] | None, out: Path | None) -> None:

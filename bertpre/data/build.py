@@ -25,6 +25,7 @@ from bertpre.data.folder import (
 )
 from bertpre.errors import UserError, raise_if_stopped
 from bertpre.folders import check_out, claimed_out
+from bertpre.tokenizer.alphabet import CharacterCounts, alphabet_coverage
 from bertpre.tokenizer.vocab_extension import extend_vocab, vocab_sha256
 from bertpre.tokenizer.word_boundaries import WordStarts, read_user_dict
 from bertpre.tokenizer.wordpiece import (
@@ -32,6 +33,7 @@ from bertpre.tokenizer.wordpiece import (
     SPECIAL_TOKENS,
     TOKENIZER_FILE,
     VOCAB_FILE,
+    build_tokenizer,
     load_tokenizer,
     save_tokenizer,
     tokenizer_lowercases,
@@ -48,6 +50,8 @@ from data_prep import (
 
 # Beyond this the embedding table alone (vocab × hidden) outgrows a GPU at BERT sizes.
 MAX_VOCAB_SIZE = 1_000_000
+# Above this share of [UNK] tokens `bertpre tokenize` warns and names what would lower it.
+UNK_WARNING_SHARE = 0.005
 
 
 @dataclass
@@ -65,7 +69,7 @@ class TokenizeOptions:
     split_sentences: bool = True
     validation_share: float = 0.01
     min_frequency: int = 2
-    limit_alphabet: int = 1000
+    limit_alphabet: int | None = None
     vocab_sample_bytes: int | None = None  # train the vocab on a sample of this many bytes
     word_boundaries: str | None = None  # "jieba": store each token's word-start flag
     user_dict: str | None = None  # the segmenter's extra words (a jieba user dictionary)
@@ -85,7 +89,7 @@ def tokenize_corpus(
     validation_share: float = 0.01,
     num_proc: int = 1,
     min_frequency: int = 2,
-    limit_alphabet: int = 1000,
+    limit_alphabet: int | None = None,
     vocab_sample_bytes: int | None = None,
     word_boundaries: str | None = None,
     user_dict: str | Path | None = None,
@@ -156,7 +160,7 @@ def tokenize_corpus(
         stats = CorpusStats()
         sample = None
         if tokenizer is None and vocab_sample_bytes is not None:
-            tokenizer, sample = train_on_sample(files, options, show_progress)
+            tokenizer, sample, _ = train_on_sample(files, options, show_progress)
         documents = read_documents(
             files, text_field=text_field, split_sentences=split_sentences, stats=stats, shard=shard
         )
@@ -173,7 +177,7 @@ def tokenize_corpus(
         with encoding.progress_bars(show_progress):
             raw, character_counts = encoding.spool_documents(
                 chain([first_document], documents), building / "documents.arrow", show_progress,
-                count_characters=tokenizer is None,
+                count_characters=tokenizer_path is None,  # a trained vocab's alphabet is reported
             )
             if tokenizer is None:
                 tokenizer = train_tokenizer(
@@ -208,6 +212,8 @@ def tokenize_corpus(
         split_sizes = {name: len(split) for name, split in splits.items()}
         manifest = _manifest(options, stats, tokenizer, building / TOKENIZER_DIR, split_sizes, counts,
                              source if add_vocab is not None else None)
+        if character_counts is not None:
+            manifest["tokenizer"]["alphabet"] = alphabet_coverage(tokenizer, character_counts)
         if sample is not None:
             manifest["tokenizer"]["sample"] = sample
         if shard is not None:
@@ -228,12 +234,12 @@ def tokenize_corpus(
 
 
 def train_on_sample(files: list[Path], options: TokenizeOptions, show_progress: bool,
-                    stats: CorpusStats | None = None) -> tuple[Tokenizer, dict]:
+                    stats: CorpusStats | None = None) -> tuple[Tokenizer, dict, CharacterCounts]:
     """A vocab trained on a `vocab_sample_bytes` sample of the corpus (one streaming pass).
 
     Returns:
-        The tokenizer, and what the sample held, for the manifest: documents, sentences, bytes.
-        `stats` gets the corpus's files and the sample's counts.
+        The tokenizer; what the sample held, for the manifest: documents, sentences, bytes; and
+        the sample's character counts. `stats` gets the corpus's files and the sample's counts.
     """
     assert options.vocab_sample_bytes is not None
     stats = stats if stats is not None else CorpusStats()
@@ -241,6 +247,10 @@ def train_on_sample(files: list[Path], options: TokenizeOptions, show_progress: 
         print(f"Sampling {options.vocab_sample_bytes:,} bytes of documents for the vocab", file=sys.stderr)
     documents = sample_documents(files, options.vocab_sample_bytes, text_field=options.text_field,
                                  split_sentences=options.split_sentences, stats=stats)
+    character_counts = CharacterCounts(build_tokenizer(None, lowercase=True))
+    for start in range(0, len(documents), 1000):  # numpy's cost is per call: many texts a call
+        character_counts.update(sentence for document in documents[start:start + 1000]
+                                for sentence in document)
     tokenizer = train_tokenizer(
         documents,
         vocab_size=options.vocab_size,
@@ -248,6 +258,7 @@ def train_on_sample(files: list[Path], options: TokenizeOptions, show_progress: 
         min_frequency=options.min_frequency,
         limit_alphabet=options.limit_alphabet,
         length=len(documents),
+        character_counts=character_counts,
     )
     raise_if_stopped()
     sample = {
@@ -256,7 +267,7 @@ def train_on_sample(files: list[Path], options: TokenizeOptions, show_progress: 
         "bytes": sum(len(sentence.encode("utf-8", errors="surrogatepass"))
                      for document in documents for sentence in document),
     }
-    return tokenizer, sample
+    return tokenizer, sample, character_counts
 
 
 def _word_starts(options: TokenizeOptions) -> WordStarts | None:
@@ -318,7 +329,7 @@ def check_options(options: TokenizeOptions) -> None:
         )
     if options.min_frequency < 0:
         raise UserError(f"--min-frequency {options.min_frequency} must be 0 or more")
-    if options.limit_alphabet < 1:
+    if options.limit_alphabet is not None and options.limit_alphabet < 1:
         raise UserError(f"--limit-alphabet {options.limit_alphabet} must be 1 or more")
     if not options.text_field:
         raise UserError("--text-field must name a field, e.g. --text-field text")
@@ -424,7 +435,7 @@ def format_summary(manifest: dict, out: str | Path, extra: Sequence[tuple[str, s
     counts, tokenizer = manifest["counts"], manifest["tokenizer"]
     total_bytes = sum(source["bytes"] for source in manifest["sources"])
     asked = manifest["options"]["vocab_size"]
-    short = f" (asked {asked:,}: the corpus has too few subwords)" if (
+    short = f" (asked {asked:,}: {why_vocab_is_short(manifest)})" if (
         tokenizer["trained"] and tokenizer["vocab_size"] < asked) else ""
     rows = [
         ("DATA folder", str(out)),
@@ -442,7 +453,6 @@ def format_summary(manifest: dict, out: str | Path, extra: Sequence[tuple[str, s
                       f"{counts['validation_documents']:,} validation)"),
         ("sentences", f"{counts['sentences']:,}"),
         ("tokens", f"{counts['tokens']:,}"),
-        ("[UNK] share", f"{counts['unk_share']:.4%} ({counts['unk_tokens']:,} tokens)"),
         (f"words over {MAX_INPUT_CHARS_PER_WORD} chars", f"{counts['long_words']:,}"),
         ("duplicates dropped", f"{counts['duplicate_documents_dropped']:,} documents"),
         ("empty dropped", f"{counts['empty_documents_dropped']:,} documents"),
@@ -458,5 +468,67 @@ def format_summary(manifest: dict, out: str | Path, extra: Sequence[tuple[str, s
         rows.append(("vocab trained on", f"a sample of {sample['documents']:,} documents, "
                                          f"{sample['bytes'] / 1e6:,.2f} MB"))
     rows += list(extra)
+    rows.append(("[UNK] share", _describe_unk(manifest)))  # last: the line a user reads first
     width = max(len(name) for name, _ in rows)
     return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
+
+
+def _describe_unk(manifest: dict) -> str:
+    """The [UNK] share, and how much of the text is in characters the vocab lacks."""
+    counts, alphabet = manifest["counts"], manifest["tokenizer"].get("alphabet")
+    text = f"{counts['unk_share']:.4%} ({counts['unk_tokens']:,} tokens"
+    if alphabet is not None and alphabet["occurrences_outside"]:
+        text += (f"; {alphabet['characters'] - alphabet['in_vocab']:,} of the corpus's "
+                 f"{alphabet['characters']:,} characters are not in the vocab, "
+                 f"{alphabet['occurrences_outside'] / max(alphabet['occurrences'], 1):.2%} of its text")
+    return text + ")"
+
+
+def why_vocab_is_short(manifest: dict) -> str:
+    """Why a trained vocab has fewer entries than asked: --limit-alphabet left characters out,
+    or the corpus has too few subwords."""
+    limit, alphabet = manifest["options"].get("limit_alphabet"), manifest["tokenizer"].get("alphabet")
+    if limit is not None and alphabet is not None and alphabet["in_vocab"] < alphabet["characters"]:
+        return (f"--limit-alphabet {limit} left out {alphabet['characters'] - alphabet['in_vocab']:,} "
+                "characters")
+    return "the corpus has too few subwords"
+
+
+def unk_warning(manifest: dict) -> str | None:
+    """One line when more than UNK_WARNING_SHARE of the tokens are [UNK], naming the cause and
+    the option that lowers it; None below."""
+    counts, tokenizer, options = manifest["counts"], manifest["tokenizer"], manifest["options"]
+    share = counts["unk_share"]
+    if share <= UNK_WARNING_SHARE:
+        return None
+    head = f"warning: {share:.2%} of the tokens are [UNK] (above {UNK_WARNING_SHARE:.1%}): "
+    alphabet = tokenizer.get("alphabet")
+    if tokenizer["trained"] and alphabet is not None and alphabet["occurrences_outside"]:
+        kept, everything = alphabet["in_vocab"], alphabet["characters"]
+        outside = (f"the other {everything - kept:,} "
+                   f"({alphabet['occurrences_outside'] / max(alphabet['occurrences'], 1):.2%} of the text) are [UNK]")
+        if "sample" in tokenizer:
+            return (head + f"the vocab's sample of {tokenizer['sample']['documents']:,} documents "
+                    f"held {kept:,} of the corpus's {everything:,} characters, so {outside}; train "
+                    "it on more text (a larger --vocab-sample-bytes, or all of it without one)")
+        if options.get("limit_alphabet") is not None:
+            cause = (f"--limit-alphabet {options['limit_alphabet']} kept the {kept:,} most frequent "
+                     f"of the corpus's {everything:,} characters")
+        else:
+            least = alphabet["least_count_in_vocab"]
+            cause = (f"the vocab kept the {kept:,} of the corpus's {everything:,} characters seen at "
+                     f"least {least:,} time{'s' if least != 1 else ''} (as often as its rarest "
+                     f"subword, in --vocab-size {options['vocab_size']:,})")
+        fix = f"--limit-alphabet {everything}"
+        needed = len(SPECIAL_TOKENS) + everything + alphabet["continuing"]
+        if needed > options["vocab_size"]:
+            fix += f" and a --vocab-size of at least {needed}"
+        return head + f"{cause}, so {outside}; keep them all with {fix}"
+    if counts["long_words"] and counts["long_words"] >= counts["unk_tokens"] / 2:
+        words = f"{counts['long_words']:,} " + ("word is" if counts["long_words"] == 1 else "words are")
+        return (head + f"{words} over {MAX_INPUT_CHARS_PER_WORD} characters (each one [UNK]); "
+                "clean them out of the corpus")
+    if not tokenizer["trained"]:
+        return (head + "the --tokenizer vocab lacks words or characters of this corpus; grow it "
+                "with --add-vocab N, or train a vocab on the corpus by leaving out --tokenizer")
+    return head + "check the corpus for text that is not what it should be (bertpre inspect DATA)"

@@ -13,10 +13,11 @@ from pathlib import Path
 from tokenizers import Tokenizer
 
 import bertpre
-from bertpre.data.build import TokenizeOptions, check_options, train_on_sample
+from bertpre.data.build import TokenizeOptions, check_options, train_on_sample, why_vocab_is_short
 from bertpre.data.folder import MANIFEST_FILE, VOCAB_KIND
 from bertpre.errors import raise_if_stopped
 from bertpre.folders import claimed_out
+from bertpre.tokenizer.alphabet import CharacterCounts, alphabet_coverage
 from bertpre.tokenizer.wordpiece import (
     TOKENIZER_FILE,
     save_tokenizer,
@@ -36,7 +37,7 @@ def train_vocab(
     split_sentences: bool = True,
     vocab_sample_bytes: int | None = None,
     min_frequency: int = 2,
-    limit_alphabet: int = 1000,
+    limit_alphabet: int | None = None,
     overwrite: bool = False,
     show_progress: bool = True,
 ) -> dict:
@@ -61,12 +62,14 @@ def train_vocab(
         building = output.staging
         stats = CorpusStats()
         if vocab_sample_bytes is not None:
-            tokenizer, sample = train_on_sample(files, options, show_progress, stats)
+            tokenizer, sample, character_counts = train_on_sample(files, options, show_progress, stats)
         else:
-            tokenizer = _train_on_everything(files, options, building, stats, show_progress)
+            tokenizer, character_counts = _train_on_everything(files, options, building, stats,
+                                                               show_progress)
             sample = None
         save_tokenizer(tokenizer, building)
         manifest = _vocab_manifest(options, stats, tokenizer, building / TOKENIZER_FILE, sample)
+        manifest["tokenizer"]["alphabet"] = alphabet_coverage(tokenizer, character_counts)
         (building / MANIFEST_FILE).write_text(
             json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
         output.commit()
@@ -74,7 +77,7 @@ def train_vocab(
 
 
 def _train_on_everything(files: list[Path], options: TokenizeOptions, scratch: Path,
-                         stats: CorpusStats, show_progress: bool) -> Tokenizer:
+                         stats: CorpusStats, show_progress: bool) -> tuple[Tokenizer, CharacterCounts]:
     documents = read_documents(files, text_field=options.text_field,
                                split_sentences=options.split_sentences, stats=stats)
     from bertpre.data import encode as encoding  # datasets takes seconds to import
@@ -95,7 +98,7 @@ def _train_on_everything(files: list[Path], options: TokenizeOptions, scratch: P
     del raw
     for spooled in scratch.glob("*.arrow"):
         spooled.unlink()
-    return tokenizer
+    return tokenizer, character_counts
 
 
 def _vocab_manifest(options: TokenizeOptions, stats: CorpusStats, tokenizer: Tokenizer,
@@ -133,12 +136,21 @@ def peak_memory_line() -> str:
     return line
 
 
+def _describe_alphabet(alphabet: dict) -> str:
+    """How many of the text's characters the vocab holds, and the share of text in the others."""
+    text = f"{alphabet['in_vocab']:,} of the text's {alphabet['characters']:,} in the vocab"
+    if alphabet["occurrences_outside"]:
+        share = alphabet["occurrences_outside"] / max(alphabet["occurrences"], 1)
+        text += f" (the others, {share:.2%} of the text, will be [UNK]: see --limit-alphabet)"
+    return text
+
+
 def format_vocab_summary(manifest: dict, out: str | Path) -> str:
     """The end-of-run table of `--vocab-only`."""
     tokenizer, options, trained_on = manifest["tokenizer"], manifest["options"], manifest["trained_on"]
     total_bytes = sum(source["bytes"] for source in manifest["sources"])
     asked = options["vocab_size"]
-    short = f" (asked {asked:,}: the text has too few subwords)" if tokenizer["vocab_size"] < asked else ""
+    short = f" (asked {asked:,}: {why_vocab_is_short(manifest)})" if tokenizer["vocab_size"] < asked else ""
     if "bytes" in trained_on:
         text = (f"a sample of {trained_on['documents']:,} documents, {trained_on['bytes'] / 1e6:,.2f} MB "
                 f"(--vocab-sample-bytes {options['vocab_sample_bytes']:,})")
@@ -150,6 +162,7 @@ def format_vocab_summary(manifest: dict, out: str | Path) -> str:
         ("trained on", text),
         ("vocab", f"{tokenizer['vocab_size']:,} tokens{short}, "
                   f"{'lowercase' if tokenizer['lowercase'] else 'cased'}"),
+        ("characters", _describe_alphabet(tokenizer["alphabet"])),
         ("peak memory", peak_memory_line()),
         ("next", f"bertpre tokenize CORPUS --tokenizer {shlex.quote(str(out))} --out DATA "
                  "(--num-shards N for many machines)"),

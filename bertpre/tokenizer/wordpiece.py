@@ -18,7 +18,15 @@ from tokenizers import (
 )
 
 from bertpre.errors import UserError, interruptible
-from bertpre.tokenizer.alphabet import CharacterCounts, plan_alphabet
+from bertpre.tokenizer.alphabet import (
+    ALWAYS_KEPT_CHARACTERS,
+    CharacterCounts,
+    keep_frequent_characters,
+    normalized_counts,
+    plan_alphabet,
+    token_uses,
+    trained_word_counts,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -104,7 +112,7 @@ def _train_once(
     alphabet: list[str],
     seeds: list[str],
     length: int | None,
-) -> dict[str, int]:
+) -> tuple[dict[str, int], trainers.WordPieceTrainer]:
     tokenizer = build_tokenizer(None, lowercase)
     trainer = trainers.WordPieceTrainer(
         special_tokens=SPECIAL_TOKENS + seeds,
@@ -125,7 +133,7 @@ def _train_once(
     # code, where no signal handler runs: wait in Python instead, so SIGINT/SIGTERM stop at once.
     interruptible(lambda: tokenizer.train_from_iterator(until_stopped(), trainer, length=length),
                   stopping.set)
-    return tokenizer.get_vocab(with_added_tokens=False)
+    return tokenizer.get_vocab(with_added_tokens=False), trainer
 
 
 def train_tokenizer(
@@ -133,7 +141,7 @@ def train_tokenizer(
     vocab_size: int = 30522,
     lowercase: bool = True,
     min_frequency: int = 2,
-    limit_alphabet: int = 1000,
+    limit_alphabet: int | None = None,
     show_progress: bool = False,
     length: int | None = None,
     character_counts: CharacterCounts | None = None,
@@ -146,6 +154,9 @@ def train_tokenizer(
             re-iterable object) is streamed; a one-shot iterator is held in memory.
         vocab_size: size of the final vocab, special tokens and alphabet included. The result
             has exactly this size unless the corpus has too few distinct subwords (then fewer).
+        limit_alphabet: keep this many of the most frequent characters. None (the default):
+            every character that occurs at least as often as the rarest subword the vocab
+            keeps, and every character when all fit (`alphabet.keep_frequent_characters`).
         length: number of items, for the progress bar only.
         character_counts: the texts' character counts, when the caller already has them
             (saves a pass over the texts).
@@ -171,28 +182,36 @@ def train_tokenizer(
         character_counts = CharacterCounts(build_tokenizer(None, lowercase))
         for batch in texts:
             character_counts.update(batch)
-    trainer_options = {
-        "vocab_size": vocab_size,
-        "min_frequency": min_frequency,
-        "show_progress": show_progress,
-    }
     # Fixing the alphabet and the ## tokens up front makes training deterministic (see alphabet.py).
-    alphabet, seeds = plan_alphabet(
-        build_tokenizer(None, lowercase), character_counts, CONTINUING_SUBWORD_PREFIX, limit_alphabet
-    )
+    pipeline = build_tokenizer(None, lowercase)
+    prefix = CONTINUING_SUBWORD_PREFIX
+    alphabet, seeds = plan_alphabet(pipeline, character_counts, prefix, limit_alphabet)
     if not alphabet:
         raise UserError("the corpus has no text to train a vocab on; check the corpus files")
-    floor = len(SPECIAL_TOKENS) + len(alphabet) + len(seeds)
+    # The characters every vocab of these options holds: the vocab must have room for them.
+    always, always_seeds = (alphabet, seeds) if limit_alphabet is not None else plan_alphabet(
+        pipeline, character_counts, prefix, ALWAYS_KEPT_CHARACTERS)
+    floor = len(SPECIAL_TOKENS) + len(always) + len(always_seeds)
     if vocab_size < floor:
         raise UserError(
             f"vocab size {vocab_size} is too small for this corpus: the special tokens and the "
-            f"alphabet ({len(alphabet)} characters, {len(seeds)} of them also as ##c) alone take "
+            f"alphabet ({len(always)} characters, {len(always_seeds)} of them also as ##c) alone take "
             f"{floor} entries; use --vocab-size of at least {floor} (or lower --limit-alphabet)"
         )
+    counts = normalized_counts(pipeline, character_counts)
+    # Characters beyond the always-kept ones compete with the merges for room (alphabet.py).
+    competing = limit_alphabet is None and len(alphabet) > len(always)
+    trainer_options = {
+        # With every character, room for as many merges as the vocab could hold without them:
+        # keep_frequent_characters then weighs the characters against the merges.
+        "vocab_size": vocab_size + (len(alphabet) + len(seeds) if competing else 0),
+        "min_frequency": min_frequency,
+        "show_progress": show_progress,
+    }
     # Should the seeds miss a ## token the trainer needs (its own normalization of a character
     # in context differs from ours), train again with it: the set is fixed, so once is enough.
     for _ in range(3):
-        vocab = _train_once(texts, lowercase, trainer_options, alphabet, seeds, length)
+        vocab, trainer = _train_once(texts, lowercase, trainer_options, alphabet, seeds, length)
         created = {
             token
             for token in vocab
@@ -205,6 +224,12 @@ def train_tokenizer(
         logger.info("retraining the vocab with %d corrected ## seeds", len(corrected))
         seeds = corrected
 
+    if competing and len(vocab) > vocab_size:
+        encoder = Tokenizer(models.WordPiece(vocab, unk_token=UNK_TOKEN,
+                                             max_input_chars_per_word=MAX_INPUT_CHARS_PER_WORD))
+        uses = token_uses(encoder, trained_word_counts(trainer))
+        vocab = keep_frequent_characters(vocab, uses, counts, alphabet, SPECIAL_TOKENS, vocab_size,
+                                         prefix, ALWAYS_KEPT_CHARACTERS)
     # The trainer keeps the specials and every alphabet symbol (also as ##c), so it overshoots
     # rather than drop characters when vocab_size is below that floor.
     if len(vocab) > vocab_size:
@@ -213,13 +238,23 @@ def train_tokenizer(
             f"alphabet alone take {len(vocab)} entries; use --vocab-size of at least {len(vocab)}"
         )
     if len(vocab) < vocab_size:
-        logger.warning(
-            "the vocab has %d entries, fewer than the %d asked for: the corpus has too few distinct "
-            "subwords seen at least %d times", len(vocab), vocab_size, min_frequency,
-        )
+        logger.warning("the vocab has %d entries, fewer than the %d asked for: %s", len(vocab),
+                       vocab_size, _why_short(vocab, counts, limit_alphabet, min_frequency))
     # Rebuild around the learned vocab so a trained tokenizer is the same object as one loaded
     # from its vocab.txt (the trainer leaves the WordPiece model's other settings at defaults).
     return build_tokenizer(vocab, lowercase)
+
+
+def _why_short(vocab: dict[str, int], counts: dict[str, int], limit_alphabet: int | None,
+               min_frequency: int) -> str:
+    """Why a trained vocab came out smaller than asked: the alphabet's limit, or the corpus."""
+    outside = [char for char in counts if char not in vocab]
+    if limit_alphabet is not None and outside:
+        share = sum(counts[char] for char in outside) / max(sum(counts.values()), 1)
+        return (f"--limit-alphabet {limit_alphabet} left out {len(outside):,} of the corpus's "
+                f"{len(counts):,} characters ({share:.2%} of its text, which becomes [UNK]); "
+                f"leave --limit-alphabet out, or raise it to {len(counts)}")
+    return f"the corpus has too few distinct subwords seen at least {min_frequency} times"
 
 
 class _Batches:

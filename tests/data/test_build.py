@@ -6,7 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
-from _tokenize_helpers import documents, folder_bytes, run, write_corpus  # tests/ is on sys.path
+from _long_tail import long_tailed_counts, long_tailed_documents  # tests/ is on sys.path
+from _tokenize_helpers import documents, folder_bytes, run, write_corpus
 
 from bertpre.data import build as pipeline
 from bertpre.data.build import format_summary
@@ -86,7 +87,26 @@ def test_unknown_characters_and_over_long_words_are_counted(tmp_path):
     # x*150 is over the 100-character limit; ☃ is not in the reused vocab.
     assert (counts["unk_tokens"], counts["long_words"]) == (2, 1)
     assert manifest["tokenizer"]["trained"] is False
+    assert "1 word is over 100 characters (each one [UNK])" in pipeline.unk_warning(manifest)
     assert load_data(tmp_path / "odd").tokenizer.get_vocab() == load_tokenizer(reference / "tokenizer").get_vocab()
+
+
+def test_a_trained_vocab_reports_its_alphabet_and_the_summary_ends_with_the_unk_share(tmp_path):
+    from bertpre.data.build import unk_warning
+
+    # 1,500 CJK characters and 。, the rarest 500 seen twice: 4.2% of the text, [UNK] under the
+    # old default of 1,000 characters; now every one is in the vocab.
+    documents = long_tailed_documents(long_tailed_counts())
+    manifest = run(write_corpus(tmp_path / "zh.txt", documents), tmp_path / "data", vocab_size=2000,
+                   min_frequency=2)
+    characters = sum(len(sentence) for document in documents for sentence in document)
+    assert manifest["tokenizer"]["alphabet"] == {
+        "characters": 1501, "continuing": 0, "in_vocab": 1501, "least_count_in_vocab": 2,
+        "occurrences": characters, "occurrences_outside": 0}
+    assert manifest["counts"]["unk_tokens"] == 0
+    assert format_summary(manifest, tmp_path / "data").splitlines()[-1] == \
+        "[UNK] share             0.0000% (0 tokens)"
+    assert unk_warning(manifest) is None
 
 
 def test_reused_cased_vocab_keeps_its_own_ids_and_casing(tmp_path):

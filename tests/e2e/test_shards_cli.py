@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -33,6 +34,8 @@ def test_four_shard_tasks_in_parallel_then_pretrain_on_the_glob(tmp_path):
                     "--vocab-size", "120", "--min-frequency", "1", "--out", "vocab", cwd=tmp_path)
     assert vocab.returncode == 0, vocab.stderr
     assert "trained on    a sample of" in vocab.stdout and "peak memory" in vocab.stdout
+    # every character of the sample is in the vocab (it has room for all)
+    assert re.search(r"^characters    ([\d,]+) of the text's \1 in the vocab$", vocab.stdout, re.M), vocab.stdout
 
     # One command line for every task, as in an sbatch --array=0-3 script.
     task = [sys.executable, "-m", "bertpre", "tokenize", "corpus", "--tokenizer", "vocab",

@@ -12,6 +12,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from _long_tail import long_tailed_counts, long_tailed_documents  # tests/ is on sys.path
+from typer.testing import CliRunner
+
+from bertpre.cli import app
 
 SENTENCES = [
     "The lighthouse keeper counted ships every evening.",
@@ -58,6 +62,30 @@ def test_tokenize_writes_data_and_prints_a_summary(tmp_path):
     manifest = json.loads((tmp_path / "data" / "manifest.json").read_text())
     assert manifest["counts"]["sentences"] == 24
     assert sorted(path.name for path in tmp_path.iterdir()) == ["corpus.txt", "data"]
+
+
+def test_a_small_limit_alphabet_is_named_in_a_warning_and_the_summary_ends_with_the_unk_share(tmp_path):
+    # 1,500 CJK characters and 。, the rarest seen twice (tests/_long_tail.py).
+    documents = long_tailed_documents(long_tailed_counts())
+    (tmp_path / "zh.txt").write_text("\n\n".join("\n".join(document) for document in documents) + "\n",
+                                     encoding="utf-8")
+    # In-process (a subprocess costs a second more): the same command, stdout and stderr apart.
+    result = CliRunner().invoke(app, ["tokenize", str(tmp_path / "zh.txt"), "--out", str(tmp_path / "data"),
+                                      "--vocab-size", "2000", "--limit-alphabet", "500"])
+    assert result.exit_code == 0, result.output
+    manifest = json.loads((tmp_path / "data" / "manifest.json").read_text())
+    share = manifest["counts"]["unk_share"]
+    assert share > 0.005
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"warning: {share:.2%} of the tokens are [UNK] (above 0.5%): --limit-alphabet 500 kept the "
+        "500 most frequent of the corpus's 1,501 characters, so the other 1,001 "
+        f"({manifest['tokenizer']['alphabet']['occurrences_outside'] / manifest['tokenizer']['alphabet']['occurrences']:.2%} "
+        "of the text) are [UNK]; keep them all with --limit-alphabet 1501")
+    lines = result.stdout.strip().splitlines()
+    assert lines[-1].startswith(f"[UNK] share             {share:.4%} (")
+    assert "; 1,001 of the corpus's 1,501 characters are not in the vocab" in lines[-1]
+    assert "vocab                   505 tokens (asked 2,000: --limit-alphabet 500 left out 1,001 characters)" \
+        in result.stdout
 
 
 def test_help_shows_an_example(tmp_path):
