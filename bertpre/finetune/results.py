@@ -1,19 +1,25 @@
-"""A `bertpre finetune` --out folder: its marker, `results.json` (the command's last report) and
-`results.jsonl` (a line for each finished piece of work, found again by its key)."""
+"""A `bertpre finetune` --out folder: its marker, `results.json` (the command's report),
+`results.jsonl` (a line for each finished piece of work, found again by its key) and
+`predictions/` (each piece of work's predictions, an example a line)."""
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bertpre.claim import Claim, real_path
 from bertpre.errors import UserError
 from bertpre.folders import MARKERS, content_names, real_out
 
+if TYPE_CHECKING:
+    from bertpre.finetune.tasks import Examples
+
 MARKER = MARKERS["finetune"][0]
 RESULTS_FILE = "results.json"
 SWEEP_FILE = "results.jsonl"
+PREDICTIONS_FOLDER = "predictions"
 
 
 def finished_work(folder: Path, key: str) -> dict[str, Any] | None:
@@ -63,6 +69,33 @@ def write_json(path: Path, values: dict[str, Any]) -> None:
         staging.replace(path)
     finally:  # a stop signal or a full disk: no half-written file stays beside it
         staging.unlink(missing_ok=True)
+
+
+def write_lines(path: Path, rows: Iterable[dict[str, Any]]) -> None:
+    """JSON lines written beside `path` and renamed into place (folders made as needed)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staging = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with staging.open("w", encoding="utf-8") as handle:
+        for row in rows:
+            handle.write(json.dumps(row, ensure_ascii=False) + "\n")
+    staging.replace(path)
+
+
+def prediction_rows(task: str, examples: Examples, seeds: list[int], per_seed: list[list[Any]]
+                    ) -> Iterator[dict[str, Any]]:
+    """An example a row: its number in the file, its input (text and pair, or the words), the gold
+    label (value, tags) and each seed's prediction."""
+    for index in range(len(examples)):
+        row: dict[str, Any] = {"index": index}
+        if task == "tagging":
+            row["words"] = examples.texts[index]
+        else:
+            row["text"] = examples.texts[index]
+            if examples.pairs is not None:
+                row["text_pair"] = examples.pairs[index]
+        row["gold"] = examples.labels[index]
+        row["predicted"] = {str(seed): predictions[index] for seed, predictions in zip(seeds, per_seed, strict=True)}
+        yield row
 
 
 def append_line(path: Path, values: dict[str, Any]) -> None:
