@@ -2,18 +2,19 @@
 
 The work is keyed by the weights' hash, the task files' hashes and the hyperparameters; a line of
 `OUT/results.jsonl` records each finished (checkpoint, task, mode), so running the same command
-again reuses it instead of training again.
+again reuses it instead of training again. An --out holds one run (`OUT/run.json`: its source,
+task files, columns and settings): another run is refused in one line naming the difference.
 """
 from __future__ import annotations
 
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from bertpre.claim import claimed
+from bertpre.claim import claimed, real_path
 from bertpre.config.finetune import Hyperparameters
 from bertpre.config.sections import PRECISIONS
 from bertpre.errors import UserError
@@ -25,8 +26,10 @@ from bertpre.finetune.results import (
     MARKER,
     PREDICTIONS_FOLDER,
     RESULTS_FILE,
+    RUN_FILE,
     SWEEP_FILE,
     check_finetune_out,
+    check_same_run,
     write_json,
 )
 from bertpre.finetune.saved_model import check_can_save
@@ -122,6 +125,8 @@ def finetune(source: str | Path, files: TaskFiles | None, out: str | Path, *, hp
                             "is not a RUN folder (one with checkpoints/)")
     if save_model and sweep:
         raise UserError("--save-model keeps one model; give one checkpoint as SOURCE, not --checkpoints or --watch")
+    run = describe_run(source, tasks, hp, select_by, benchmark[0] if benchmark else None)
+    check_same_run(out, target, run)
     jobs = Jobs([Job(name=name, data=data, files=task_files, hp=hp, seeds=seeds, target=target,
                      precision=precision, device=device, say=say, save_model=save_model, select_by=select_by)
                  for name, data, task_files in tasks], benchmark=benchmark[0] if benchmark else None)
@@ -134,8 +139,10 @@ def finetune(source: str | Path, files: TaskFiles | None, out: str | Path, *, hp
                         f"{source / 'checkpoints'}")
     with claimed(target, "finetune") as claim:
         check_finetune_out(out, [], claim)
-        marker = target / MARKER
+        check_same_run(out, target, run)
+        marker, record = target / MARKER, target / RUN_FILE
         marker.write_text("made by `bertpre finetune`; its results are kept and reused\n", encoding="utf-8")
+        write_json(record, run)
         try:
             if not sweep:
                 results = [jobs.evaluate(source)[0]]
@@ -147,6 +154,7 @@ def finetune(source: str | Path, files: TaskFiles | None, out: str | Path, *, hp
             kept = (SWEEP_FILE, FEATURES_FOLDER, PREDICTIONS_FOLDER)
             if claim.created and not any((target / name).exists() for name in kept):
                 marker.unlink(missing_ok=True)  # nothing kept: the folder goes with the claim
+                record.unlink(missing_ok=True)
             else:
                 claim.keep_folder()
             raise
@@ -167,6 +175,20 @@ def check_select_by(select_by: str, *, has_test: bool, benchmark: tuple | None) 
         raise UserError("--select-by dev chooses the epoch by the --validation score and reports --test; "
                         "give --test (a score chosen on the split it is read on overstates it), or leave "
                         "out --select-by")
+
+
+def describe_run(source: Path, tasks: list[tuple[str, Any, TaskFiles]], hp: Hyperparameters, select_by: str,
+                 benchmark: str | None) -> dict[str, Any]:
+    """What makes two commands one run (`OUT/run.json`): the source, the task(s), each file's
+    sha256, the columns and the settings; not the seeds, the precision or the checkpoints chosen."""
+    described = {}
+    for name, data, files in tasks:
+        described[name if benchmark else "task"] = {
+            "task": data.task,
+            "files": {split: {"path": entry["path"], "sha256": entry["sha256"]} for split, entry in data.files.items()},
+            "columns": {"text": files.text_column, "text_pair": files.text_pair_column, "label": files.label_column}}
+    return {"source": str(real_path(source)), "benchmark": benchmark, "tasks": described,
+            "settings": {**asdict(hp), "select_by": select_by}}
 
 
 def choose_checkpoint(results: list[dict[str, Any]], select_by: str) -> list[dict[str, Any]]:

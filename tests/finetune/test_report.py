@@ -1,7 +1,7 @@
 """The report of `bertpre finetune`, read from the outside (the real command, in-process): each
 entity type's figures equal seqeval's report and each class's, with the confusion matrix,
 scikit-learn's, on the predictions the command wrote; dev and test both scored; the epoch chosen
-by dev; the positive label named."""
+by dev; the positive label named; one run an --out, another refused in one line."""
 from __future__ import annotations
 
 import json
@@ -128,6 +128,39 @@ def test_the_binary_f1_names_its_positive_label(run_folder, tmp_path, monkeypatc
     assert result["metrics"]["f1"]["per_seed"][0] == pytest.approx(sk.f1_score(
         [row["gold"] for row in rows], [row["predicted"]["0"] for row in rows], pos_label="person", zero_division=0))
     assert "f1 is the F1 of the label 'person'" in stdout
+
+
+def test_another_run_into_an_out_that_holds_results_is_refused_naming_the_difference(
+        run_folder, tmp_path, monkeypatch, capsys):
+    train, validation = write_task(tmp_path, 40, 0, "train.jsonl"), write_task(tmp_path, 20, 1, "dev.jsonl")
+    other = write_task(tmp_path, 20, 2, "other.jsonl")
+    out = tmp_path / "out"
+    run = ["finetune", run_folder, "--train", train, "--validation", validation, "--out", out, "--epochs", "2",
+           *PROBE]
+    code, _, stderr = run_main([*run, "--seed", "0"], monkeypatch, capsys)
+    assert code == 0, stderr
+    before = {path: path.read_bytes() for path in out.rglob("*") if path.is_file()}
+    checkpoint = run_folder / "checkpoints" / "step-00000030"
+    for change, difference in [
+        (["--lr", "0.02"], "its lr is 0.01, this run's 0.02"),
+        (["--validation", other], f"its --validation {validation} has sha256 "),
+        (["--test", other], f"it has no --test, this run has {other}"),
+        (["--text-column", "label"], "its --text-column is the default, this run's label"),
+        (["--select-by", "dev", "--test", other], "it has no --test"),
+        ([], f"it fine-tuned {run_folder}, this run {checkpoint}"),
+    ]:
+        args = [*run, "--seed", "0", *change] if change else [*run[:1], checkpoint, *run[2:], "--seed", "0"]
+        code, _, stderr = run_main(args, monkeypatch, capsys)
+        assert code == 2 and len(stderr.splitlines()) == 1, stderr
+        assert stderr.startswith(f"error: --out {out} holds another run's results: ") and difference in stderr, stderr
+        assert stderr.rstrip().endswith("choose another --out"), stderr
+        assert {path: path.read_bytes() for path in out.rglob("*") if path.is_file()} == before
+    # The same run adds a seed, then reuses both results.
+    code, _, stderr = run_main([*run, "--seed", "1"], monkeypatch, capsys)
+    assert code == 0, stderr
+    code, _, stderr = run_main([*run, "--seed", "0"], monkeypatch, capsys)
+    assert code == 0 and "already done" in stderr, stderr
+    assert [line["seeds"] for line in read_lines(out / "results.jsonl")] == [[0], [1]]
 
 
 def test_select_by_dev_reports_the_test_split_at_the_epoch_dev_scored_best(run_folder, tmp_path, monkeypatch, capsys):

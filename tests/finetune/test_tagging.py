@@ -136,7 +136,7 @@ def test_the_truncation_note_counts_the_examples_cut_and_the_length_that_keeps_9
             "--max-seq-length 16; --max-seq-length 21 would keep 95% of them whole") in stderr.splitlines()
     assert no_progress_bar(stderr)  # stderr is no terminal here
     code, _, stderr = run_main(["finetune", run_folder, "--train", tmp_path / "train.jsonl", "--validation",
-                                tmp_path / "dev.jsonl", "--out", tmp_path / "out", "--mode", "probe",
+                                tmp_path / "dev.jsonl", "--out", tmp_path / "out-21", "--mode", "probe",
                                 "--seeds", "1", "--epochs", "1", "--max-seq-length", "21"], monkeypatch, capsys)
     assert code == 0, stderr
     assert ("note: 1 of 20 training examples (5.0%) and 0 of 10 validation examples (0.0%) were cut at "
