@@ -406,7 +406,12 @@ def finetune(
     watch: bool = typer.Option(False, "--watch", help="Score a RUN's checkpoints as they land, until its pretraining ends."),
     save_model: bool = typer.Option(
         False, "--save-model",
-        help="Keep the best seed's model in OUT/model as a Hugging Face folder (AutoModelFor*Classification)."),
+        help="Keep the best seed's model (by the validation score) in OUT/model as a Hugging Face folder "
+             "(AutoModelFor*Classification)."),
+    select_by: str = typer.Option(
+        "last", "--select-by",
+        help="last: report each seed's last epoch (and a sweep's last checkpoint), as BERT's recipe does. "
+             "dev: choose the epoch (and the checkpoint) by the --validation score, and report --test."),
     glue_dir: Path | None = typer.Option(
         None, "--glue-dir", help="GLUE as its download script lays it out (CoLA/, SST-2/, MRPC/, ...): "
                                  "each task's dev scores and the GLUE score, instead of --train/--validation."),
@@ -427,7 +432,7 @@ def finetune(
     """
     from bertpre.config.finetune import load_hyperparameters
     from bertpre.finetune.report import format_benchmark, format_curve, format_table
-    from bertpre.finetune.run import TaskFiles, choose_seeds
+    from bertpre.finetune.run import TaskFiles, choose_seeds, reported_result
     from bertpre.finetune.run import finetune as run_finetune
 
     # The options' values go on typed: written back as `lr=2e-05` text, YAML would read a string.
@@ -448,12 +453,17 @@ def finetune(
                           text_pair_column=text_pair_column, label_column=label_column)
     results = run_finetune(source, files, out, hp=hp, seeds=choose_seeds(seeds, seed), precision=precision,
                            checkpoints=checkpoints, watch=watch, save_model=save_model, benchmark=benchmark,
-                           say=lambda line: typer.echo(line, err=True))
+                           select_by=select_by, say=lambda line: typer.echo(line, err=True))
+    report = reported_result(results)
     if len(results) > 1:
         typer.echo(format_curve(results))
         typer.echo("")
-    typer.echo(format_benchmark(results[-1]) if benchmark else format_table(results[-1]))
+    typer.echo(format_benchmark(report) if benchmark else format_table(report))
     typer.echo(f"results: {out / 'results.json'} (every checkpoint: {out / 'results.jsonl'})")
+    predictions = [split["predictions"] for result in report.get("tasks", {"": report}).values()
+                   for split in result.get("splits", {}).values() if split.get("predictions")]
+    if predictions:
+        typer.echo("predictions: " + ", ".join(str(out / path) for path in predictions))
 
 
 def finetune_benchmark(glue_dir: Path | None, clue_dir: Path | None, tasks: str | None,

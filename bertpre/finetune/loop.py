@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import torch
@@ -23,6 +23,7 @@ from bertpre.train.optim import learning_rate, parameter_groups
 from bertpre.train.runtime import Runtime
 
 FUSED_ADAMW_DEVICES = ("cpu", "cuda")  # where torch has a fused AdamW kernel
+AfterEpoch = Callable[[int, nn.Module], None]  # (epoch from 1, the model or probe head) after each epoch
 
 
 def schedule_steps(examples: int, hp: Hyperparameters) -> tuple[int, int]:
@@ -82,8 +83,9 @@ def finetune_full(encoder: Encoder, train: Encoded, scored: Encoded, *, task: st
 
 
 def train_full(encoder: Encoder, train: Encoded, *, task: str, num_labels: int, hp: Hyperparameters,
-               seed: int, runtime: Runtime) -> nn.Module:
-    """The task model (encoder and head) trained together from `seed` for `hp.epochs` passes."""
+               seed: int, runtime: Runtime, after_epoch: AfterEpoch | None = None) -> nn.Module:
+    """The task model (encoder and head) trained together from `seed` for `hp.epochs` passes;
+    `after_epoch(epoch, model)` is called after each (from 1), e.g. to score it on dev."""
     torch.manual_seed(seed)
     model = build_task_model(encoder.config, encoder.state, num_labels,
                              tagging=task == "tagging").to(runtime.device)
@@ -123,6 +125,9 @@ def train_full(encoder: Encoder, train: Encoded, *, task: str, num_labels: int, 
                 optimizer.step()
             step += 1
             progress.step(epoch, loss, len(indices))
+        if after_epoch is not None:
+            after_epoch(epoch + 1, model)
+            model.train()
     progress.close()
     return model
 
@@ -213,8 +218,10 @@ def probe_labels(encoded: Encoded, task: str) -> torch.Tensor:
 
 
 def train_probe(train_features: torch.Tensor, train_labels: torch.Tensor, scored_features: torch.Tensor,
-                *, task: str, num_labels: int, hp: Hyperparameters, seed: int) -> np.ndarray:
-    """A linear head on frozen features (AdamW, warmup then linear decay); predictions on `scored`."""
+                *, task: str, num_labels: int, hp: Hyperparameters, seed: int,
+                after_epoch: AfterEpoch | None = None) -> np.ndarray:
+    """A linear head on frozen features (AdamW, warmup then linear decay); predictions on `scored`.
+    `after_epoch(epoch, head)` is called after each epoch (from 1)."""
     torch.manual_seed(seed)
     head = nn.Linear(train_features.shape[1], num_labels)
     optimizer = torch.optim.AdamW(parameter_groups(head, hp.weight_decay), lr=hp.lr)
@@ -233,9 +240,16 @@ def train_probe(train_features: torch.Tensor, train_labels: torch.Tensor, scored
             optimizer.step()
             step += 1
             progress.step(epoch, loss, len(indices))
+        if after_epoch is not None:
+            after_epoch(epoch + 1, head)
     progress.close()
-    with torch.no_grad():
-        logits = head(scored_features)
+    return probe_outputs(head, scored_features, task)
+
+
+@torch.no_grad()
+def probe_outputs(head: nn.Module, features: torch.Tensor, task: str) -> np.ndarray:
+    """A probe's class ids (or values) for `features`."""
+    logits = head(features)
     return (logits.squeeze(-1) if task == "regression" else logits.argmax(-1)).numpy()
 
 

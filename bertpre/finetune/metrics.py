@@ -1,8 +1,10 @@
 """Downstream metrics, written here (no scikit-learn, scipy or seqeval at run time) and checked
 against those references in the tests: accuracy, binary and macro F1, Matthews correlation,
-Pearson and Spearman correlation, and span-level precision / recall / F1 of BIO or BIOES tags."""
+Pearson and Spearman correlation, span-level precision / recall / F1 of BIO or BIOES tags, and
+the per-class and per-entity-type figures with the confusion matrix behind them."""
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -189,6 +191,59 @@ def span_scores(predicted: Sequence[Sequence[str]], true: Sequence[Sequence[str]
     recall = hits / len(true_spans) if true_spans else 0.0
     f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
     return {"precision": precision, "recall": recall, "f1": f1}
+
+
+def confusion_matrix(predictions: Sequence[int], labels: Sequence[int], num_labels: int) -> np.ndarray:
+    """(num_labels, num_labels) counts, a row per true class and a column per predicted class, as
+    scikit-learn's `confusion_matrix(labels, predictions, labels=range(num_labels))`."""
+    matrix = np.zeros((num_labels, num_labels), dtype=np.int64)
+    np.add.at(matrix, (np.asarray(labels, dtype=np.int64), np.asarray(predictions, dtype=np.int64)), 1)
+    return matrix
+
+
+def divide(numerators: np.ndarray, denominators: np.ndarray) -> np.ndarray:
+    """Elementwise a / b, 0.0 where b is 0 (scikit-learn's and seqeval's `zero_division=0`)."""
+    numerators, denominators = np.asarray(numerators, dtype=np.float64), np.asarray(denominators, dtype=np.float64)
+    return np.divide(numerators, denominators, out=np.zeros_like(numerators), where=denominators > 0)
+
+
+def precision_recall_f1(hits: np.ndarray, predicted: np.ndarray, true: np.ndarray) -> dict[str, np.ndarray]:
+    """Precision, recall and F1 (2PR / (P + R), 0.0 where both are 0) from the counts of hits,
+    of predictions and of true items; support is the true count."""
+    precision, recall = divide(hits, predicted), divide(hits, true)
+    f1 = divide(2 * precision * recall, precision + recall)
+    return {"precision": precision, "recall": recall, "f1": f1, "support": np.asarray(true, dtype=np.int64)}
+
+
+def class_scores(predictions: Sequence[int], labels: Sequence[int], num_labels: int) -> dict[str, np.ndarray]:
+    """Each class's precision, recall, F1 and support (arrays over classes 0 … num_labels-1), as
+    scikit-learn's `precision_recall_fscore_support(labels, predictions, labels=range(num_labels),
+    zero_division=0)`."""
+    matrix = confusion_matrix(predictions, labels, num_labels)
+    return precision_recall_f1(np.diag(matrix), matrix.sum(axis=0), matrix.sum(axis=1))
+
+
+def span_type_scores(predicted: Sequence[Sequence[str]], true: Sequence[Sequence[str]],
+                     scheme: str | None = None) -> dict[str, dict[str, float | int]]:
+    """Each entity type's span precision, recall, F1 and support, the types sorted, as the rows of
+    seqeval's `classification_report` (every type found in the true or the predicted tags).
+
+    Args:
+        scheme: as in `span_scores`.
+    """
+    if scheme is not None and scheme not in STRICT_PREFIXES:
+        raise ValueError(f"unknown tagging scheme {scheme!r}: use None, 'IOB2' or 'IOBES'")
+    find = spans if scheme is None else lambda sequences: strict_spans(sequences, scheme)
+    predicted_spans, true_spans = find(predicted), find(true)
+    types = sorted({kind for kind, _, _ in predicted_spans | true_spans})
+
+    def count(found: set[tuple[str, int, int]]) -> np.ndarray:
+        per_type = Counter(kind for kind, _, _ in found)
+        return np.array([per_type[name] for name in types], dtype=np.int64)
+
+    scores = precision_recall_f1(count(predicted_spans & true_spans), count(predicted_spans), count(true_spans))
+    return {name: {metric: values[number].item() for metric, values in scores.items()}
+            for number, name in enumerate(types)}
 
 
 def majority_class(labels: Sequence):

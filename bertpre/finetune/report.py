@@ -1,14 +1,20 @@
 """What a fine-tuning is worth: each seed's scores, their mean, std (ddof 1), min and max, the
-majority-class baseline, seeds stuck at one class flagged (never dropped), as JSON and a table."""
+majority-class baseline, seeds stuck at one class flagged (never dropped), each class's or entity
+type's figures and the confusion matrix, as JSON and a table."""
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from bertpre.finetune import metrics
+
+# The metric a task is judged by first: the dev score that chooses an epoch or a checkpoint, and
+# the best seed's for --save-model.
+MAIN_METRIC = {"classification": "accuracy", "tagging": "f1", "regression": "pearson"}
 
 
 def score(task: str, predictions: Sequence[Any], labels: Sequence[Any], label_names: list[str]) -> dict[str, float]:
@@ -31,6 +37,79 @@ def score(task: str, predictions: Sequence[Any], labels: Sequence[Any], label_na
     scores["f1_macro"] = metrics.f1_macro(predicted, true)
     scores["mcc"] = metrics.matthews_corrcoef(predicted, true)
     return scores
+
+
+def label_scores(task: str, predictions: Sequence[Any], labels: Sequence[Any], label_names: list[str]
+                 ) -> tuple[dict[str, dict[str, float | int]], np.ndarray | None]:
+    """One set of predictions' figures per label: each class's precision, recall, F1 and support
+    with the confusion matrix (rows gold, columns predicted), or each entity type's over spans as
+    seqeval's report counts them (no matrix); nothing for regression."""
+    if task == "tagging":
+        return metrics.span_type_scores(list(predictions), list(labels)), None
+    if task != "classification":
+        return {}, None
+    index = {name: number for number, name in enumerate(label_names)}
+    predicted = np.asarray([index[name] for name in predictions], dtype=np.int64)
+    true = np.asarray([index[name] for name in labels], dtype=np.int64)
+    scores = metrics.class_scores(predicted, true, len(label_names))
+    per_label = {name: {metric: values[number].item() for metric, values in scores.items()}
+                 for number, name in enumerate(label_names)}
+    return per_label, metrics.confusion_matrix(predicted, true, len(label_names))
+
+
+def summarize_labels(per_seed: list[dict[str, dict[str, float | int]]]) -> dict[str, dict[str, Any]]:
+    """Each label's precision, recall and F1 over the seeds (as `summarize`) and its support. An
+    entity type one seed neither predicted nor found in the gold tags scores 0.0 for that seed."""
+    names = list(dict.fromkeys(name for seed in per_seed for name in seed))
+    if per_seed and all(set(seed) == set(per_seed[0]) for seed in per_seed):
+        names = list(per_seed[0])  # the classes, in the label set's order
+    elif all(isinstance(name, str) for name in names):
+        names = sorted(names)  # entity types, sorted as seqeval's report
+    absent = {"precision": 0.0, "recall": 0.0, "f1": 0.0, "support": 0}
+    summary = {}
+    for name in names:
+        rows = [seed.get(name, absent) for seed in per_seed]
+        summary[name] = {**summarize([{metric: row[metric] for metric in ("precision", "recall", "f1")}
+                                      for row in rows]),
+                         "support": max(int(row["support"]) for row in rows)}
+    return summary
+
+
+@dataclass
+class SplitScores:
+    """One scored split's figures, added a seed at a time: the task's metrics, each label's, the
+    confusion matrix (classification) and the predictions themselves."""
+
+    name: str
+    reported: bool  # its metrics are the report's headline (else: dev, beside a test split)
+    labels: Sequence[Any]  # the gold labels, values or tag sequences
+    task: str
+    label_names: list[str]
+    scores: list[dict[str, float]] = field(default_factory=list)
+    per_label: list[dict[str, dict[str, float | int]]] = field(default_factory=list)
+    matrices: list[list[list[int]]] = field(default_factory=list)
+    predictions: list[list[Any]] = field(default_factory=list)
+
+    def add(self, predictions: list[Any]) -> None:
+        """One seed's predictions."""
+        self.predictions.append(predictions)
+        self.scores.append(score(self.task, predictions, self.labels, self.label_names))
+        per_label, matrix = label_scores(self.task, predictions, self.labels, self.label_names)
+        self.per_label.append(per_label)
+        if matrix is not None:
+            self.matrices.append(matrix.tolist())
+
+    def report(self, majority: dict[str, float | None]) -> dict[str, Any]:
+        """The split's entry in results.json: its metrics over seeds beside the majority baseline's,
+        each label's figures and the confusion matrices (a row per gold label, one per seed)."""
+        report: dict[str, Any] = {"reported": self.reported, "examples": len(self.labels),
+                                  "metrics": summarize(self.scores), "majority": majority}
+        if self.task != "regression":
+            report["per_label"] = summarize_labels(self.per_label)
+        if self.matrices:
+            report["confusion_matrix"] = {"rows": "gold", "columns": "predicted", "labels": self.label_names,
+                                          "per_seed": self.matrices}
+        return report
 
 
 def stuck(task: str, predictions: Sequence[Any]) -> str | None:
@@ -59,22 +138,71 @@ def summarize(per_seed: list[dict[str, float]]) -> dict[str, dict[str, Any]]:
     return summary
 
 
-def format_table(result: dict[str, Any]) -> str:
-    """The report a person reads: one row per metric, the baseline beside it, flags below."""
-    seeds = result["seeds"]
-    title = (f"{result['task']} ({result['mode']}) on the {result['split']} split, "
-             f"{len(seeds)} seed{'s' if len(seeds) != 1 else ''}: {', '.join(map(str, seeds))}")
-    lines = [title, f"{'metric':<10} {'mean':>8} {'± std':>8} {'min':>8} {'max':>8} {'majority':>9}   per seed"]
-    baseline = result["baselines"]["majority"]
-    for name, values in result["metrics"].items():
-        def show(value: float | None) -> str:
-            return "-" if value is None else f"{value:.4f}"
+def show(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4f}"
+
+
+def metrics_rows(scores: dict[str, dict[str, Any]], baseline: dict[str, float | None]) -> list[str]:
+    """A row per metric: mean, std, min, max, the majority baseline and each seed's value."""
+    lines = [f"{'metric':<10} {'mean':>8} {'± std':>8} {'min':>8} {'max':>8} {'majority':>9}   per seed"]
+    for name, values in scores.items():
         per_seed = " ".join(show(value) for value in values["per_seed"])
         lines.append(f"{name:<10} {show(values['mean']):>8} {show(values['std']):>8} "
                      f"{show(values['min']):>8} {show(values['max']):>8} {show(baseline.get(name)):>9}   {per_seed}")
+    return lines
+
+
+def format_table(result: dict[str, Any]) -> str:
+    """The report a person reads: a row per metric with the baseline beside it on the reported
+    split, then the same on dev (beside a test split), flags, the chosen epochs, and each label's
+    figures (and the confusion matrix) on the reported split."""
+    seeds = result["seeds"]
+    count = f"{len(seeds)} seed{'s' if len(seeds) != 1 else ''}"
+    lines = [f"{result['task']} ({result['mode']}) on the {result['split']} split, {count}: "
+             f"{', '.join(map(str, seeds))}",
+             *metrics_rows(result["metrics"], result["baselines"]["majority"])]
+    if result.get("positive_label") is not None:
+        lines.append(f"f1 is the F1 of the label {result['positive_label']!r} (the positive label: "
+                     "the second of the sorted labels)")
+    splits = result.get("splits", {})
+    for name, split in splits.items():
+        if not split["reported"]:
+            lines += ["", f"on the {name} split (dev)", *metrics_rows(split["metrics"], split["majority"])]
     for flag in result["flags"]:
         lines.append(f"warning: {flag}")
+    selection = result.get("selection")
+    if selection and selection["by"] == "dev":
+        chosen = ", ".join(f"seed {seed}: {epoch}" for seed, epoch in zip(seeds, selection["epochs"], strict=True))
+        lines.append(f"epochs chosen by {selection['split']} {selection['metric']} (of "
+                     f"{result['hyperparameters']['epochs']}): {chosen}")
+    for name, split in splits.items():
+        if split["reported"] and split.get("per_label"):
+            lines += ["", *format_labels(name, split, len(seeds))]
     return "\n".join(lines)
+
+
+def format_labels(split_name: str, split: dict[str, Any], seeds: int) -> list[str]:
+    """Each label's precision, recall and F1 (means over seeds) and support; then the confusion
+    matrix summed over the seeds, a row per gold label."""
+    per_label = split["per_label"]
+    width = max(10, *(len(name) + 1 for name in per_label))
+    over = f"mean over {seeds} seeds" if seeds > 1 else "one seed"
+    lines = [f"per label on the {split_name} split ({over})",
+             f"{'label':<{width}} {'precision':>9} {'recall':>8} {'f1':>8} {'support':>8}"]
+    for name, entry in per_label.items():
+        lines.append(f"{name:<{width}} {show(entry['precision']['mean']):>9} {show(entry['recall']['mean']):>8} "
+                     f"{show(entry['f1']['mean']):>8} {entry['support']:>8}")
+    matrix = split.get("confusion_matrix")
+    if matrix:
+        total = np.sum(matrix["per_seed"], axis=0)
+        names = matrix["labels"]
+        cell = max(7, *(len(name) + 1 for name in names), len(str(int(total.max()))) + 1)
+        summed = f"summed over {seeds} seeds" if seeds > 1 else "one seed"
+        lines += ["", f"confusion matrix on the {split_name} split (rows: gold, columns: predicted; {summed})",
+                  f"{'':<{width}}" + "".join(f"{name:>{cell}}" for name in names)]
+        for name, row in zip(names, total, strict=True):
+            lines.append(f"{name:<{width}}" + "".join(f"{int(value):>{cell}}" for value in row))
+    return lines
 
 
 def format_curve(results: list[dict[str, Any]]) -> str:
@@ -88,7 +216,12 @@ def format_curve(results: list[dict[str, Any]]) -> str:
             mean, std = values.get("mean"), values.get("std")
             cells.append(f"{'-' if mean is None else f'{mean:.4f}':>8} ± {'-' if std is None else f'{std:.4f}':<6}")
         step = result.get("checkpoint_step")
-        lines.append(f"{'-' if step is None else step:>10}  " + "  ".join(cells))
+        chosen = "  <- reported" if "checkpoint_selection" in result else ""
+        lines.append(f"{'-' if step is None else step:>10}  " + "  ".join(cells) + chosen)
+    selection = next((result["checkpoint_selection"] for result in results if "checkpoint_selection" in result), None)
+    if selection is not None:
+        lines.append(f"reported: the checkpoint with the best {selection['split']} {selection['metric']} "
+                     "(mean over seeds); the rows are the test split's")
     return "\n".join(lines)
 
 

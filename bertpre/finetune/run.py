@@ -2,37 +2,42 @@
 
 The work is keyed by the weights' hash, the task files' hashes and the hyperparameters; a line of
 `OUT/results.jsonl` records each finished (checkpoint, task, mode), so running the same command
-again reuses it instead of training again.
+again reuses it instead of training again. An --out holds one run (`OUT/run.json`: its source,
+task files, columns and settings): another run is refused in one line naming the difference.
 """
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from bertpre.claim import claimed
+from bertpre.claim import claimed, real_path
 from bertpre.config.finetune import Hyperparameters
 from bertpre.config.sections import PRECISIONS
 from bertpre.errors import UserError
 from bertpre.finetune.benchmarks import BENCHMARKS, choose_tasks, load_benchmark_task
 from bertpre.finetune.features import FEATURES_FOLDER
-from bertpre.finetune.jobs import (  # noqa: F401 (tests and bench import cut_outputs, encode, join_encoded from here)
-    Job,
-    Jobs,
+from bertpre.finetune.jobs import Job, Jobs
+from bertpre.finetune.report import MAIN_METRIC
+from bertpre.finetune.results import (
+    MARKER,
+    PREDICTIONS_FOLDER,
+    RESULTS_FILE,
+    RUN_FILE,
+    SWEEP_FILE,
+    check_finetune_out,
+    check_same_run,
+    write_json,
+)
+from bertpre.finetune.saved_model import check_can_save
+from bertpre.finetune.seeds import (  # noqa: F401 (tests and bench import cut_outputs, encode, join_encoded from here)
     cut_outputs,
     encode,
     join_encoded,
 )
-from bertpre.finetune.results import (
-    MARKER,
-    RESULTS_FILE,
-    SWEEP_FILE,
-    check_finetune_out,
-    write_json,
-)
-from bertpre.finetune.saved_model import check_can_save
 from bertpre.finetune.source import load_encoder
 from bertpre.finetune.sweep import (
     is_run,
@@ -46,6 +51,7 @@ from bertpre.finetune.tasks import load_task
 from bertpre.train.checkpoint import USE_ANOTHER_CHECKPOINT
 
 MAX_SEEDS = 100
+SELECT_BY = ("last", "dev")
 
 
 def choose_seeds(count: int | None, given: list[int] | None) -> list[int]:
@@ -78,18 +84,22 @@ def finetune(source: str | Path, files: TaskFiles | None, out: str | Path, *, hp
              seeds: list[int], precision: str = "auto", device: str = "auto",
              checkpoints: str | None = None, watch: bool = False, poll_seconds: float = 30.0,
              save_model: bool = False, benchmark: tuple[str, Path, str | None] | None = None,
-             say: Callable[[str], None] = print) -> list[dict[str, Any]]:
+             select_by: str = "last", say: Callable[[str], None] = print) -> list[dict[str, Any]]:
     """Fine-tune (or probe) SOURCE on the task (or on each task of `benchmark`: (glue|clue, its
-    folder, the tasks named or None for all there)) with every seed; write and return the report(s).
+    folder, the tasks named or None for all there)) with every seed; write and return the report(s),
+    one a checkpoint in step order, the one results.json reports last (see `reported_result`).
 
     With `checkpoints` (latest, all, every:N) or `watch`, SOURCE is a RUN and each chosen
     checkpoint is evaluated in step order, its scores also written to the RUN's TensorBoard;
     `watch` goes on evaluating checkpoints as they land until the run has finished. Finished
-    work (a line of OUT/results.jsonl) is never done twice.
+    work (a line of OUT/results.jsonl) is never done twice. `select_by` "dev" chooses each seed's
+    epoch, and a sweep's reported checkpoint, by the validation split's score, and reports the test
+    split; "last" (the default) reports the last epoch, and a sweep's last checkpoint.
     """
     out, source = Path(out), Path(source)
     if precision not in PRECISIONS:
         raise UserError(f"--precision {precision!r} is not one of {', '.join(PRECISIONS)}")
+    check_select_by(select_by, has_test=files is not None and files.test is not None, benchmark=benchmark)
     if benchmark is not None:
         chosen = choose_tasks(BENCHMARKS[benchmark[0]], benchmark[1], benchmark[2])
         target = check_finetune_out(out, [source, benchmark[1]])
@@ -115,8 +125,10 @@ def finetune(source: str | Path, files: TaskFiles | None, out: str | Path, *, hp
                             "is not a RUN folder (one with checkpoints/)")
     if save_model and sweep:
         raise UserError("--save-model keeps one model; give one checkpoint as SOURCE, not --checkpoints or --watch")
+    run = describe_run(source, tasks, hp, select_by, benchmark[0] if benchmark else None)
+    check_same_run(out, target, run)
     jobs = Jobs([Job(name=name, data=data, files=task_files, hp=hp, seeds=seeds, target=target,
-                     precision=precision, device=device, say=say, save_model=save_model)
+                     precision=precision, device=device, say=say, save_model=save_model, select_by=select_by)
                  for name, data, task_files in tasks], benchmark=benchmark[0] if benchmark else None)
     if not sweep:
         jobs.encoders[source] = load_encoder(source)  # a SOURCE that is no model fails before any write
@@ -127,22 +139,79 @@ def finetune(source: str | Path, files: TaskFiles | None, out: str | Path, *, hp
                         f"{source / 'checkpoints'}")
     with claimed(target, "finetune") as claim:
         check_finetune_out(out, [], claim)
-        marker = target / MARKER
+        check_same_run(out, target, run)
+        marker, record = target / MARKER, target / RUN_FILE
         marker.write_text("made by `bertpre finetune`; its results are kept and reused\n", encoding="utf-8")
+        write_json(record, run)
         try:
             if not sweep:
                 results = [jobs.evaluate(source)[0]]
             else:
-                results = sweep_run(jobs, source, checkpoints or "all", watch, poll_seconds)
-            write_json(target / RESULTS_FILE, results[-1])
+                results = choose_checkpoint(sweep_run(jobs, source, checkpoints or "all", watch, poll_seconds),
+                                            select_by)
+            write_json(target / RESULTS_FILE, reported_result(results))
         except BaseException:
-            if claim.created and not (target / SWEEP_FILE).exists() and not (target / FEATURES_FOLDER).exists():
+            kept = (SWEEP_FILE, FEATURES_FOLDER, PREDICTIONS_FOLDER)
+            if claim.created and not any((target / name).exists() for name in kept):
                 marker.unlink(missing_ok=True)  # nothing kept: the folder goes with the claim
+                record.unlink(missing_ok=True)
             else:
                 claim.keep_folder()
             raise
         claim.keep_folder()
     return results
+
+
+def check_select_by(select_by: str, *, has_test: bool, benchmark: tuple | None) -> None:
+    """`--select-by dev` chooses on the validation split, so it needs a test split to report: a
+    score chosen on the split it is read on overstates what the model does on new data."""
+    if select_by not in SELECT_BY:
+        raise UserError(f"--select-by {select_by!r} must be last or dev")
+    if select_by == "dev" and benchmark is not None:
+        raise UserError(f"--select-by dev chooses by the dev score and reports the test split; "
+                        f"{benchmark[0].upper()}'s test files have no labels, so its dev files are what is reported: "
+                        "leave out --select-by")
+    if select_by == "dev" and not has_test:
+        raise UserError("--select-by dev chooses the epoch by the --validation score and reports --test; "
+                        "give --test (a score chosen on the split it is read on overstates it), or leave "
+                        "out --select-by")
+
+
+def describe_run(source: Path, tasks: list[tuple[str, Any, TaskFiles]], hp: Hyperparameters, select_by: str,
+                 benchmark: str | None) -> dict[str, Any]:
+    """What makes two commands one run (`OUT/run.json`): the source, the task(s), each file's
+    sha256, the columns and the settings; not the seeds, the precision or the checkpoints chosen."""
+    described = {}
+    for name, data, files in tasks:
+        described[name if benchmark else "task"] = {
+            "task": data.task,
+            "files": {split: {"path": entry["path"], "sha256": entry["sha256"]} for split, entry in data.files.items()},
+            "columns": {"text": files.text_column, "text_pair": files.text_pair_column, "label": files.label_column}}
+    return {"source": str(real_path(source)), "benchmark": benchmark, "tasks": described,
+            "settings": {**asdict(hp), "select_by": select_by}}
+
+
+def choose_checkpoint(results: list[dict[str, Any]], select_by: str) -> list[dict[str, Any]]:
+    """A sweep's results with the one to report marked (`checkpoint_selection`): with `select_by`
+    "dev", the checkpoint whose validation score (the task's main metric, mean over seeds) is
+    best, the earliest of equals; else none is marked and the last is reported."""
+    if select_by != "dev":
+        return results
+    metric = MAIN_METRIC[results[0]["task"]]
+    means = [result.get("splits", {}).get("validation", {}).get("metrics", {}).get(metric, {}).get("mean")
+             for result in results]
+    ranked = [mean if mean is not None and math.isfinite(mean) else -math.inf for mean in means]
+    best = ranked.index(max(ranked))
+    chosen = dict(results[best])
+    chosen["checkpoint_selection"] = {"by": "dev", "split": "validation", "metric": metric,
+                                      "steps": [result["checkpoint_step"] for result in results],
+                                      "means": means, "chosen_step": chosen["checkpoint_step"]}
+    return [*results[:best], chosen, *results[best + 1:]]
+
+
+def reported_result(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """The result results.json reports: a sweep's chosen checkpoint, else the last one scored."""
+    return next((result for result in results if "checkpoint_selection" in result), results[-1])
 
 
 def sweep_run(jobs: Jobs, run: Path, spec: str, watch: bool, poll_seconds: float) -> list[dict[str, Any]]:

@@ -358,19 +358,19 @@ def test_probe_features_are_computed_once_and_read_back(run_folder, task_files, 
     from safetensors.torch import load_file
     assert {tuple(load_file(str(path))["features"].shape) for path in kept} == {(160, 32), (60, 32)}
 
-    code, _, stderr = run_main([*base, "--lr", "0.003", "--seed", "3"], monkeypatch, capsys)
+    code, _, stderr = run_main([*base, "--lr", "0.01", "--seed", "4"], monkeypatch, capsys)
     assert code == 0, stderr
-    assert len(calls) == 2  # another lr on the same checkpoint: the kept features, no encoder pass
+    assert len(calls) == 2  # another seed on the same checkpoint: the kept features, no encoder pass
     cached = json.loads((out / "results.json").read_text())["metrics"]
 
     fresh = tmp_path / "fresh"
-    code, _, stderr = run_main([*base[:-5], fresh, *base[-4:], "--lr", "0.003", "--seed", "3"], monkeypatch, capsys)
+    code, _, stderr = run_main([*base[:-5], fresh, *base[-4:], "--lr", "0.01", "--seed", "4"], monkeypatch, capsys)
     assert code == 0, stderr
     assert json.loads((fresh / "results.json").read_text())["metrics"] == cached  # same as computed afresh
 
     for path in kept:  # damaged: computed again, with a note
         path.write_bytes(path.read_bytes()[:100])
-    code, _, stderr = run_main([*base, "--lr", "0.003", "--seed", "4"], monkeypatch, capsys)
+    code, _, stderr = run_main([*base, "--lr", "0.01", "--seed", "5"], monkeypatch, capsys)
     assert code == 0, stderr
     assert stderr.count("is damaged or does not fit") == 2 and len(calls) == 6
 

@@ -168,6 +168,55 @@ def test_no_spans_anywhere_scores_zero():
     assert metrics.span_scores([["O", "O"]], [["O", "O"]]) == {"precision": 0.0, "recall": 0.0, "f1": 0.0}
 
 
+def test_each_class_and_the_confusion_matrix_match_scikit_learn():
+    for labels, predictions in label_cases(150, seed=7):
+        num_labels = int(max(labels.max(), predictions.max())) + 2  # one class neither true nor predicted
+        ours = metrics.class_scores(predictions, labels, num_labels)
+        theirs = sk.precision_recall_fscore_support(labels, predictions, labels=list(range(num_labels)),
+                                                    zero_division=0)
+        for name, reference in zip(("precision", "recall", "f1", "support"), theirs, strict=True):
+            np.testing.assert_allclose(ours[name], reference, rtol=0, atol=1e-12, err_msg=name)
+        assert np.array_equal(metrics.confusion_matrix(predictions, labels, num_labels),
+                              sk.confusion_matrix(labels, predictions, labels=list(range(num_labels))))
+
+
+@pytest.mark.parametrize("tags", [BIO, BIOES, ODD], ids=["BIO", "BIOES", "odd"])
+def test_each_entity_type_matches_seqevals_report(tags):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for true, predicted in tag_cases(tags, 300, seed=8):
+            ours = metrics.span_type_scores(predicted, true)
+            reference = {name: row for name, row in seqeval.classification_report(
+                true, predicted, output_dict=True).items() if not name.endswith(" avg")} if (
+                metrics.spans(true) | metrics.spans(predicted)) else {}
+            assert list(ours) == list(reference)
+            for name, row in reference.items():
+                assert ours[name]["precision"] == pytest.approx(row["precision"], abs=1e-12)
+                assert ours[name]["recall"] == pytest.approx(row["recall"], abs=1e-12)
+                assert ours[name]["f1"] == pytest.approx(row["f1-score"], abs=1e-12)
+                assert ours[name]["support"] == row["support"]
+
+
+@pytest.mark.parametrize("scheme, tags", [("IOBES", BIOES), ("IOB2", BIO)])
+def test_each_entity_type_in_strict_mode_matches_seqevals_report(scheme, tags):
+    reference_scheme = getattr(seqeval_scheme, scheme)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for true, predicted in tag_cases(tags, 300, seed=9):
+            ours = metrics.span_type_scores(predicted, true, scheme=scheme)
+            if not ours:  # seqeval's report has no row to compare (and fails on no spans at all)
+                assert not metrics.strict_spans(true, scheme) | metrics.strict_spans(predicted, scheme)
+                continue
+            reference = {name: row for name, row in seqeval.classification_report(
+                true, predicted, output_dict=True, mode="strict", scheme=reference_scheme).items()
+                if not name.endswith(" avg")}
+            assert list(ours) == list(reference)
+            for name, row in reference.items():
+                assert (ours[name]["precision"], ours[name]["recall"], ours[name]["f1"]) == pytest.approx(
+                    (row["precision"], row["recall"], row["f1-score"]), abs=1e-12)
+                assert ours[name]["support"] == row["support"]
+
+
 def test_majority_class_takes_the_smallest_of_tied_classes():
     assert metrics.majority_class([2, 1, 2, 1, 0]) == 1
     assert metrics.majority_class(["pos", "neg", "pos"]) == "pos"

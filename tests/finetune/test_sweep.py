@@ -159,3 +159,22 @@ def test_a_sweep_skips_damaged_and_incomplete_checkpoints_with_a_note(
     assert stderr.startswith(f"error: none of the 2 checkpoints of {run} that --checkpoints all chooses could "
                              "be read (step-00000010: "), stderr
     assert "step-00000020: " in stderr and not (tmp_path / "none").exists()
+
+
+def test_select_by_dev_reports_the_checkpoint_scoring_best_on_dev(sweep_run, task_folder, tmp_path, monkeypatch,
+                                                                   capsys):
+    test = write_task(tmp_path, 40, 2, "test.jsonl")
+    out = tmp_path / "chosen"
+    args = [*sweep_args(sweep_run, task_folder, out), "--test", test, "--select-by", "dev", "--seeds", "1",
+            "--epochs", "2"]
+    code, stdout, stderr = run_main(args, monkeypatch, capsys)
+    assert code == 0, stderr
+    lines = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    dev = [line["splits"]["validation"]["metrics"]["accuracy"]["mean"] for line in lines]
+    best = dev.index(max(dev))  # the earliest of equals
+    result = json.loads((out / "results.json").read_text())
+    assert result["checkpoint_step"] == lines[best]["checkpoint_step"] and result["split"] == "test"
+    assert result["metrics"] == lines[best]["metrics"]  # the test split's scores at that checkpoint
+    assert result["checkpoint_selection"]["steps"] == [10, 20, 30] and result["checkpoint_selection"]["means"] == dev
+    rows = [line for line in stdout.splitlines() if line.strip().split(" ")[0] in ("10", "20", "30")]
+    assert [row.endswith("<- reported") for row in rows] == [number == best for number in range(3)]

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from test_finetune import run_main, write_task
 
-import bertpre.finetune.jobs as jobs
+import bertpre.finetune.seeds as seeds
 from bertpre.config.finetune import Hyperparameters
 from bertpre.finetune.loop import probe_labels
 from bertpre.finetune.report import score
@@ -53,7 +53,7 @@ def write_tagged(path: Path, sentences: list[tuple[list[str], list[str]]], empty
 
 
 class Tokenizing:
-    """All that `jobs.encode` reads of an encoder: its tokenizer."""
+    """All that `seeds.encode` reads of an encoder: its tokenizer."""
 
     def __init__(self, tokenizer) -> None:
         self.tokenizer = tokenizer
@@ -69,12 +69,12 @@ def test_gold_fed_through_the_decode_path_scores_perfectly_around_words_of_no_pi
     path = write_tagged(tmp_path / f"ner{suffix}", SENTENCES, NO_PIECES[name])
     data = load_task("tagging", path, path)
     assert [len(words) for words in data.validation.texts] == [len(words) for words, _ in SENTENCES]
-    encoded = jobs.encode(Tokenizing(load_tokenizer(tiny_data / "tokenizer")), data, data.validation,
+    encoded = seeds.encode(Tokenizing(load_tokenizer(tiny_data / "tokenizer")), data, data.validation,
                           Hyperparameters())
     assert sum(encoded.word_counts) - sum(encoded.kept_words) == EMPTY_WORDS  # the premise: no pieces
     gold = np.asarray([label for labels in encoded.labels for label in labels if label != IGNORE_INDEX])
 
-    decoded = jobs.decode(gold, encoded, data)
+    decoded = seeds.decode(gold, encoded, data)
 
     assert decoded == data.validation.labels
     scores = score("tagging", decoded, data.validation.labels, data.label_names)
@@ -92,10 +92,10 @@ def test_a_tagging_run_counts_words_of_no_pieces_and_scores_them_in_place(
     train = write_tagged(tmp_path / f"train{suffix}", [*SENTENCES, LONG], empty)
     validation = write_tagged(tmp_path / f"dev{suffix}", [*SENTENCES, LONG], empty)
     encoded_splits = []
-    real = jobs.cached_features
-    monkeypatch.setattr(jobs, "cached_features", lambda encoder, split, **options: (
+    real = seeds.cached_features
+    monkeypatch.setattr(seeds, "cached_features", lambda encoder, split, **options: (
         encoded_splits.append(split) or real(encoder, split, **options)))
-    monkeypatch.setattr(jobs, "train_probe", lambda *args, **options: probe_labels(encoded_splits[-1],
+    monkeypatch.setattr(seeds, "train_probe", lambda *args, **options: probe_labels(encoded_splits[-1],
                                                                                    "tagging").numpy())
     code, _, stderr = run_main(
         ["finetune", run_folder, "--task", "tagging", "--train", train, "--validation", validation,
@@ -136,7 +136,7 @@ def test_the_truncation_note_counts_the_examples_cut_and_the_length_that_keeps_9
             "--max-seq-length 16; --max-seq-length 21 would keep 95% of them whole") in stderr.splitlines()
     assert no_progress_bar(stderr)  # stderr is no terminal here
     code, _, stderr = run_main(["finetune", run_folder, "--train", tmp_path / "train.jsonl", "--validation",
-                                tmp_path / "dev.jsonl", "--out", tmp_path / "out", "--mode", "probe",
+                                tmp_path / "dev.jsonl", "--out", tmp_path / "out-21", "--mode", "probe",
                                 "--seeds", "1", "--epochs", "1", "--max-seq-length", "21"], monkeypatch, capsys)
     assert code == 0, stderr
     assert ("note: 1 of 20 training examples (5.0%) and 0 of 10 validation examples (0.0%) were cut at "
