@@ -1,0 +1,99 @@
+"""Question-answering examples → model inputs as BERT reads them: `[CLS] question [SEP] context [SEP]`
+(the tokenizer's own template), a long context cut into overlapping windows, each context token
+mapped back to its characters, and the answer's start and end token in each window as labels."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from tokenizers import Encoding, Tokenizer
+
+from bertpre.errors import UserError
+from bertpre.finetune.qa_data import QAExample
+
+ENCODE_BATCH = 1024  # examples per call into the tokenizer (it parallelizes inside one call)
+CLS_TOKENS = ("[CLS]", "<cls>", "<s>")  # BERT's, XLNet's, RoBERTa's: the null answer's position
+
+
+@dataclass
+class QAWindows:
+    """Every window of every example, in example order (no padding)."""
+
+    input_ids: list[list[int]]
+    token_type_ids: list[list[int]]
+    example_index: list[int]  # the example each window is cut from
+    # per token, its (start, end) characters in the example's context; None off the context
+    context_offsets: list[list[tuple[int, int] | None]]
+    cls_index: list[int]  # where the window's [CLS] is: the null answer's start and end
+    start_positions: list[int]  # the answer's first token, or cls_index when not in this window
+    end_positions: list[int]  # the answer's last token (inclusive), or cls_index
+
+    def __len__(self) -> int:
+        return len(self.input_ids)
+
+
+def encode_qa_windows(tokenizer: Tokenizer, examples: Sequence[QAExample], max_seq_length: int = 384,
+                      doc_stride: int = 128) -> QAWindows:
+    """The windows of `examples`, labelled with each example's first answer.
+
+    Args:
+        max_seq_length: tokens in a window, special tokens included.
+        doc_stride: context tokens each window shares with the one before, as Hugging Face's
+            `run_qa.py` passes it to the tokenizer (`stride`); the original BERT's `doc_stride`
+            was the step between windows instead, which is `max context tokens - doc_stride` here.
+
+    Raises:
+        UserError: a question (with the special tokens) leaves no room for context within
+            `max_seq_length`, naming the example; `doc_stride` is not below that room.
+    """
+    if tokenizer.post_processor is None:
+        raise UserError("the model's tokenizer adds no [CLS]/[SEP] (its tokenizer.json has no "
+                        "post-processor); give a BERT tokenizer")
+    cls_id = next((tokenizer.token_to_id(token) for token in CLS_TOKENS
+                   if tokenizer.token_to_id(token) is not None), None)
+    if cls_id is None:
+        raise UserError(f"the model's tokenizer has none of {', '.join(CLS_TOKENS)} for the null answer")
+    specials = tokenizer.post_processor.num_special_tokens_to_add(True)
+    windowed = Tokenizer.from_str(tokenizer.to_str())
+    windowed.no_padding()
+    windows = QAWindows([], [], [], [], [], [], [])
+    for first in range(0, len(examples), ENCODE_BATCH):
+        batch = examples[first:first + ENCODE_BATCH]
+        questions = windowed.encode_batch([example.question for example in batch], add_special_tokens=False)
+        longest = max(range(len(batch)), key=lambda index: len(questions[index].ids))
+        room = max_seq_length - specials - len(questions[longest].ids)
+        if room < 1:
+            raise UserError(f"question {batch[longest].id!r} has {len(questions[longest].ids)} tokens, which with "
+                            f"{specials} special tokens leave no room for its context in --max-seq-length "
+                            f"{max_seq_length}: raise --max-seq-length or shorten the question")
+        if doc_stride >= room:
+            raise UserError(f"--doc-stride {doc_stride} must be smaller than the {room} context tokens a window "
+                            f"of --max-seq-length {max_seq_length} holds beside question {batch[longest].id!r}")
+        windowed.enable_truncation(max_seq_length, stride=doc_stride, strategy="only_second")
+        encodings = windowed.encode_batch([(example.question, example.context) for example in batch])
+        for index, (example, encoding) in enumerate(zip(batch, encodings, strict=True)):
+            for window in [encoding, *encoding.overflowing]:
+                _add_window(windows, window, example, first + index, cls_id)
+    return windows
+
+
+def _add_window(windows: QAWindows, window: Encoding, example: QAExample, example_index: int, cls_id: int) -> None:
+    """Append one window of `example`, with its answer's token positions."""
+    offsets = [offset if sequence == 1 else None
+               for offset, sequence in zip(window.offsets, window.sequence_ids, strict=True)]
+    cls_index = window.ids.index(cls_id)
+    start = end = cls_index
+    if example.answers:
+        answer = example.answers[0]
+        inside = [position for position, offset in enumerate(offsets) if offset is not None]
+        # the answer counts only when the window holds all of it (as BERT and run_qa.py label)
+        if offsets[inside[0]][0] <= answer.start and offsets[inside[-1]][1] >= answer.end:
+            start = max(position for position in inside if offsets[position][0] <= answer.start)
+            end = min(position for position in inside if offsets[position][1] >= answer.end)
+    windows.input_ids.append(window.ids)
+    windows.token_type_ids.append(window.type_ids)
+    windows.example_index.append(example_index)
+    windows.context_offsets.append(offsets)
+    windows.cls_index.append(cls_index)
+    windows.start_positions.append(start)
+    windows.end_positions.append(end)
