@@ -149,3 +149,57 @@ def test_a_question_longer_than_max_seq_length_is_refused(hand_vocab):
         encode_qa_windows(hand_vocab, [long], max_seq_length=24)
     with pytest.raises(UserError, match=r"--doc-stride 8 must be smaller than the 6 context tokens"):
         encode_qa_windows(hand_vocab, [example("q", "who gave their name?", "The Normans.")], 14, 8)
+
+
+def run_qa_train_features(hf_tokenizer, examples, max_seq_length, doc_stride):
+    """Hugging Face's `run_qa.py` `prepare_train_features`, as published (padding left out)."""
+    tokenized = hf_tokenizer([item.question for item in examples], [item.context for item in examples],
+                             truncation="only_second", max_length=max_seq_length, stride=doc_stride,
+                             return_overflowing_tokens=True, return_offsets_mapping=True)
+    starts, ends = [], []
+    for i, offsets in enumerate(tokenized["offset_mapping"]):
+        input_ids = tokenized["input_ids"][i]
+        cls_index = input_ids.index(hf_tokenizer.cls_token_id)
+        sequence_ids = tokenized.sequence_ids(i)
+        answers = examples[tokenized["overflow_to_sample_mapping"][i]].answers
+        if not answers:
+            starts.append(cls_index)
+            ends.append(cls_index)
+            continue
+        start_char, end_char = answers[0].start, answers[0].end
+        token_start_index = 0
+        while sequence_ids[token_start_index] != 1:
+            token_start_index += 1
+        token_end_index = len(input_ids) - 1
+        while sequence_ids[token_end_index] != 1:
+            token_end_index -= 1
+        if not (offsets[token_start_index][0] <= start_char and offsets[token_end_index][1] >= end_char):
+            starts.append(cls_index)
+            ends.append(cls_index)
+        else:
+            while token_start_index < len(offsets) and offsets[token_start_index][0] <= start_char:
+                token_start_index += 1
+            starts.append(token_start_index - 1)
+            while offsets[token_end_index][1] >= end_char:
+                token_end_index -= 1
+            ends.append(token_end_index + 1)
+    return tokenized, starts, ends
+
+
+def test_windows_and_labels_are_run_qa_s(tokenizer, tmp_path):
+    transformers = pytest.importorskip("transformers")
+    from bertpre.tokenizer import save_tokenizer
+
+    hf_tokenizer = transformers.AutoTokenizer.from_pretrained(save_tokenizer(tokenizer, tmp_path / "tokenizer"))
+    examples = [example("en1", "Who gave their name to Normandy?", ENGLISH, "Norse raiders"),
+                example("en2", "Who?", ENGLISH, "King Charles III of West Francia"),
+                example("no", "Who?", ENGLISH),
+                example("zh", "范廷颂是什么时候出生的?", CHINESE, "2009年2月22日")]
+    windows = encode_qa_windows(tokenizer, examples, max_seq_length=32, doc_stride=8)
+    tokenized, starts, ends = run_qa_train_features(hf_tokenizer, examples, 32, 8)
+    assert windows.input_ids == tokenized["input_ids"]
+    assert windows.token_type_ids == tokenized["token_type_ids"]
+    assert windows.example_index == tokenized["overflow_to_sample_mapping"]
+    assert (windows.start_positions, windows.end_positions) == (starts, ends)
+    # each answered example is labelled in some window, the rest point at [CLS]
+    assert {owner for owner, start in zip(windows.example_index, starts, strict=True) if start != 0} == {0, 1, 3}
