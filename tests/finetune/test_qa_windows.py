@@ -203,3 +203,27 @@ def test_windows_and_labels_are_run_qa_s(tokenizer, tmp_path):
     assert (windows.start_positions, windows.end_positions) == (starts, ends)
     # each answered example is labelled in some window, the rest point at [CLS]
     assert {owner for owner, start in zip(windows.example_index, starts, strict=True) if start != 0} == {0, 1, 3}
+
+
+def test_answers_come_back_as_the_context_s_own_characters(tokenizer):
+    # lowercasing and stripped accents change the tokens, not the characters the offsets point at;
+    # a run of letters with no space in an unknown script is one [UNK] word that maps back whole
+    context = "Saint-Étienne est en France. ภาษาไทยไม่มีช่องว่าง and Ｆｕｌｌｗｉｄｔｈ text"
+    examples = [example("accents", "Who?", context, "Saint-Étienne"),
+                example("thai", "Who?", context, "ภาษาไทยไม่มีช่องว่าง"),
+                example("wide", "Who?", context, "Ｆｕｌｌｗｉｄｔｈ")]
+    windows = encode_qa_windows(tokenizer, examples, max_seq_length=16, doc_stride=6)
+    predictions = predict_answers(examples, windows, *perfect_logits(windows))
+    assert [prediction.text for prediction in predictions] == ["Saint-Étienne", "ภาษาไทยไม่มีช่องว่าง", "Ｆｕｌｌｗｉｄｔｈ"]
+
+
+def test_xlnet_layout_puts_the_null_answer_on_its_last_token(tokenizer):
+    from bertpre.tokenizer.xlnet_layout import xlnet_layout
+
+    xlnet = xlnet_layout(tokenizer)
+    examples = [example("a", "Who?", ENGLISH, "Rollo"), example("b", "Who?", ENGLISH)]
+    windows = encode_qa_windows(xlnet, examples, max_seq_length=24, doc_stride=6)
+    assert windows.cls_index == [len(ids) - 1 for ids in windows.input_ids]
+    assert all(types[-1] == 2 for types in windows.token_type_ids)
+    predictions = predict_answers(examples, windows, *perfect_logits(windows), version_2_with_negative=True)
+    assert [prediction.text for prediction in predictions] == ["Rollo", ""]
