@@ -123,3 +123,33 @@ def _cmrc_f1(predicted: list[str], expected: list[str]) -> float:
         return 0.0
     precision, recall = longest / len(predicted), longest / len(expected)
     return 2 * precision * recall / (precision + recall)
+
+
+def best_null_threshold(score_differences: Mapping[str, float], best_spans: Mapping[str, str],
+                        examples: Sequence[QAExample], language: str = "en", metric: str = "f1"
+                        ) -> tuple[float, float]:
+    """SQuAD v2.0's threshold search (`find_best_thresh` of the official script): the threshold on
+    `null score - best span score` above which answering "" scores best, and that score in percent.
+
+    Args:
+        score_differences: per question id, its null score minus its best span's score.
+        best_spans: per question id, its best span's text (what it answers below the threshold).
+        metric: "f1" or "exact_match".
+
+    Returns: (best score, threshold); with the threshold, answer "" where the difference exceeds it.
+    """
+    score = f1_score if metric == "f1" else exact_match
+    gained, total = [], 0.0  # total: every question answered "" (each unanswerable scores 1)
+    for example in examples:
+        golds = [answer.text for answer in example.answers] or [""]
+        empty = max(score("", gold, language) for gold in golds)
+        spoken = max(score(best_spans.get(example.id, ""), gold, language) for gold in golds)
+        total += empty
+        gained.append((score_differences.get(example.id, float("inf")), spoken - empty))
+    best, threshold = total, float("-inf")
+    # answering one more question at a time, from the surest: the best point on the way
+    for difference, gain in sorted(gained, key=lambda pair: pair[0]):
+        total += gain
+        if total > best:
+            best, threshold = total, difference
+    return 100 * best / len(examples), threshold

@@ -186,3 +186,27 @@ def test_v1_scores_the_best_gold_answer_and_a_missing_prediction_as_zero():
     assert scores == {"exact_match": 50.0, "f1": 50.0, "total": 2}  # "the tower" is "tower"
     zh = qa_scores({"a": "天主教"}, [QAExample("a", "q", "x", (Answer("罗马天主教", 0),))], language="zh")
     assert zh["f1"] == pytest.approx(100 * 2 * 1 * 0.6 / 1.6)
+
+
+def test_the_best_null_threshold_is_the_best_of_every_threshold():
+    from bertpre.finetune.qa_metrics import best_null_threshold
+
+    examples = [QAExample("a", "q", "x", (Answer("Eiffel Tower", 0),)),
+                QAExample("b", "q", "x", (Answer("Paris", 0),)),
+                QAExample("c", "q", "x", ()),
+                QAExample("d", "q", "x", ()),
+                QAExample("e", "q", "x", (Answer("Rome", 0),))]
+    spans = {"a": "Eiffel", "b": "Paris", "c": "Lyon", "d": "Nice", "e": "Milan"}
+    differences = {"a": -2.0, "b": 0.5, "c": 1.0, "d": -3.0, "e": 3.0}
+    best, threshold = best_null_threshold(differences, spans, examples)
+
+    def f1_at(cut):
+        answered = {id_: ("" if differences[id_] > cut else span) for id_, span in spans.items()}
+        return qa_scores(answered, examples)["f1"]
+
+    every = max(f1_at(cut) for cut in [-10.0, *differences.values()])
+    assert best == pytest.approx(every) == pytest.approx(f1_at(threshold))
+    assert threshold == 0.5  # answer d, a, b (differences up to 0.5): d costs 1, a gains 2/3, b gains 1
+    assert best_null_threshold(differences, spans, examples, metric="exact_match")[0] == pytest.approx(
+        max(qa_scores({id_: ("" if differences[id_] > cut else span) for id_, span in spans.items()},
+                      examples)["exact_match"] for cut in [-10.0, *differences.values()]))
