@@ -58,7 +58,8 @@ def read_qa_file(path: str | Path, version_2_with_negative: bool = False) -> lis
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
         raise UserError(f"cannot read question-answering file {path}: {error}") from None
-    records = _squad_records(path, text) if _is_squad_layout(text) else _jsonl_records(path, text)
+    document = _squad_document(text)
+    records = _squad_records(path, document) if document is not None else _jsonl_records(path, text)
     examples, seen = [], set()
     for where, record in records:
         example = _example(path, where, record, version_2_with_negative)
@@ -72,18 +73,18 @@ def read_qa_file(path: str | Path, version_2_with_negative: bool = False) -> lis
     return examples
 
 
-def _is_squad_layout(text: str) -> bool:
-    """True for one JSON object with a `data` list (SQuAD, CMRC 2018, DRCD)."""
+def _squad_document(text: str) -> dict | None:
+    """The file as one JSON object with a `data` list (SQuAD, CMRC 2018, DRCD), or None."""
     try:
         document = json.loads(text)
     except json.JSONDecodeError:
-        return False
-    return isinstance(document, dict) and isinstance(document.get("data"), list)
+        return None
+    return document if isinstance(document, dict) and isinstance(document.get("data"), list) else None
 
 
-def _squad_records(path: Path, text: str) -> Iterator[tuple[str, dict]]:
-    """(where, record) for each question of a SQuAD-layout file, as JSON lines records."""
-    for article_index, article in enumerate(json.loads(text)["data"]):
+def _squad_records(path: Path, document: dict) -> Iterator[tuple[str, dict]]:
+    """(where, record) for each question of a SQuAD-layout document, as JSON lines records."""
+    for article_index, article in enumerate(document["data"]):
         paragraphs = article.get("paragraphs") if isinstance(article, dict) else None
         if not isinstance(paragraphs, list):
             raise UserError(f"{path}: article {article_index + 1} has no \"paragraphs\" list (a SQuAD "
