@@ -227,3 +227,25 @@ def test_xlnet_layout_puts_the_null_answer_on_its_last_token(tokenizer):
     assert all(types[-1] == 2 for types in windows.token_type_ids)
     predictions = predict_answers(examples, windows, *perfect_logits(windows), version_2_with_negative=True)
     assert [prediction.text for prediction in predictions] == ["Rollo", ""]
+
+
+def test_perfect_logits_decode_every_word_aligned_answer_of_random_contexts(tokenizer):
+    rng = np.random.default_rng(0)
+    words = ENGLISH.replace(",", " ,").replace(".", " .").split() + list(CHINESE)
+    examples = []
+    for index in range(40):
+        chosen = [words[i] for i in rng.integers(0, len(words), size=int(rng.integers(5, 60)))]
+        context = " ".join(chosen)
+        first = int(rng.integers(0, len(chosen)))
+        last = min(len(chosen), first + int(rng.integers(1, 4)))
+        start = len(" ".join(chosen[:first])) + (1 if first else 0)
+        examples.append(QAExample(f"r{index}", "Who gave their name?", context,
+                                  (Answer(" ".join(chosen[first:last]), start),)))
+    for max_seq_length, doc_stride in [(24, 8), (40, 16)]:
+        windows = encode_qa_windows(tokenizer, examples, max_seq_length, doc_stride)
+        held = {owner for owner, start, cls in zip(windows.example_index, windows.start_positions,
+                                                   windows.cls_index, strict=True) if start != cls}
+        predictions = predict_answers(examples, windows, *perfect_logits(windows), max_answer_length=32)
+        decoded = [prediction.text for prediction in predictions]
+        assert len(held) == len(examples)  # every answer is shorter than doc_stride + 1 tokens
+        assert decoded == [item.answers[0].text for item in examples]
