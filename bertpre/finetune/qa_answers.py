@@ -50,6 +50,9 @@ def predict_answers(examples: Sequence[QAExample], windows: QAWindows, start_log
     start_logits, end_logits = np.asarray(start_logits, dtype=np.float64), np.asarray(end_logits, dtype=np.float64)
     if start_logits.shape != end_logits.shape or start_logits.shape[0] != len(windows):
         raise ValueError(f"logits of shape {start_logits.shape} and {end_logits.shape} for {len(windows)} windows")
+    if start_logits.shape[1] < max(map(len, windows.input_ids), default=0):
+        raise ValueError(f"logits for {start_logits.shape[1]} tokens, fewer than the longest window's "
+                         f"{max(map(len, windows.input_ids))}")
     by_example: list[list[int]] = [[] for _ in examples]
     for window, example_index in enumerate(windows.example_index):
         by_example[example_index].append(window)

@@ -140,6 +140,8 @@ def test_post_processing_keeps_n_best_within_max_answer_length(hand_vocab):
     assert prediction.text == "Normandy, a region in France"
     assert [(candidate.text, candidate.score) for candidate in prediction.n_best] == [
         ("Normandy, a region in France", 12.0), ("The Normans gave their name to Normandy", 10.0)]
+    with pytest.raises(ValueError, match="logits for 12 tokens, fewer than the longest window's 18"):
+        predict_answers([example("q", "Who?", context, "Normandy")], windows, start[:, :12], end[:, :12])
 
 
 def test_a_question_longer_than_max_seq_length_is_refused(hand_vocab):
