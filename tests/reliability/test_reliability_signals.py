@@ -164,9 +164,9 @@ def test_a_signal_stops_an_export_cleanly(point, signum, small_run, earlier_expo
 
 # --- finetune --checkpoints all over a RUN, into an earlier sweep's --out ---
 FINETUNE_POINTS = {
-    "training": "pause_before:bertpre.finetune.jobs.train_probe:1",  # step 2's first seed
+    "training": "pause_before:bertpre.finetune.seeds.train_probe:1",  # step 2's first seed
     "recording": "pause_before:bertpre.finetune.jobs.log_to_tensorboard:1",  # step 2 scored, not recorded
-    "report": "pause_before:bertpre.finetune.run.write_json:1",  # every step recorded, results.json not
+    "report": "pause_before:bertpre.finetune.run.write_json:2",  # every step recorded, results.json not (1: run.json)
 }
 
 
@@ -207,15 +207,22 @@ def test_a_signal_stops_a_finetune_sweep_cleanly(point, signum, earlier_sweep, t
     run, out = tmp_path / "run", tmp_path / "sweep"
     shutil.copytree(earlier_sweep / "run", run)
     shutil.copytree(earlier_sweep / "sweep", out)
+    record = json.loads((out / "run.json").read_text(encoding="utf-8"))  # one --out holds one run:
+    record["source"] = str(run.resolve())  # the earlier sweep, as if made of this copy of the run
+    (out / "run.json").write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     before, checkpoints = file_contents(out), folder_state(run / "checkpoints")
 
     stop_at(sweep_args(earlier_sweep, run, out, "all"), FINETUNE_POINTS[point], signum, tmp_path)
     after = file_contents(out)
     # Step 2's line is kept once it is written (the report point); the earlier lines always are.
     assert after.pop("results.jsonl").startswith(before.pop("results.jsonl"))
-    # The probe's features of step 2 are kept (a cache for later commands) once computed: whole.
+    # The probe's features of step 2 are kept (a cache for later commands) once computed, and its
+    # predictions once scored: each whole.
     for name in set(after) - set(before):
-        assert name.startswith("features/") and load_file(out / name)["features"].isfinite().all()
+        if name.startswith("predictions/"):
+            assert all(json.loads(line) for line in after[name].splitlines())
+        else:
+            assert name.startswith("features/") and load_file(out / name)["features"].isfinite().all()
         del after[name]
     assert after == before and folder_state(run / "checkpoints") == checkpoints
     assert temporaries_under(out) == [] and temporaries_under(run) == []
