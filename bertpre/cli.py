@@ -120,8 +120,9 @@ def tokenize(
       bertpre tokenize CORPUS --vocab-only --vocab-sample-bytes 1000000000 --out vocab
       bertpre tokenize CORPUS --tokenizer vocab --num-shards 64 --out data/shard-{shard}
     """
-    from bertpre.data.build import format_summary, tokenize_corpus, unk_warning
+    from bertpre.data.build import tokenize_corpus
     from bertpre.data.shards import resolve_shard
+    from bertpre.data.summary import format_summary, unk_warning
     from bertpre.data.vocab import format_vocab_summary, peak_memory_line, train_vocab
 
     if merge_manifests is not None:
@@ -170,8 +171,8 @@ def tokenize(
 
 
 def _merge_shard_manifests(folder: Path, corpus: list[str] | None, out: Path | None) -> None:
-    from bertpre.data.build import format_summary
     from bertpre.data.shards import write_merged_manifest
+    from bertpre.data.summary import format_summary
 
     if corpus or out is not None:
         raise UserError("--merge-manifests DATA reads the shards already in DATA; it takes no "

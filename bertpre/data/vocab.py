@@ -13,8 +13,9 @@ from pathlib import Path
 from tokenizers import Tokenizer
 
 import bertpre
-from bertpre.data.build import TokenizeOptions, check_options, train_on_sample, why_vocab_is_short
+from bertpre.data.build import TokenizeOptions, check_options, train_on_sample
 from bertpre.data.folder import MANIFEST_FILE, VOCAB_KIND
+from bertpre.data.summary import why_vocab_is_short
 from bertpre.errors import raise_if_stopped
 from bertpre.folders import claimed_out
 from bertpre.tokenizer.alphabet import CharacterCounts, alphabet_coverage

@@ -10,8 +10,8 @@ from _long_tail import long_tailed_counts, long_tailed_documents  # tests/ is on
 from _tokenize_helpers import documents, folder_bytes, run, write_corpus
 
 from bertpre.data import build as pipeline
-from bertpre.data.build import format_summary
 from bertpre.data.folder import load_data
+from bertpre.data.summary import format_summary, unk_warning
 from bertpre.errors import UserError
 from bertpre.tokenizer.wordpiece import load_tokenizer, save_tokenizer, train_tokenizer
 from data_prep import CorpusError
@@ -87,12 +87,11 @@ def test_unknown_characters_and_over_long_words_are_counted(tmp_path):
     # x*150 is over the 100-character limit; ☃ is not in the reused vocab.
     assert (counts["unk_tokens"], counts["long_words"]) == (2, 1)
     assert manifest["tokenizer"]["trained"] is False
-    assert "1 word is over 100 characters (each one [UNK])" in pipeline.unk_warning(manifest)
+    assert "1 word is over 100 characters (each one [UNK])" in unk_warning(manifest)
     assert load_data(tmp_path / "odd").tokenizer.get_vocab() == load_tokenizer(reference / "tokenizer").get_vocab()
 
 
 def test_a_trained_vocab_reports_its_alphabet_and_the_summary_ends_with_the_unk_share(tmp_path):
-    from bertpre.data.build import unk_warning
 
     # 1,500 CJK characters and 。, the rarest 500 seen twice: 4.2% of the text, [UNK] under the
     # old default of 1,000 characters; now every one is in the vocab.

@@ -9,8 +9,8 @@ import pytest
 import transformers
 from _tokenize_helpers import documents, run, write_corpus  # tests/ is on sys.path
 
-from bertpre.data.build import format_summary
 from bertpre.data.folder import load_data
+from bertpre.data.summary import format_summary
 from bertpre.errors import UserError
 from bertpre.tokenizer.vocab_extension import vocab_extension
 from bertpre.tokenizer.wordpiece import load_tokenizer, vocab_in_id_order
