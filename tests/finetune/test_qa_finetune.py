@@ -1,6 +1,6 @@
 """`bertpre finetune --task qa` through the CLI in-process on the tiny pretrained model: a small
 SQuAD-layout file of questions whose answers are spans of the tiny grammar's sentences (who acts),
-full and probe mode, SQuAD v2.0, XLNet, --save-model and the predictions file."""
+full and probe mode, SQuAD v2.0, XLNet, --save-model, the predictions file, and bad input in one line."""
 from __future__ import annotations
 
 import json
@@ -77,6 +77,37 @@ def test_probe_mode_trains_only_the_start_and_end_layer(run_folder, squad, tmp_p
     assert code == 0, stderr
     result = json.loads((out / "results.json").read_text())
     assert result["mode"] == "probe" and result["metrics"]["f1"]["per_seed"][0] is not None
+
+
+def spoil(path: Path, change: str, folder: Path) -> Path:
+    """A copy in `folder` of the file at `path`, its first question spoiled as `change` says."""
+    document = json.loads(path.read_text())
+    paragraph = document["data"][0]["paragraphs"][0]
+    if change == "answer_start":
+        paragraph["qas"][0]["answers"][0]["answer_start"] += 1
+    elif change == "outside":
+        paragraph["qas"][0]["answers"][0]["answer_start"] = len(paragraph["context"]) + 5
+    elif change == "empty context":
+        paragraph["context"] = ""
+    else:  # a question longer than a window
+        paragraph["qas"][0]["question"] = " ".join(["who"] * 80)
+    spoiled = folder / f"bad-{change.replace(' ', '-')}.json"
+    spoiled.write_text(json.dumps(document), encoding="utf-8")
+    return spoiled
+
+
+@pytest.mark.parametrize(("change", "expected"), [
+    ("answer_start", "does not match its answer"), ("outside", "outside its context"),
+    ("empty context", "has an empty context"),
+    ("long question", "--max-seq-length 48")])
+def test_bad_input_is_one_line_exit_2_and_leaves_no_out(change, expected, run_folder, squad, tmp_path,
+                                                        monkeypatch, capsys):
+    bad = spoil(squad["train"], change, tmp_path)
+    code, _, stderr = run_main(["finetune", run_folder, "--task", "qa", "--train", bad, "--validation",
+                                squad["validation"], "--out", tmp_path / "out", "--max-seq-length", "48",
+                                "--doc-stride", "8"], monkeypatch, capsys)
+    assert code == 2 and stderr.count("\n") == 1 and expected in stderr, stderr
+    assert not (tmp_path / "out").exists()
 
 
 def test_qa_options_are_refused_for_another_task(run_folder, squad, tmp_path, monkeypatch, capsys):
