@@ -165,3 +165,18 @@ def test_auto_scores_chinese_contexts_with_cmrcs_character_f1():
     english = [QAExample("b", "who ?", "my sister feeds the cat 猫 today .", ())]
     assert [answer_language(chinese, "auto"), answer_language(english, "auto")] == ["zh", "en"]
     assert answer_language(chinese, "en") == "en"
+
+
+def test_the_same_command_reuses_its_results_and_other_qa_settings_are_another_run(
+        run_folder, squad, tmp_path, monkeypatch, capsys):
+    out = tmp_path / "out"
+    command = ["finetune", run_folder, "--task", "qa", "--train", squad["train"], "--validation", squad["validation"],
+               "--out", out, "--seeds", "1", "--epochs", "1", "--batch-size", "16", "--max-seq-length", "48",
+               "--doc-stride", "8"]
+    assert run_main(command, monkeypatch, capsys)[0] == 0
+    first = json.loads((out / "results.json").read_text())
+    code, _, stderr = run_main(command, monkeypatch, capsys)
+    assert code == 0 and "already done" in stderr, stderr
+    assert json.loads((out / "results.json").read_text()) == first
+    code, _, stderr = run_main([*command[:-1], "4"], monkeypatch, capsys)
+    assert code == 2 and "doc_stride" in stderr, stderr
