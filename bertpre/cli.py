@@ -5,6 +5,7 @@ import os
 import signal
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -16,6 +17,9 @@ except ImportError:  # older typer runs on Click itself
 from bertpre.configs import preset_names
 from bertpre.errors import WRITE_ERRNOS, Stopped, UserError, handle_stop_signals, stop_signal
 from data_prep.errors import CorpusError
+
+if TYPE_CHECKING:  # imported where used: `bertpre --help` loads no torch
+    from bertpre.finetune.qa_seeds import QASettings
 
 app = typer.Typer(
     name="bertpre",
@@ -383,7 +387,8 @@ def finetune(
     validation: Path | None = typer.Option(None, "--validation", help="Validation file, same layout."),
     test: Path | None = typer.Option(None, "--test", help="Test file: scored instead of validation when given."),
     out: Path = typer.Option(..., "--out", help="Folder for results.json (new, empty, or an earlier finetune --out)."),
-    task: str = typer.Option("classification", "--task", help="classification, regression (float labels) or tagging."),
+    task: str = typer.Option("classification", "--task", help="classification, regression (float labels), tagging, "
+                                                              "or qa (extractive question answering: SQuAD-layout files)."),
     text_column: str | None = typer.Option(None, "--text-column", help="Text column (default: text; tagging: tokens)."),
     text_pair_column: str | None = typer.Option(None, "--text-pair-column", help="Second text of a pair: [CLS] a [SEP] b [SEP] (XLNet: a [SEP] b [SEP] [CLS])."),
     label_column: str | None = typer.Option(None, "--label-column", help="Label column (default: label; tagging: tags)."),
@@ -408,7 +413,7 @@ def finetune(
     save_model: bool = typer.Option(
         False, "--save-model",
         help="Keep the best seed's model (by the validation score) in OUT/model as a Hugging Face folder "
-             "(AutoModelFor*Classification)."),
+             "(AutoModelFor*Classification; --task qa: AutoModelForQuestionAnswering)."),
     select_by: str = typer.Option(
         "last", "--select-by",
         help="last: report each seed's last epoch (and a sweep's last checkpoint), as BERT's recipe does. "
@@ -422,6 +427,10 @@ def finetune(
     tasks: str | None = typer.Option(
         None, "--tasks", help="With --glue-dir or --clue-dir: the tasks to run, e.g. sst2,mrpc,mnli "
                               "(default: every task there; GLUE without WNLI)."),
+    doc_stride: int | None = typer.Option(None, "--doc-stride", help="--task qa: context tokens a window shares with the one before (default 128)."),
+    max_answer_length: int | None = typer.Option(None, "--max-answer-length", help="--task qa: the most tokens an answer may have (default 30)."),
+    version_2: bool = typer.Option(False, "--version-2", help="--task qa: SQuAD v2.0, unanswerable questions; the null threshold is chosen on --validation."),
+    answer_language: str | None = typer.Option(None, "--answer-language", help="--task qa: en (SQuAD's EM/F1), zh (CMRC 2018's character F1) or auto (by the contexts' script; the default)."),
 ) -> None:
     """Fine-tune (or probe) a pretrained BERT or XLNet on a labelled task over several seeds; report each
     seed's scores, their mean and std, and the majority-class baseline.
@@ -430,6 +439,7 @@ def finetune(
     Example: bertpre finetune my-bert --train sst2/train.tsv --validation sst2/dev.tsv
              --text-column sentence --out results/sst2
              bertpre finetune my-bert --glue-dir glue_data --tasks sst2,mrpc,stsb --out results/glue
+             bertpre finetune my-bert --task qa --train train-v1.1.json --validation dev-v1.1.json --out results/squad
     """
     from bertpre.config.finetune import load_hyperparameters
     from bertpre.finetune.report import format_benchmark, format_curve, format_table
@@ -441,7 +451,8 @@ def finetune(
         ("mode", mode), ("epochs", epochs), ("lr", lr), ("batch_size", batch_size),
         ("max_seq_length", max_seq_length), ("warmup_ratio", warmup_ratio), ("weight_decay", weight_decay)]
         if value is not None}
-    chosen_preset = preset if preset is not None else ("probe" if mode == "probe" else None)
+    chosen_preset = preset if preset is not None else (
+        "probe" if mode == "probe" else "squad" if task == "qa" else None)
     hp = load_hyperparameters(chosen_preset, config, list(overrides or []), given)
     benchmark = finetune_benchmark(glue_dir, clue_dir, tasks, [
         ("--train", train), ("--validation", validation), ("--test", test), ("--text-column", text_column),
@@ -451,7 +462,9 @@ def finetune(
         if train is None or validation is None:
             raise UserError("give --train and --validation (or --glue-dir / --clue-dir with their task folders)")
         files = TaskFiles(task=task, train=train, validation=validation, test=test, text_column=text_column,
-                          text_pair_column=text_pair_column, label_column=label_column)
+                          text_pair_column=text_pair_column, label_column=label_column,
+                          qa=question_answering_settings(task, doc_stride, max_answer_length, version_2,
+                                                         answer_language))
     results = run_finetune(source, files, out, hp=hp, seeds=choose_seeds(seeds, seed), precision=precision,
                            checkpoints=checkpoints, watch=watch, save_model=save_model, benchmark=benchmark,
                            select_by=select_by, say=lambda line: typer.echo(line, err=True))
@@ -465,6 +478,24 @@ def finetune(
                    for split in result.get("splits", {}).values() if split.get("predictions")]
     if predictions:
         typer.echo("predictions: " + ", ".join(str(out / path) for path in predictions))
+
+
+def question_answering_settings(task: str, doc_stride: int | None, max_answer_length: int | None,
+                                version_2: bool, answer_language: str | None) -> QASettings | None:
+    """`--task qa`'s settings from its options (None for another task, which refuses them)."""
+    from bertpre.finetune.qa_seeds import QASettings
+
+    given = {"--doc-stride": doc_stride, "--max-answer-length": max_answer_length,
+             "--version-2": version_2 or None, "--answer-language": answer_language}
+    if task != "qa":
+        named = [name for name, value in given.items() if value is not None]
+        if named:
+            raise UserError(f"{named[0]} is an option of --task qa; leave it out for --task {task}")
+        return None
+    defaults = QASettings()
+    return QASettings(doc_stride=defaults.doc_stride if doc_stride is None else doc_stride,
+                      max_answer_length=defaults.max_answer_length if max_answer_length is None else max_answer_length,
+                      version_2_with_negative=version_2, language=answer_language or defaults.language)
 
 
 def finetune_benchmark(glue_dir: Path | None, clue_dir: Path | None, tasks: str | None,

@@ -36,6 +36,9 @@ PRESETS: dict[str, Hyperparameters] = {
     "bert": Hyperparameters(),
     # Few examples: more passes, as small GLUE tasks (RTE, MRPC, STS-B) are usually run.
     "small-data": Hyperparameters(epochs=20),
+    # Extractive question answering as BERT's run_squad.py README runs SQuAD v1.1: lr 3e-5, batch
+    # 32, 2 epochs, windows of 384 tokens (--doc-stride 128); `--task qa`'s default.
+    "squad": Hyperparameters(lr=3e-5, epochs=2, max_seq_length=384),
     # A linear probe on frozen features: a larger lr and more passes cost little.
     "probe": Hyperparameters(mode="probe", lr=1e-3, epochs=20, weight_decay=0.0),
 }

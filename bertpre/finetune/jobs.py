@@ -17,6 +17,7 @@ import bertpre
 from bertpre.config.finetune import Hyperparameters
 from bertpre.finetune.benchmarks import BENCHMARKS, Benchmark, reported, task_score
 from bertpre.finetune.features import FEATURES_FOLDER
+from bertpre.finetune.qa_seeds import QATaskData, run_qa_seeds
 from bertpre.finetune.report import summarize
 from bertpre.finetune.results import (
     PREDICTIONS_FOLDER,
@@ -41,7 +42,7 @@ class Job:
     """One task, its settings and seeds, evaluated on one checkpoint after another."""
 
     name: str
-    data: TaskData
+    data: TaskData | QATaskData
     files: TaskFiles
     hp: Hyperparameters
     seeds: list[int]
@@ -69,17 +70,24 @@ class Job:
             self.runtime = init_runtime(self.precision, device=self.device)
             if self.runtime.note:  # fp16 asked of a CPU: said, as pretrain says it
                 self.say(f"note: {self.runtime.note}")
-        result, predictions = run_seeds(encoder, self.data, self.files, hp, self.seeds, self.runtime, self.say,
-                                        save_to=self.target if self.save_model else None,
-                                        features_folder=self.target / FEATURES_FOLDER, select_by=self.select_by)
+        save_to = self.target if self.save_model else None
+        if isinstance(self.data, QATaskData):
+            assert self.files.qa is not None
+            result, rows = run_qa_seeds(encoder, self.data, self.files.qa, hp, self.seeds, self.runtime, self.say,
+                                        save_to=save_to)
+        else:
+            result, predictions = run_seeds(encoder, self.data, self.files, hp, self.seeds, self.runtime, self.say,
+                                            save_to=save_to, features_folder=self.target / FEATURES_FOLDER,
+                                            select_by=self.select_by)
+            rows = {split.name: prediction_rows(self.data.task, split.examples, self.seeds, predictions[split.name])
+                    for split in scored_splits(self.data)}
         result["key"] = key
         # Written before the line that records the work: a line's predictions are always there.
         folder = Path(PREDICTIONS_FOLDER) / f"{self.name}-{key[:12]}"
-        for split in scored_splits(self.data):
-            path = folder / f"{split.name}.jsonl"
-            write_lines(self.target / path, prediction_rows(self.data.task, split.examples, self.seeds,
-                                                            predictions[split.name]))
-            result["splits"][split.name]["predictions"] = path.as_posix()
+        for name, split_rows in rows.items():
+            path = folder / f"{name}.jsonl"
+            write_lines(self.target / path, split_rows)
+            result["splits"][name]["predictions"] = path.as_posix()
         if self.files.benchmark_task:
             result["benchmark_task"] = self.files.benchmark_task
         if sweep_of is not None:  # TensorBoard first: a kill before the line below does both again
@@ -157,7 +165,7 @@ def benchmark_summary(benchmark: Benchmark, encoder: Encoder, results: list[tupl
     }
 
 
-def work_key(encoder: Encoder, data: TaskData, files: TaskFiles, hp: Hyperparameters, seeds: list[int],
+def work_key(encoder: Encoder, data: TaskData | QATaskData, files: TaskFiles, hp: Hyperparameters, seeds: list[int],
              select_by: str = "last") -> str:
     """What makes two results the same: weights, task, files, columns, settings, the epoch's
     choice and seeds."""
@@ -165,6 +173,8 @@ def work_key(encoder: Encoder, data: TaskData, files: TaskFiles, hp: Hyperparame
                  "files": {split: entry["sha256"] for split, entry in data.files.items()},
                  "columns": [files.text_column, files.text_pair_column, files.label_column],
                  "hyperparameters": asdict(hp), "seeds": seeds}
+    if files.qa is not None:  # added only when set: the other tasks' keys stay as they were
+        described["question_answering"] = asdict(files.qa)
     if files.benchmark_task:  # added only when set: earlier single-task keys stay as they were
         described["benchmark_task"] = files.benchmark_task
     if select_by != "last":  # likewise: the last epoch is what every earlier result reported

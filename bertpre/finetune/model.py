@@ -9,10 +9,11 @@ from bertpre.model.families import encoder_of, family
 
 
 def build_task_model(config: BertConfig, encoder_state: dict[str, torch.Tensor], num_labels: int,
-                     *, tagging: bool) -> nn.Module:
+                     *, tagging: bool, question_answering: bool = False) -> nn.Module:
     """A task model on the CPU whose encoder holds a copy of `encoder_state` (the encoder's own
     names: BertModel's without `bert.`, XLNetModel's without `transformer.`); the head is freshly
-    drawn from the current torch seed.
+    drawn from the current torch seed. The head tags tokens (`tagging`), gives each token a start
+    and an end logit (`question_answering`, `num_labels` 2), or labels the text.
 
     The encoder is never randomly initialized (its weights would be overwritten): the model is
     laid out without values, filled from the state, and the head drawn first thing after the
@@ -20,7 +21,8 @@ def build_task_model(config: BertConfig, encoder_state: dict[str, torch.Tensor],
     `set_seed(seed)` + `from_pretrained` of the same export."""
     row = family(config)
     with torch.device("meta"):
-        model = (row.token_head if tagging else row.sequence_head)(config, num_labels)
+        head = row.question_answering_head if question_answering else row.token_head if tagging else row.sequence_head
+        model = head(config, num_labels)
     model.to_empty(device="cpu")
     encoder_of(model, config).load_state_dict(encoder_state, strict=True)
     model.reset_head()

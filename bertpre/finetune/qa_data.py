@@ -145,7 +145,7 @@ def _example(path: Path, where: str, record: dict, version_2_with_negative: bool
         raise UserError(f"{path}: {where} is marked is_impossible but has answers")
     if not checked and not version_2_with_negative:
         raise UserError(f"{path}: {where} has no answer (a SQuAD v2.0 file with unanswerable "
-                        "questions): read it with version_2_with_negative")
+                        "questions): read it with --version-2 (version_2_with_negative)")
     return QAExample(str(record["id"]), question, context, checked)
 
 

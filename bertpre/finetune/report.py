@@ -14,7 +14,7 @@ from bertpre.finetune import metrics
 
 # The metric a task is judged by first: the dev score that chooses an epoch or a checkpoint, and
 # the best seed's for --save-model.
-MAIN_METRIC = {"classification": "accuracy", "tagging": "f1", "regression": "pearson"}
+MAIN_METRIC = {"classification": "accuracy", "tagging": "f1", "regression": "pearson", "qa": "f1"}
 
 
 def score(task: str, predictions: Sequence[Any], labels: Sequence[Any], label_names: list[str]) -> dict[str, float]:

@@ -112,6 +112,11 @@ def run_difference(recorded: dict[str, Any], run: dict[str, Any]) -> str | None:
             if old["columns"].get(column) != task["columns"].get(column):
                 return (f"{where}its {option} is {shown_value(old['columns'].get(column))}, "
                         f"this run's {shown_value(task['columns'].get(column))}")
+        before_qa, now_qa = old.get("question_answering") or {}, task.get("question_answering") or {}
+        for setting in sorted({*before_qa, *now_qa}):  # --task qa's windows, answers and scoring
+            if before_qa.get(setting) != now_qa.get(setting):
+                return (f"{where}its {setting} is {shown_value(before_qa.get(setting))}, "
+                        f"this run's {shown_value(now_qa.get(setting))}")
     for setting in sorted({*recorded["settings"], *run["settings"]}):
         before, now = recorded["settings"].get(setting), run["settings"].get(setting)
         if before != now:

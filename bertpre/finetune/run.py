@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ from bertpre.errors import UserError
 from bertpre.finetune.benchmarks import BENCHMARKS, choose_tasks, load_benchmark_task
 from bertpre.finetune.features import FEATURES_FOLDER
 from bertpre.finetune.jobs import Job, Jobs
+from bertpre.finetune.qa_seeds import QASettings, load_qa_task
 from bertpre.finetune.report import MAIN_METRIC
 from bertpre.finetune.results import (
     MARKER,
@@ -78,6 +79,7 @@ class TaskFiles:
     text_pair_column: str | None = None
     label_column: str | None = None
     benchmark_task: str | None = None  # e.g. glue/mnli: read as the benchmark lays it out
+    qa: QASettings | None = None  # --task qa: windows, answers and scoring
 
 
 def finetune(source: str | Path, files: TaskFiles | None, out: str | Path, *, hp: Hyperparameters,
@@ -113,10 +115,16 @@ def finetune(source: str | Path, files: TaskFiles | None, out: str | Path, *, hp
     else:
         assert files is not None
         target = check_finetune_out(out, [source, files.train, files.validation, files.test])
-        tasks = [(task_name(files.train), load_task(files.task, files.train, files.validation, files.test,
-                                                    text_column=files.text_column,
-                                                    text_pair_column=files.text_pair_column,
-                                                    label_column=files.label_column), files)]
+        if files.task == "qa":
+            files = replace(files, qa=files.qa or QASettings())
+            if select_by == "dev":
+                raise UserError("--select-by dev is not built for --task qa; leave out --select-by "
+                                "(each seed's last epoch is reported)")
+            data: Any = load_qa_task(files.train, files.validation, files.test, files.qa)
+        else:
+            data = load_task(files.task, files.train, files.validation, files.test, text_column=files.text_column,
+                             text_pair_column=files.text_pair_column, label_column=files.label_column)
+        tasks = [(task_name(files.train), data, files)]
     sweep = checkpoints is not None or watch
     if sweep:
         parse_checkpoints(checkpoints or "all")
@@ -186,7 +194,8 @@ def describe_run(source: Path, tasks: list[tuple[str, Any, TaskFiles]], hp: Hype
         described[name if benchmark else "task"] = {
             "task": data.task,
             "files": {split: {"path": entry["path"], "sha256": entry["sha256"]} for split, entry in data.files.items()},
-            "columns": {"text": files.text_column, "text_pair": files.text_pair_column, "label": files.label_column}}
+            "columns": {"text": files.text_column, "text_pair": files.text_pair_column, "label": files.label_column},
+            **({"question_answering": asdict(files.qa)} if files.qa is not None else {})}
     return {"source": str(real_path(source)), "benchmark": benchmark, "tasks": described,
             "settings": {**asdict(hp), "select_by": select_by}}
 

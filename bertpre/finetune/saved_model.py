@@ -1,6 +1,7 @@
-"""The fine-tuned model as a Hugging Face folder: `AutoModelForSequenceClassification` or
-`AutoModelForTokenClassification` loads it (a BERT or an XLNet) with its `id2label`, no missing or
-unexpected keys, and `AutoTokenizer` the tokenizer it was fine-tuned with."""
+"""The fine-tuned model as a Hugging Face folder: `AutoModelForSequenceClassification`,
+`AutoModelForTokenClassification` or `AutoModelForQuestionAnswering` loads it (a BERT or an XLNet)
+with its `id2label`, no missing or unexpected keys, and `AutoTokenizer` the tokenizer it was
+fine-tuned with."""
 from __future__ import annotations
 
 import shutil
@@ -45,9 +46,12 @@ def save_task_model(out: Path, model: nn.Module, config: BertConfig, *, task: st
     shutil.rmtree(staging, ignore_errors=True)
     try:
         row = family(config)
-        hf = row.write_task_folder(staging, model.state_dict(), config, tokenizer_folder, tagging=task == "tagging")
+        hf = row.write_task_folder(staging, model.state_dict(), config, tokenizer_folder,
+                                   pooler=task not in ("tagging", "qa"))
         prefix = row.hf_task_prefix
-        if task == "regression":
+        if task == "qa":  # transformers' default labels: start and end
+            hf.update(architectures=[row.question_answering_head.__name__], num_labels=2)
+        elif task == "regression":
             hf.update(architectures=[f"{prefix}ForSequenceClassification"], num_labels=1, problem_type="regression",
                       id2label={"0": "LABEL_0"}, label2id={"LABEL_0": 0})
         else:

@@ -71,7 +71,7 @@ def load_task(task: str, train: Path, validation: Path, test: Path | None = None
     """Read the task's files; the label set is the training file's, and a label the other
     files have but training lacks is refused (one line)."""
     if task not in TASKS:
-        raise UserError(f"--task {task!r} must be one of {', '.join(TASKS)}")
+        raise UserError(f"--task {task!r} must be one of {', '.join((*TASKS, 'qa'))}")
     paths = {"train": Path(train), "validation": Path(validation), **({"test": Path(test)} if test else {})}
     if task == "tagging":
         splits = {name: read_tagged(path, text_column or "tokens", label_column or "tags")

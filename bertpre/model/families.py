@@ -28,8 +28,10 @@ from bertpre.model.bert_cost import (
 )
 from bertpre.model.config import XLNET_SHAPE_FIELDS, BertConfig
 from bertpre.model.heads import (
+    BertForQuestionAnswering,
     BertForSequenceClassification,
     BertForTokenClassification,
+    XLNetForQuestionAnsweringSimple,
     XLNetForSequenceClassification,
     XLNetForTokenClassification,
     xlnet_encoder,
@@ -60,6 +62,9 @@ class Family:
     pretraining_class: type[nn.Module]  # from_pretrained(folder), save_pretrained, num_parameters
     sequence_head: type[nn.Module]  # fine-tuning: one label (or score) a text or pair
     token_head: type[nn.Module]  # fine-tuning: one label a token
+    # fine-tuning: a start and an end logit a token (extractive QA); named as transformers' class,
+    # which a saved model's config.json names
+    question_answering_head: type[nn.Module]
     hf_task_prefix: str  # a saved task model's class: f"{prefix}ForSequenceClassification"
     encoder_attribute: str  # where the pretraining and task models keep the encoder
     padding_side: str  # where a batch's padding goes ("left": the classification token is last)
@@ -115,7 +120,8 @@ FAMILIES: dict[str, Family] = {
     "bert": Family(
         architecture="bert", display_name="BERT",
         pretraining_class=BertForPreTraining, sequence_head=BertForSequenceClassification,
-        token_head=BertForTokenClassification, hf_task_prefix="Bert", encoder_attribute="bert",
+        token_head=BertForTokenClassification, question_answering_head=BertForQuestionAnswering,
+        hf_task_prefix="Bert", encoder_attribute="bert",
         padding_side="right", objectives=("mlm",), pair_task=True,
         build_pretraining=build_bert, build_encoder=BertModel, tokenizer_layout=same_layout,
         read_weights=read_bert_weights, optional_encoder_parts=("pooler.",),
@@ -132,7 +138,8 @@ FAMILIES: dict[str, Family] = {
     "xlnet": Family(
         architecture="xlnet", display_name="XLNet",
         pretraining_class=XLNetLMHeadModel, sequence_head=XLNetForSequenceClassification,
-        token_head=XLNetForTokenClassification, hf_task_prefix="XLNet", encoder_attribute="transformer",
+        token_head=XLNetForTokenClassification, question_answering_head=XLNetForQuestionAnsweringSimple,
+        hf_task_prefix="XLNet", encoder_attribute="transformer",
         padding_side="left", objectives=("plm", "clm"), pair_task=False,
         build_pretraining=build_xlnet, build_encoder=xlnet_encoder, tokenizer_layout=xlnet_layout,
         read_weights=hf_format.read_weights, optional_encoder_parts=(), optional_parts={},

@@ -1,7 +1,8 @@
 """Fine-tuning task heads on bertpre's encoders, with Hugging Face's names and math: for BERT a linear layer on
 the pooled [CLS] output classifies (or regresses) a sentence or a pair; for XLNet a projection,
 tanh and a linear layer on the last token's output (its [CLS]: XLNet pads on the left); a linear
-layer on every token's output tags it."""
+layer on every token's output tags it, or gives it a start and an end logit (extractive question
+answering)."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -63,6 +64,34 @@ class BertForTokenClassification(BertTaskModel):
         """Logits (B, T, num_labels)."""
         hidden = self.hidden_states(input_ids, attention_mask, token_type_ids, unpadded)  # (B, T, C)
         return self.classifier(self.dropout(hidden))
+
+
+class BertForQuestionAnswering(nn.Module):
+    """`bert` → every token's output → `qa_outputs` (C → 2): a start and an end logit a token
+    (Hugging Face's names and math: no dropout; its pooler is not used, and not saved)."""
+
+    takes_unpadded = True  # forward's `unpadded`: the layers compute nothing for padding
+
+    def __init__(self, config: BertConfig, num_labels: int = 2) -> None:
+        super().__init__()
+        self.num_labels = num_labels
+        self.bert = BertModel(config)
+        self.qa_outputs = nn.Linear(config.hidden_size, num_labels)
+        self.reset_head()
+
+    def reset_head(self) -> None:
+        """Draw the head's initial weights from the current torch seed, as transformers does."""
+        init_weights(self.qa_outputs, self.bert.config.initializer_range)
+
+    def hidden_states(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                      token_type_ids: torch.Tensor | None = None, unpadded: Unpadded | None = None) -> torch.Tensor:
+        """The encoder's output for every token (B, T, C)."""
+        return self.bert(input_ids, attention_mask, token_type_ids, unpadded=unpadded).last_hidden_state
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None, unpadded: Unpadded | None = None) -> torch.Tensor:
+        """Logits (B, T, 2): the start logit of each token at [..., 0], the end logit at [..., 1]."""
+        return self.qa_outputs(self.hidden_states(input_ids, attention_mask, token_type_ids, unpadded))
 
 
 def xlnet_encoder(config: BertConfig) -> XLNetModel:
@@ -140,3 +169,32 @@ class XLNetForTokenClassification(nn.Module):
                 token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
         """Logits (B, T, num_labels)."""
         return self.classifier(self.hidden_states(input_ids, attention_mask, token_type_ids))
+
+
+
+class XLNetForQuestionAnsweringSimple(nn.Module):
+    """`transformer` → every token's output → `qa_outputs` (C → 2): a start and an end logit a
+    token (Hugging Face's names and math; transformers' XLNetForQuestionAnswering is the other,
+    beam-searching head of XLNet's paper, which bertpre does not build)."""
+
+    def __init__(self, config: BertConfig, num_labels: int = 2) -> None:
+        super().__init__()
+        self.num_labels = num_labels
+        self.transformer = xlnet_encoder(config)
+        self.qa_outputs = nn.Linear(config.hidden_size, num_labels)
+        self.initializer_range = config.initializer_range
+        self.reset_head()
+
+    def reset_head(self) -> None:
+        """Draw the head's initial weights from the current torch seed, as transformers does."""
+        init_xlnet_weights(self.qa_outputs, self.initializer_range)
+
+    def hidden_states(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                      token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """The content stream's output for every token (B, T, C)."""
+        return self.transformer(input_ids, token_type_ids, attention_mask).last_hidden_state
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits (B, T, 2): the start logit of each token at [..., 0], the end logit at [..., 1]."""
+        return self.qa_outputs(self.hidden_states(input_ids, attention_mask, token_type_ids))

@@ -335,10 +335,11 @@ def limit_model_max_length(folder: Path, positions: int) -> None:
 
 
 def write_bert_task_folder(folder: Path, state: dict[str, torch.Tensor], config: BertConfig,
-                           tokenizer_folder: Path, *, tagging: bool) -> dict:
-    """A fine-tuned BERT's weights (a tagger's without the pooler, which transformers'
-    `BertForTokenClassification` lacks) and its tokenizer files; returns config.json's content."""
-    if tagging:
+                           tokenizer_folder: Path, *, pooler: bool) -> dict:
+    """A fine-tuned BERT's weights (without the pooler unless `pooler`: transformers'
+    `BertForTokenClassification` and `BertForQuestionAnswering` lack it) and its tokenizer files;
+    returns config.json's content."""
+    if not pooler:
         state = {name: tensor for name, tensor in state.items() if not name.startswith("bert.pooler.")}
     write_folder(folder, config, state)
     for name in TOKENIZER_FILES:

@@ -477,9 +477,10 @@ def xlnet_export_writer(model: XLNetLMHeadModel, tokenizer_folder: Path) -> tupl
 
 
 def write_xlnet_task_folder(folder: Path, state: dict[str, torch.Tensor], config: BertConfig,
-                            tokenizer_folder: Path, *, tagging: bool) -> dict:
+                            tokenizer_folder: Path, *, pooler: bool) -> dict:
     """A fine-tuned XLNet's weights and the tokenizer it was fine-tuned with (XLNet's layout,
-    whatever layout the source kept); returns config.json's content, with the tokenizer's ids."""
+    whatever layout the source kept); returns config.json's content, with the tokenizer's ids.
+    (`pooler` is BERT's: XLNet's encoder has none.)"""
     folder.mkdir(parents=True, exist_ok=True)
     save_file({name: tensor.detach().contiguous().cpu() for name, tensor in state.items()},
               folder / hf_format.SAFETENSORS_NAME, metadata={"format": "pt"})
