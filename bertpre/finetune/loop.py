@@ -63,8 +63,11 @@ class SeedProgress:
             self.shown = now
         self.bar.update()
 
-    def close(self) -> None:
-        self.bar.close()
+    def __enter__(self) -> SeedProgress:
+        return self
+
+    def __exit__(self, *exception: object) -> None:
+        self.bar.close()  # also when the seed fails or is stopped: no bar left to print at exit
 
 
 def task_loss(logits: torch.Tensor, labels: torch.Tensor, task: str) -> torch.Tensor:
@@ -98,37 +101,36 @@ def train_full(encoder: Encoder, train: Encoded, *, task: str, num_labels: int, 
     generator = torch.Generator().manual_seed(seed)
     pad_id = pad_token_id(encoder)
     step = 0
-    progress = SeedProgress(seed, total, hp.epochs, "sentences" if task == "tagging" else "examples")
-    model.train()
-    for epoch in range(hp.epochs):
-        for indices in shuffled_batches(len(train), hp.batch_size, generator):
-            batch = pad_batch(train, indices, pad_id, regression=task == "regression", tagging=task == "tagging",
-                              padding_side=encoder.padding_side)
-            inputs = model_inputs(model, batch, runtime.device)
-            batch = to_device(batch, runtime.device)
-            for group in optimizer.param_groups:
-                group["lr"] = learning_rate(step, lr=hp.lr, warmup_steps=warmup, max_steps=total)
-            with runtime.autocast():
-                logits = model(**inputs)
-            loss = task_loss(logits, batch["labels"], task)
-            optimizer.zero_grad(set_to_none=True)
-            if scaler is not None:
-                scaler.scale(loss).backward()
-                scaler.unscale_(optimizer)
-            else:
-                loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), hp.max_grad_norm)
-            if scaler is not None:
-                scaler.step(optimizer)
-                scaler.update()
-            else:
-                optimizer.step()
-            step += 1
-            progress.step(epoch, loss, len(indices))
-        if after_epoch is not None:
-            after_epoch(epoch + 1, model)
-            model.train()
-    progress.close()
+    with SeedProgress(seed, total, hp.epochs, "sentences" if task == "tagging" else "examples") as progress:
+        model.train()
+        for epoch in range(hp.epochs):
+            for indices in shuffled_batches(len(train), hp.batch_size, generator):
+                batch = pad_batch(train, indices, pad_id, regression=task == "regression", tagging=task == "tagging",
+                                  padding_side=encoder.padding_side)
+                inputs = model_inputs(model, batch, runtime.device)
+                batch = to_device(batch, runtime.device)
+                for group in optimizer.param_groups:
+                    group["lr"] = learning_rate(step, lr=hp.lr, warmup_steps=warmup, max_steps=total)
+                with runtime.autocast():
+                    logits = model(**inputs)
+                loss = task_loss(logits, batch["labels"], task)
+                optimizer.zero_grad(set_to_none=True)
+                if scaler is not None:
+                    scaler.scale(loss).backward()
+                    scaler.unscale_(optimizer)
+                else:
+                    loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), hp.max_grad_norm)
+                if scaler is not None:
+                    scaler.step(optimizer)
+                    scaler.update()
+                else:
+                    optimizer.step()
+                step += 1
+                progress.step(epoch, loss, len(indices))
+            if after_epoch is not None:
+                after_epoch(epoch + 1, model)
+                model.train()
     return model
 
 
@@ -228,21 +230,20 @@ def train_probe(train_features: torch.Tensor, train_labels: torch.Tensor, scored
     total, warmup = schedule_steps(len(train_features), hp)
     generator = torch.Generator().manual_seed(seed)
     step = 0
-    progress = SeedProgress(seed, total, hp.epochs, "tokens" if task == "tagging" else "examples")
-    for epoch in range(hp.epochs):
-        for indices in shuffled_batches(len(train_features), hp.batch_size, generator):
-            for group in optimizer.param_groups:
-                group["lr"] = learning_rate(step, lr=hp.lr, warmup_steps=warmup, max_steps=total)
-            loss = task_loss(head(train_features[indices]), train_labels[indices], task)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(head.parameters(), hp.max_grad_norm)
-            optimizer.step()
-            step += 1
-            progress.step(epoch, loss, len(indices))
-        if after_epoch is not None:
-            after_epoch(epoch + 1, head)
-    progress.close()
+    with SeedProgress(seed, total, hp.epochs, "tokens" if task == "tagging" else "examples") as progress:
+        for epoch in range(hp.epochs):
+            for indices in shuffled_batches(len(train_features), hp.batch_size, generator):
+                for group in optimizer.param_groups:
+                    group["lr"] = learning_rate(step, lr=hp.lr, warmup_steps=warmup, max_steps=total)
+                loss = task_loss(head(train_features[indices]), train_labels[indices], task)
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(head.parameters(), hp.max_grad_norm)
+                optimizer.step()
+                step += 1
+                progress.step(epoch, loss, len(indices))
+            if after_epoch is not None:
+                after_epoch(epoch + 1, head)
     return probe_outputs(head, scored_features, task)
 
 

@@ -74,36 +74,35 @@ def train_question_answering(encoder: Encoder, windows: QAWindows, *, hp: Hyperp
     generator = torch.Generator().manual_seed(seed)
     pad_id = pad_token_id(encoder)
     step = 0
-    progress = SeedProgress(seed, total, hp.epochs, "windows")
-    model.train()
-    if probe:  # frozen means no dropout either: the features a probe reads are the encoder's own
-        encoder_of(model, encoder.config).eval()
-    for epoch in range(hp.epochs):
-        for indices in shuffled_batches(len(windows), hp.batch_size, generator):
-            batch = pad_windows(windows, indices, pad_id, encoder.padding_side)
-            inputs = model_inputs(model, batch, runtime.device)
-            starts = batch["start_positions"].to(runtime.device)
-            ends = batch["end_positions"].to(runtime.device)
-            for group in optimizer.param_groups:
-                group["lr"] = learning_rate(step, lr=hp.lr, warmup_steps=warmup, max_steps=total)
-            with runtime.autocast():
-                logits = model(**inputs)  # (B, T, 2)
-            loss = span_loss(logits, starts, ends)
-            optimizer.zero_grad(set_to_none=True)
-            if scaler is not None:
-                scaler.scale(loss).backward()
-                scaler.unscale_(optimizer)
-            else:
-                loss.backward()
-            torch.nn.utils.clip_grad_norm_(trained.parameters(), hp.max_grad_norm)
-            if scaler is not None:
-                scaler.step(optimizer)
-                scaler.update()
-            else:
-                optimizer.step()
-            step += 1
-            progress.step(epoch, loss, len(indices))
-    progress.close()
+    with SeedProgress(seed, total, hp.epochs, "windows") as progress:
+        model.train()
+        if probe:  # frozen means no dropout either: the features a probe reads are the encoder's own
+            encoder_of(model, encoder.config).eval()
+        for epoch in range(hp.epochs):
+            for indices in shuffled_batches(len(windows), hp.batch_size, generator):
+                batch = pad_windows(windows, indices, pad_id, encoder.padding_side)
+                inputs = model_inputs(model, batch, runtime.device)
+                starts = batch["start_positions"].to(runtime.device)
+                ends = batch["end_positions"].to(runtime.device)
+                for group in optimizer.param_groups:
+                    group["lr"] = learning_rate(step, lr=hp.lr, warmup_steps=warmup, max_steps=total)
+                with runtime.autocast():
+                    logits = model(**inputs)  # (B, T, 2)
+                loss = span_loss(logits, starts, ends)
+                optimizer.zero_grad(set_to_none=True)
+                if scaler is not None:
+                    scaler.scale(loss).backward()
+                    scaler.unscale_(optimizer)
+                else:
+                    loss.backward()
+                torch.nn.utils.clip_grad_norm_(trained.parameters(), hp.max_grad_norm)
+                if scaler is not None:
+                    scaler.step(optimizer)
+                    scaler.update()
+                else:
+                    optimizer.step()
+                step += 1
+                progress.step(epoch, loss, len(indices))
     return model
 
 

@@ -199,3 +199,16 @@ def test_a_tagging_seed_says_how_many_sentences_and_tokens_it_trains_on(run_fold
                                 "--epochs", "1"], monkeypatch, capsys)
     assert code == 0, stderr
     assert f"seed 0: probing on 12 sentences ({tokens} tagged tokens)" in stderr.splitlines()
+
+
+def test_a_seed_that_fails_or_is_stopped_closes_its_bar(monkeypatch):
+    """No bar is left open to be printed again as the process exits."""
+    from bertpre.errors import Stopped
+    from bertpre.finetune.loop import SeedProgress
+
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    with pytest.raises(Stopped), SeedProgress(0, 4, 1) as progress:
+        assert not progress.bar.disable and progress.bar in type(progress.bar)._instances  # shown
+        raise Stopped(15)
+    assert progress.bar not in type(progress.bar)._instances  # closed: tqdm will not print it again
