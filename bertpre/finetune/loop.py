@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 import numpy as np
 import torch
@@ -70,6 +70,24 @@ class SeedProgress:
         self.bar.close()  # also when the seed fails or is stopped: no bar left to print at exit
 
 
+def optimizer_step(loss: torch.Tensor, optimizer: torch.optim.Optimizer,
+                   scaler: torch.amp.GradScaler | None, parameters: Iterable[nn.Parameter],
+                   max_grad_norm: float) -> None:
+    """Backward (scaled under fp16), clip the gradients' norm, step: one optimizer step."""
+    optimizer.zero_grad(set_to_none=True)
+    if scaler is not None:
+        scaler.scale(loss).backward()
+        scaler.unscale_(optimizer)
+    else:
+        loss.backward()
+    torch.nn.utils.clip_grad_norm_(parameters, max_grad_norm)
+    if scaler is not None:
+        scaler.step(optimizer)
+        scaler.update()
+    else:
+        optimizer.step()
+
+
 def task_loss(logits: torch.Tensor, labels: torch.Tensor, task: str) -> torch.Tensor:
     if task == "regression":
         return nn.functional.mse_loss(logits.squeeze(-1).float(), labels.float())
@@ -114,18 +132,7 @@ def train_full(encoder: Encoder, train: Encoded, *, task: str, num_labels: int, 
                 with runtime.autocast():
                     logits = model(**inputs)
                 loss = task_loss(logits, batch["labels"], task)
-                optimizer.zero_grad(set_to_none=True)
-                if scaler is not None:
-                    scaler.scale(loss).backward()
-                    scaler.unscale_(optimizer)
-                else:
-                    loss.backward()
-                torch.nn.utils.clip_grad_norm_(model.parameters(), hp.max_grad_norm)
-                if scaler is not None:
-                    scaler.step(optimizer)
-                    scaler.update()
-                else:
-                    optimizer.step()
+                optimizer_step(loss, optimizer, scaler, model.parameters(), hp.max_grad_norm)
                 step += 1
                 progress.step(epoch, loss, len(indices))
             if after_epoch is not None:

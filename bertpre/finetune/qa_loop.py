@@ -13,6 +13,7 @@ from bertpre.finetune.loop import (
     FUSED_ADAMW_DEVICES,
     SeedProgress,
     model_inputs,
+    optimizer_step,
     pad_token_id,
     schedule_steps,
     shuffled_batches,
@@ -89,18 +90,7 @@ def train_question_answering(encoder: Encoder, windows: QAWindows, *, hp: Hyperp
                 with runtime.autocast():
                     logits = model(**inputs)  # (B, T, 2)
                 loss = span_loss(logits, starts, ends)
-                optimizer.zero_grad(set_to_none=True)
-                if scaler is not None:
-                    scaler.scale(loss).backward()
-                    scaler.unscale_(optimizer)
-                else:
-                    loss.backward()
-                torch.nn.utils.clip_grad_norm_(trained.parameters(), hp.max_grad_norm)
-                if scaler is not None:
-                    scaler.step(optimizer)
-                    scaler.update()
-                else:
-                    optimizer.step()
+                optimizer_step(loss, optimizer, scaler, trained.parameters(), hp.max_grad_norm)
                 step += 1
                 progress.step(epoch, loss, len(indices))
     return model
