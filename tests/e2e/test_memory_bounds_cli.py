@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from _in_process import run_main
 
-from bertpre.cli import main
 from bertpre.model import BertConfig
 from bertpre.model import xlnet as xlnet_module
 from bertpre.model.bert import BertForPreTraining
@@ -32,16 +32,6 @@ WORDS = ["the", "cat", "sees", "river", "a", "dog", "farmer", "apple", "red", ".
 SMALL_MACHINE = 64 * 2**20
 
 
-def run_main(args: list, monkeypatch, capsys) -> tuple[int, str, str]:
-    monkeypatch.setattr(sys, "argv", ["bertpre", *map(str, args)])
-    capsys.readouterr()
-    try:
-        main()
-        code = 0
-    except SystemExit as exit:
-        code = exit.code if isinstance(exit.code, int) else int(exit.code is not None)
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def machine_of(size: int, monkeypatch) -> None:

@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import json
 import random
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-
-from bertpre.cli import main
+from _in_process import run_main
 
 ANIMALS = ["the cat", "a dog", "a small bird"]
 PEOPLE = ["the old man", "my sister", "the farmer"]
@@ -36,16 +34,6 @@ def write_task(folder: Path, count: int, seed: int, name: str, *, pair: bool = F
     return path
 
 
-def run_main(args: list, monkeypatch, capsys) -> tuple[int, str, str]:
-    monkeypatch.setattr(sys, "argv", ["bertpre", *map(str, args)])
-    capsys.readouterr()
-    try:
-        main()
-        code = 0
-    except SystemExit as exit:
-        code = exit.code if isinstance(exit.code, int) else int(exit.code is not None)
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 @pytest.fixture(scope="module")

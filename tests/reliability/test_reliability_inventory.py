@@ -14,27 +14,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from _in_process import run_main
 
 from bertpre.data.folder import load_data
 from bertpre.errors import UserError
 from bertpre.folders import claimed_out, temporary_prefix
 from bertpre.inventory import INVENTORY_FILE, KEEP_FILE, take_inventory
 from bertpre.tools.demo import check_demo_folder, prepare_folder
-
-
-def run_main(args: list, monkeypatch, capsys) -> tuple[int, str, str]:
-    """`bertpre ARGS` through `bertpre.cli.main`, as the console script runs it."""
-    from bertpre.cli import main
-
-    monkeypatch.setattr(sys, "argv", ["bertpre", *map(str, args)])
-    capsys.readouterr()
-    try:
-        main()
-        code = 0
-    except SystemExit as exit:
-        code = exit.code if isinstance(exit.code, int) else int(exit.code is not None)
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def hashes(folder: Path) -> dict[str, str]:

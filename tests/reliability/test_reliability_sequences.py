@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import hashlib
 import random
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from _in_process import run_main
 
 FAST_SEQUENCES = 100  # in `make test`
 SLOW_SEQUENCES = 150  # more, with demo among the commands, in `make test-slow`
@@ -25,19 +25,6 @@ TASK_ROWS = ["the cat sees the river .\tanimal", "my sister feeds a dog .\tperso
              "a small bird finds the tall tree .\tanimal", "the farmer likes an open door .\tperson"] * 4
 
 
-def run_main(args: list, monkeypatch, capsys) -> tuple[int, str, str]:
-    """`bertpre ARGS` through `bertpre.cli.main`, as the console script runs it."""
-    from bertpre.cli import main
-
-    monkeypatch.setattr(sys, "argv", ["bertpre", *map(str, args)])
-    capsys.readouterr()
-    try:
-        main()
-        code = 0
-    except SystemExit as exit:
-        code = exit.code if isinstance(exit.code, int) else int(exit.code is not None)
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 @dataclass
