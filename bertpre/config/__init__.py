@@ -11,7 +11,7 @@ from bertpre.config.rules import (
     integers,
     numbers,
 )
-from bertpre.config.run import check_world_size, load_config, resolve
+from bertpre.config.run import check_world_size, load_config, no_pair_head, resolve
 from bertpre.config.sections import (
     DEVICES,
     SECTIONS,
@@ -26,5 +26,5 @@ from bertpre.configs import preset_names
 __all__ = [
     "DEVICES", "MAX_BATCH", "MAX_SEED", "MAX_SEQ_LENGTH", "RULES", "SECTIONS", "Config", "DataConfig",
     "OptimConfig", "PhaseConfig", "Range", "TrainConfig", "check_number", "check_world_size", "integers",
-    "load_config", "numbers", "preset_names", "resolve", "resolve_config_path",
+    "load_config", "no_pair_head", "numbers", "preset_names", "resolve", "resolve_config_path",
 ]

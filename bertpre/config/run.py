@@ -69,10 +69,11 @@ def _validate(config: Config, warmup_given: bool, ratio_given: bool) -> None:
     placeholder_vocab = model.pad_token_id + 1 if model.vocab_size == "auto" else model.vocab_size
     dataclasses.replace(model, vocab_size=placeholder_vocab).validate()
 
-    if data.max_seq_length > model.max_position_embeddings and not model.relative_positions:
+    if data.max_seq_length > model.max_tokens and not model.relative_positions:
         raise UserError(
             f"data.max_seq_length ({data.max_seq_length}) is larger than "
-            f"model.max_position_embeddings ({model.max_position_embeddings}); lower one or raise the other"
+            f"model.max_position_embeddings ({model.max_position_embeddings}){offset_words(model)}; "
+            "lower one or raise the other"
         )
     _check_choice("data.pair_task", data.pair_task, PAIR_TASKS)
     if data.pair_task != "none" and model.type_vocab_size < 2:
@@ -105,12 +106,23 @@ def _validate(config: Config, warmup_given: bool, ratio_given: bool) -> None:
     _check_choice("train.device", train.device, DEVICES)
 
 
+def offset_words(model: Any) -> str:
+    """How many of a position table's rows a family keeps before the first token, in words
+    (RoBERTa's: the padding's id + 1), or nothing."""
+    if not model.position_offset:
+        return ""
+    return (f" less the {model.position_offset} rows before the first token (positions start at "
+            f"pad_token_id + 1 = {model.position_offset}): {model.max_tokens} tokens")
+
+
 def _validate_objective(config: Config) -> None:
-    """The objective against the architecture, and plm/clm's own keys."""
+    """The objective and the pair task against the architecture, and plm/clm's own keys."""
     model, data = config.model, config.data
     _check_choice("model.architecture", model.architecture, tuple(FAMILIES))
     _check_choice("data.objective", data.objective, OBJECTIVES)
     row = family(model)
+    if not row.pair_task and data.pair_task != "none" and not data.recurrent:
+        raise UserError(no_pair_head(row.display_name, data.pair_task, f"model.architecture {model.architecture}"))
     if data.objective not in row.objectives:
         trained_by = [name for name, other in FAMILIES.items() if data.objective in other.objectives]
         raise UserError(f"model.architecture {model.architecture} trains with data.objective "
@@ -136,6 +148,13 @@ def _validate_objective(config: Config) -> None:
     if data.reuse_length is not None and data.reuse_length > data.max_seq_length:
         raise UserError(f"data.reuse_length ({data.reuse_length}) is longer than a segment "
                         f"(data.max_seq_length {data.max_seq_length}); segments would skip text")
+
+
+def no_pair_head(display_name: str, pair_task: str, what: str) -> str:
+    """Why a family without a pair head refuses `data.pair_task` nsp or sop."""
+    return (f"data.pair_task {pair_task} trains a sentence-pair head, which {what} ({display_name}) does "
+            f"not have: {display_name} is pretrained on the masked LM alone, each row full sentences of "
+            "one document, with no next-sentence or sentence-order task; set data.pair_task: none")
 
 
 def _read_pretraining_yaml(path: Path) -> dict[str, Any]:
@@ -172,9 +191,13 @@ def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] 
     model_raw = raw.get("model") if isinstance(raw.get("model"), dict) else {}
     config.init_from = _init_from(model_raw.get(INIT_FROM))
     config.model_keys_given = frozenset(model_raw) - {INIT_FROM}
+    for name, value in family(config.model).model_defaults.items():
+        if name not in config.model_keys_given:  # RoBERTa's one token type, where BERT's default is two
+            setattr(config.model, name, value)
     if ratio_given and not warmup_given:
         config.optim.warmup_steps = None
     data_raw = raw.get("data") if isinstance(raw.get("data"), dict) else {}
+    config.data_keys_given = frozenset(data_raw)
     if "pair_task" not in data_raw and not family(config.model).pair_task:
         config.data.pair_task = "none"  # a default never written is no error: XLNet reads no sentence pairs
     if raw.get("phases") is not None:
@@ -275,7 +298,16 @@ def resolve(config: Config, tokenizer: Any) -> Config:
     else:
         model.check_vocab_fits(tokenizer_vocab, "the DATA folder's tokenizer")
     pad_id = tokenizer.token_to_id(PAD_TOKEN)
+    if pad_id is not None and pad_id != model.pad_token_id and config.init_from and model.position_offset:
+        raise UserError(f"model.init_from {config.init_from} pads with id {model.pad_token_id}, but the DATA "
+                        f"folder's tokenizer with id {pad_id}; {model.architecture}'s positions count from "
+                        "the padding's id, so tokenize with the model's own tokenizer")
     if pad_id is not None:
         model.pad_token_id = pad_id
     model.validate()
+    for index in range(max(1, len(config.phases))):  # the padding's id moves RoBERTa's first position
+        length = config.for_phase(index).data.max_seq_length
+        if length > model.max_tokens and not model.relative_positions:
+            raise UserError(f"data.max_seq_length ({length}) is larger than model.max_position_embeddings "
+                            f"({model.max_position_embeddings}){offset_words(model)}; lower one or raise the other")
     return config

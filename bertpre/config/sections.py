@@ -167,6 +167,8 @@ class Config:
     init_from: str | None = None
     # The `model:` keys the YAML or --set gave; with init_from, a given shape key must match the source.
     model_keys_given: frozenset[str] = field(default=frozenset(), compare=False, repr=False)
+    # The `data:` keys they gave: a family without a pair head drops a default pair task, never a given one.
+    data_keys_given: frozenset[str] = field(default=frozenset(), compare=False, repr=False)
 
     def to_dict(self) -> dict[str, dict[str, Any]]:
         """The config as plain data, in the YAML layout."""

@@ -65,19 +65,23 @@ class BertEmbeddings(nn.Module):
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
         embeddings = self.word_embeddings(input_ids)
         if hasattr(self, "position_embeddings"):
-            seq_length = input_ids.shape[1]
-            if seq_length > self.position_embeddings.num_embeddings:
-                raise ValueError(
-                    f"sequence length {seq_length} exceeds max_position_embeddings "
-                    f"{self.position_embeddings.num_embeddings}; truncate the input"
-                )
-            position_ids = torch.arange(seq_length, device=input_ids.device)  # (T,)
-            embeddings = embeddings + self.position_embeddings(position_ids)
+            embeddings = embeddings + self.position_embeddings(self.position_ids(input_ids))
         if token_type_ids is None:
             embeddings = embeddings + self.token_type_embeddings.weight[0]
         else:
             embeddings = embeddings + self.token_type_embeddings(token_type_ids)
         return self.dropout(self.LayerNorm(embeddings))  # (B, T, E)
+
+    def position_ids(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """The row of the position table each token reads: BERT's are 0, 1, 2 … whatever the
+        tokens (T,); a family that counts positions otherwise (RoBERTa) overrides this."""
+        seq_length = input_ids.shape[1]
+        if seq_length > self.position_embeddings.num_embeddings:
+            raise ValueError(
+                f"sequence length {seq_length} exceeds max_position_embeddings "
+                f"{self.position_embeddings.num_embeddings}; truncate the input"
+            )
+        return torch.arange(seq_length, device=input_ids.device)  # (T,)
 
 
 class BertSelfAttention(nn.Module):
@@ -283,22 +287,30 @@ class BertPooler(nn.Module):
 
 @dataclass
 class BertModelOutput:
-    """What `BertModel` returns: `last_hidden_state` (B, T, C) and `pooler_output` (B, C)."""
+    """What `BertModel` returns: `last_hidden_state` (B, T, C) and `pooler_output` (B, C), None
+    for an encoder without a pooler."""
 
     last_hidden_state: torch.Tensor
-    pooler_output: torch.Tensor
+    pooler_output: torch.Tensor | None
 
 
 class BertModel(nn.Module):
-    """The encoder: embeddings, layers and pooler (Hugging Face's `BertModel`)."""
+    """The encoder: embeddings, layers and pooler (Hugging Face's `BertModel`).
 
-    def __init__(self, config: BertConfig) -> None:
+    A family with BERT's layers and its own embeddings (RoBERTa's positions) names them in
+    `embeddings_class`; without `add_pooling_layer` there is no pooler (Hugging Face's
+    `add_pooling_layer=False`).
+    """
+
+    embeddings_class: type[nn.Module] = BertEmbeddings
+
+    def __init__(self, config: BertConfig, add_pooling_layer: bool = True) -> None:
         super().__init__()
         config.validate()
         self.config = config
-        self.embeddings = BertEmbeddings(config)
+        self.embeddings = self.embeddings_class(config)
         self.encoder = BertEncoder(config)
-        self.pooler = BertPooler(config)
+        self.pooler = BertPooler(config) if add_pooling_layer else None
         self.apply(partial(init_weights, std=config.initializer_range))
 
     def forward(
@@ -322,7 +334,8 @@ class BertModel(nn.Module):
         hidden_states = self.encoder(hidden_states, attention_mask_for_sdpa(attention_mask), last_rows, unpadded)
         if unpadded is not None and last_rows is None:
             hidden_states = unpadded.pad(hidden_states)  # (B, T, C)
-        return BertModelOutput(last_hidden_state=hidden_states, pooler_output=self.pooler(hidden_states))
+        pooled = None if self.pooler is None else self.pooler(hidden_states)
+        return BertModelOutput(last_hidden_state=hidden_states, pooler_output=pooled)
 
 
 def attention_mask_for_sdpa(attention_mask: torch.Tensor | None) -> torch.Tensor | None:
@@ -396,7 +409,8 @@ class BertPreTrainingHeads(nn.Module):
 
 @dataclass
 class PreTrainingOutput:
-    """Losses and logits of `BertForPreTraining`.
+    """Losses and logits of `BertForPreTraining` (and of a family's MLM-only model, whose
+    `seq_relationship_logits` and pair losses are None).
 
     With `masked_lm_positions`, `prediction_logits` is (B, P, V), one row per slot; with
     `labels`, (N, V) for the N positions where labels != -100, in row-major order (aligned with
@@ -408,7 +422,7 @@ class PreTrainingOutput:
     mlm_loss: torch.Tensor | None
     pair_loss: torch.Tensor | None
     prediction_logits: torch.Tensor
-    seq_relationship_logits: torch.Tensor
+    seq_relationship_logits: torch.Tensor | None
     mlm_loss_sum: torch.Tensor | None = None
     pair_loss_sum: torch.Tensor | None = None
 
@@ -453,24 +467,10 @@ class BertForPreTraining(nn.Module):
                 data-dependent shape, so the whole forward compiles as one graph.
         """
         encoded = self.bert(input_ids, attention_mask, token_type_ids)
-        hidden_states = encoded.last_hidden_state  # (B, T, C)
         seq_relationship_logits = self.cls.seq_relationship(encoded.pooler_output)  # (B, 2)
-
-        mlm_loss = mlm_loss_sum = None
-        if masked_lm_positions is not None:
-            index = masked_lm_positions[..., None].expand(-1, -1, hidden_states.shape[-1])
-            prediction_logits = self.cls.predictions(hidden_states.gather(1, index))  # (B, P, V)
-            if masked_lm_ids is not None:
-                mlm_loss_sum = summed_cross_entropy(prediction_logits, masked_lm_ids, label_smoothing)
-                mlm_loss = mlm_loss_sum / (masked_lm_ids != IGNORE_INDEX).sum().clamp(min=1)
-        elif labels is not None:
-            # Sparse head: only the ~15% predicted positions reach the vocabulary projection.
-            predicted = labels != IGNORE_INDEX
-            prediction_logits = self.cls.predictions(hidden_states[predicted])  # (N, V)
-            mlm_loss_sum = summed_cross_entropy(prediction_logits, labels[predicted], label_smoothing)
-            mlm_loss = mlm_loss_sum / predicted.sum().clamp(min=1)
-        else:
-            prediction_logits = self.cls.predictions(hidden_states)  # (B, T, V)
+        prediction_logits, mlm_loss, mlm_loss_sum = masked_lm_predictions(
+            self.cls.predictions, encoded.last_hidden_state, labels=labels, label_smoothing=label_smoothing,
+            masked_lm_positions=masked_lm_positions, masked_lm_ids=masked_lm_ids)
 
         pair_loss = pair_loss_sum = None
         if next_sentence_label is not None:
@@ -533,21 +533,55 @@ class BertForPreTraining(nn.Module):
         return model
 
 
+def masked_lm_predictions(
+    head: nn.Module,
+    hidden_states: torch.Tensor,
+    *,
+    labels: torch.Tensor | None = None,
+    label_smoothing: float = 0.0,
+    masked_lm_positions: torch.Tensor | None = None,
+    masked_lm_ids: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """The MLM head `head` on the encoder's `hidden_states` (B, T, C), and its loss, in the layouts
+    `PreTrainingOutput` describes (shared by every family with a masked LM head).
+
+    Returns:
+        (prediction logits, mean MLM loss or None, summed MLM loss or None).
+    """
+    mlm_loss = mlm_loss_sum = None
+    if masked_lm_positions is not None:
+        index = masked_lm_positions[..., None].expand(-1, -1, hidden_states.shape[-1])
+        prediction_logits = head(hidden_states.gather(1, index))  # (B, P, V)
+        if masked_lm_ids is not None:
+            mlm_loss_sum = summed_cross_entropy(prediction_logits, masked_lm_ids, label_smoothing)
+            mlm_loss = mlm_loss_sum / (masked_lm_ids != IGNORE_INDEX).sum().clamp(min=1)
+    elif labels is not None:
+        # Sparse head: only the ~15% predicted positions reach the vocabulary projection.
+        predicted = labels != IGNORE_INDEX
+        prediction_logits = head(hidden_states[predicted])  # (N, V)
+        mlm_loss_sum = summed_cross_entropy(prediction_logits, labels[predicted], label_smoothing)
+        mlm_loss = mlm_loss_sum / predicted.sum().clamp(min=1)
+    else:
+        prediction_logits = head(hidden_states)  # (B, T, V)
+    return prediction_logits, mlm_loss, mlm_loss_sum
+
+
 @torch.no_grad()
-def bert_mask_logits(model: BertForPreTraining, tokenizer: Tokenizer, text: str,
-                     fits: Callable[[ForwardShape], None] = lambda shape: None) -> torch.Tensor:
-    """The MLM head's logits (M, V) at each [MASK] of `text`, read as one segment [CLS] ... [SEP];
-    the head runs at the [MASK]s alone. A text past an absolute position table is refused;
-    relative positions read any length, so `fits` is told the forward before it runs (it may
-    refuse it)."""
+def bert_mask_logits(model: nn.Module, tokenizer: Tokenizer, text: str,
+                     fits: Callable[[ForwardShape], None] = lambda shape: None,
+                     mask_token: str = MASK_TOKEN) -> torch.Tensor:
+    """The MLM head's logits (M, V) at each `mask_token` of `text`, read as one segment
+    [CLS] ... [SEP] (the tokenizer's own start and end); the head runs at the masks alone. A
+    text past an absolute position table is refused; relative positions read any length, so
+    `fits` is told the forward before it runs (it may refuse it)."""
     ids = tokenizer.encode(text).ids  # [CLS] ... [SEP]
-    limit = model.config.max_position_embeddings
+    limit = model.config.max_tokens
     if len(ids) > limit and not model.config.relative_positions:
         raise UserError(f"the text is {len(ids)} tokens long; this model reads at most {limit}")
     input_ids = torch.tensor([ids])  # (1, T)
-    positions = (input_ids[0] == tokenizer.token_to_id(MASK_TOKEN)).nonzero().flatten()
+    positions = (input_ids[0] == tokenizer.token_to_id(mask_token)).nonzero().flatten()
     if positions.numel() == 0:
-        raise UserError(f"the tokenizer did not keep {MASK_TOKEN} as one token in {text!r}")
+        raise UserError(f"the tokenizer did not keep {mask_token} as one token in {text!r}")
     fits(ForwardShape(batch_size=1, seq_length=len(ids), predicted_rows=positions.numel()))
     device = next(model.parameters()).device
     input_ids = input_ids.to(device)

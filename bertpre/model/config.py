@@ -8,8 +8,13 @@ from bertpre.model.positions import POSITION_EMBEDDING_TYPES
 
 HIDDEN_ACTS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu", "swish")
 # `bert`: BERT's layout (and ALBERT's options, relative positions); `xlnet`: XLNet's layout,
-# two-stream relative attention and Transformer-XL's memory (`bertpre.model.xlnet`).
-ARCHITECTURES = ("bert", "xlnet")
+# two-stream relative attention and Transformer-XL's memory (`bertpre.model.xlnet`); `roberta`
+# and `xlm-roberta`: RoBERTa's layout (`bertpre.model.roberta`), the two named as Hugging Face
+# names their config.json's model_type and classes (XLM-R is RoBERTa's network).
+ROBERTA_ARCHITECTURES = ("roberta", "xlm-roberta")
+ARCHITECTURES = ("bert", "xlnet", *ROBERTA_ARCHITECTURES)
+# Hugging Face's class-name prefix of each RoBERTa-layout model_type.
+ROBERTA_CLASS_PREFIXES = {"roberta": "Roberta", "xlm-roberta": "XLMRoberta"}
 # Fields that shape an XLNet's weights (the rest of BERT's have no meaning there).
 XLNET_SHAPE_FIELDS = ("architecture", "vocab_size", "hidden_size", "num_hidden_layers",
                       "num_attention_heads", "intermediate_size")
@@ -43,6 +48,11 @@ class BertConfig:
     `clamp_len` the distance beyond which relative positions share one encoding (-1: none).
     Positions are relative by construction; `max_position_embeddings`, `type_vocab_size` and
     the ALBERT options have no meaning there.
+
+    `architecture: roberta` (or `xlm-roberta`, the same network under XLM-R's Hugging Face
+    names) builds RoBERTa (`bertpre.model.roberta`) from BERT's names: its positions start at
+    `pad_token_id + 1` and count real tokens alone (`position_offset`), so a table of
+    `max_position_embeddings` rows reads `max_tokens` = 514 - 2 = 512 tokens.
     """
 
     vocab_size: int | str = 30522
@@ -118,7 +128,8 @@ class BertConfig:
         self.validate_architecture()
 
     def validate_architecture(self) -> None:
-        """The architecture's own rules: XLNet's options only with `xlnet`, BERT's only with `bert`."""
+        """The architecture's own rules: XLNet's options only with `xlnet`, ALBERT's and relative
+        positions only with `bert`."""
         if self.architecture not in ARCHITECTURES:
             raise UserError(f"model.architecture {self.architecture!r} is not built; use one of "
                             f"{', '.join(ARCHITECTURES)}")
@@ -126,10 +137,13 @@ class BertConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < low:
                 raise UserError(f"model.{name} must be an integer of at least {low}, got {value!r}")
+        if self.architecture != "xlnet" and self.mem_len:
+            raise UserError(f"model.mem_len is Transformer-XL's memory, which {self.architecture}'s layout "
+                            "does not carry; set model.architecture: xlnet, or model.mem_len: 0")
         if self.architecture == "bert":
-            if self.mem_len:
-                raise UserError("model.mem_len is Transformer-XL's memory, which BERT's layout does not "
-                                "carry; set model.architecture: xlnet, or model.mem_len: 0")
+            return
+        if self.is_roberta:
+            self.validate_roberta()
             return
         if self.is_albert:
             raise UserError("model.embedding_size and model.share_layers are ALBERT's options, which "
@@ -145,14 +159,49 @@ class BertConfig:
                             f"{self.hidden_dropout_prob:g} and model.attention_probs_dropout_prob "
                             f"{self.attention_probs_dropout_prob:g}; make them equal")
 
+    def validate_roberta(self) -> None:
+        """RoBERTa's own rules: Hugging Face's RoBERTa has absolute positions alone, no ALBERT
+        options, and a position table that starts after the padding's row."""
+        if self.is_albert:
+            raise UserError(f"model.embedding_size and model.share_layers are ALBERT's options, which "
+                            f"RoBERTa's layout does not have; remove them for model.architecture {self.architecture}")
+        if self.position_embedding_type != "absolute":
+            raise UserError(f"model.architecture {self.architecture} has RoBERTa's absolute position table; "
+                            f"remove model.position_embedding_type {self.position_embedding_type}")
+        if self.max_tokens < 1:
+            raise UserError(f"model.max_position_embeddings ({self.max_position_embeddings}) leaves no "
+                            f"position for a token: RoBERTa's positions start after the padding's row "
+                            f"(pad_token_id {self.pad_token_id}); raise it to at least {self.position_offset + 1}")
+
     @property
     def is_xlnet(self) -> bool:
         return self.architecture == "xlnet"
+
+    @property
+    def is_roberta(self) -> bool:
+        """RoBERTa's layout (`roberta` or `xlm-roberta`)."""
+        return self.architecture in ROBERTA_ARCHITECTURES
+
+    @property
+    def position_offset(self) -> int:
+        """The position-table row of a sequence's first token: 0 for BERT; for RoBERTa
+        pad_token_id + 1, the rows up to the padding's being the padding's (positions count
+        the real tokens alone, as fairseq's `make_positions` does)."""
+        return self.pad_token_id + 1 if self.is_roberta else 0
+
+    @property
+    def max_tokens(self) -> int:
+        """The longest sequence the position table reads (RoBERTa's 514 rows read 512 tokens);
+        with relative positions only the length the model is meant for."""
+        return self.max_position_embeddings - self.position_offset
 
     def shape_fields(self) -> tuple[str, ...]:
         """The fields two models must share for one's weights to load into the other."""
         if self.is_xlnet:
             return XLNET_SHAPE_FIELDS
+        if self.is_roberta:  # the padding's id is where RoBERTa's positions start
+            return ("architecture", "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                    "intermediate_size", "max_position_embeddings", "type_vocab_size", "pad_token_id")
         return ("architecture", "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
                 "intermediate_size", "max_position_embeddings", "type_vocab_size", "embedding_size",
                 "share_layers", "position_embedding_type", "rope_theta")
@@ -203,6 +252,8 @@ class BertConfig:
         Face's `XLNetLMHeadModel` config."""
         if self.is_xlnet:
             return self.xlnet_config().to_hf_dict()
+        if self.is_roberta:
+            return self.roberta_hf_dict()
         if self.relative_positions:
             hf = {"architectures": ["BertpreForPreTraining"], "model_type": REMOTE_MODEL_TYPE,
                   "auto_map": dict(REMOTE_AUTO_MAP)}
@@ -218,28 +269,42 @@ class BertConfig:
             hf.update(embedding_size=self.embedding_size, share_layers=self.share_layers)
         return hf
 
+    def roberta_hf_dict(self) -> dict:
+        """config.json of Hugging Face's `RobertaForMaskedLM` (or `XLMRobertaForMaskedLM`): BERT's
+        names, RoBERTa's model_type; `bos_token_id` and `eos_token_id` are the export's to add
+        (they name the tokenizer's ids, which the config does not hold)."""
+        hf = {"architectures": [f"{ROBERTA_CLASS_PREFIXES[self.architecture]}ForMaskedLM"],
+              "model_type": self.architecture}
+        hf.update({f.name: getattr(self, f.name) for f in fields(self)
+                   if f.name not in ("embedding_size", "share_layers", "rope_theta", *XLNET_FIELDS)})
+        hf.update(tie_word_embeddings=True)
+        return hf
+
     @classmethod
     def from_hf_dict(cls, hf: dict) -> BertConfig:
-        """Build from a Hugging Face BERT config.json dict (or a bertpre remote-code one, or
-        an XLNet one); unknown keys are ignored."""
+        """Build from a Hugging Face BERT, RoBERTa or XLM-RoBERTa config.json dict (or a bertpre
+        remote-code one, or an XLNet one); unknown keys are ignored."""
         model_type = hf.get("model_type", "bert")
         if model_type == "xlnet":
             return cls.from_xlnet_dict(hf)
-        if model_type not in ("bert", REMOTE_MODEL_TYPE):
+        if model_type not in ("bert", REMOTE_MODEL_TYPE, *ROBERTA_ARCHITECTURES):
             raise UserError(
-                f"config.json has model_type {model_type!r}; bertpre reads BERT checkpoints "
-                f"(model_type 'bert', or {REMOTE_MODEL_TYPE!r} from its own exports) and XLNet ones"
+                f"config.json has model_type {model_type!r}, which bertpre does not build; it builds "
+                f"{', '.join(('bert', *ROBERTA_ARCHITECTURES))} and xlnet (and reads its own exports' "
+                f"{REMOTE_MODEL_TYPE!r})"
             )
         embedding_type = hf.get("position_embedding_type", "absolute")
-        if model_type == "bert" and embedding_type != "absolute":
+        if model_type != REMOTE_MODEL_TYPE and embedding_type != "absolute":
             raise UserError(
                 f"config.json has position_embedding_type {embedding_type!r}; bertpre reads "
-                "BERT's 'absolute', and 'rope' or 'transformer_xl' from its own exports"
+                f"{model_type}'s 'absolute', and 'rope' or 'transformer_xl' from its own exports"
             )
         known = {f.name for f in fields(cls)} - set(XLNET_FIELDS)
         values = {k: v for k, v in hf.items() if k in known}
+        if model_type in ROBERTA_ARCHITECTURES:
+            values["architecture"] = model_type
         if values.get("pad_token_id") is None:
-            values["pad_token_id"] = 0
+            values["pad_token_id"] = 1 if model_type in ROBERTA_ARCHITECTURES else 0  # transformers' defaults
         config = cls(**values)
         config.validate()
         return config

@@ -8,7 +8,8 @@ cost differs, its cost functions) and one row in FAMILIES.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,23 @@ from bertpre.model.heads import (
     XLNetForSequenceClassification,
     XLNetForTokenClassification,
     xlnet_encoder,
+)
+from bertpre.model.roberta import (
+    RobertaForMaskedLM,
+    RobertaForQuestionAnswering,
+    RobertaForSequenceClassification,
+    RobertaForTokenClassification,
+    RobertaModel,
+    build_roberta,
+    read_roberta_weights,
+    roberta_export_writer,
+    roberta_mask_logits,
+    write_roberta_task_folder,
+)
+from bertpre.model.roberta_cost import (
+    count_roberta_parameters,
+    estimate_roberta_inference_memory,
+    estimate_roberta_memory,
 )
 from bertpre.model.vocab_growth import grow_vocab_rows
 from bertpre.model.xlnet import (
@@ -88,6 +106,9 @@ class Family:
     grow_vocabulary: Callable[..., dict] | None  # (state, new pieces) -> state with the rows added
     # fill-mask: (M, V) at each [MASK]; the callable is told the largest ForwardShape before any forward
     mask_logits: Callable[[nn.Module, Tokenizer, str, Callable[[ForwardShape], None]], torch.Tensor]
+    # model keys whose default is the family's own (RoBERTa's one token type), where a config
+    # leaves them out; a key the config gives, or a source's config.json, wins
+    model_defaults: dict[str, Any] = field(default_factory=dict)
 
 
 # Model keys a run may set whatever the source says: they shape training, not the weights.
@@ -115,6 +136,30 @@ def read_bert_weights(folder: Path) -> dict[str, torch.Tensor]:
     """A BERT folder's tensors under bertpre's names (`hf_format.normalize_keys`)."""
     return hf_format.normalize_keys(hf_format.read_weights(folder))
 
+
+# RoBERTa's values where BERT's differ: one token type, LayerNorm eps 1e-5, and a table of 514
+# positions (512 tokens after the padding's rows, `BertConfig.max_tokens`).
+ROBERTA_MODEL_DEFAULTS = {"type_vocab_size": 1, "layer_norm_eps": 1e-5, "max_position_embeddings": 514}
+
+ROBERTA = Family(
+    architecture="roberta", display_name="RoBERTa",
+    pretraining_class=RobertaForMaskedLM, sequence_head=RobertaForSequenceClassification,
+    token_head=RobertaForTokenClassification, question_answering_head=RobertaForQuestionAnswering,
+    hf_task_prefix="Roberta", encoder_attribute="roberta",
+    padding_side="right", objectives=("mlm",), pair_task=False,
+    build_pretraining=build_roberta, build_encoder=RobertaModel, tokenizer_layout=same_layout,
+    read_weights=read_roberta_weights, optional_encoder_parts=(), optional_parts={"lm_head.": "the MLM head (lm_head)"},
+    export_writer=roberta_export_writer, write_task_folder=write_roberta_task_folder,
+    native_task_models=lambda config: True,
+    count_parameters=count_roberta_parameters, training_flops=bert_training_flops,
+    estimate_memory=estimate_roberta_memory, estimate_inference_memory=estimate_roberta_inference_memory,
+    shape_words=lambda config: (f"{config.num_hidden_layers} layers, hidden {config.hidden_size}, "
+                                f"absolute positions from pad_token_id + 1"),
+    # the padding's id is where positions start: a source's, not the run's to choose
+    source_fields=(*BERT_SOURCE_FIELDS, "pad_token_id"),
+    grow_vocabulary=partial(grow_vocab_rows, word_embeddings="roberta.embeddings.word_embeddings.weight",
+                            head_rows=("lm_head.bias",)),
+    mask_logits=roberta_mask_logits, model_defaults=ROBERTA_MODEL_DEFAULTS)
 
 FAMILIES: dict[str, Family] = {
     "bert": Family(
@@ -150,6 +195,10 @@ FAMILIES: dict[str, Family] = {
         shape_words=lambda config: (f"{config.num_hidden_layers} layers, hidden {config.hidden_size}, "
                                     f"relative positions, memory {config.mem_len}"),
         source_fields=XLNET_SHAPE_FIELDS, grow_vocabulary=None, mask_logits=xlnet_mask_logits),
+    "roberta": ROBERTA,
+    # XLM-R is RoBERTa's network under its own Hugging Face names (model_type, classes)
+    "xlm-roberta": replace(ROBERTA, architecture="xlm-roberta", display_name="XLM-RoBERTa",
+                           hf_task_prefix="XLMRoberta"),
 }
 
 
@@ -163,8 +212,9 @@ def family(config: BertConfig) -> Family:
 
 
 def family_of(model: nn.Module) -> Family:
-    """The row whose pretraining class `model` is."""
-    return next(row for row in FAMILIES.values() if isinstance(model, row.pretraining_class))
+    """The row of a pretraining model, as its config names it (one class may serve two rows:
+    RoBERTa's and XLM-R's)."""
+    return family(pretraining_config(model))
 
 
 def pretraining_config(model: nn.Module) -> BertConfig:

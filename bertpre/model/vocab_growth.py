@@ -11,7 +11,9 @@ WORD_EMBEDDINGS = "bert.embeddings.word_embeddings.weight"
 HEAD_ROWS = ("cls.predictions.decoder.weight", "cls.predictions.bias", "cls.predictions.decoder.bias")
 
 
-def grow_vocab_rows(state_dict: dict[str, torch.Tensor], pieces: list[list[int]]) -> dict[str, torch.Tensor]:
+def grow_vocab_rows(state_dict: dict[str, torch.Tensor], pieces: list[list[int]], *,
+                    word_embeddings: str = WORD_EMBEDDINGS,
+                    head_rows: tuple[str, ...] = HEAD_ROWS) -> dict[str, torch.Tensor]:
     """Append one row per new token to the word embeddings and the MLM head's per-token tensors.
 
     New token k gets the mean of the rows (and of the biases) of the old ids `pieces[k]`, as
@@ -23,6 +25,7 @@ def grow_vocab_rows(state_dict: dict[str, torch.Tensor], pieces: list[list[int]]
         state_dict: bertpre / Hugging Face names (see `hf_format.normalize_keys`); must hold
             `bert.embeddings.word_embeddings.weight` (V, E).
         pieces: for each new token, in id order, the old ids it was split into (at least one).
+        word_embeddings, head_rows: the family's names of those tensors (BERT's by default).
 
     Returns:
         A new dict: the grown tensors (V + len(pieces) rows), the others as they were.
@@ -30,16 +33,16 @@ def grow_vocab_rows(state_dict: dict[str, torch.Tensor], pieces: list[list[int]]
     Raises:
         UserError: the embedding matrix is missing, or a token has no pieces or an id out of range.
     """
-    if WORD_EMBEDDINGS not in state_dict:
-        raise UserError(f"the weights have no {WORD_EMBEDDINGS}, so the vocab cannot be grown")
-    size = state_dict[WORD_EMBEDDINGS].shape[0]
+    if word_embeddings not in state_dict:
+        raise UserError(f"the weights have no {word_embeddings}, so the vocab cannot be grown")
+    size = state_dict[word_embeddings].shape[0]
     for index, ids in enumerate(pieces):
         if not ids or not all(0 <= piece < size for piece in ids):
             raise UserError(f"new token {size + index} has pieces {ids}, not ids below the model's "
                             f"vocab size {size}")
     grown: dict[str, torch.Tensor] = dict(state_dict)
     done: dict[tuple, torch.Tensor] = {}  # old tensor's memory → its grown tensor, for tied names
-    for key in (WORD_EMBEDDINGS, *HEAD_ROWS):
+    for key in (word_embeddings, *head_rows):
         tensor = state_dict.get(key)
         if tensor is None:
             continue

@@ -7,7 +7,7 @@ from pathlib import Path
 from tokenizers import Tokenizer
 from torch import nn
 
-from bertpre.config import Config
+from bertpre.config import Config, no_pair_head
 from bertpre.errors import UserError
 from bertpre.model import BertConfig
 from bertpre.model.families import family
@@ -33,9 +33,14 @@ def adopt_shape(config: Config, shape: BertConfig, where: str | Path) -> None:
         raise UserError(f"{where} holds {row.display_name} weights, which train with data.objective "
                         f"{' or '.join(row.objectives)} (set model.architecture: {row.architecture}, "
                         "data.objective and data.pair_task: none)")
-    if config.data.max_seq_length > shape.max_position_embeddings and not shape.relative_positions:
+    if not row.pair_task and config.data.pair_task != "none":
+        if "pair_task" in config.data_keys_given:
+            raise UserError(no_pair_head(row.display_name, config.data.pair_task, f"{where}'s model"))
+        config.data.pair_task = "none"  # BERT's default pair task, never asked for
+    if config.data.max_seq_length > shape.max_tokens and not shape.relative_positions:
         raise UserError(f"data.max_seq_length ({config.data.max_seq_length}) is larger than the "
-                        f"{shape.max_position_embeddings} positions of {where}; lower it")
+                        f"{shape.max_tokens} tokens the {shape.max_position_embeddings} positions of {where} "
+                        "read; lower it")
 
 
 def source_vocab_growth(source: ModelFolder, data_tokenizer: Tokenizer, data_path: str | Path,

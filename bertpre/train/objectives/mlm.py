@@ -13,6 +13,7 @@ from torch import nn
 from bertpre.batches import MaskingCollator, MixedInstances, PretrainingInstances, build_instances
 from bertpre.labels import IGNORE_INDEX, MASK_ACTION_NAMES
 from bertpre.model import BertForPreTraining
+from bertpre.model.families import family_of
 from bertpre.train.objectives.base import HostCounts, Objective, copy_inputs, perplexity
 
 if TYPE_CHECKING:
@@ -74,7 +75,10 @@ class PretrainingObjective(nn.Module):
 def freeze_pair_head(model: BertForPreTraining) -> None:
     """Under `pair_task: none` the pooler and the pair head take no part in the loss: freeze
     them, so DDP does not wait for gradients that never come. They are still saved and exported.
+    A family without them (RoBERTa) has nothing to freeze.
     """
+    if not family_of(model).pair_task:
+        return
     for module in (model.bert.pooler, model.cls.seq_relationship):
         module.requires_grad_(False)
 

@@ -1,0 +1,376 @@
+"""RoBERTa (and XLM-RoBERTa, the same network) on BERT's layers, with Hugging Face's names.
+
+What differs from BERT, and nothing else: positions start after the padding's row and count the
+real tokens alone (a left-padded row reads the same positions as the unpadded one); one token
+type; no pooler and no pair head (RoBERTa was pretrained on the masked LM alone); the MLM head's
+own layout (`lm_head.dense`, `lm_head.layer_norm`, `lm_head.decoder` tied to the word
+embeddings, `lm_head.bias`), with exact GELU whatever `hidden_act` says; the task heads of
+`RobertaFor*`. The embeddings' LayerNorm eps (1e-5) and the one token type are RoBERTa's
+config values (`families.ROBERTA_MODEL_DEFAULTS`), not code. The layers are BERT's own
+(`bertpre.model.bert`).
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import warnings
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from tokenizers import Tokenizer
+from torch import nn
+
+import bertpre
+from bertpre.errors import UserError
+from bertpre.model import hf_format
+from bertpre.model.bert import (
+    BertEmbeddings,
+    BertModel,
+    PreTrainingOutput,
+    bert_mask_logits,
+    init_weights,
+    masked_lm_predictions,
+)
+from bertpre.model.bert_cost import ForwardShape
+from bertpre.model.config import ROBERTA_CLASS_PREFIXES, BertConfig
+from bertpre.model.unpad import Unpadded
+from bertpre.tokenizer import load_tokenizer
+
+# Tensors Hugging Face's RobertaForMaskedLM stores under a second name (tied), and buffers.
+TIED_KEYS = ("lm_head.decoder.weight", "lm_head.decoder.bias")
+BUFFER_SUFFIXES = ("position_ids", "token_type_ids")
+# The files a Hugging Face tokenizer folder may hold, copied into an export as they are.
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+                   "vocab.json", "merges.txt", "vocab.txt", "sentencepiece.bpe.model", "spiece.model")
+# config.json's bos / eos ids: RoBERTa's own tokens, or those of a run's WordPiece vocabulary.
+SPECIAL_TOKEN_IDS = {"bos_token_id": ("<s>", "[CLS]"), "eos_token_id": ("</s>", "[SEP]")}
+# fill-mask: RoBERTa's mask string, or a WordPiece vocabulary's.
+MASK_TOKENS = ("<mask>", "[MASK]")
+
+
+# --- the network ---------------------------------------------------------------------------
+
+
+class RobertaEmbeddings(BertEmbeddings):
+    """BERT's embeddings with RoBERTa's positions: the i-th real token of a row reads row
+    `pad_token_id + i` of the table, padding reads the padding's row (zero, never trained)."""
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__(config)
+        self.padding_idx = config.pad_token_id
+        self.position_embeddings.padding_idx = config.pad_token_id  # zeroed at init, no gradient
+
+    def position_ids(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """(B, T): the running count of real tokens, offset by the padding's id; the padding's id
+        at padding (what fairseq's and transformers' `create_position_ids_from_input_ids` give)."""
+        limit = self.position_embeddings.num_embeddings - self.padding_idx - 1
+        if input_ids.shape[1] > limit:
+            raise ValueError(f"sequence length {input_ids.shape[1]} exceeds the {limit} tokens RoBERTa's "
+                             f"{self.position_embeddings.num_embeddings} positions read; truncate the input")
+        real = (input_ids != self.padding_idx).int()  # (B, T)
+        return (torch.cumsum(real, dim=1) * real).long() + self.padding_idx  # (B, T)
+
+
+class RobertaModel(BertModel):
+    """The encoder as `RobertaFor*` hold it (`add_pooling_layer=False`): RoBERTa's embeddings,
+    BERT's layers, no pooler. `last_rows` and `unpadded` work as in `BertModel`."""
+
+    embeddings_class = RobertaEmbeddings
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__(config, add_pooling_layer=False)
+
+
+class RobertaLMHead(nn.Module):
+    """dense → GELU → layer_norm → decoder (the word embeddings) + bias."""
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.decoder = nn.Linear(config.hidden_size, config.vocab_size)
+        self.bias = nn.Parameter(torch.zeros(config.vocab_size))
+        self.decoder.bias = self.bias  # one tensor under two names, as in Hugging Face
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        # RoBERTa's head applies the exact GELU whatever hidden_act says (fairseq's, kept by transformers).
+        return self.decoder(self.layer_norm(F.gelu(self.dense(features))))  # (..., V)
+
+
+class RobertaForMaskedLM(nn.Module):
+    """RoBERTa with its MLM head; parameter names are Hugging Face's `RobertaForMaskedLM` (and
+    `XLMRobertaForMaskedLM`'s, the same), so a checkpoint is an export's model as it is."""
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.roberta = RobertaModel(config)
+        self.lm_head = RobertaLMHead(config)
+        self.lm_head.apply(partial(init_weights, std=config.initializer_range))
+        nn.init.zeros_(self.lm_head.bias)
+        self.tie_weights()
+
+    def tie_weights(self) -> None:
+        """Make the MLM decoder use the word embedding matrix (one tensor, counted once)."""
+        self.lm_head.decoder.weight = self.roberta.embeddings.word_embeddings.weight
+        self.lm_head.decoder.bias = self.lm_head.bias
+
+    def set_gradient_checkpointing(self, enabled: bool = True) -> None:
+        """Recompute each layer's activations in the backward pass (training mode only)."""
+        self.roberta.encoder.gradient_checkpointing = enabled
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        next_sentence_label: torch.Tensor | None = None,
+        label_smoothing: float = 0.0,
+        masked_lm_positions: torch.Tensor | None = None,
+        masked_lm_ids: torch.Tensor | None = None,
+    ) -> PreTrainingOutput:
+        """`BertForPreTraining.forward`'s inputs and outputs (the pair's are None: there is no pair head)."""
+        if next_sentence_label is not None:
+            raise ValueError("RoBERTa has no pair head: pretrain it with data.pair_task none")
+        hidden_states = self.roberta(input_ids, attention_mask, token_type_ids).last_hidden_state  # (B, T, C)
+        prediction_logits, mlm_loss, mlm_loss_sum = masked_lm_predictions(
+            self.lm_head, hidden_states, labels=labels, label_smoothing=label_smoothing,
+            masked_lm_positions=masked_lm_positions, masked_lm_ids=masked_lm_ids)
+        return PreTrainingOutput(loss=mlm_loss, mlm_loss=mlm_loss, pair_loss=None,
+                                 prediction_logits=prediction_logits, seq_relationship_logits=None,
+                                 mlm_loss_sum=mlm_loss_sum)
+
+    def num_parameters(self) -> int:
+        """Trainable parameters, tied ones counted once."""
+        return sum(p.numel() for p in self.parameters())
+
+    def save_pretrained(self, folder: str | Path) -> None:
+        """Write `config.json` and `model.safetensors` as Hugging Face's RobertaForMaskedLM has them."""
+        write_roberta_folder(folder, self.config, self.state_dict())
+
+    def load_weights(self, state_dict: dict[str, torch.Tensor], folder: Path, *,
+                     strict: bool = False) -> tuple[list[str], list[str]]:
+        """Copy a folder's tensors (`read_roberta_weights`' names) into this model, keeping the
+        fresh initialization of the MLM head where a RobertaModel-only folder lacks it (unless
+        `strict`).
+
+        Returns:
+            (missing names, unexpected names).
+        """
+        expected = {name: tensor.shape for name, tensor in self.state_dict().items() if name not in TIED_KEYS}
+        missing, unexpected = hf_format.match_state_dict(
+            expected, state_dict, folder, layout=display_name(self.config), optional=("lm_head.",), strict=strict)
+        with torch.no_grad():
+            self.load_state_dict({k: v for k, v in state_dict.items() if k in expected}, strict=False)
+        self.tie_weights()
+        return missing, unexpected
+
+    @classmethod
+    def from_pretrained(cls, folder: str | Path, *, strict: bool = False) -> RobertaForMaskedLM:
+        """Load a Hugging Face RoBERTa or XLM-R folder (RobertaForMaskedLM, RobertaModel,
+        XLMRobertaForMaskedLM …); a head the folder lacks is initialized and named in a warning,
+        or refused with `strict`. Never downloads anything."""
+        path = hf_format.check_folder(folder)
+        model = cls(hf_format.read_config(path))
+        missing, unexpected = model.load_weights(read_roberta_weights(path), path, strict=strict)
+        if missing:
+            warnings.warn(f"{folder} has no weights for {', '.join(missing)}; they are newly "
+                          "initialized", stacklevel=2)
+        if unexpected:
+            warnings.warn(f"{folder}: ignored weights {', '.join(unexpected)}", stacklevel=2)
+        return model
+
+
+def build_roberta(config: BertConfig, tokenizer: Tokenizer | None = None) -> RobertaForMaskedLM:
+    return RobertaForMaskedLM(config)
+
+
+def display_name(config: BertConfig) -> str:
+    return "XLM-RoBERTa" if config.architecture == "xlm-roberta" else "RoBERTa"
+
+
+# --- task heads ----------------------------------------------------------------------------
+
+
+class RobertaTaskModel(nn.Module):
+    """`roberta` (no pooler) and a head drawn from the seed: what RoBERTa's task models share."""
+
+    takes_unpadded = True  # forward's `unpadded`: the layers compute nothing for padding
+
+    def __init__(self, config: BertConfig, num_labels: int) -> None:
+        super().__init__()
+        self.num_labels = num_labels
+        self.roberta = RobertaModel(config)
+
+    def reset_head(self) -> None:
+        """Draw the head's initial weights from the current torch seed, as transformers does."""
+        for name, module in self.named_children():
+            if name != "roberta":
+                module.apply(partial(init_weights, std=self.roberta.config.initializer_range))
+
+    def hidden_states(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                      token_type_ids: torch.Tensor | None = None, unpadded: Unpadded | None = None) -> torch.Tensor:
+        """The encoder's output for every token (B, T, C)."""
+        return self.roberta(input_ids, attention_mask, token_type_ids, unpadded=unpadded).last_hidden_state
+
+
+class RobertaClassificationHead(nn.Module):
+    """<s>'s output → dropout → dense → tanh → dropout → out_proj (RoBERTa's own, where BERT
+    reads its pooler)."""
+
+    def __init__(self, config: BertConfig, num_labels: int) -> None:
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.out_proj = nn.Linear(config.hidden_size, num_labels)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        """(B, T, C) → (B, num_labels)."""
+        first = self.dropout(hidden_states[:, 0])
+        return self.out_proj(self.dropout(torch.tanh(self.dense(first))))
+
+
+class RobertaForSequenceClassification(RobertaTaskModel):
+    """`roberta` → `classifier` on <s> (Hugging Face's names and math); `num_labels` 1 is regression."""
+
+    def __init__(self, config: BertConfig, num_labels: int) -> None:
+        super().__init__(config, num_labels)
+        self.classifier = RobertaClassificationHead(config, num_labels)
+        self.reset_head()
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None, unpadded: Unpadded | None = None) -> torch.Tensor:
+        """Logits (B, num_labels)."""
+        # The head reads <s> alone: the last layer computes that position only (exact).
+        hidden = self.roberta(input_ids, attention_mask, token_type_ids, last_rows=1,
+                              unpadded=unpadded).last_hidden_state  # (B, 1, C)
+        return self.classifier(hidden)
+
+
+class RobertaForTokenClassification(RobertaTaskModel):
+    """`roberta` → every token's output → dropout → `classifier` (Hugging Face's names and math)."""
+
+    def __init__(self, config: BertConfig, num_labels: int) -> None:
+        super().__init__(config, num_labels)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.classifier = nn.Linear(config.hidden_size, num_labels)
+        self.reset_head()
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None, unpadded: Unpadded | None = None) -> torch.Tensor:
+        """Logits (B, T, num_labels)."""
+        return self.classifier(self.dropout(self.hidden_states(input_ids, attention_mask, token_type_ids, unpadded)))
+
+
+class RobertaForQuestionAnswering(RobertaTaskModel):
+    """`roberta` → every token's output → `qa_outputs` (C → 2), no dropout (Hugging Face's names and math)."""
+
+    def __init__(self, config: BertConfig, num_labels: int = 2) -> None:
+        super().__init__(config, num_labels)
+        self.qa_outputs = nn.Linear(config.hidden_size, num_labels)
+        self.reset_head()
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None, unpadded: Unpadded | None = None) -> torch.Tensor:
+        """Logits (B, T, 2): the start logit of each token at [..., 0], the end logit at [..., 1]."""
+        return self.qa_outputs(self.hidden_states(input_ids, attention_mask, token_type_ids, unpadded))
+
+
+# --- Hugging Face folders ------------------------------------------------------------------
+
+
+def normalize_roberta_keys(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A RoBERTa folder's tensors under the names `RobertaForMaskedLM` above has: a bare
+    RobertaModel's gain the `roberta.` prefix, buffers and tied copies go, and an old file's
+    `lm_head.decoder.bias` stands for `lm_head.bias`."""
+    bare = not any(key.startswith("roberta.") for key in state_dict)
+    normalized = {("roberta." + key if bare else key): tensor for key, tensor in state_dict.items()
+                  if not key.endswith(BUFFER_SUFFIXES)}
+    if "lm_head.bias" not in normalized and "lm_head.decoder.bias" in normalized:
+        normalized["lm_head.bias"] = normalized["lm_head.decoder.bias"]
+    for key in TIED_KEYS:
+        normalized.pop(key, None)
+    return normalized
+
+
+def read_roberta_weights(folder: Path) -> dict[str, torch.Tensor]:
+    """A RoBERTa or XLM-R folder's tensors (safetensors, sharded, or pytorch_model.bin read with
+    weights_only) under bertpre's names."""
+    return normalize_roberta_keys(hf_format.read_weights(folder))
+
+
+def write_roberta_folder(folder: str | Path, config: BertConfig, state_dict: dict[str, torch.Tensor],
+                         **config_values: int) -> None:
+    """config.json (with `config_values` added: the tokenizer's ids) and model.safetensors, tied
+    copies left out as transformers leaves them."""
+    hf_format.write_folder(folder, config, {name: tensor for name, tensor in state_dict.items()
+                                            if name not in TIED_KEYS})
+    if config_values:
+        path = Path(folder) / hf_format.CONFIG_NAME
+        hf_format.write_json(path, {**json.loads(path.read_text(encoding="utf-8")), **config_values})
+
+
+def special_token_ids(tokenizer: Tokenizer) -> dict[str, int]:
+    """config.json's bos and eos ids as the tokenizer has them; those it lacks are left out."""
+    found = {}
+    for field, tokens in SPECIAL_TOKEN_IDS.items():
+        ids = [tokenizer.token_to_id(token) for token in tokens if tokenizer.token_to_id(token) is not None]
+        if ids:
+            found[field] = ids[0]
+    return found
+
+
+def copy_tokenizer_files(tokenizer_folder: Path, folder: Path) -> list[str]:
+    """The tokenizer folder's files (whichever of `TOKENIZER_FILES` it holds), copied as they are."""
+    copied = []
+    for name in TOKENIZER_FILES:
+        if (tokenizer_folder / name).is_file():
+            shutil.copyfile(tokenizer_folder / name, folder / name)
+            copied.append(name)
+    return copied
+
+
+def roberta_export_writer(model: RobertaForMaskedLM, tokenizer_folder: Path) -> tuple[str, hf_format.ExportWriter]:
+    """Hugging Face's native `RobertaForMaskedLM` (or `XLMRobertaForMaskedLM`) folder and the run's
+    tokenizer files as they are; config.json names the tokenizer's bos and eos ids, and the
+    tokenizer's `model_max_length` is what the position table reads (514 rows: 512 tokens)."""
+    config = model.config
+    ids = special_token_ids(load_tokenizer(tokenizer_folder))
+
+    def write(staging: Path) -> list[str]:
+        write_roberta_folder(staging, config, model.state_dict(), **ids)
+        copied = copy_tokenizer_files(tokenizer_folder, staging)
+        hf_format.limit_model_max_length(staging, config.max_tokens)
+        return copied
+
+    return f"{ROBERTA_CLASS_PREFIXES[config.architecture]}ForMaskedLM", write
+
+
+def write_roberta_task_folder(folder: Path, state: dict[str, torch.Tensor], config: BertConfig,
+                              tokenizer_folder: Path, *, pooler: bool) -> dict:
+    """A fine-tuned RoBERTa's weights and its tokenizer files; returns config.json's content
+    (`pooler` is BERT's: RoBERTa's task models have none)."""
+    ids = special_token_ids(load_tokenizer(tokenizer_folder))
+    write_roberta_folder(folder, config, state, **ids)
+    copy_tokenizer_files(tokenizer_folder, folder)
+    hf_format.limit_model_max_length(folder, config.max_tokens)
+    return {**config.to_hf_dict(), "bertpre_version": bertpre.__version__, **ids}
+
+
+# --- fill-mask -----------------------------------------------------------------------------
+
+
+@torch.no_grad()
+def roberta_mask_logits(model: RobertaForMaskedLM, tokenizer: Tokenizer, text: str,
+                        fits: Callable[[ForwardShape], None] = lambda shape: None) -> torch.Tensor:
+    """The MLM head's logits (M, V) at each mask of `text` (`<mask>`, or a WordPiece vocabulary's
+    [MASK]), read as one segment <s> … </s> as the tokenizer lays it out."""
+    mask_token = next((token for token in MASK_TOKENS if tokenizer.token_to_id(token) is not None), None)
+    if mask_token is None:
+        raise UserError(f"the tokenizer has no mask token ({' or '.join(MASK_TOKENS)}), so fill-mask "
+                        "has nothing to fill")
+    return bert_mask_logits(model, tokenizer, text, fits, mask_token=mask_token)
