@@ -314,8 +314,11 @@ def write_roberta_folder(folder: str | Path, config: BertConfig, state_dict: dic
         hf_format.write_json(path, {**json.loads(path.read_text(encoding="utf-8")), **config_values})
 
 
-def special_token_ids(tokenizer: Tokenizer) -> dict[str, int]:
-    """config.json's bos and eos ids as the tokenizer has them; those it lacks are left out."""
+def special_token_ids(tokenizer_folder: Path) -> dict[str, int]:
+    """config.json's bos and eos ids as the folder's tokenizer has them; those it lacks are left
+    out. (Read as it is: whose special tokens a run may use is the tokenizer's to check.)"""
+    path = tokenizer_folder / TOKENIZER_FILES[0]
+    tokenizer = Tokenizer.from_file(str(path)) if path.is_file() else load_tokenizer(tokenizer_folder)
     found = {}
     for field, tokens in SPECIAL_TOKEN_IDS.items():
         ids = [tokenizer.token_to_id(token) for token in tokens if tokenizer.token_to_id(token) is not None]
@@ -339,7 +342,7 @@ def roberta_export_writer(model: RobertaForMaskedLM, tokenizer_folder: Path) -> 
     tokenizer files as they are; config.json names the tokenizer's bos and eos ids, and the
     tokenizer's `model_max_length` is what the position table reads (514 rows: 512 tokens)."""
     config = model.config
-    ids = special_token_ids(load_tokenizer(tokenizer_folder))
+    ids = special_token_ids(tokenizer_folder)
 
     def write(staging: Path) -> list[str]:
         write_roberta_folder(staging, config, model.state_dict(), **ids)
@@ -354,7 +357,7 @@ def write_roberta_task_folder(folder: Path, state: dict[str, torch.Tensor], conf
                               tokenizer_folder: Path, *, pooler: bool) -> dict:
     """A fine-tuned RoBERTa's weights and its tokenizer files; returns config.json's content
     (`pooler` is BERT's: RoBERTa's task models have none)."""
-    ids = special_token_ids(load_tokenizer(tokenizer_folder))
+    ids = special_token_ids(tokenizer_folder)
     write_roberta_folder(folder, config, state, **ids)
     copy_tokenizer_files(tokenizer_folder, folder)
     hf_format.limit_model_max_length(folder, config.max_tokens)
