@@ -128,7 +128,7 @@ def evaluate_saved_model(source: str | Path, data: str | Path | None = None, *,
         config.data.objective = row.objectives[0]
         if not row.pair_task:
             config.data.pair_task = "none"
-    positions = shape.max_position_embeddings
+    positions = shape.max_tokens  # what the table reads: RoBERTa keeps rows before its first token
     if max_seq_length is not None:
         if max_seq_length < 8:
             raise UserError(f"--max-seq-length {max_seq_length} must be at least 8")
