@@ -111,8 +111,9 @@ def offset_words(model: Any) -> str:
     (RoBERTa's: the padding's id + 1), or nothing."""
     if not model.position_offset:
         return ""
-    return (f" less the {model.position_offset} rows before the first token (positions start at "
-            f"pad_token_id + 1 = {model.position_offset}): {model.max_tokens} tokens")
+    rows = "the row" if model.position_offset == 1 else f"the {model.position_offset} rows"
+    return (f" less {rows} before the first token (positions start at pad_token_id + 1 = "
+            f"{model.position_offset}): {model.max_tokens} tokens")
 
 
 def _validate_objective(config: Config) -> None:

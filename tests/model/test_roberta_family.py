@@ -3,6 +3,7 @@ on the same weights: positions after the padding, the MLM head, the task heads, 
 ways, the cost, and the refusals."""
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -27,6 +28,7 @@ from bertpre.model.roberta import (
     RobertaForQuestionAnswering,
     RobertaForSequenceClassification,
     RobertaForTokenClassification,
+    read_roberta_weights,
     roberta_export_writer,
     roberta_mask_logits,
     write_roberta_task_folder,
@@ -225,6 +227,13 @@ def test_the_cost_model_counts_the_models_parameters():
         assert counts.pooler == 0
     bert = FAMILIES["bert"].count_parameters(BertConfig(**SHAPE)).total
     assert bert - counts.total == (32 * 32 + 32) + (2 * 32 + 2)  # BERT's pooler and pair head
+    # roberta-base's shape, as transformers counts its RobertaForMaskedLM (built without values)
+    with torch.device("meta"):
+        theirs = transformers.RobertaForMaskedLM(transformers.RobertaConfig(
+            vocab_size=50265, max_position_embeddings=514, type_vocab_size=1))
+    base = BertConfig(vocab_size=50265, max_position_embeddings=514, type_vocab_size=1, pad_token_id=PAD,
+                      architecture="roberta")
+    assert family(base).count_parameters(base).total == sum(p.numel() for p in theirs.parameters()) == 124_697_433
 
 
 def test_an_unbuilt_model_type_is_refused_in_one_line_naming_the_built_ones(tmp_path):
@@ -253,8 +262,21 @@ def test_a_pair_task_is_refused_for_roberta_with_the_reason(tmp_path):
         (1, 1e-5, 514)
     assert load_config(None, ["model.architecture=roberta", "model.type_vocab_size=2"]).model.type_vocab_size == 2
     with pytest.raises(UserError, match=r"data.max_seq_length \(512\) is larger than model.max_position_embeddings "
-                                        r"\(512\) less the 1 rows before the first token"):
+                                        r"\(512\) less the row before the first token"):
         load_config(None, ["model.architecture=roberta", "model.max_position_embeddings=512",
                            "data.max_seq_length=512"])
     with pytest.raises(UserError, match="ALBERT's options, which RoBERTa's layout does not have"):
         load_config(None, ["model.architecture=roberta", "model.embedding_size=16"])
+
+
+def test_a_grown_vocabulary_starts_each_new_row_as_the_mean_of_its_pieces(tmp_path):
+    folder = saved(hf_model(), tmp_path / "source")
+    state = read_roberta_weights(folder)
+    grown = FAMILIES["roberta"].grow_vocabulary(state, [[5, 6], [7]])
+    words, bias = "roberta.embeddings.word_embeddings.weight", "lm_head.bias"
+    assert grown[words].shape == (99, 32) and grown[bias].shape == (99,)
+    torch.testing.assert_close(grown[words][97], state[words][[5, 6]].mean(dim=0))
+    torch.testing.assert_close(grown[bias][98], state[bias][7])
+    model = RobertaForMaskedLM(dataclasses.replace(read_config(folder), vocab_size=99))
+    assert model.load_weights(grown, folder, strict=True) == ([], [])
+    assert model.lm_head.decoder.weight is model.roberta.embeddings.word_embeddings.weight  # still tied
