@@ -129,7 +129,8 @@ def test_pytorch_model_bin_and_a_bare_roberta_model_load_with_the_head_named(tmp
 
 @pytest.mark.parametrize("kind", ["RobertaForMaskedLM", "XLMRobertaForMaskedLM"])
 def test_the_export_loads_natively_with_no_missing_keys_and_the_same_logits(kind, tmp_path):
-    ours = RobertaForMaskedLM.from_pretrained(saved(hf_model(kind), tmp_path / "source")).eval()
+    ours = RobertaForMaskedLM.from_pretrained(saved(hf_model(kind), tmp_path / "source"))
+    train_a_few_steps(ours)
     tokenizer_folder = tmp_path / "tokenizer"
     tokenizer_folder.mkdir()
     tokenizer = roberta_tokenizer()
@@ -153,6 +154,26 @@ def test_the_export_loads_natively_with_no_missing_keys_and_the_same_logits(kind
         mine = ours(input_ids, attention_mask).prediction_logits
     real = attention_mask.bool()
     torch.testing.assert_close(mine[real], theirs[real], rtol=0, atol=1e-4)
+
+
+def train_a_few_steps(model: RobertaForMaskedLM, steps: int = 3) -> None:
+    """A few AdamW steps of the masked LM on padded rows, as the trainer takes them (the sparse
+    head, Google's position layout), leaving the model in eval mode and its weights moved."""
+    input_ids, attention_mask = padded_batch()
+    positions = torch.tensor([[1, 4, 9], [0, 3, 10], [6, 8, 15]])
+    targets = torch.tensor([[11, 12, 13], [21, 22, -100], [31, 32, 33]])
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    before = model.lm_head.dense.weight.detach().clone()
+    model.train()
+    for _ in range(steps):
+        out = model(input_ids, attention_mask, masked_lm_positions=positions, masked_lm_ids=targets)
+        optimizer.zero_grad()
+        out.loss.backward()
+        optimizer.step()
+    assert out.pair_loss is None and out.seq_relationship_logits is None  # no pair head
+    assert (model.lm_head.dense.weight - before).abs().max() > 1e-3
+    assert model.lm_head.decoder.weight is model.roberta.embeddings.word_embeddings.weight  # still tied
+    model.eval()
 
 
 HEADS = [(RobertaForSequenceClassification, "RobertaForSequenceClassification", 3),

@@ -1,0 +1,72 @@
+"""`bertpre finetune --save-model` of a RoBERTa source: the family's heads (RobertaForSequenceClassification's
+dense + tanh + out_proj on <s>, no pooler; RobertaForTokenClassification) saved so that transformers
+loads them with no missing or unexpected keys and the same logits."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from test_finetune import run_main, write_conll, write_task
+
+from bertpre.model.hf_format import read_config
+from bertpre.model.roberta import RobertaForSequenceClassification, RobertaForTokenClassification
+
+transformers = pytest.importorskip("transformers")
+
+
+@pytest.fixture(scope="module")
+def roberta_source(tiny_data, tmp_path_factory) -> Path:
+    """A transformers RobertaForMaskedLM of the tiny vocabulary, saved with the tiny DATA's tokenizer."""
+    folder = tmp_path_factory.mktemp("roberta-source")
+    torch.manual_seed(7)
+    model = transformers.RobertaForMaskedLM(transformers.RobertaConfig(
+        vocab_size=120, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+        max_position_embeddings=66, type_vocab_size=1, pad_token_id=0))  # the tiny vocabulary's [PAD]
+    model.save_pretrained(folder)
+    for file in (tiny_data / "tokenizer").iterdir():
+        shutil.copy(file, folder / file.name)
+    return folder
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("task", ["classification", "tagging"])
+def test_a_saved_roberta_task_model_loads_in_transformers_with_the_same_logits(
+        task, roberta_source, tmp_path, monkeypatch, capsys):
+    if task == "tagging":
+        files = ["--train", write_conll(tmp_path / "train.conll", 60, 0), "--validation",
+                 write_conll(tmp_path / "dev.conll", 20, 1), "--task", "tagging"]
+        auto, ours, name = (transformers.AutoModelForTokenClassification, RobertaForTokenClassification,
+                            "RobertaForTokenClassification")
+    else:
+        files = ["--train", write_task(tmp_path, 60, 0, "train.jsonl"), "--validation",
+                 write_task(tmp_path, 20, 1, "dev.jsonl")]
+        auto, ours, name = (transformers.AutoModelForSequenceClassification, RobertaForSequenceClassification,
+                            "RobertaForSequenceClassification")
+    out = tmp_path / "out"
+    code, _, stderr = run_main(["finetune", roberta_source, *files, "--out", out, "--seeds", "1", "--epochs", "1",
+                                "--lr", "0.001", "--batch-size", "8", "--save-model"], monkeypatch, capsys)
+    assert code == 0, stderr
+    saved = Path(json.loads((out / "results.json").read_text())["saved_model"]["path"])
+    config = json.loads((saved / "config.json").read_text())
+    assert config["architectures"] == [name] and config["model_type"] == "roberta"
+    hf, info = auto.from_pretrained(saved, output_loading_info=True)
+    assert type(hf).__name__ == name
+    assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"], info
+    weights = load_file(saved / "model.safetensors")
+    assert not any("pooler" in key for key in weights)
+    model = ours(read_config(saved), hf.config.num_labels)
+    model.load_state_dict(weights, strict=True)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(saved)
+    batch = tokenizer(["the cat sees the river .", "my sister feeds a red apple today ."], padding=True,
+                      return_tensors="pt")
+    with torch.no_grad():
+        expected = hf.eval()(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+        logits = model.eval()(batch["input_ids"], batch["attention_mask"])
+    if task == "tagging":  # the padding's outputs are no one's to read
+        real = batch["attention_mask"].bool()
+        logits, expected = logits[real], expected[real]
+    torch.testing.assert_close(logits, expected, rtol=0, atol=1e-5)
