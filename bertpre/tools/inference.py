@@ -126,8 +126,8 @@ def evaluate_saved_model(source: str | Path, data: str | Path | None = None, *,
     row = family(shape)
     if config.data.objective not in row.objectives:  # an export, or a config of another family's
         config.data.objective = row.objectives[0]
-        if not row.pair_task:
-            config.data.pair_task = "none"
+    if not row.pair_task:  # no pair head to score (XLNet, RoBERTa), whatever a default config says
+        config.data.pair_task = "none"
     positions = shape.max_tokens  # what the table reads: RoBERTa keeps rows before its first token
     if max_seq_length is not None:
         if max_seq_length < 8:
