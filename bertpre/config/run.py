@@ -122,15 +122,15 @@ def _validate_objective(config: Config) -> None:
     _check_choice("model.architecture", model.architecture, tuple(FAMILIES))
     _check_choice("data.objective", data.objective, OBJECTIVES)
     row = family(model)
-    if not row.pair_task and data.pair_task != "none" and not data.recurrent:
-        raise UserError(no_pair_head(row.display_name, data.pair_task, f"model.architecture {model.architecture}"))
     if data.objective not in row.objectives:
         trained_by = [name for name, other in FAMILIES.items() if data.objective in other.objectives]
         raise UserError(f"model.architecture {model.architecture} trains with data.objective "
                         f"{' or '.join(row.objectives)}, not {data.objective}; set model.architecture: "
                         f"{' or '.join(trained_by)} for {data.objective}, or data.objective: "
                         f"{' or '.join(row.objectives)}")
-    if not data.recurrent:
+    if not data.recurrent:  # the masked LM: its pair task needs a pair head
+        if not row.pair_task and data.pair_task != "none":
+            raise UserError(no_pair_head(row.display_name, data.pair_task, f"model.architecture {model.architecture}"))
         return
     if data.pair_task != "none":
         raise UserError(f"data.objective {data.objective} reads documents as consecutive segments, "
