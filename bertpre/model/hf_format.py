@@ -368,11 +368,7 @@ def write_bert_task_folder(folder: Path, state: dict[str, torch.Tensor], config:
     for name in TOKENIZER_FILES:
         if (tokenizer_folder / name).is_file():
             shutil.copyfile(tokenizer_folder / name, folder / name)
-    if config.relative_positions:
-        hf = config.to_hf_dict()
-        hf["auto_map"] = {**hf["auto_map"], **REMOTE_TASK_AUTO_MAP}
-    elif config.is_albert:
-        hf = albert_config(config)
-    else:
-        hf = config.to_hf_dict()
-    return {**hf, "bertpre_version": bertpre.__version__}
+    hf = json.loads((folder / CONFIG_NAME).read_text(encoding="utf-8"))  # the layout's own
+    if "auto_map" in hf:  # remote code: its task classes too
+        hf["auto_map"].update(REMOTE_TASK_AUTO_MAP)
+    return hf
