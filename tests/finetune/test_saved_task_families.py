@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from bertpre.config import load_config
 from bertpre.errors import UserError
@@ -113,8 +114,6 @@ def test_the_albert_layout_names_each_weight_as_transformers_albert(tiny_data, t
     config = tiny_config(tiny_data, dict(share_layers=True))
     saved = save_task_model(tmp_path / "out", fine_tuned(config, "tagging", 3), config, task="tagging",
                             label_names=["O", "B", "I"], tokenizer_folder=tiny_data / "tokenizer")
-    from safetensors.torch import load_file
-
     names = set(load_file(saved / "model.safetensors"))
     assert {"classifier.weight", "classifier.bias",
             "albert.encoder.albert_layer_groups.0.albert_layers.0.ffn.weight",
