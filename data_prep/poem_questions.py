@@ -23,7 +23,8 @@ and the questions ask what the context says:
 A 句 is a clause between punctuation marks (，。？！；： ...); next and previous stay within one
 poem (one part of a poem in parts). A question is asked only where it has one reading: its cue
 (the title, the line) and its answer each occur exactly once in the context, so `answer_start`
-is never a guess. Every question about a line is asked for every line where this holds, and a
+is never a guess; a title longer than MAX_TITLE characters (a few Song titles are a paragraph)
+is neither asked about nor an answer. Every question about a line is asked for every line where this holds, and a
 title question for TITLE_QUESTIONS lines a poem. With `--version-2`, unanswerable questions ask
 the same templates about a title or a line of another poem of the split, one that occurs nowhere
 in the context. Prefaces are left out (their lines are prose broken mid-sentence); entries that
@@ -67,7 +68,7 @@ INSTALL_HINT = "install it with `apt-get install -y fortunes-zh` or pass --fortu
 CONTEXT_POEMS = (2, 4)  # poems a context, drawn per context
 TITLE_QUESTIONS = 2  # "which poem is this line from?" asked of at most this many lines a poem
 MIN_CLAUSE = 3  # shorter clauses (rare) are neither cue nor answer
-MAX_TITLE = 20  # longer titles (a few Song titles are a paragraph) are not asked as answers
+MAX_TITLE = 20  # longer titles (a few Song titles are a paragraph) are neither asked nor answers
 KINDS = ("author", "title", "next", "previous")
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -193,9 +194,10 @@ def line_questions(context: str, poem: Poem, rng: random.Random, dropped: Counte
                     dropped["answer_not_unique_or_short"] += 1
                 else:
                     questions.append(Question(f"「{cue}」的{word}一句是什么？", kind, (answer,)))
-    title = unique_answer(context, poem.title) if len(poem.title) <= MAX_TITLE else None
-    if title is None:
-        dropped["answer_not_unique_or_short" if len(poem.title) <= MAX_TITLE else "answer_too_long"] += 1
+    if len(poem.title) > MAX_TITLE:
+        dropped["title_too_long"] += 1
+    elif (title := unique_answer(context, poem.title)) is None:
+        dropped["answer_not_unique_or_short"] += 1
     else:
         for cue in rng.sample(title_cues, min(TITLE_QUESTIONS, len(title_cues))):
             questions.append(Question(f"「{cue}」出自哪首诗？", "title", (title,)))
@@ -203,7 +205,12 @@ def line_questions(context: str, poem: Poem, rng: random.Random, dropped: Counte
 
 
 def author_question(context: str, poem: Poem, dropped: Counter) -> list[Question]:
-    """《TITLE》的作者是谁？ where the title and the author's name each occur once."""
+    """《TITLE》的作者是谁？ where the title and the author's name each occur once (and the title
+    is short enough to ask about: a paragraph-long title would crowd the context out of a
+    window)."""
+    if len(poem.title) > MAX_TITLE:
+        dropped["title_too_long"] += 1
+        return []
     answer = unique_answer(context, poem.author)
     if occurrences(context, f"《{poem.title}》") != 1 or answer is None:
         dropped["author_not_unique"] += 1
@@ -220,7 +227,7 @@ def unanswerable_questions(context: str, count: int, pool: Sequence[Poem], rng: 
             poem = pool[rng.randrange(len(pool))]
             kind = rng.choice(KINDS)
             if kind == "author":
-                if f"《{poem.title}》" not in context:
+                if len(poem.title) <= MAX_TITLE and f"《{poem.title}》" not in context:
                     questions.append(Question(f"《{poem.title}》的作者是谁？", kind, ()))
                     break
                 continue

@@ -118,6 +118,15 @@ def test_a_line_found_twice_in_the_context_is_neither_cue_nor_answer():
     assert author_question(context, twice, dropped) == []
 
 
+def test_a_paragraph_long_title_is_neither_asked_about_nor_an_answer():
+    long = poem("《正月二十日与潘郭二生出郊寻春，忽记去年是日同至女王城作诗，乃和前韵》\n作者：苏轼\n"
+                "东风未肯入东门，走马还寻去岁春。\n")
+    dropped = Counter()
+    assert author_question(long.text, long, dropped) == []
+    questions = line_questions(long.text, long, random.Random(0), dropped)
+    assert {q.kind for q in questions} == {"next", "previous"} and dropped == {"title_too_long": 2}
+
+
 CHARACTERS = "天地玄黄宇宙洪荒日月盈昃辰宿列张寒来暑往秋收冬藏闰余成岁律吕调阳云腾致雨露结为霜金生丽水玉出昆冈"
 
 
