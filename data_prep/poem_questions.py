@@ -54,6 +54,7 @@ from data_prep.reading_comprehension import (
     SourceError,
     add_common_options,
     group_documents,
+    mix_in,
     occurrences,
     run_command,
     split_documents,
@@ -97,7 +98,7 @@ class Poem:
         lines = [f"《{self.title}》", f"作者：{self.author}"]
         for number, part in enumerate(self.parts):
             if len(self.parts) > 1:
-                lines.append("其" + "一二三四五六七八九十"[number])
+                lines.append("其" + ("一二三四五六七八九十"[number] if number < 10 else str(number + 1)))
             lines.extend(part)
         return "\n".join(lines)
 
@@ -240,10 +241,12 @@ def unanswerable_questions(context: str, count: int, pool: Sequence[Poem], rng: 
     return questions
 
 
-def make_passages(poems: Sequence[Poem], rng: random.Random, *, version_2: bool,
-                  unanswerable_share: float, dropped: Counter) -> list[Passage]:
+def make_passages(poems: Sequence[Poem], rng: random.Random, *, dropped: Counter,
+                  unanswerable_rng: random.Random | None = None,
+                  unanswerable_share: float = UNANSWERABLE_SHARE) -> list[Passage]:
     """One split's poems as contexts of 2–4 poems (different authors and titles) with their
-    questions, in a shuffled order."""
+    questions, in a shuffled order; with `unanswerable_rng` (SQuAD v2.0), unanswerable questions
+    drawn with it mixed in."""
     poems = list(poems)
     rng.shuffle(poems)
     passages = []
@@ -251,14 +254,15 @@ def make_passages(poems: Sequence[Poem], rng: random.Random, *, version_2: bool,
         context = "\n\n".join(poem.text for poem in group)
         questions = [question for poem in group for question in
                      author_question(context, poem, dropped) + line_questions(context, poem, rng, dropped)]
-        if version_2:
-            questions += unanswerable_questions(
-                context, unanswerable_count(len(questions), unanswerable_share, rng), poems, rng)
-        if questions:
-            rng.shuffle(questions)
-            passages.append(Passage("、".join(f"《{poem.title}》" for poem in group), context, len(group), questions))
-        else:
+        if not questions:
             dropped["context_without_questions"] += 1
+            continue
+        rng.shuffle(questions)
+        if unanswerable_rng is not None:
+            count = unanswerable_count(len(questions), unanswerable_share, unanswerable_rng)
+            questions = mix_in(questions, unanswerable_questions(context, count, poems, unanswerable_rng),
+                               unanswerable_rng)
+        passages.append(Passage("、".join(f"《{poem.title}》" for poem in group), context, len(group), questions))
     return passages
 
 
@@ -275,8 +279,9 @@ def build(fortunes: Path, out: Path, *, seed: int = 0, max_train: int | None = N
     collections = list(collections)
     poems, unreadable = read_poems(fortunes, collections)
     dropped: Counter = Counter()
-    splits = {name: make_passages(members, random.Random(f"{seed}:{name}"), version_2=version_2,
-                                  unanswerable_share=unanswerable_share, dropped=dropped)
+    splits = {name: make_passages(members, random.Random(f"{seed}:{name}"), dropped=dropped,
+                                  unanswerable_rng=random.Random(f"{seed}:{name}:unanswerable") if version_2 else None,
+                                  unanswerable_share=unanswerable_share)
               for name, members in split_documents(poems, lines_of, seed).items()}
     about = {"source": f"fortunes-zh ({Path(fortunes)}: {', '.join(collections)})", "seed": seed,
              "parsed": {"poems": len(poems), "by_collection": dict(Counter(poem.collection for poem in poems)),

@@ -205,6 +205,15 @@ def test_version_2_asks_about_titles_and_lines_the_context_lacks(fortunes, tmp_p
     read_qa_file(tmp_path / "out" / "dev.json", version_2_with_negative=True)
 
 
+def test_version_2_keeps_the_contexts_and_answerable_questions_of_version_1(fortunes, tmp_path):
+    build(fortunes, tmp_path / "v1", seed=4)
+    build(fortunes, tmp_path / "v2", seed=4, version_2=True)
+    for name in ("train.json", "dev.json", "test.json"):
+        kept = [[(context, qa["question"], qa["answers"]) for context, qa in squad_questions(tmp_path / version / name)
+                 if qa["answers"]] for version in ("v1", "v2")]
+        assert kept[0] == kept[1]
+
+
 def test_a_missing_collection_is_one_line_naming_the_apt_package(tmp_path, capsys):
     assert main(["--out", str(tmp_path / "out"), "--fortunes", str(tmp_path)]) == 2
     error = capsys.readouterr().err
