@@ -96,6 +96,7 @@ def mentions(text: str, name: str) -> int:
 
 
 def question_text(kind: str, name: str, part_of_speech: str) -> str:
+    """The question of template `kind` about the word `name`."""
     if kind == "definition":
         return f"What does it mean to {name}?" if part_of_speech == "verb" else f"What does {name} mean?"
     if kind == "example":
