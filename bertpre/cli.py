@@ -478,6 +478,9 @@ def finetune(
                    for split in result.get("splits", {}).values() if split.get("predictions")]
     if predictions:
         typer.echo("predictions: " + ", ".join(str(out / path) for path in predictions))
+    n_best = [split["n_best"] for split in report.get("splits", {}).values() if split.get("n_best")]
+    if n_best:  # --task qa: each seed's best spans a question
+        typer.echo("n-best: " + ", ".join(str(out / path) for path in n_best))
 
 
 def question_answering_settings(task: str, doc_stride: int | None, max_answer_length: int | None,
