@@ -429,7 +429,7 @@ def finetune(
                               "(default: every task there; GLUE without WNLI)."),
     doc_stride: int | None = typer.Option(None, "--doc-stride", help="--task qa: context tokens a window shares with the one before (default 128)."),
     max_answer_length: int | None = typer.Option(None, "--max-answer-length", help="--task qa: the most tokens an answer may have (default 30)."),
-    version_2: bool = typer.Option(False, "--version-2", help="--task qa: SQuAD v2.0, unanswerable questions; the null threshold is chosen on --validation."),
+    version_2: bool = typer.Option(False, "--version-2", help="--task qa: SQuAD v2.0, unanswerable questions; the null threshold is chosen on --validation (and applied to --test)."),
     answer_language: str | None = typer.Option(None, "--answer-language", help="--task qa: en (SQuAD's EM/F1), zh (CMRC 2018's character F1) or auto (by the contexts' script; the default)."),
 ) -> None:
     """Fine-tune (or probe) a pretrained BERT or XLNet on a labelled task over several seeds; report each
