@@ -13,8 +13,11 @@ from test_finetune import run_main
 from test_qa_finetune import write_squad
 from test_sweep import downstream_scalars, sweep_run  # noqa: F401 (sweep_run: a fixture, a RUN of 3 checkpoints)
 
+from bertpre.finetune.qa_answers import predict_answers
 from bertpre.finetune.qa_data import read_qa_file
 from bertpre.finetune.qa_metrics import best_null_threshold
+from bertpre.finetune.qa_windows import encode_qa_windows
+from bertpre.finetune.source import load_encoder
 
 pytestmark = pytest.mark.usefixtures("one_thread_per_module")  # see conftest
 
@@ -50,8 +53,9 @@ def test_select_by_dev_chooses_each_seeds_epoch_by_dev_f1_and_applies_dev_thresh
     for select_by in ("dev", "last"):
         out = tmp_path / select_by
         code, reports[select_by], stderr = run_main(
-            ["finetune", run_folder, "--task", "qa", "--version-2", *files_of(squad_v2), "--out", out, "--seeds", "2",
-             "--epochs", "3", *OPTIONS, "--select-by", select_by], monkeypatch, capsys)
+            ["finetune", run_folder, "--task", "qa", "--version-2", *files_of(squad_v2), "--out", out, "--seed", "0",
+             "--seed", "2", "--epochs", "3", *OPTIONS, "--select-by", select_by,
+             *(["--save-model"] if select_by == "dev" else [])], monkeypatch, capsys)
         assert code == 0, stderr
         results[select_by] = json.loads((out / "results.json").read_text())
     chosen, last = results["dev"], results["last"]
@@ -87,6 +91,27 @@ def test_select_by_dev_chooses_each_seeds_epoch_by_dev_f1_and_applies_dev_thresh
                     for row in test_best}
         assert {row["id"]: row["predicted"][seed] for row in test_answers} == expected
     assert [row["id"] for row in test_best] == [example.id for example in test]
+
+    # --save-model keeps the best seed at its chosen epoch: transformers' model of OUT/model
+    # finds the spans (and null scores) that seed's dev n-best file has.
+    transformers = pytest.importorskip("transformers")
+    torch = pytest.importorskip("torch")
+    seed = str(chosen["saved_model"]["seed"])
+    dev_f1 = chosen["splits"]["validation"]["metrics"]["f1"]["per_seed"]
+    assert dev_f1[chosen["seeds"].index(int(seed))] == max(dev_f1)
+    windows = encode_qa_windows(load_encoder(run_folder).tokenizer, validation, 48, 8)
+    longest = max(map(len, windows.input_ids))
+    ids = torch.tensor([row + [0] * (longest - len(row)) for row in windows.input_ids])
+    types = torch.tensor([row + [0] * (longest - len(row)) for row in windows.token_type_ids])
+    mask = torch.tensor([[1] * len(row) + [0] * (longest - len(row)) for row in windows.input_ids])
+    hf = transformers.AutoModelForQuestionAnswering.from_pretrained(out / "model").eval()
+    with torch.no_grad():
+        logits = hf(input_ids=ids, attention_mask=mask, token_type_ids=types)
+    answered = predict_answers(validation, windows, logits.start_logits.numpy(), logits.end_logits.numpy())
+    assert [prediction.n_best[0].text for prediction in answered] == [row["n_best"][seed][0]["text"]
+                                                                       for row in dev_best]
+    assert [prediction.null_score - prediction.n_best[0].score for prediction in answered] == pytest.approx(
+        [difference(row, seed) for row in dev_best], abs=1e-4)
 
 
 def test_select_by_dev_for_qa_needs_a_test_split(run_folder, squad_v2, tmp_path, monkeypatch, capsys):
