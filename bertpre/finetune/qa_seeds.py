@@ -1,6 +1,7 @@
 """Every seed of an extractive question-answering task on one encoder: the files read, the
-questions cut into windows, each seed trained, every question answered from its windows and
-scored (exact match and F1; SQuAD v2.0: the null threshold chosen on the validation split)."""
+questions cut into windows (their batches checked against the device's memory), each seed trained
+(its last epoch, or the one best on dev), every question answered from its windows and scored
+(exact match and F1; SQuAD v2.0: the null threshold chosen on the validation split)."""
 from __future__ import annotations
 
 import math
