@@ -93,10 +93,14 @@ def answer_language(examples: Sequence[QAExample], language: str) -> str:
     return "zh" if characters and chinese / len(characters) >= CHINESE_SHARE else "en"
 
 
+def null_difference(prediction: QAPrediction) -> float:
+    """The question's null score minus its best span's score (+inf where no span was found)."""
+    return prediction.null_score - prediction.n_best[0].score if prediction.n_best else math.inf
+
+
 def null_differences(predictions: Sequence[QAPrediction]) -> tuple[dict[str, float], dict[str, str]]:
     """Per question, its null score minus its best span's score, and the best span's text."""
-    differences = {prediction.id: prediction.null_score - prediction.n_best[0].score if prediction.n_best
-                   else math.inf for prediction in predictions}
+    differences = {prediction.id: null_difference(prediction) for prediction in predictions}
     return differences, {prediction.id: prediction.n_best[0].text if prediction.n_best else ""
                          for prediction in predictions}
 
@@ -249,8 +253,8 @@ def run_qa_seeds(encoder: Encoder, data: QATaskData, settings: QASettings, hp: H
 
 
 def finite_or_none(value: float | None) -> float | None:
-    """A number JSON can hold: an infinite one (no span found, a threshold answering nothing or
-    everything) is None."""
+    """A number JSON can hold: an infinite one is None (a null score difference where no span was
+    found, +inf; a threshold of -inf, dev scoring best with no answer to every question)."""
     return value if value is not None and math.isfinite(value) else None
 
 
@@ -277,8 +281,7 @@ def n_best_rows(examples: Sequence[QAExample], seeds: list[int], answered: list[
             row["n_best"][str(seed)] = [{"text": span.text, "start": span.start, "score": span.score}
                                         for span in prediction.n_best]
             if version_2_with_negative:
-                difference = null_differences([prediction])[0][prediction.id]
-                row.setdefault("null_score_difference", {})[str(seed)] = finite_or_none(difference)
+                row.setdefault("null_score_difference", {})[str(seed)] = finite_or_none(null_difference(prediction))
         rows.append(row)
     return rows
 

@@ -157,13 +157,11 @@ def metrics_rows(scores: dict[str, dict[str, Any]], baseline: dict[str, float | 
     return lines
 
 
-def baseline_of(result_or_split: dict[str, Any], task: str) -> tuple[dict[str, float | None], str]:
-    """The baseline a report row is read beside, and its column's name: answering nothing for
-    question answering (0 on SQuAD v1.1, the unanswerable share on v2.0), else the majority class."""
-    if task == "qa":
-        scores = result_or_split.get("no_answer", result_or_split.get("baselines", {}).get("no_answer", {}))
-        return scores, "no answer"
-    return result_or_split.get("majority", result_or_split.get("baselines", {}).get("majority", {})), "majority"
+def baseline_of(entry: dict[str, Any], task: str) -> tuple[dict[str, float | None], str]:
+    """The baseline a report's rows are read beside (from `baselines`, or a split's entry), and its
+    column's name: answering nothing for question answering (0 on SQuAD v1.1, the unanswerable
+    share on v2.0), else always the majority class."""
+    return (entry.get("no_answer", {}), "no answer") if task == "qa" else (entry["majority"], "majority")
 
 
 def format_table(result: dict[str, Any]) -> str:
@@ -174,7 +172,7 @@ def format_table(result: dict[str, Any]) -> str:
     count = f"{len(seeds)} seed{'s' if len(seeds) != 1 else ''}"
     lines = [f"{task} ({result['mode']}) on the {result['split']} split, {count}: "
              f"{', '.join(map(str, seeds))}",
-             *metrics_rows(result["metrics"], *baseline_of(result, task))]
+             *metrics_rows(result["metrics"], *baseline_of(result["baselines"], task))]
     if task == "qa":
         lines.append(f"exact match and F1 in percent ({QA_SCORING.get(result.get('language'), 'SQuAD')}); "
                      "the baseline answers nothing")
