@@ -429,7 +429,7 @@ def finetune(
                               "(default: every task there; GLUE without WNLI)."),
     doc_stride: int | None = typer.Option(None, "--doc-stride", help="--task qa: context tokens a window shares with the one before (default 128)."),
     max_answer_length: int | None = typer.Option(None, "--max-answer-length", help="--task qa: the most tokens an answer may have (default 30)."),
-    version_2: bool = typer.Option(False, "--version-2", help="--task qa: SQuAD v2.0, unanswerable questions; the null threshold is chosen on --validation."),
+    version_2: bool = typer.Option(False, "--version-2", help="--task qa: SQuAD v2.0, unanswerable questions; the null threshold is chosen on --validation (and applied to --test)."),
     answer_language: str | None = typer.Option(None, "--answer-language", help="--task qa: en (SQuAD's EM/F1), zh (CMRC 2018's character F1) or auto (by the contexts' script; the default)."),
 ) -> None:
     """Fine-tune (or probe) a pretrained BERT or XLNet on a labelled task over several seeds; report each
@@ -478,6 +478,9 @@ def finetune(
                    for split in result.get("splits", {}).values() if split.get("predictions")]
     if predictions:
         typer.echo("predictions: " + ", ".join(str(out / path) for path in predictions))
+    n_best = [split["n_best"] for split in report.get("splits", {}).values() if split.get("n_best")]
+    if n_best:  # --task qa: each seed's best spans a question
+        typer.echo("n-best: " + ", ".join(str(out / path) for path in n_best))
 
 
 def question_answering_settings(task: str, doc_stride: int | None, max_answer_length: int | None,

@@ -73,9 +73,10 @@ class Job:
         save_to = self.target if self.save_model else None
         if isinstance(self.data, QATaskData):
             assert self.files.qa is not None
-            result, rows = run_qa_seeds(encoder, self.data, self.files.qa, hp, self.seeds, self.runtime, self.say,
-                                        save_to=save_to)
+            result, rows, n_best = run_qa_seeds(encoder, self.data, self.files.qa, hp, self.seeds, self.runtime,
+                                                self.say, save_to=save_to, select_by=self.select_by)
         else:
+            n_best = {}
             result, predictions = run_seeds(encoder, self.data, self.files, hp, self.seeds, self.runtime, self.say,
                                             save_to=save_to, features_folder=self.target / FEATURES_FOLDER,
                                             select_by=self.select_by)
@@ -88,6 +89,10 @@ class Job:
             path = folder / f"{name}.jsonl"
             write_lines(self.target / path, split_rows)
             result["splits"][name]["predictions"] = path.as_posix()
+        for name, split_rows in n_best.items():  # question answering: each seed's best spans
+            path = folder / f"{name}-nbest.jsonl"
+            write_lines(self.target / path, split_rows)
+            result["splits"][name]["n_best"] = path.as_posix()
         if self.files.benchmark_task:
             result["benchmark_task"] = self.files.benchmark_task
         if sweep_of is not None:  # TensorBoard first: a kill before the line below does both again

@@ -11,6 +11,7 @@ from torch import nn
 from bertpre.config.finetune import Hyperparameters
 from bertpre.finetune.loop import (
     FUSED_ADAMW_DEVICES,
+    AfterEpoch,
     SeedProgress,
     model_inputs,
     optimizer_step,
@@ -58,9 +59,10 @@ def span_loss(logits: torch.Tensor, start_positions: torch.Tensor, end_positions
 
 
 def train_question_answering(encoder: Encoder, windows: QAWindows, *, hp: Hyperparameters, seed: int,
-                             runtime: Runtime) -> nn.Module:
+                             runtime: Runtime, after_epoch: AfterEpoch | None = None) -> nn.Module:
     """The question-answering model trained from `seed` for `hp.epochs` passes over the windows;
-    in probe mode the encoder stays frozen (eval mode, no gradients) and only `qa_outputs` learns."""
+    in probe mode the encoder stays frozen (eval mode, no gradients) and only `qa_outputs` learns.
+    `after_epoch(epoch, model)` is called after each (from 1), e.g. to answer dev's questions."""
     torch.manual_seed(seed)
     model = build_task_model(encoder.config, encoder.state, 2, tagging=False,
                              question_answering=True).to(runtime.device)
@@ -76,10 +78,10 @@ def train_question_answering(encoder: Encoder, windows: QAWindows, *, hp: Hyperp
     pad_id = pad_token_id(encoder)
     step = 0
     with SeedProgress(seed, total, hp.epochs, "windows") as progress:
-        model.train()
-        if probe:  # frozen means no dropout either: the features a probe reads are the encoder's own
-            encoder_of(model, encoder.config).eval()
         for epoch in range(hp.epochs):
+            model.train()  # again after each epoch's scoring, which leaves it in eval mode
+            if probe:  # frozen means no dropout either: the features a probe reads are the encoder's own
+                encoder_of(model, encoder.config).eval()
             for indices in shuffled_batches(len(windows), hp.batch_size, generator):
                 batch = pad_windows(windows, indices, pad_id, encoder.padding_side)
                 inputs = model_inputs(model, batch, runtime.device)
@@ -93,6 +95,8 @@ def train_question_answering(encoder: Encoder, windows: QAWindows, *, hp: Hyperp
                 optimizer_step(loss, optimizer, scaler, trained.parameters(), hp.max_grad_norm)
                 step += 1
                 progress.step(epoch, loss, len(indices))
+            if after_epoch is not None:
+                after_epoch(epoch + 1, model)
     return model
 
 

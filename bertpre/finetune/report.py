@@ -15,6 +15,8 @@ from bertpre.finetune import metrics
 # The metric a task is judged by first: the dev score that chooses an epoch or a checkpoint, and
 # the best seed's for --save-model.
 MAIN_METRIC = {"classification": "accuracy", "tagging": "f1", "regression": "pearson", "qa": "f1"}
+# how question answering was scored, by the answers' language
+QA_SCORING = {"en": "SQuAD's normalisation", "zh": "CMRC 2018's, F1 over characters"}
 
 
 def score(task: str, predictions: Sequence[Any], labels: Sequence[Any], label_names: list[str]) -> dict[str, float]:
@@ -142,32 +144,45 @@ def show(value: float | None) -> str:
     return "-" if value is None else f"{value:.4f}"
 
 
-def metrics_rows(scores: dict[str, dict[str, Any]], baseline: dict[str, float | None]) -> list[str]:
-    """A row per metric: mean, std, min, max, the majority baseline and each seed's value."""
-    lines = [f"{'metric':<10} {'mean':>8} {'± std':>8} {'min':>8} {'max':>8} {'majority':>9}   per seed"]
+def metrics_rows(scores: dict[str, dict[str, Any]], baseline: dict[str, float | None],
+                 baseline_name: str = "majority") -> list[str]:
+    """A row per metric: mean, std, min, max, the baseline (the majority class's; question
+    answering: answering nothing) and each seed's value."""
+    width = max(10, *(len(name) + 1 for name in scores))
+    lines = [f"{'metric':<{width}} {'mean':>8} {'± std':>8} {'min':>8} {'max':>8} {baseline_name:>9}   per seed"]
     for name, values in scores.items():
         per_seed = " ".join(show(value) for value in values["per_seed"])
-        lines.append(f"{name:<10} {show(values['mean']):>8} {show(values['std']):>8} "
+        lines.append(f"{name:<{width}} {show(values['mean']):>8} {show(values['std']):>8} "
                      f"{show(values['min']):>8} {show(values['max']):>8} {show(baseline.get(name)):>9}   {per_seed}")
     return lines
 
 
+def baseline_of(entry: dict[str, Any], task: str) -> tuple[dict[str, float | None], str]:
+    """The baseline a report's rows are read beside (from `baselines`, or a split's entry), and its
+    column's name: answering nothing for question answering (0 on SQuAD v1.1, the unanswerable
+    share on v2.0), else always the majority class."""
+    return (entry.get("no_answer", {}), "no answer") if task == "qa" else (entry["majority"], "majority")
+
+
 def format_table(result: dict[str, Any]) -> str:
     """The report a person reads: a row per metric with the baseline beside it on the reported
-    split, then the same on dev (beside a test split), flags, the chosen epochs, and each label's
-    figures (and the confusion matrix) on the reported split."""
-    seeds = result["seeds"]
+    split, then the same on dev (beside a test split), flags, the chosen epochs (SQuAD v2.0: the
+    null thresholds), and each label's figures (and the confusion matrix) on the reported split."""
+    seeds, task = result["seeds"], result["task"]
     count = f"{len(seeds)} seed{'s' if len(seeds) != 1 else ''}"
-    lines = [f"{result['task']} ({result['mode']}) on the {result['split']} split, {count}: "
+    lines = [f"{task} ({result['mode']}) on the {result['split']} split, {count}: "
              f"{', '.join(map(str, seeds))}",
-             *metrics_rows(result["metrics"], result["baselines"]["majority"])]
+             *metrics_rows(result["metrics"], *baseline_of(result["baselines"], task))]
+    if task == "qa":
+        lines.append(f"exact match and F1 in percent ({QA_SCORING.get(result.get('language'), 'SQuAD')}); "
+                     "the baseline answers nothing")
     if result.get("positive_label") is not None:
         lines.append(f"f1 is the F1 of the label {result['positive_label']!r} (the positive label: "
                      "the second of the sorted labels)")
     splits = result.get("splits", {})
     for name, split in splits.items():
         if not split["reported"]:
-            lines += ["", f"on the {name} split (dev)", *metrics_rows(split["metrics"], split["majority"])]
+            lines += ["", f"on the {name} split (dev)", *metrics_rows(split["metrics"], *baseline_of(split, task))]
     for flag in result["flags"]:
         lines.append(f"warning: {flag}")
     selection = result.get("selection")
@@ -175,6 +190,12 @@ def format_table(result: dict[str, Any]) -> str:
         chosen = ", ".join(f"seed {seed}: {epoch}" for seed, epoch in zip(seeds, selection["epochs"], strict=True))
         lines.append(f"epochs chosen by {selection['split']} {selection['metric']} (of "
                      f"{result['hyperparameters']['epochs']}): {chosen}")
+    threshold = result.get("null_threshold")
+    if threshold:
+        chosen = ", ".join(f"seed {seed}: {'-inf (no answer to every question)' if value is None else f'{value:.4f}'}"
+                           for seed, value in zip(seeds, threshold["per_seed"], strict=True))
+        lines.append(f"null thresholds chosen on {threshold['chosen_on']} {threshold['metric']} (no answer where "
+                     f"the null score beats the best span's by more): {chosen}")
     for name, split in splits.items():
         if split["reported"] and split.get("per_label"):
             lines += ["", *format_labels(name, split, len(seeds))]
@@ -206,15 +227,18 @@ def format_labels(split_name: str, split: dict[str, Any], seeds: int) -> list[st
 
 
 def format_curve(results: list[dict[str, Any]]) -> str:
-    """A sweep's scores by pretraining step: each metric's mean ± std, one row a checkpoint."""
+    """A sweep's scores by pretraining step: each metric's mean ± std, one row a checkpoint, each
+    column as wide as its widest figure (question answering's are percentages)."""
     names = list(results[0]["metrics"])
-    lines = [f"{'step':>10}  " + "  ".join(f"{name:>17}" for name in names)]
-    for result in results:
-        cells = []
-        for name in names:
-            values = result["metrics"].get(name, {})
-            mean, std = values.get("mean"), values.get("std")
-            cells.append(f"{'-' if mean is None else f'{mean:.4f}':>8} ± {'-' if std is None else f'{std:.4f}':<6}")
+    figures = [[(show(values.get("mean")), show(values.get("std")))
+                for values in (result["metrics"].get(name, {}) for name in names)] for result in results]
+    means = [max(8, *(len(row[column][0]) for row in figures)) for column in range(len(names))]
+    stds = [max(6, *(len(row[column][1]) for row in figures)) for column in range(len(names))]
+    widths = [max(len(name), mean + 3 + std) for name, mean, std in zip(names, means, stds, strict=True)]
+    lines = [f"{'step':>10}  " + "  ".join(f"{name:>{width}}" for name, width in zip(names, widths, strict=True))]
+    for result, row in zip(results, figures, strict=True):
+        cells = [f"{f'{mean:>{mean_width}} ± {std:<{std_width}}':>{width}}"
+                 for (mean, std), mean_width, std_width, width in zip(row, means, stds, widths, strict=True)]
         step = result.get("checkpoint_step")
         chosen = "  <- reported" if "checkpoint_selection" in result else ""
         lines.append(f"{'-' if step is None else step:>10}  " + "  ".join(cells) + chosen)

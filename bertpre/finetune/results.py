@@ -1,7 +1,7 @@
 """A `bertpre finetune` --out folder: its marker, `run.json` (the run whose results it holds:
 source, task files, columns, settings), `results.json` (the command's report), `results.jsonl` (a
 line for each finished piece of work, found again by its key) and `predictions/` (each piece of
-work's predictions, an example a line)."""
+work's predictions, an example a line; question answering's n best spans in files of their own)."""
 from __future__ import annotations
 
 import json

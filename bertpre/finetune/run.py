@@ -117,9 +117,6 @@ def finetune(source: str | Path, files: TaskFiles | None, out: str | Path, *, hp
         target = check_finetune_out(out, [source, files.train, files.validation, files.test])
         if files.task == "qa":
             files = replace(files, qa=files.qa or QASettings())
-            if select_by == "dev":
-                raise UserError("--select-by dev is not built for --task qa; leave out --select-by "
-                                "(each seed's last epoch is reported)")
             data: Any = load_qa_task(files.train, files.validation, files.test, files.qa)
         else:
             data = load_task(files.task, files.train, files.validation, files.test, text_column=files.text_column,

@@ -1,7 +1,8 @@
 """The fine-tuned model as a Hugging Face folder: `AutoModelForSequenceClassification`,
-`AutoModelForTokenClassification` or `AutoModelForQuestionAnswering` loads it (a BERT or an XLNet)
-with its `id2label`, no missing or unexpected keys, and `AutoTokenizer` the tokenizer it was
-fine-tuned with."""
+`AutoModelForTokenClassification` or `AutoModelForQuestionAnswering` loads it with its `id2label`,
+no missing or unexpected keys, and `AutoTokenizer` the tokenizer it was fine-tuned with. The class
+is the family's, in its export's layout: `BertFor*`, `AlbertFor*` (ALBERT options), `BertpreFor*`
+(relative positions: remote code, `trust_remote_code=True`) or `XLNetFor*`."""
 from __future__ import annotations
 
 import shutil
@@ -33,9 +34,19 @@ def check_can_save(config: BertConfig, mode: str) -> None:
     if mode != "full":
         raise UserError("--save-model keeps a fully fine-tuned model; a probe's head reads frozen "
                         "features that no transformers class computes (use --mode full)")
-    if not family(config).native_task_models(config):
-        raise UserError("--save-model writes transformers' BertFor*Classification, which has no "
-                        "relative positions or ALBERT sharing; this model has them")
+    row = family(config)
+    if not row.native_task_models(config):
+        raise UserError(f"--save-model: no transformers class holds a fine-tuned {row.display_name} of this "
+                        f"shape ({row.shape_words(config)}), so none would load it; fine-tune without "
+                        "--save-model (the scores are reported all the same)")
+
+
+def task_class_name(config: BertConfig, task: str) -> str:
+    """The transformers class a saved model of `task` is: the family's prefix for this config and
+    its head's name from "For" on ("Albert" + "ForQuestionAnswering")."""
+    row = family(config)
+    head = {"qa": row.question_answering_head, "tagging": row.token_head}.get(task, row.sequence_head)
+    return row.hf_task_prefix(config) + "For" + head.__name__.split("For", 1)[1]
 
 
 def save_task_model(out: Path, model: nn.Module, config: BertConfig, *, task: str, label_names: list[str],
@@ -48,16 +59,13 @@ def save_task_model(out: Path, model: nn.Module, config: BertConfig, *, task: st
         row = family(config)
         hf = row.write_task_folder(staging, model.state_dict(), config, tokenizer_folder,
                                    pooler=task not in ("tagging", "qa"))
-        prefix = row.hf_task_prefix
+        hf["architectures"] = [task_class_name(config, task)]
         if task == "qa":  # transformers' default labels: start and end
-            hf.update(architectures=[row.question_answering_head.__name__], num_labels=2)
+            hf.update(num_labels=2)
         elif task == "regression":
-            hf.update(architectures=[f"{prefix}ForSequenceClassification"], num_labels=1, problem_type="regression",
-                      id2label={"0": "LABEL_0"}, label2id={"LABEL_0": 0})
+            hf.update(num_labels=1, problem_type="regression", id2label={"0": "LABEL_0"}, label2id={"LABEL_0": 0})
         else:
-            hf.update(architectures=[f"{prefix}ForTokenClassification" if task == "tagging"
-                                     else f"{prefix}ForSequenceClassification"],
-                      id2label={str(number): name for number, name in enumerate(label_names)},
+            hf.update(id2label={str(number): name for number, name in enumerate(label_names)},
                       label2id={name: number for number, name in enumerate(label_names)})
             if task == "classification":
                 hf["problem_type"] = "single_label_classification"

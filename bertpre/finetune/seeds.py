@@ -71,14 +71,16 @@ def scored_splits(data: TaskData) -> list[ScoredSplit]:
 
 class EpochChoice:
     """Called by the loop after each epoch: scores the model on dev, and keeps the outputs on
-    every scored split (and, asked, the weights) of the epoch scoring best, the first of equals."""
+    every scored split (and, asked, the weights) of the epoch scoring best, the first of equals.
+    The outputs are whatever `outputs` returns (a classifier's joined outputs, question
+    answering's answers), read only by `dev_score`."""
 
-    def __init__(self, outputs: Callable[[nn.Module], np.ndarray], dev_score: Callable[[np.ndarray], float],
+    def __init__(self, outputs: Callable[[nn.Module], Any], dev_score: Callable[[Any], float],
                  keep_weights: bool) -> None:
         self.outputs, self.dev_score, self.keep_weights = outputs, dev_score, keep_weights
         self.epoch, self.score = 0, -math.inf
         self.scores: list[float | None] = []  # each epoch's dev score, for the report
-        self.raw: np.ndarray | None = None
+        self.raw: Any = None
         self.weights: dict[str, torch.Tensor] | None = None
 
     def __call__(self, epoch: int, model: nn.Module) -> None:

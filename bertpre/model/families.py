@@ -83,7 +83,9 @@ class Family:
     # fine-tuning: a start and an end logit a token (extractive QA); named as transformers' class,
     # which a saved model's config.json names
     question_answering_head: type[nn.Module]
-    hf_task_prefix: str  # a saved task model's class: f"{prefix}ForSequenceClassification"
+    # a saved task model's transformers class: prefix + the head's name from "For" on
+    # ("Albert" + "ForSequenceClassification")
+    hf_task_prefix: Callable[[BertConfig], str]
     encoder_attribute: str  # where the pretraining and task models keep the encoder
     padding_side: str  # where a batch's padding goes ("left": the classification token is last)
     objectives: tuple[str, ...]  # the `data.objective` values it trains with; the first is its default
@@ -94,7 +96,7 @@ class Family:
     read_weights: Callable[[Path], dict[str, torch.Tensor]]  # a folder's tensors under bertpre's names
     export_writer: Callable[[nn.Module, Path], tuple[str, hf_format.ExportWriter]]  # (model, tokenizer folder)
     write_task_folder: Callable[..., dict]  # a fine-tuned model's folder; returns config.json's content
-    native_task_models: Callable[[BertConfig], bool]  # whether transformers has task classes for it
+    native_task_models: Callable[[BertConfig], bool]  # whether a transformers class (or remote code) holds it
     optional_encoder_parts: tuple[str, ...]  # encoder parts a folder may lack (drawn fresh)
     optional_parts: dict[str, str]  # pretraining-model parts a folder may lack, as users know them
     count_parameters: Callable[[BertConfig], Any]  # -> ParameterCounts
@@ -166,15 +168,15 @@ FAMILIES: dict[str, Family] = {
         architecture="bert", display_name="BERT",
         pretraining_class=BertForPreTraining, sequence_head=BertForSequenceClassification,
         token_head=BertForTokenClassification, question_answering_head=BertForQuestionAnswering,
-        hf_task_prefix="Bert", encoder_attribute="bert",
+        hf_task_prefix=hf_format.bert_task_prefix, encoder_attribute="bert",
         padding_side="right", objectives=("mlm",), pair_task=True,
         build_pretraining=build_bert, build_encoder=BertModel, tokenizer_layout=same_layout,
         read_weights=read_bert_weights, optional_encoder_parts=("pooler.",),
         optional_parts={"bert.pooler.": "the pooler (bert.pooler)", "cls.predictions.": "the MLM head (cls.predictions)",
                         "cls.seq_relationship.": "the pair head (cls.seq_relationship)"},
         export_writer=hf_format.bert_export_writer, write_task_folder=hf_format.write_bert_task_folder,
-        # transformers' BertFor*Classification has no relative positions and no ALBERT sharing
-        native_task_models=lambda config: not (config.relative_positions or config.is_albert),
+        # BertFor*, AlbertFor* (ALBERT options), BertpreFor* (relative positions: remote code)
+        native_task_models=lambda config: True,
         count_parameters=count_bert_parameters, training_flops=bert_training_flops,
         estimate_memory=estimate_bert_memory, estimate_inference_memory=estimate_bert_inference_memory,
         shape_words=lambda config: (f"{config.num_hidden_layers} layers, hidden {config.hidden_size}, "
@@ -184,7 +186,7 @@ FAMILIES: dict[str, Family] = {
         architecture="xlnet", display_name="XLNet",
         pretraining_class=XLNetLMHeadModel, sequence_head=XLNetForSequenceClassification,
         token_head=XLNetForTokenClassification, question_answering_head=XLNetForQuestionAnsweringSimple,
-        hf_task_prefix="XLNet", encoder_attribute="transformer",
+        hf_task_prefix=lambda config: "XLNet", encoder_attribute="transformer",
         padding_side="left", objectives=("plm", "clm"), pair_task=False,
         build_pretraining=build_xlnet, build_encoder=xlnet_encoder, tokenizer_layout=xlnet_layout,
         read_weights=hf_format.read_weights, optional_encoder_parts=(), optional_parts={},

@@ -36,6 +36,12 @@ HEAD_PREFIXES = ("cls.", "bert.pooler.")
 # The files config.json's auto_map names (configuration_bertpre.py, modeling_bertpre.py): package
 # data in bertpre/model/remote_code/, never imported by bertpre (they import transformers).
 REMOTE_CODE_FILES = tuple(sorted({reference.split(".")[0] + ".py" for reference in REMOTE_AUTO_MAP.values()}))
+# A fine-tuned model's config.json names these too (classes of the same modeling_bertpre.py).
+REMOTE_TASK_AUTO_MAP = {
+    "AutoModelForSequenceClassification": "modeling_bertpre.BertpreForSequenceClassification",
+    "AutoModelForTokenClassification": "modeling_bertpre.BertpreForTokenClassification",
+    "AutoModelForQuestionAnswering": "modeling_bertpre.BertpreForQuestionAnswering",
+}
 
 
 # --- reading -------------------------------------------------------------------------------
@@ -205,7 +211,8 @@ def write_remote_code_folder(folder: str | Path, config: BertConfig,
 
 def write_albert_folder(folder: str | Path, config: BertConfig,
                         state_dict: dict[str, torch.Tensor]) -> None:
-    """Write the Hugging Face `AlbertForPreTraining` layout (exact, parity-tested).
+    """Write the Hugging Face `AlbertForPreTraining` layout (exact, parity-tested), or a
+    fine-tuned model's `AlbertFor*` task layout.
 
     Without `embedding_size`, the embeddings are `hidden_size` wide and ALBERT's projection
     is written as the identity.
@@ -264,11 +271,15 @@ ALBERT_OTHER_NAMES = {
     "cls.predictions.transform.LayerNorm": "predictions.LayerNorm",
     "cls.predictions.bias": "predictions.bias",
     "cls.seq_relationship": "sop_classifier.classifier",
+    # a fine-tuned model's heads: transformers' ALBERT task classes name them as bertpre does
+    "classifier": "classifier",
+    "qa_outputs": "qa_outputs",
 }
 
 
 def albert_name(name: str) -> str:
-    """bertpre's parameter name -> Hugging Face `AlbertForPreTraining`'s."""
+    """bertpre's parameter name -> Hugging Face `AlbertForPreTraining`'s (or, for a fine-tuned
+    model's head, its `AlbertFor*` task class's)."""
     layer = re.fullmatch(r"bert\.encoder\.layer\.(\d+)\.(.+)\.(weight|bias)", name)
     if layer:
         index, part, kind = layer.groups()
@@ -334,15 +345,30 @@ def limit_model_max_length(folder: Path, positions: int) -> None:
     path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
+def bert_task_prefix(config: BertConfig) -> str:
+    """The prefix of transformers' task classes a fine-tuned BERT-layout model saves as, the
+    layout `export_layout` picks: BertFor*, AlbertFor* (ALBERT options) or remote code's
+    BertpreFor* (relative positions, with or without ALBERT options)."""
+    if config.relative_positions:
+        return "Bertpre"
+    return "Albert" if config.is_albert else "Bert"
+
+
 def write_bert_task_folder(folder: Path, state: dict[str, torch.Tensor], config: BertConfig,
                            tokenizer_folder: Path, *, pooler: bool) -> dict:
-    """A fine-tuned BERT's weights (without the pooler unless `pooler`: transformers'
-    `BertForTokenClassification` and `BertForQuestionAnswering` lack it) and its tokenizer files;
-    returns config.json's content."""
+    """A fine-tuned BERT-layout model's weights in the layout its export has (`export_layout`:
+    BERT's, ALBERT's names, or remote code with its Python files), without the pooler unless
+    `pooler` (transformers' token-classification and question-answering classes lack it), and
+    its tokenizer files; returns config.json's content (remote code's `auto_map` names the task
+    classes too)."""
     if not pooler:
         state = {name: tensor for name, tensor in state.items() if not name.startswith("bert.pooler.")}
-    write_folder(folder, config, state)
+    _, write_model = export_layout(config)
+    write_model(folder, config, state)
     for name in TOKENIZER_FILES:
         if (tokenizer_folder / name).is_file():
             shutil.copyfile(tokenizer_folder / name, folder / name)
-    return {**config.to_hf_dict(), "bertpre_version": bertpre.__version__}
+    hf = json.loads((folder / CONFIG_NAME).read_text(encoding="utf-8"))  # the layout's own
+    if "auto_map" in hf:  # remote code: its task classes too
+        hf["auto_map"].update(REMOTE_TASK_AUTO_MAP)
+    return hf

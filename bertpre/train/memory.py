@@ -41,16 +41,17 @@ def check_forward_fits(config: BertConfig, shape: ForwardShape, device: torch.de
 
 
 def check_finetuning_fits(config: BertConfig, *, batch_size: int, seq_length: int, precision: str,
-                          device: torch.device, advice: str) -> None:
+                          device: torch.device, advice: str, unit: str = "examples") -> None:
     """Refuse, in one line, fine-tuning whose fp32 weights, gradients and AdamW state and one
     batch's activations (the tensors autograd keeps for backward, a floor of the peak; no head
-    over the vocabulary) are more than the device's memory."""
+    over the vocabulary) are more than the device's memory. `unit` names a batch's rows in the
+    message (question answering's are "windows")."""
     memory = estimate_memory(config, seq_length, 0.0, precision, memory_length=0, query_rows=0)
     model = memory.weights + memory.gradients + memory.adamw_state
     activations = batch_size * memory.activations_per_sequence
     available, where = device_memory(device)
     if model + activations > available:
-        raise UserError(f"fine-tuning a batch of {batch_size:,} examples of {seq_length:,} tokens needs at "
+        raise UserError(f"fine-tuning a batch of {batch_size:,} {unit} of {seq_length:,} tokens needs at "
                         f"least {readable(model + activations)} ({readable(model)} of weights, gradients and "
                         f"AdamW state, {readable(activations)} of activations in {precision}), but {where} "
                         f"{readable(available)}; {advice}")

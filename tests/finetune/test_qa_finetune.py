@@ -10,6 +10,12 @@ from pathlib import Path
 import pytest
 from test_finetune import ANIMALS, OBJECTS, PEOPLE, VERBS, run_main
 
+from bertpre.finetune.qa_data import read_qa_file
+from bertpre.finetune.qa_windows import encode_qa_windows
+from bertpre.finetune.source import load_encoder
+from bertpre.model.cost import ForwardShape, estimate_inference_memory, estimate_memory, readable
+from bertpre.train import memory
+
 pytestmark = pytest.mark.usefixtures("one_thread_per_module")  # see conftest
 
 
@@ -63,7 +69,21 @@ def test_finetune_qa_answers_spans_and_writes_results_and_predictions(run_folder
     assert len(rows) == 16 and rows[0]["id"] == "q1-0" and set(rows[0]["predicted"]) == {"0"}
     contexts = json.loads(squad["validation"].read_text())["data"][0]["paragraphs"]
     assert all(row["predicted"]["0"] in paragraph["context"] for row, paragraph in zip(rows, contexts, strict=True))
-    assert "exact_match" in stdout and "predictions:" in stdout
+    # each seed's best spans, best first; the answer (SQuAD v1.1: never "no answer") is the first
+    n_best = [json.loads(line) for line in (out / result["splits"]["validation"]["n_best"]).read_text().splitlines()]
+    assert [row["id"] for row in n_best] == [row["id"] for row in rows]
+    assert all(row["n_best"]["0"][0]["text"] == answer["predicted"]["0"] for row, answer in zip(n_best, rows, strict=True))
+    assert all(1 <= len(row["n_best"]["0"]) <= 20 and "null_score_difference" not in row for row in n_best)
+    scores = [span["score"] for span in n_best[0]["n_best"]["0"]]
+    assert scores == sorted(scores, reverse=True)
+    assert json.loads((out / "results.jsonl").read_text())["splits"] == result["splits"]
+    table = stdout.splitlines()
+    assert table[1].split() == ["metric", "mean", "±", "std", "min", "max", "no", "answer", "per", "seed"]
+    exact = f"{result['metrics']['exact_match']['mean']:.4f}"  # one seed: no std; answering nothing scores 0
+    assert table[2].split() == ["exact_match", exact, "-", exact, exact, "0.0000", exact]
+    assert "exact match and F1 in percent (SQuAD's normalisation); the baseline answers nothing" in stdout
+    assert f"predictions: {out / result['splits']['validation']['predictions']}" in stdout
+    assert f"n-best: {out / result['splits']['validation']['n_best']}" in stdout
     saved = json.loads((out / "model" / "config.json").read_text())
     assert saved["architectures"] == ["BertForQuestionAnswering"]
 
@@ -180,3 +200,84 @@ def test_the_same_command_reuses_its_results_and_other_qa_settings_are_another_r
     assert json.loads((out / "results.json").read_text()) == first
     code, _, stderr = run_main([*command[:-1], "4"], monkeypatch, capsys)
     assert code == 2 and "doc_stride" in stderr, stderr
+
+
+def longest_window(source: Path, files: list[Path], max_seq_length: int, doc_stride: int) -> tuple[object, int]:
+    """The encoder's config and the longest window the command cuts from `files`."""
+    encoder = load_encoder(source)
+    windows = [encode_qa_windows(encoder.tokenizer, read_qa_file(path), max_seq_length, doc_stride) for path in files]
+    return encoder.config, max(len(ids) for split in windows for ids in split.input_ids)
+
+
+def test_a_batch_of_windows_that_would_not_fit_is_refused_before_training(run_folder, squad, tmp_path,
+                                                                          monkeypatch, capsys):
+    config, length = longest_window(run_folder, [squad["train"], squad["validation"]], 48, 8)
+    cost = estimate_memory(config, length, 0.0, "fp32", memory_length=0, query_rows=0)
+    model = cost.weights + cost.gradients + cost.adamw_state
+    need = model + 16 * cost.activations_per_sequence
+    monkeypatch.setattr(memory, "device_memory", lambda device: (need - 1, "this machine has"))
+    command = ["finetune", run_folder, "--task", "qa", "--train", squad["train"], "--validation", squad["validation"],
+               "--out", tmp_path / "out", "--seeds", "1", "--batch-size", "16", "--max-seq-length", "48",
+               "--doc-stride", "8", "--precision", "fp32"]
+    code, stdout, stderr = run_main(command, monkeypatch, capsys)
+    assert code == 2 and stdout == "" and "seed 0" not in stderr, stderr
+    assert stderr.splitlines()[-1] == (
+        f"error: fine-tuning a batch of 16 windows of {length} tokens needs at least {readable(need)} "
+        f"({readable(model)} of weights, gradients and AdamW state, "
+        f"{readable(16 * cost.activations_per_sequence)} of activations in fp32), but this machine has "
+        f"{readable(need - 1)}; lower --batch-size or --max-seq-length")
+    assert not (tmp_path / "out").exists()
+
+    # A probe reads a batch of 16 windows through the frozen encoder without gradients: a machine
+    # one byte short of that forward's peak is refused too.
+    answering = estimate_inference_memory(config, ForwardShape(batch_size=16, seq_length=length, predicted_rows=0),
+                                          "fp32").total
+    assert answering <= need
+    monkeypatch.setattr(memory, "device_memory", lambda device: (answering - 1, "this machine has"))
+    code, _, stderr = run_main([*command, "--mode", "probe"], monkeypatch, capsys)
+    assert code == 2 and "seed 0" not in stderr, stderr
+    assert stderr.splitlines()[-1].startswith(f"error: probing a batch of 16 windows of {length} tokens needs about "
+                                              f"{readable(answering)}")
+
+
+def jsonl_of(path: Path, folder: Path, change: str) -> Path:
+    """The SQuAD-layout file at `path` as JSON lines (Hugging Face's layout), its first record
+    spoiled as `change` says."""
+    records = [{"id": qa["id"], "context": paragraph["context"], "question": qa["question"],
+                "answers": {"text": [answer["text"] for answer in qa["answers"]],
+                            "answer_start": [answer["answer_start"] for answer in qa["answers"]]}}
+               for paragraph in json.loads(path.read_text())["data"][0]["paragraphs"] for qa in paragraph["qas"]]
+    first = records[0]
+    if change == "answer_start":
+        first["answers"]["answer_start"][0] += 1
+    elif change == "outside":
+        first["answers"]["answer_start"][0] = len(first["context"]) + 5
+    elif change == "empty context":
+        first["context"] = " "
+    elif change == "unanswerable":
+        first["answers"] = {"text": [], "answer_start": []}
+    else:
+        first["question"] = " ".join(["who"] * 80)
+    spoiled = folder / f"test-{change.replace(' ', '-')}.jsonl"
+    spoiled.write_text("".join(json.dumps(record) + "\n" for record in records), encoding="utf-8")
+    return spoiled
+
+
+@pytest.mark.parametrize(("change", "expected"), [
+    ("answer_start", "that does not match its answer"),
+    ("outside", "outside its context of"),
+    ("empty context", "has an empty context"),
+    ("unanswerable", "has no answer (a SQuAD v2.0 file with unanswerable questions): read it with --version-2"),
+    ("long question", "leave no room for its context in --max-seq-length 48: raise --max-seq-length or "
+                      "shorten the question")])
+def test_a_bad_test_file_in_json_lines_is_refused_before_any_training(change, expected, run_folder, squad, tmp_path,
+                                                                       monkeypatch, capsys):
+    """Every split is read and cut into windows before the first seed trains: a bad --test file
+    costs no training, and the line names the file and the question."""
+    bad = jsonl_of(write_squad(tmp_path / "test.json", 6, 2), tmp_path, change)
+    code, _, stderr = run_main(["finetune", run_folder, "--task", "qa", "--train", squad["train"], "--validation",
+                                squad["validation"], "--test", bad, "--out", tmp_path / "out", "--max-seq-length",
+                                "48", "--doc-stride", "8", "--select-by", "dev"], monkeypatch, capsys)
+    assert code == 2 and stderr.count("\n") == 1 and "seed 0" not in stderr, stderr
+    assert expected in stderr and ("q2-0" in stderr) and (change == "long question" or bad.name in stderr), stderr
+    assert not (tmp_path / "out").exists()

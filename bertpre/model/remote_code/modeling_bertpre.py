@@ -1,5 +1,6 @@
 """bertpre's BERT for `transformers` (remote code): `BertpreModel`, `BertpreForMaskedLM`,
-`BertpreForPreTraining`.
+`BertpreForPreTraining`, and the fine-tuned models of `bertpre finetune --save-model`:
+`BertpreForSequenceClassification`, `BertpreForTokenClassification`, `BertpreForQuestionAnswering`.
 
 `bertpre export` copies this file, unchanged, into the folders of models whose positions are
 relative, which transformers' own BERT no longer has:
@@ -16,7 +17,8 @@ applied `num_hidden_layers` times), so the math is bertpre's for any of its conf
 parameter names are bertpre's (Hugging Face BERT's), so its weights load as they are. Only
 torch and transformers are needed; attention is always `F.scaled_dot_product_attention`.
 
-Load with e.g. `AutoModelForMaskedLM.from_pretrained(folder, trust_remote_code=True)`.
+Load with e.g. `AutoModelForMaskedLM.from_pretrained(folder, trust_remote_code=True)`, or a
+fine-tuned model with `AutoModelForSequenceClassification` (and so on) the same way.
 """
 from __future__ import annotations
 
@@ -30,7 +32,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from transformers import PreTrainedModel
-from transformers.modeling_outputs import BaseModelOutputWithPooling, MaskedLMOutput
+from transformers.modeling_outputs import (
+    BaseModelOutputWithPooling,
+    MaskedLMOutput,
+    QuestionAnsweringModelOutput,
+    SequenceClassifierOutput,
+    TokenClassifierOutput,
+)
 from transformers.utils import ModelOutput
 
 from .configuration_bertpre import BertpreConfig
@@ -535,4 +543,133 @@ class BertpreForPreTraining(BertprePreTrainedModel):
         return self.as_requested(output, return_dict)
 
 
-__all__ = ["BertpreForMaskedLM", "BertpreForPreTraining", "BertpreModel", "BertprePreTrainedModel"]
+# --- fine-tuned models (`bertpre finetune --save-model`) ----------------------------------------
+# transformers' BERT task classes' names and math: bertpre's weights load as they are.
+
+
+def sequence_classification_loss(config: BertpreConfig, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """transformers' loss for `problem_type` (when unset: regression for one label, else single-
+    label for integer labels and multi-label for float ones); logits (B, num_labels)."""
+    problem_type = config.problem_type
+    if problem_type is None:
+        integer = labels.dtype in (torch.long, torch.int)
+        problem_type = ("regression" if config.num_labels == 1 else
+                        "single_label_classification" if integer else "multi_label_classification")
+    if problem_type == "regression" and config.num_labels == 1:
+        return F.mse_loss(logits.float().view(-1), labels.float().view(-1))
+    if problem_type == "regression":
+        return F.mse_loss(logits.float(), labels.float())
+    if problem_type == "single_label_classification":
+        return F.cross_entropy(logits.float().view(-1, config.num_labels), labels.view(-1))
+    return F.binary_cross_entropy_with_logits(logits.float(), labels.float())
+
+
+class BertpreForSequenceClassification(BertprePreTrainedModel):
+    """The encoder → pooled first token → dropout → `classifier`; `num_labels` 1 is regression;
+    `labels` (B,) (float (B, num_labels) for multi-label)."""
+
+    # A pretraining checkpoint's heads, which a classifier does not use.
+    _keys_to_ignore_on_load_unexpected = [r"^cls\."]
+
+    def __init__(self, config: BertpreConfig) -> None:
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.bert = BertpreModel(config)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self.post_init()
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+    ) -> SequenceClassifierOutput | tuple:
+        encoded = self.bert(input_ids, attention_mask, token_type_ids,
+                            output_hidden_states=output_hidden_states, return_dict=True)
+        logits = self.classifier(self.dropout(encoded.pooler_output))  # (B, num_labels)
+        loss = None if labels is None else sequence_classification_loss(self.config, logits, labels)
+        output = SequenceClassifierOutput(loss=loss, logits=logits, hidden_states=encoded.hidden_states)
+        return self.as_requested(output, return_dict)
+
+
+class BertpreForTokenClassification(BertprePreTrainedModel):
+    """The encoder → every token's output → dropout → `classifier` (no pooler); `labels` (B, T)
+    with -100 where a token is not labelled."""
+
+    _keys_to_ignore_on_load_unexpected = [r"^cls\.", r"^bert\.pooler\."]
+
+    def __init__(self, config: BertpreConfig) -> None:
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.bert = BertpreModel(config, add_pooling_layer=False)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self.post_init()
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+    ) -> TokenClassifierOutput | tuple:
+        encoded = self.bert(input_ids, attention_mask, token_type_ids,
+                            output_hidden_states=output_hidden_states, return_dict=True)
+        logits = self.classifier(self.dropout(encoded.last_hidden_state))  # (B, T, num_labels)
+        loss = None
+        if labels is not None:
+            loss = F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), ignore_index=IGNORE_INDEX)
+        output = TokenClassifierOutput(loss=loss, logits=logits, hidden_states=encoded.hidden_states)
+        return self.as_requested(output, return_dict)
+
+
+class BertpreForQuestionAnswering(BertprePreTrainedModel):
+    """The encoder → every token's output → `qa_outputs` (no dropout, no pooler): a start and an
+    end logit a token. `start_positions`, `end_positions` (B,); a position past the sequence is
+    ignored, and the loss is the mean of the start and end cross-entropies."""
+
+    _keys_to_ignore_on_load_unexpected = [r"^cls\.", r"^bert\.pooler\."]
+
+    def __init__(self, config: BertpreConfig) -> None:
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.bert = BertpreModel(config, add_pooling_layer=False)
+        self.qa_outputs = nn.Linear(config.hidden_size, config.num_labels)
+        self.post_init()
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        start_positions: torch.Tensor | None = None,
+        end_positions: torch.Tensor | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+    ) -> QuestionAnsweringModelOutput | tuple:
+        encoded = self.bert(input_ids, attention_mask, token_type_ids,
+                            output_hidden_states=output_hidden_states, return_dict=True)
+        logits = self.qa_outputs(encoded.last_hidden_state)  # (B, T, 2)
+        start_logits, end_logits = (part.squeeze(-1).contiguous() for part in logits.split(1, dim=-1))
+        loss = None
+        if start_positions is not None and end_positions is not None:
+            ignored = start_logits.shape[1]  # transformers' rule: clamped past the end, then ignored
+            start_loss = F.cross_entropy(start_logits.float(), start_positions.view(-1).clamp(0, ignored),
+                                         ignore_index=ignored)
+            end_loss = F.cross_entropy(end_logits.float(), end_positions.view(-1).clamp(0, ignored),
+                                       ignore_index=ignored)
+            loss = (start_loss + end_loss) / 2
+        output = QuestionAnsweringModelOutput(loss=loss, start_logits=start_logits, end_logits=end_logits,
+                                              hidden_states=encoded.hidden_states)
+        return self.as_requested(output, return_dict)
+
+
+__all__ = ["BertpreForMaskedLM", "BertpreForPreTraining", "BertpreForQuestionAnswering",
+           "BertpreForSequenceClassification", "BertpreForTokenClassification", "BertpreModel",
+           "BertprePreTrainedModel"]
