@@ -27,7 +27,7 @@ from bertpre.model.bert_cost import (
     estimate_bert_inference_memory,
     estimate_bert_memory,
 )
-from bertpre.model.config import XLNET_SHAPE_FIELDS, BertConfig
+from bertpre.model.config import ROBERTA_CLASS_PREFIXES, XLNET_SHAPE_FIELDS, BertConfig
 from bertpre.model.heads import (
     BertForQuestionAnswering,
     BertForSequenceClassification,
@@ -147,7 +147,7 @@ ROBERTA = Family(
     architecture="roberta", display_name="RoBERTa",
     pretraining_class=RobertaForMaskedLM, sequence_head=RobertaForSequenceClassification,
     token_head=RobertaForTokenClassification, question_answering_head=RobertaForQuestionAnswering,
-    hf_task_prefix="Roberta", encoder_attribute="roberta",
+    hf_task_prefix=lambda config: ROBERTA_CLASS_PREFIXES[config.architecture], encoder_attribute="roberta",
     padding_side="right", objectives=("mlm",), pair_task=False,
     build_pretraining=build_roberta, build_encoder=RobertaModel, tokenizer_layout=same_layout,
     read_weights=read_roberta_weights, optional_encoder_parts=(), optional_parts={"lm_head.": "the MLM head (lm_head)"},
@@ -199,8 +199,7 @@ FAMILIES: dict[str, Family] = {
         source_fields=XLNET_SHAPE_FIELDS, grow_vocabulary=None, mask_logits=xlnet_mask_logits),
     "roberta": ROBERTA,
     # XLM-R is RoBERTa's network under its own Hugging Face names (model_type, classes)
-    "xlm-roberta": replace(ROBERTA, architecture="xlm-roberta", display_name="XLM-RoBERTa",
-                           hf_task_prefix="XLMRoberta"),
+    "xlm-roberta": replace(ROBERTA, architecture="xlm-roberta", display_name="XLM-RoBERTa"),
 }
 
 

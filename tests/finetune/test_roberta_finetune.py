@@ -19,40 +19,47 @@ transformers = pytest.importorskip("transformers")
 
 
 @pytest.fixture(scope="module")
-def roberta_source(tiny_data, tmp_path_factory) -> Path:
-    """A transformers RobertaForMaskedLM of the tiny vocabulary, saved with the tiny DATA's tokenizer."""
-    folder = tmp_path_factory.mktemp("roberta-source")
-    torch.manual_seed(7)
-    model = transformers.RobertaForMaskedLM(transformers.RobertaConfig(
-        vocab_size=120, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
-        max_position_embeddings=66, type_vocab_size=1, pad_token_id=0))  # the tiny vocabulary's [PAD]
-    model.save_pretrained(folder)
-    for file in (tiny_data / "tokenizer").iterdir():
-        shutil.copy(file, folder / file.name)
-    return folder
+def roberta_sources(tiny_data, tmp_path_factory) -> dict[str, Path]:
+    """A transformers RobertaForMaskedLM and an XLMRobertaForMaskedLM of the tiny vocabulary, each
+    saved with the tiny DATA's tokenizer, by model_type."""
+    sources = {}
+    for model_type, kind, config_class in (("roberta", "RobertaForMaskedLM", "RobertaConfig"),
+                                           ("xlm-roberta", "XLMRobertaForMaskedLM", "XLMRobertaConfig")):
+        folder = tmp_path_factory.mktemp(model_type)
+        torch.manual_seed(7)
+        model = getattr(transformers, kind)(getattr(transformers, config_class)(
+            vocab_size=120, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+            max_position_embeddings=66, type_vocab_size=1, pad_token_id=0))  # the tiny vocabulary's [PAD]
+        model.save_pretrained(folder)
+        for file in (tiny_data / "tokenizer").iterdir():
+            shutil.copy(file, folder / file.name)
+        sources[model_type] = folder
+    return sources
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("task", ["classification", "tagging"])
+@pytest.mark.parametrize(("task", "model_type"), [("classification", "roberta"), ("tagging", "roberta"),
+                                                  ("classification", "xlm-roberta")])
 def test_a_saved_roberta_task_model_loads_in_transformers_with_the_same_logits(
-        task, roberta_source, tmp_path, monkeypatch, capsys):
+        task, model_type, roberta_sources, tmp_path, monkeypatch, capsys):
+    prefix = "XLMRoberta" if model_type == "xlm-roberta" else "Roberta"
     if task == "tagging":
         files = ["--train", write_conll(tmp_path / "train.conll", 60, 0), "--validation",
                  write_conll(tmp_path / "dev.conll", 20, 1), "--task", "tagging"]
         auto, ours, name = (transformers.AutoModelForTokenClassification, RobertaForTokenClassification,
-                            "RobertaForTokenClassification")
+                            f"{prefix}ForTokenClassification")
     else:
         files = ["--train", write_task(tmp_path, 60, 0, "train.jsonl"), "--validation",
                  write_task(tmp_path, 20, 1, "dev.jsonl")]
         auto, ours, name = (transformers.AutoModelForSequenceClassification, RobertaForSequenceClassification,
-                            "RobertaForSequenceClassification")
+                            f"{prefix}ForSequenceClassification")
     out = tmp_path / "out"
-    code, _, stderr = run_main(["finetune", roberta_source, *files, "--out", out, "--seeds", "1", "--epochs", "1",
+    code, _, stderr = run_main(["finetune", roberta_sources[model_type], *files, "--out", out, "--seeds", "1", "--epochs", "1",
                                 "--lr", "0.001", "--batch-size", "8", "--save-model"], monkeypatch, capsys)
     assert code == 0, stderr
     saved = Path(json.loads((out / "results.json").read_text())["saved_model"]["path"])
     config = json.loads((saved / "config.json").read_text())
-    assert config["architectures"] == [name] and config["model_type"] == "roberta"
+    assert config["architectures"] == [name] and config["model_type"] == model_type
     hf, info = auto.from_pretrained(saved, output_loading_info=True)
     assert type(hf).__name__ == name
     assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"], info
