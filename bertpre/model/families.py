@@ -46,6 +46,7 @@ from bertpre.model.roberta import (
     build_roberta,
     read_roberta_weights,
     roberta_export_writer,
+    roberta_layout,
     roberta_mask_logits,
     write_roberta_task_folder,
 )
@@ -149,7 +150,7 @@ ROBERTA = Family(
     token_head=RobertaForTokenClassification, question_answering_head=RobertaForQuestionAnswering,
     hf_task_prefix=lambda config: ROBERTA_CLASS_PREFIXES[config.architecture], encoder_attribute="roberta",
     padding_side="right", objectives=("mlm",), pair_task=False,
-    build_pretraining=build_roberta, build_encoder=RobertaModel, tokenizer_layout=same_layout,
+    build_pretraining=build_roberta, build_encoder=RobertaModel, tokenizer_layout=roberta_layout,
     read_weights=read_roberta_weights, optional_encoder_parts=(), optional_parts={"lm_head.": "the MLM head (lm_head)"},
     export_writer=roberta_export_writer, write_task_folder=write_roberta_task_folder,
     native_task_models=lambda config: True,

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from tokenizers import Tokenizer
+from tokenizers import Tokenizer, processors
 from torch import nn
 
 import bertpre
@@ -327,13 +327,49 @@ def special_token_ids(tokenizer_folder: Path) -> dict[str, int]:
     return found
 
 
+def roberta_layout(tokenizer: Tokenizer) -> Tokenizer:
+    """`tokenizer` with RoBERTa's template: `<s> A </s>`, and `<s> A </s></s> B </s>` for a pair,
+    every token of type 0 (RoBERTa has one token type). A tokenizer laid out so already (RoBERTa's
+    own `RobertaProcessing`) is returned as it is; another (a WordPiece vocabulary's) is copied
+    with the template over its own start and end tokens."""
+    if isinstance(tokenizer.post_processor, processors.RobertaProcessing):
+        return tokenizer
+    start, end = (next((token for token in tokens if tokenizer.token_to_id(token) is not None), None)
+                  for tokens in SPECIAL_TOKEN_IDS.values())
+    if start is None or end is None:
+        raise UserError(f"the tokenizer has no start token ({' or '.join(SPECIAL_TOKEN_IDS['bos_token_id'])}) "
+                        f"or no end token ({' or '.join(SPECIAL_TOKEN_IDS['eos_token_id'])}), which RoBERTa's "
+                        "layout puts around each text")
+    copy = Tokenizer.from_str(tokenizer.to_str())
+    copy.post_processor = processors.TemplateProcessing(
+        single=f"{start}:0 $A:0 {end}:0", pair=f"{start}:0 $A:0 {end}:0 {end}:0 $B:0 {end}:0",
+        special_tokens=[(start, tokenizer.token_to_id(start)), (end, tokenizer.token_to_id(end))])
+    return copy
+
+
 def copy_tokenizer_files(tokenizer_folder: Path, folder: Path) -> list[str]:
-    """The tokenizer folder's files (whichever of `TOKENIZER_FILES` it holds), copied as they are."""
+    """The tokenizer folder's files (whichever of `TOKENIZER_FILES` it holds), copied as they are;
+    but a tokenizer.json not in RoBERTa's layout (a WordPiece vocabulary's) is written in it
+    (`roberta_layout`), and its tokenizer_config.json names transformers' generic fast tokenizer,
+    which reads that layout from tokenizer.json (`BertTokenizer` would lay pairs out as BERT's,
+    with a second token type RoBERTa has not)."""
     copied = []
     for name in TOKENIZER_FILES:
         if (tokenizer_folder / name).is_file():
             shutil.copyfile(tokenizer_folder / name, folder / name)
             copied.append(name)
+    path, config_path = folder / TOKENIZER_FILES[0], folder / TOKENIZER_FILES[1]
+    if path.is_file():
+        tokenizer = Tokenizer.from_file(str(path))
+        laid_out = roberta_layout(tokenizer)
+        if laid_out is not tokenizer:
+            laid_out.save(str(path))
+            try:
+                config = json.loads(config_path.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                config = None  # none, or damaged: `limit_model_max_length` says so
+            if isinstance(config, dict):
+                hf_format.write_json(config_path, {**config, "tokenizer_class": "PreTrainedTokenizerFast"})
     return copied
 
 

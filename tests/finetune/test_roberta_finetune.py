@@ -39,7 +39,7 @@ def roberta_sources(tiny_data, tmp_path_factory) -> dict[str, Path]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("task", "model_type"), [("classification", "roberta"), ("tagging", "roberta"),
-                                                  ("classification", "xlm-roberta")])
+                                                  ("pairs", "roberta"), ("classification", "xlm-roberta")])
 def test_a_saved_roberta_task_model_loads_in_transformers_with_the_same_logits(
         task, model_type, roberta_sources, tmp_path, monkeypatch, capsys):
     prefix = "XLMRoberta" if model_type == "xlm-roberta" else "Roberta"
@@ -49,8 +49,9 @@ def test_a_saved_roberta_task_model_loads_in_transformers_with_the_same_logits(
         auto, ours, name = (transformers.AutoModelForTokenClassification, RobertaForTokenClassification,
                             f"{prefix}ForTokenClassification")
     else:
-        files = ["--train", write_task(tmp_path, 60, 0, "train.jsonl"), "--validation",
-                 write_task(tmp_path, 20, 1, "dev.jsonl")]
+        pair = task == "pairs"
+        files = ["--train", write_task(tmp_path, 60, 0, "train.jsonl", pair=pair), "--validation",
+                 write_task(tmp_path, 20, 1, "dev.jsonl", pair=pair), *(["--text-pair-column", "other"] * pair)]
         auto, ours, name = (transformers.AutoModelForSequenceClassification, RobertaForSequenceClassification,
                             f"{prefix}ForSequenceClassification")
     out = tmp_path / "out"
@@ -68,8 +69,14 @@ def test_a_saved_roberta_task_model_loads_in_transformers_with_the_same_logits(
     model = ours(read_config(saved), hf.config.num_labels)
     model.load_state_dict(weights, strict=True)
     tokenizer = transformers.AutoTokenizer.from_pretrained(saved)
-    batch = tokenizer(["the cat sees the river .", "my sister feeds a red apple today ."], padding=True,
-                      return_tensors="pt")
+    texts = ["the cat sees the river .", "my sister feeds a red apple today ."]
+    if task == "pairs":  # RoBERTa's pair layout, one token type: as bertpre fine-tuned it
+        batch = tokenizer(texts, ["a dog finds the door .", "the farmer ."], padding=True, return_tensors="pt")
+        tokens = tokenizer.convert_ids_to_tokens(batch["input_ids"][0])
+        assert tokens[:9] == ["[CLS]", "the", "c", "##at", "sees", "the", "river", ".", "[SEP]"]
+        assert tokens[9:11] == ["[SEP]", "a"] and "token_type_ids" not in batch
+    else:
+        batch = tokenizer(texts, padding=True, return_tensors="pt")
     with torch.no_grad():
         expected = hf.eval()(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
         logits = model.eval()(batch["input_ids"], batch["attention_mask"])

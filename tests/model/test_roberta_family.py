@@ -28,8 +28,10 @@ from bertpre.model.roberta import (
     RobertaForQuestionAnswering,
     RobertaForSequenceClassification,
     RobertaForTokenClassification,
+    copy_tokenizer_files,
     read_roberta_weights,
     roberta_export_writer,
+    roberta_layout,
     roberta_mask_logits,
     write_roberta_task_folder,
 )
@@ -141,7 +143,8 @@ def test_the_export_loads_natively_with_no_missing_keys_and_the_same_logits(kind
     out = tmp_path / "export"
     out.mkdir()
     assert write(out) == ["tokenizer.json", "merges.txt"]
-    assert (out / "merges.txt").read_bytes() == (tokenizer_folder / "merges.txt").read_bytes()
+    for name in ("merges.txt", "tokenizer.json"):  # RoBERTa's own layout: as they are
+        assert (out / name).read_bytes() == (tokenizer_folder / name).read_bytes()
     config = json.loads((out / "config.json").read_text())
     assert config["architectures"] == [architecture] and config["model_type"] == ours.config.architecture
     assert (config["bos_token_id"], config["eos_token_id"], config["pad_token_id"]) == (0, 2, PAD)
@@ -301,3 +304,25 @@ def test_a_grown_vocabulary_starts_each_new_row_as_the_mean_of_its_pieces(tmp_pa
     model = RobertaForMaskedLM(dataclasses.replace(read_config(folder), vocab_size=99))
     assert model.load_weights(grown, folder, strict=True) == ([], [])
     assert model.lm_head.decoder.weight is model.roberta.embeddings.word_embeddings.weight  # still tied
+
+
+def test_a_wordpiece_vocabulary_is_laid_out_as_roberta_reads_pairs(tmp_path):
+    vocab = {"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3, "[MASK]": 4, "a": 5, "b": 6}
+    bert = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    bert.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    bert.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
+    encoded = roberta_layout(bert).encode("a a", "b")
+    assert encoded.ids == [2, 5, 5, 3, 3, 6, 3] and encoded.type_ids == [0] * 7  # <s> A </s></s> B </s>
+    assert bert.encode("a", "b").type_ids == [0, 0, 0, 1, 1]  # the original is left as it was
+    assert roberta_layout(roberta_tokenizer()).encode("w1", "w2").ids == [0, 6, 2, 2, 7, 2]
+    with pytest.raises(UserError, match="no start token"):
+        roberta_layout(Tokenizer(models.WordLevel({"x": 0}, unk_token="x")))
+    # An export of such a run: tokenizer.json in RoBERTa's layout, read by transformers' generic class.
+    folder, out = tmp_path / "tokenizer", tmp_path / "out"
+    folder.mkdir(), out.mkdir()
+    bert.save(str(folder / "tokenizer.json"))
+    (folder / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "BertTokenizer", "pad_token": "[PAD]"}))
+    copy_tokenizer_files(folder, out)
+    assert json.loads((out / "tokenizer_config.json").read_text())["tokenizer_class"] == "PreTrainedTokenizerFast"
+    assert transformers.AutoTokenizer.from_pretrained(out)("a a", "b")["input_ids"] == [2, 5, 5, 3, 3, 6, 3]
