@@ -13,7 +13,11 @@ from safetensors.torch import load_file
 from test_finetune import run_main, write_conll, write_task
 
 from bertpre.model.hf_format import read_config
-from bertpre.model.roberta import RobertaForSequenceClassification, RobertaForTokenClassification
+from bertpre.model.roberta import (
+    RobertaForQuestionAnswering,
+    RobertaForSequenceClassification,
+    RobertaForTokenClassification,
+)
 
 transformers = pytest.importorskip("transformers")
 
@@ -84,3 +88,28 @@ def test_a_saved_roberta_task_model_loads_in_transformers_with_the_same_logits(
         real = batch["attention_mask"].bool()
         logits, expected = logits[real], expected[real]
     torch.testing.assert_close(logits, expected, rtol=0, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_question_answering_on_roberta_saves_its_class_with_the_same_logits(roberta_sources, tmp_path, monkeypatch,
+                                                                           capsys):
+    from test_qa_finetune import write_squad
+
+    out = tmp_path / "out"
+    code, _, stderr = run_main(
+        ["finetune", roberta_sources["roberta"], "--task", "qa", "--train", write_squad(tmp_path / "train.json", 24, 0),
+         "--validation", write_squad(tmp_path / "dev.json", 8, 1), "--out", out, "--seeds", "1", "--epochs", "1",
+         "--batch-size", "8", "--max-seq-length", "48", "--doc-stride", "8", "--save-model"], monkeypatch, capsys)
+    assert code == 0, stderr
+    saved = Path(json.loads((out / "results.json").read_text())["saved_model"]["path"])
+    hf, info = transformers.AutoModelForQuestionAnswering.from_pretrained(saved, output_loading_info=True)
+    assert type(hf).__name__ == "RobertaForQuestionAnswering"
+    assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"], info
+    model = RobertaForQuestionAnswering(read_config(saved))
+    model.load_state_dict(load_file(saved / "model.safetensors"), strict=True)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(saved)
+    batch = tokenizer(["who sees the river ?"], ["the cat sees the river today ."], return_tensors="pt")
+    with torch.no_grad():
+        out = hf.eval()(**batch)
+        logits = model.eval()(batch["input_ids"], batch["attention_mask"])
+    torch.testing.assert_close(logits, torch.stack([out.start_logits, out.end_logits], dim=-1), rtol=0, atol=1e-5)
