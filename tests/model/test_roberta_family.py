@@ -14,6 +14,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers, processors
 from bertpre.config import load_config
 from bertpre.errors import UserError
 from bertpre.model import BertConfig
+from bertpre.model.bert_cost import ForwardShape
 from bertpre.model.families import (
     FAMILIES,
     family,
@@ -258,6 +259,14 @@ def test_the_cost_model_counts_the_models_parameters():
     base = BertConfig(vocab_size=50265, max_position_embeddings=514, type_vocab_size=1, pad_token_id=PAD,
                       architecture="roberta")
     assert family(base).count_parameters(base).total == sum(p.numel() for p in theirs.parameters()) == 124_697_433
+    # memory: BERT's activations, RoBERTa's weights (fp32 weights, gradients, two AdamW moments)
+    row, bert_row = family(base), FAMILIES["bert"]
+    ours, bert = row.estimate_memory(base, 128, 0.15, "bf16"), bert_row.estimate_memory(base, 128, 0.15, "bf16")
+    assert (ours.weights, ours.gradients, ours.adamw_state) == (4 * 124_697_433, 4 * 124_697_433, 8 * 124_697_433)
+    assert ours.activations_per_sequence == bert.activations_per_sequence
+    shape = ForwardShape(batch_size=2, seq_length=64, predicted_rows=3)
+    assert row.estimate_inference_memory(base, shape).weights == 4 * 124_697_433
+    assert row.training_flops(base, 128, 0.15) == bert_row.training_flops(base, 128, 0.15)
 
 
 def test_an_unbuilt_model_type_is_refused_in_one_line_naming_the_built_ones(tmp_path):
