@@ -26,7 +26,7 @@ EXTRA_DOCUMENTS = [
 ]
 
 PINNED = {
-    "data": "6730ffd2dcb2e5fc8efcd44a5cfd8db1a116a248e511f2bf4c5e11b823782b20",
+    "data": "21ac9ed39f4a42951f65306d46cb13001636196dfb3f6d2fb3d9a5cb924e5cd2",
     "batches": "ada291c80f4b19c87e421c59f951199e63589293a09053d44e314c25af9eb750",
     "losses": [5.813071875561513, 5.776254689693451, 5.789619982537657],
 }
@@ -36,10 +36,11 @@ def _build(folder: Path, monkeypatch) -> Path:
     from bertpre.data.build import tokenize_corpus
 
     monkeypatch.setattr(bertpre, "__version__", "pinned")  # recorded in the manifest and fingerprints
-    corpus = folder.parent / "unchanged.txt"
+    monkeypatch.chdir(folder.parent)  # the manifest records the corpus's path as given
+    corpus = Path("unchanged.txt")
     documents = tiny_documents(40, seed=3) + EXTRA_DOCUMENTS
     corpus.write_text("\n\n".join("\n".join(doc) for doc in documents) + "\n", encoding="utf-8")
-    tokenize_corpus([corpus], folder, vocab_size=160, min_frequency=1, split_sentences=False,
+    tokenize_corpus([corpus], folder.name, vocab_size=160, min_frequency=1, split_sentences=False,
                     validation_share=0.1, seed=0, show_progress=False)
     return folder
 
@@ -90,7 +91,7 @@ def _losses(folder: Path, out: Path) -> list[float]:
 
 
 def current_digests(tmp_path: Path, monkeypatch) -> dict:
-    folder = _build(tmp_path / "data", monkeypatch)
+    folder = _build(tmp_path / "data", monkeypatch).resolve()
     return {"data": _data_digest(folder), "batches": _batches_digest(folder),
             "losses": _losses(folder, tmp_path / "run")}
 
