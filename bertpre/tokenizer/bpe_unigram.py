@@ -5,6 +5,13 @@ Trained ones take their family's special tokens and layout: `<s>=0 <pad>=1 </s>=
 <mask>=4` (as Hugging Face's own RoBERTa-from-scratch recipe numbers them), `<s> A </s>` for one
 segment and `<s> A </s></s> B </s>` for two. Byte-level BPE reads every byte, so it has no
 unknown text; Unigram normalizes with NFKC and marks word starts with `▁`, as SentencePiece does.
+
+Determinism: the BPE trainer gives the same vocab for the same text in every process. The
+Unigram trainer of `tokenizers` (0.23) does not: it sums and breaks ties in hash-map order,
+which changes from run to run, so two trainings on the same text differ in their rarest pieces'
+scores (and so in some ids). Encoding is deterministic once the vocab is fixed: for DATA that
+must be rebuilt byte for byte, train a Unigram VOCAB once (`--vocab-only`) and encode with
+`--tokenizer VOCAB`, as shards do.
 """
 from __future__ import annotations
 
@@ -94,7 +101,14 @@ def train_bpe_or_unigram(
             yield batch
 
     # As for WordPiece: wait in Python, so that SIGINT/SIGTERM stop training at once.
-    interruptible(lambda: tokenizer.train_from_iterator(until_stopped(), trainer, length=length), stopping.set)
+    try:
+        interruptible(lambda: tokenizer.train_from_iterator(until_stopped(), trainer, length=length),
+                      stopping.set)
+    except Exception as error:  # tokenizers raises a bare Exception
+        if "not large enough to contain all chars" not in str(error):
+            raise
+        raise UserError(f"--vocab-size {vocab_size} is too small for a unigram vocab of this corpus: "
+                        "it must hold every character of the text; raise --vocab-size") from None
     if tokenizer.get_vocab_size() <= len(ROBERTA_SPECIAL_TOKENS):
         raise UserError("the corpus has no text to train a vocab on; check the corpus files")
     add_roberta_layout(tokenizer)
