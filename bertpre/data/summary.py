@@ -55,6 +55,7 @@ def format_summary(manifest: dict, out: str | Path, extra: Sequence[tuple[str, s
         ("empty dropped", f"{counts['empty_documents_dropped']:,} documents"),
         ("invalid UTF-8 replaced", f"{counts['invalid_utf8_replacements']:,} times"),
         ("vocab", f"{tokenizer['vocab_size']:,} tokens{short}, "
+                  f"{tokenizer['kind'] + ', ' if 'kind' in tokenizer else ''}"
                   f"{'lowercase' if tokenizer['lowercase'] else 'cased'}, "
                   f"{'trained' if tokenizer['trained'] else 'extended' if 'added_pieces' in tokenizer else 'reused'}"),
     ]

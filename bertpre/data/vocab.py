@@ -162,6 +162,7 @@ def format_vocab_summary(manifest: dict, out: str | Path) -> str:
         ("sources", f"{len(manifest['sources'])} file(s), {total_bytes / 1e6:,.2f} MB"),
         ("trained on", text),
         ("vocab", f"{tokenizer['vocab_size']:,} tokens{short}, "
+                  f"{tokenizer['kind'] + ', ' if 'kind' in tokenizer else ''}"
                   f"{'lowercase' if tokenizer['lowercase'] else 'cased'}"),
         *([("characters", _describe_alphabet(tokenizer["alphabet"]))] if "alphabet" in tokenizer else []),
         ("peak memory", peak_memory_line()),

@@ -138,6 +138,14 @@ def test_the_cli_trains_bpe_and_refuses_bad_sources(tmp_path, monkeypatch, capsy
                                "--vocab-size", "500", "--no-sentence-split"], monkeypatch, capsys)
     assert code == 0, err
     assert json.loads((tmp_path / "data" / "manifest.json").read_text())["tokenizer"]["kind"] == "bpe"
+    assert "500 tokens, bpe, cased, trained" in out
+
+    code, out, err = run_main(["tokenize", corpus, "--out", tmp_path / "sampled", "--tokenizer-type", "bpe",
+                               "--vocab-size", "400", "--vocab-sample-bytes", "2000", "--no-sentence-split"],
+                              monkeypatch, capsys)
+    assert code == 0, err
+    sampled = json.loads((tmp_path / "sampled" / "manifest.json").read_text())["tokenizer"]
+    assert sampled["kind"] == "bpe" and sampled["sample"]["bytes"] <= 2000 + 200
 
     code, _, err = run_main(["tokenize", corpus, "--out", tmp_path / "x", "--tokenizer-type", "sentencepiece"],
                             monkeypatch, capsys)
