@@ -27,6 +27,7 @@ from bertpre.tokenizer.alphabet import (
     token_uses,
     trained_word_counts,
 )
+from bertpre.tokenizer.bpe_unigram import SOURCE_TOKENIZER_FILES
 from bertpre.tokenizer.roles import attach_roles, read_roles, tokenizer_kind
 
 logger = logging.getLogger(__name__)
@@ -43,8 +44,11 @@ TOKENIZER_FILE = "tokenizer.json"
 VOCAB_FILE = "vocab.txt"
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
 SPECIAL_TOKENS_MAP_FILE = "special_tokens_map.json"
-# What a tokenizer folder holds, in Hugging Face layout (written by `save_tokenizer`).
-TOKENIZER_FILES = (TOKENIZER_FILE, VOCAB_FILE, TOKENIZER_CONFIG_FILE, SPECIAL_TOKENS_MAP_FILE)
+# What a tokenizer folder holds, in Hugging Face layout (written by `save_tokenizer`), and the
+# files of a released BPE or Unigram tokenizer that DATA keeps as they are (an export copies them).
+TOKENIZER_FILES = (TOKENIZER_FILE, VOCAB_FILE, TOKENIZER_CONFIG_FILE, SPECIAL_TOKENS_MAP_FILE,
+                   *(name for name in SOURCE_TOKENIZER_FILES
+                     if name not in (TOKENIZER_FILE, TOKENIZER_CONFIG_FILE, SPECIAL_TOKENS_MAP_FILE)))
 
 
 def build_tokenizer(vocab: dict[str, int] | None, lowercase: bool) -> Tokenizer:

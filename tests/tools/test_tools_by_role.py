@@ -2,6 +2,8 @@
 (and `[MASK]` taken for it), its specials never proposed, its words by their `Ġ` starts."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -58,3 +60,27 @@ def test_inspect_counts_words_by_their_byte_level_starts(roberta_data):
     roles = token_roles(roberta_data.tokenizer)
     tokens = np.array([token_id for row in roberta_data.train for sentence in row["input_ids"] for token_id in sentence])
     assert not np.isin(tokens, [roles.cls_token_id, roles.sep_token_id]).any()  # DATA holds text only
+
+
+@pytest.mark.slow
+def test_a_bert_trains_on_roberta_tokenized_data_and_exports_its_tokenizer(roberta_data, tmp_path):
+    from transformers import AutoTokenizer
+
+    from bertpre.config import load_config
+    from bertpre.tools.export import export
+    from bertpre.train.trainer import Trainer
+
+    tiny = Path(__file__).parents[2] / "configs" / "tiny.yaml"
+    config = load_config(tiny, [f"data.path={roberta_data.path}", f"train.out={tmp_path / 'run'}",
+                                "train.max_steps=2", "train.save_every=2", "train.eval_every=1000",
+                                "data.num_workers=0", "data.pair_task=none", "data.whole_word_mask=true"])
+    with Trainer(config) as trainer:
+        assert trainer.model.config.pad_token_id == token_roles(roberta_data.tokenizer).pad_token_id == 1
+        trainer.train()
+    export(tmp_path / "run", tmp_path / "export")
+    for name in ("tokenizer.json",):  # tokenizer_config.json gets the model's model_max_length
+        assert (tmp_path / "export" / name).read_bytes() == (roberta_data.tokenizer_dir / name).read_bytes()
+    exported = AutoTokenizer.from_pretrained(str(tmp_path / "export"))
+    line = "Don't stop pretraining: 北京大学 ThisTextHasNoSpaces."
+    assert exported(line)["input_ids"] == roberta_data.tokenizer.encode(line).ids
+    assert exported.mask_token == "<mask>" and exported.model_max_length == 64
