@@ -68,6 +68,14 @@ def test_data_ids_are_autotokenizers_on_every_line(name, tmp_path):
     assert "tokenizer_type" not in manifest["options"]  # a reused tokenizer has its own kind
 
 
+def test_data_is_the_same_encoded_by_several_processes(tmp_path):
+    source = roberta_like(tmp_path / "source")
+    corpus = write_lines_corpus(tmp_path / "corpus.txt", sample_lines() * 3, per_document=2)
+    for out, processes in (("one", 1), ("two", 2)):
+        run(corpus, tmp_path / out, tokenizer_path=source, split_sentences=False, num_proc=processes)
+    assert folder_bytes(tmp_path / "one") == folder_bytes(tmp_path / "two")
+
+
 def test_the_unigram_source_gives_unk_for_characters_it_never_saw(tmp_path):
     source = xlmr_like(tmp_path / "source")
     corpus = write_lines_corpus(tmp_path / "corpus.txt", sample_lines())

@@ -84,3 +84,13 @@ def test_load_tokenizer_attaches_the_roles_of_a_folder(tmp_path):
 def test_a_model_whose_kind_bertpre_does_not_take_is_refused():
     with pytest.raises(UserError, match="model is WordLevel; bertpre takes WordPiece, byte-level BPE and Unigram"):
         token_roles(Tokenizer(models.WordLevel({"[UNK]": 0}, unk_token="[UNK]")))
+
+
+def test_a_unigram_with_metaspace_marks_word_starts_with_its_replacement():
+    tokenizer = Tokenizer(models.Unigram([("<s>", 0.0), ("<pad>", 0.0), ("</s>", 0.0), ("<unk>", 0.0),
+                                          ("▁a", -1.0), ("b", -2.0), ("<mask>", 0.0)], unk_id=3))
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")])
+    roles = token_roles(tokenizer)
+    assert (roles.kind, roles.word_prefix, roles.unk_token_id, roles.mask_token_id) == ("unigram", "▁", 3, 6)
+    assert roles.begins_word("▁a") and not roles.begins_word("b")
