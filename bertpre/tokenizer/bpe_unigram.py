@@ -167,5 +167,7 @@ def copy_source_tokenizer(source: Path, tokenizer: Tokenizer, folder: Path) -> P
     if not (folder / TOKENIZER_CONFIG_FILE).is_file():
         config, special_tokens_map = tokenizer_config(token_roles(tokenizer))
         for name, payload in ((TOKENIZER_CONFIG_FILE, config), (SPECIAL_TOKENS_MAP_FILE, special_tokens_map)):
-            (folder / name).write_text(json.dumps(payload, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+            if not (folder / name).is_file():
+                (folder / name).write_text(json.dumps(payload, indent=2, ensure_ascii=False) + "\n",
+                                           encoding="utf-8")
     return folder
