@@ -42,7 +42,8 @@ def fuzzed_lines(count: int, seed: int = 0) -> list[str]:
 def sample_lines(fuzzed: int = 60) -> list[str]:
     """English, Chinese, text without spaces, and `fuzzed` lines of fuzzed Unicode."""
     english = [sentence for document in tiny_documents(30, seed=1) for sentence in document]
-    english += ["Don't stop pretraining: RoBERTa's 50,265 tokens cost $1,200.", "Ünïcödé café — naïve, 1990s."]
+    english += ["Don't stop pretraining: RoBERTa's 50,265 tokens cost $1,200.", "Ünïcödé café — naïve, 1990s.",
+                "A literal <mask>, <s> and <unk> in text stay text."]
     chinese = [sentence for document in chinese_documents(10, seed=2) for sentence in document]
     no_spaces = ["ThisTextHasNoSpacesAtAll,NotEvenOne.", "https://example.com/a_b-c?d=e&f=g", "東京タワーは333メートルです。"]
     return english + chinese + no_spaces + fuzzed_lines(fuzzed, seed=3)
@@ -68,21 +69,24 @@ def _add_mask_last(tokenizer: Tokenizer) -> None:
     tokenizer.add_special_tokens([AddedToken("<mask>", lstrip=True, special=True)])
 
 
-def roberta_like(folder: Path, vocab_size: int = 400, tokenizer_class: str | None = None) -> Path:
-    """A byte-level BPE tokenizer folder laid out as roberta-base's."""
+def roberta_like(folder: Path, vocab_size: int = 400, tokenizer_class: str | None = None,
+                 lines: list[str] | None = None) -> Path:
+    """A byte-level BPE tokenizer folder laid out as roberta-base's, trained on `lines`
+    (default `sample_lines()`)."""
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=1, special_tokens=FIRST_SPECIALS,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
-    tokenizer.train_from_iterator(sample_lines(), trainer)
+    tokenizer.train_from_iterator(sample_lines() if lines is None else lines, trainer)
     _add_mask_last(tokenizer)
     tokenizer.post_processor = processors.RobertaProcessing(("</s>", 2), ("<s>", 0), trim_offsets=True,
                                                             add_prefix_space=False)
     return _save(tokenizer, folder, tokenizer_class)
 
 
-def xlmr_like(folder: Path, vocab_size: int = 300, tokenizer_class: str | None = None) -> Path:
+def xlmr_like(folder: Path, vocab_size: int = 300, tokenizer_class: str | None = None,
+              lines: list[str] | None = None) -> Path:
     """A Unigram (SentencePiece) tokenizer folder laid out as xlm-roberta-base's.
 
     transformers 5's XLMRobertaTokenizer rebuilds the pipeline from the vocab (it keeps only a
@@ -98,7 +102,7 @@ def xlmr_like(folder: Path, vocab_size: int = 300, tokenizer_class: str | None =
     trainer = trainers.UnigramTrainer(vocab_size=vocab_size, special_tokens=FIRST_SPECIALS, unk_token="<unk>",
                                       show_progress=False)
     # Trained without the fuzzed lines: their rare characters are <unk> to it, as to XLM-R.
-    tokenizer.train_from_iterator(sample_lines(fuzzed=0), trainer)
+    tokenizer.train_from_iterator(sample_lines(fuzzed=0) if lines is None else lines, trainer)
     _add_mask_last(tokenizer)
     tokenizer.post_processor = processors.TemplateProcessing(
         single="<s> $A </s>", pair="<s> $A </s> </s> $B </s>", special_tokens=[("<s>", 0), ("</s>", 2)])

@@ -37,13 +37,15 @@ def data_documents(folder: Path) -> list[list[list[int]]]:
     return [row["input_ids"] for split in (data.train, data.validation) for row in split]
 
 
-def auto_documents(source: Path, corpus: Path) -> list[list[list[int]]]:
+def auto_documents(source: Path, corpus: Path | list[Path], split_sentences: bool = False) -> list[list[list[int]]]:
     """Each document's sentences as data_prep reads them, encoded by AutoTokenizer, without the
-    sentences (and documents) that have no tokens, as DATA drops them."""
+    sentences (and documents) that have no tokens, as DATA drops them. Special tokens' text is
+    text (`split_special_tokens`): a literal `<mask>` in a corpus is never the mask's id."""
     auto = transformers.AutoTokenizer.from_pretrained(str(source))
     documents = []
-    for document in read_documents([corpus], split_sentences=False):
-        sentences = [auto(sentence, add_special_tokens=False)["input_ids"] for sentence in document]
+    files = corpus if isinstance(corpus, list) else [corpus]
+    for document in read_documents(files, split_sentences=split_sentences):
+        sentences = auto(document, add_special_tokens=False, split_special_tokens=True)["input_ids"] if document else []
         if any(sentences):
             documents.append([ids for ids in sentences if ids])
     return documents
@@ -57,7 +59,12 @@ def test_data_ids_are_autotokenizers_on_every_line(name, tmp_path):
     manifest = run(corpus, tmp_path / "data", tokenizer_path=source, split_sentences=False,
                    validation_share=0.2)
 
-    assert sorted(data_documents(tmp_path / "data")) == sorted(auto_documents(source, corpus))
+    documents = data_documents(tmp_path / "data")
+    assert sorted(documents) == sorted(auto_documents(source, corpus))
+    # Text is only text: "<mask>" in a line is characters. (A Unigram's vocab holds "<s>" as a
+    # piece of its own, which its model may match in text, as AutoTokenizer's does too.)
+    mask = manifest["tokenizer"]["roles"]["mask_token_id"]
+    assert mask not in {token for document in documents for sentence in document for token in sentence}
     assert folder_bytes(tmp_path / "data" / "tokenizer") == folder_bytes(source)  # as save_pretrained wrote them
     kind = "bpe" if name.startswith("roberta") else "unigram"
     roles = manifest["tokenizer"]["roles"]
@@ -184,3 +191,17 @@ def test_the_cli_trains_bpe_and_refuses_bad_sources(tmp_path, monkeypatch, capsy
                             monkeypatch, capsys)
     assert code == 2 and f"{other / 'config.json'} says vocab_size 300, but" in err
     assert "has 401 ids: the tokenizer is not this model's" in err
+
+
+SHARED_CORPORA = Path(__file__).resolve().parents[2] / ".." / "shared" / "corpora"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not SHARED_CORPORA.is_dir(), reason="../shared/corpora is not there")
+@pytest.mark.parametrize("make", [roberta_like, xlmr_like], ids=["roberta", "xlmr"])
+def test_data_ids_are_autotokenizers_on_every_sentence_of_the_shared_corpora(make, tmp_path):
+    files = sorted(SHARED_CORPORA.glob("*.txt"))
+    training = [line for path in files for line in path.read_text(encoding="utf-8").splitlines()[:3000]]
+    source = make(tmp_path / "source", vocab_size=4000, lines=training)
+    run(files, tmp_path / "data", tokenizer_path=source, validation_share=0.05)
+    assert sorted(data_documents(tmp_path / "data")) == sorted(auto_documents(source, files, split_sentences=True))
