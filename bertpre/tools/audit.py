@@ -64,6 +64,7 @@ class InspectReport:
     masked_tokens_in_long_words: int = 0
     partly_masked_words: int = 0
     word_source: str = ""  # "DATA's word_starts", "## pieces", or "Ġ word starts" / "▁ word starts"
+    mask_token: str = "[MASK]"  # the tokenizer's own (RoBERTa's <mask>)
     # The shard sets read as one corpus: (name, shard folders in index order).
     shard_sets: list[tuple[str, list[str]]] = dataclasses.field(default_factory=list)
 
@@ -95,7 +96,7 @@ class InspectReport:
                 f"{self.mlm_probability:.2%}" + cap,
             ),
             (
-                "  predicted as [MASK]",
+                f"  predicted as {self.mask_token}",
                 share(self.masked_tokens, self.predicted_tokens),
                 f"{self.mask_replace_prob:.0%}",
             ),
@@ -250,6 +251,7 @@ def inspect_data(
         max_predictions_per_seq=data_config.max_predictions_per_seq,
         sources=source_shares,
         word_source=word_source,
+        mask_token=roles.mask_token,
         shard_sets=[(name, [str(path) for path in folder.shards])
                     for name, folder in zip(mixture.names, mixture.folders, strict=True) if folder.shards],
     )

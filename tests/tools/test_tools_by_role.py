@@ -55,6 +55,7 @@ def test_inspect_counts_words_by_their_byte_level_starts(roberta_data):
     report = inspect_data(roberta_data, DataConfig(pair_task="none", whole_word_mask=True, max_seq_length=32),
                           batches=2, batch_size=16)
     assert report.word_source == "Ġ word starts"
+    assert "  predicted as <mask>" in [row[0] for row in report.rows()]
     assert report.partly_masked_words == 0 and report.masked_words > 0
     assert report.masked_word_tokens >= report.masked_words
     roles = token_roles(roberta_data.tokenizer)
