@@ -45,6 +45,7 @@ from bertpre.batches.padding import pad_instances, padded_length, prediction_slo
 from bertpre.errors import UserError
 from bertpre.labels import IGNORE_INDEX, KEPT, MASK_COUNTS, MASKED, NO_ACTION, RANDOM_TOKEN
 from bertpre.tokenizer.roles import token_roles
+from bertpre.tokenizer.word_boundaries import continues_word
 
 if TYPE_CHECKING:  # the run config sits above this package
     from bertpre.config import DataConfig
@@ -148,12 +149,8 @@ class MaskingCollator:
             raise UserError(
                 "the tokenizer's vocabulary has no ordinary tokens to use as random replacements"
             )
-        # A word's later pieces: WordPiece's `##` ones, or byte-level BPE's and Unigram's pieces
-        # without the word-start marker (Ġ, ▁).
-        self.is_continuation = np.fromiter(
-            (not roles.begins_word(t) for t in tokens), bool, self.vocab_size
-        )
-        self.is_continuation[sorted(special)] = False
+        # A word's later pieces: WordPiece's `##` ones, BPE's and Unigram's without Ġ / ▁.
+        self.is_continuation = continues_word(tokens, roles, special)
 
     @classmethod
     def from_config(cls, tokenizer: Tokenizer, data_config: DataConfig, seed: int, *,

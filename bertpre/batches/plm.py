@@ -50,6 +50,7 @@ from bertpre.batches.padding import pad_instances, padded_length, prediction_slo
 from bertpre.errors import UserError
 from bertpre.labels import IGNORE_INDEX
 from bertpre.tokenizer.roles import token_roles
+from bertpre.tokenizer.word_boundaries import continues_word
 
 if TYPE_CHECKING:  # the run config sits above this package
     from bertpre.config import DataConfig
@@ -185,10 +186,9 @@ class PermutationCollator:
         special = {token_id for token_id, added in tokenizer.get_added_tokens_decoder().items() if added.special}
         self.functional = np.zeros(self.vocab_size, dtype=bool)  # in the order, never predicted
         self.functional[sorted(special | roles.special_ids)] = True
-        self.is_continuation = np.zeros(self.vocab_size, dtype=bool)
-        for token, token_id in vocab.items():
-            self.is_continuation[token_id] = not roles.begins_word(token)
-        self.is_continuation[sorted(special | roles.special_ids)] = False
+        tokens = np.full(self.vocab_size, "", dtype=object)
+        tokens[list(vocab.values())] = list(vocab.keys())
+        self.is_continuation = continues_word(tokens, roles, special | roles.special_ids)
 
     @classmethod
     def from_config(cls, tokenizer: Tokenizer, data_config: DataConfig, seed: int, *,
