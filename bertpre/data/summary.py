@@ -126,6 +126,10 @@ def unk_warning(manifest: dict) -> str | None:
         words = f"{counts['long_words']:,} " + ("word is" if counts["long_words"] == 1 else "words are")
         return (head + f"{words} over {MAX_INPUT_CHARS_PER_WORD} characters (each one [UNK]); "
                 "clean them out of the corpus")
+    if not tokenizer["trained"] and "kind" in tokenizer:  # --add-vocab grows WordPiece vocabularies only
+        return (head + f"the --tokenizer {tokenizer['kind']} vocab lacks characters of this corpus; train "
+                "a vocab on the corpus by leaving out --tokenizer (--tokenizer-type "
+                f"{tokenizer['kind']} for one of its kind)")
     if not tokenizer["trained"]:
         return (head + "the --tokenizer vocab lacks words or characters of this corpus; grow it "
                 "with --add-vocab N, or train a vocab on the corpus by leaving out --tokenizer")

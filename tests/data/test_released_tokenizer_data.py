@@ -13,6 +13,7 @@ from _released_tokenizers import roberta_like, sample_lines, xlmr_like
 from _tokenize_helpers import folder_bytes, run
 
 from bertpre.data.folder import load_data
+from bertpre.data.summary import unk_warning
 from bertpre.tokenizer.roles import token_roles
 from data_prep import read_documents
 
@@ -89,6 +90,8 @@ def test_the_unigram_source_gives_unk_for_characters_it_never_saw(tmp_path):
     manifest = run(corpus, tmp_path / "data", tokenizer_path=source, split_sentences=False)
     assert manifest["counts"]["unk_tokens"] > 0  # the fuzzed lines' rare characters
     assert manifest["counts"]["long_words"] == 0  # a WordPiece notion
+    assert "the --tokenizer unigram vocab lacks characters of this corpus; train a vocab on the corpus " \
+           "by leaving out --tokenizer (--tokenizer-type unigram for one of its kind)" in unk_warning(manifest)
 
 
 @pytest.mark.parametrize("kind", ["bpe", "unigram"])
