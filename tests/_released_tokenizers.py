@@ -107,3 +107,23 @@ def xlmr_like(folder: Path, vocab_size: int = 300, tokenizer_class: str | None =
     tokenizer.post_processor = processors.TemplateProcessing(
         single="<s> $A </s>", pair="<s> $A </s> </s> $B </s>", special_tokens=[("<s>", 0), ("</s>", 2)])
     return _save(tokenizer, folder, tokenizer_class)
+
+
+def mpnet_like(folder: Path, vocab_size: int = 300) -> Path:
+    """A WordPiece tokenizer folder with RoBERTa's special names, as MPNet's: `<s> </s> <pad> <mask>`
+    and `[UNK]`, BERT's normalizer and pre-tokenizer."""
+    tokenizer = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tokenizer.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tokenizer.decoder = decoders.WordPiece()
+    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, min_frequency=1, show_progress=False,
+                                        special_tokens=["<s>", "<pad>", "</s>", "[UNK]", "<mask>"])
+    tokenizer.train_from_iterator(sample_lines(fuzzed=0), trainer)
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single="<s> $A </s>", pair="<s> $A </s> </s> $B </s>", special_tokens=[("<s>", 0), ("</s>", 2)])
+    from transformers import PreTrainedTokenizerFast
+
+    PreTrainedTokenizerFast(tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>", unk_token="[UNK]",
+                            sep_token="</s>", cls_token="<s>", pad_token="<pad>",
+                            mask_token="<mask>").save_pretrained(str(folder))
+    return folder

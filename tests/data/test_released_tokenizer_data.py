@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from _in_process import run_main
-from _released_tokenizers import roberta_like, sample_lines, xlmr_like
+from _released_tokenizers import mpnet_like, roberta_like, sample_lines, xlmr_like
 from _tokenize_helpers import folder_bytes, run
 
 from bertpre.data.folder import load_data
@@ -74,6 +74,17 @@ def test_data_ids_are_autotokenizers_on_every_line(name, tmp_path):
         "<s>", "</s>", "<pad>", "<mask>")
     assert roles["pair_layout"] == "roberta" and roles["mask_token_id"] == len(load_data(tmp_path / "data").tokenizer.get_vocab()) - 1
     assert "tokenizer_type" not in manifest["options"]  # a reused tokenizer has its own kind
+
+
+def test_a_wordpiece_source_with_other_special_names_is_read_by_role(tmp_path):
+    source = mpnet_like(tmp_path / "source")
+    corpus = write_lines_corpus(tmp_path / "corpus.txt", sample_lines())
+    manifest = run(corpus, tmp_path / "data", tokenizer_path=source, split_sentences=False)
+    assert sorted(data_documents(tmp_path / "data")) == sorted(auto_documents(source, corpus))
+    assert folder_bytes(tmp_path / "data" / "tokenizer") == folder_bytes(source)
+    roles = manifest["tokenizer"]["roles"]
+    assert (manifest["tokenizer"]["kind"], roles["pair_layout"], roles["mask_token"], roles["unk_token"]) == (
+        "wordpiece", "roberta", "<mask>", "[UNK]")
 
 
 def test_data_is_the_same_encoded_by_several_processes(tmp_path):
