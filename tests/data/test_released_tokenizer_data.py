@@ -219,3 +219,16 @@ def test_data_ids_are_autotokenizers_on_every_sentence_of_the_shared_corpora(mak
     source = make(tmp_path / "source", vocab_size=4000, lines=training)
     run(files, tmp_path / "data", tokenizer_path=source, validation_share=0.05)
     assert sorted(data_documents(tmp_path / "data")) == sorted(auto_documents(source, files, split_sentences=True))
+
+
+def test_training_a_unigram_vocab_says_it_is_not_deterministic_and_how_to_rebuild(tmp_path, capsys):
+    from bertpre.data.vocab import train_vocab
+
+    corpus = write_lines_corpus(tmp_path / "corpus.txt", sample_lines(fuzzed=0))
+    train_vocab([corpus], tmp_path / "vocab", vocab_size=390, tokenizer_type="unigram",
+                split_sentences=False, show_progress=False)
+    said = capsys.readouterr().err
+    assert "Unigram trainer is not deterministic" in said and "--tokenizer VOCAB" in said
+    train_vocab([corpus], tmp_path / "bpe", vocab_size=500, tokenizer_type="bpe",
+                split_sentences=False, show_progress=False)
+    assert "not deterministic" not in capsys.readouterr().err
