@@ -67,13 +67,20 @@ def tokenize(
     out: Path | None = typer.Option(
         None, "--out", help="DATA folder to write (VOCAB folder with --vocab-only; with --num-shards "
                             "{shard} in it becomes the shard index)."),
-    vocab_size: int = typer.Option(30522, "--vocab-size", help="WordPiece vocab size to train."),
+    vocab_size: int = typer.Option(30522, "--vocab-size", help="Vocab size to train."),
+    tokenizer_type: str = typer.Option(
+        "wordpiece", "--tokenizer-type", metavar="KIND",
+        help="The vocab to train: wordpiece (BERT's), bpe (byte-level, RoBERTa's) or unigram (XLM-R's)."),
     lowercase: bool | None = typer.Option(
         None, "--lowercase/--cased",
-        help="Lowercase and strip accents (uncased BERT) or not. Default: lowercase when "
-             "training; a reused vocab.txt follows its tokenizer_config.json or its own tokens."),
+        help="Lowercase (and, for WordPiece, strip accents) or not. Default: lowercase when training "
+             "WordPiece, cased for bpe and unigram; a reused vocab.txt follows its tokenizer_config.json "
+             "or its own tokens."),
     tokenizer_path: Path | None = typer.Option(
-        None, "--tokenizer", help="Reuse this tokenizer.json, vocab.txt or tokenizer (or VOCAB) folder instead of training."),
+        None, "--tokenizer", metavar="SOURCE",
+        help="Reuse a tokenizer instead of training: a Hugging Face model or tokenizer folder with a "
+             "tokenizer.json (WordPiece, byte-level BPE or Unigram; its files are kept as they are), "
+             "a tokenizer.json, a BERT vocab.txt, or a VOCAB folder."),
     add_vocab: int | None = typer.Option(
         None, "--add-vocab", metavar="N",
         help="With --tokenizer: append up to N frequent corpus words it lacks, after its ids "
@@ -112,10 +119,11 @@ def tokenize(
     seed: int = typer.Option(42, "--seed", help="Seed of the train/validation split."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace --out if it is already a DATA folder."),
 ) -> None:
-    """Train a WordPiece vocab (or reuse one) and write a tokenized DATA folder.
+    """Train a vocab (or reuse one) and write a tokenized DATA folder.
 
     \b
     Example: bertpre tokenize corpus/ more/*.jsonl.gz --out data/corpus --vocab-size 30522
+    A released RoBERTa's or XLM-R's own tokenizer: --tokenizer path/to/roberta-base
 
     A corpus bigger than one machine: train the vocab once on a sample, then encode one
     shard in every task of an array:
@@ -150,7 +158,7 @@ def tokenize(
             corpus, out, vocab_size=vocab_size, lowercase=lowercase, text_field=text_field,
             split_sentences=not no_sentence_split, vocab_sample_bytes=vocab_sample_bytes,
             min_frequency=min_frequency, limit_alphabet=limit_alphabet, overwrite=overwrite,
-            show_progress=sys.stderr.isatty())
+            show_progress=sys.stderr.isatty(), tokenizer_type=tokenizer_type)
         typer.echo(format_vocab_summary(manifest, out))
         return
     shard, out = resolve_shard(num_shards, shard_index, out)
@@ -163,6 +171,7 @@ def tokenize(
         word_boundaries=word_boundaries, user_dict=user_dict, shard=shard,
         overwrite=overwrite, seed=seed,
         show_progress=sys.stderr.isatty(),  # bars only for people watching, not in logs
+        tokenizer_type=tokenizer_type,
     )
     replaced = manifest["counts"]["invalid_utf8_replacements"]
     if replaced:

@@ -44,7 +44,8 @@ from bertpre.batches.instance_batch import InstanceBatch, as_instance_batch
 from bertpre.batches.padding import pad_instances, padded_length, prediction_slots
 from bertpre.errors import UserError
 from bertpre.labels import IGNORE_INDEX, KEPT, MASK_COUNTS, MASKED, NO_ACTION, RANDOM_TOKEN
-from bertpre.tokenizer.wordpiece import CLS_TOKEN, MASK_TOKEN, PAD_TOKEN, SEP_TOKEN, UNK_TOKEN
+from bertpre.tokenizer.roles import token_roles
+from bertpre.tokenizer.word_boundaries import continues_word
 
 if TYPE_CHECKING:  # the run config sits above this package
     from bertpre.config import DataConfig
@@ -59,7 +60,8 @@ class MaskingCollator:
     """Callable turning a list of instances into a masked batch of tensors.
 
     Args:
-        tokenizer: the WordPiece tokenizer (special ids, vocabulary, `##` continuation pieces).
+        tokenizer: the tokenizer (its special tokens by role, vocabulary, and word pieces: `##`
+            continuations for WordPiece, `Ġ` / `▁` word starts for byte-level BPE / Unigram).
         mlm_probability: share of eligible tokens to predict.
         mask_replace_prob: share of predicted tokens replaced by [MASK].
         random_replace_prob: share of predicted tokens replaced by a random non-special token.
@@ -127,20 +129,15 @@ class MaskingCollator:
         self.vocab_size = max(vocab.values()) + 1
         tokens = np.full(self.vocab_size, "", dtype=object)
         tokens[list(vocab.values())] = list(vocab.keys())
-        ids = {name: tokenizer.token_to_id(name) for name in (PAD_TOKEN, CLS_TOKEN, SEP_TOKEN, MASK_TOKEN)}
-        missing = [name for name, token_id in ids.items() if token_id is None]
-        if missing:
-            raise UserError(
-                f"the tokenizer has no {', '.join(missing)} token; use a BERT WordPiece vocabulary"
-            )
-        self.pad_token_id, self.mask_token_id = ids[PAD_TOKEN], ids[MASK_TOKEN]
+        roles = token_roles(tokenizer)  # by role: BERT's [MASK], RoBERTa's <mask>
+        self.pad_token_id, self.mask_token_id = roles.pad_token_id, roles.mask_token_id
         special = {
             token_id
             for token_id, added in tokenizer.get_added_tokens_decoder().items()
             if added.special
         }
-        special |= set(ids.values())
-        unk = tokenizer.token_to_id(UNK_TOKEN)
+        special |= roles.special_ids
+        unk = roles.unk_token_id
         # Lookup tables indexed by token id.
         self.never_predicted = np.zeros(self.vocab_size, dtype=bool)
         self.never_predicted[sorted(special - {unk})] = True
@@ -152,10 +149,8 @@ class MaskingCollator:
             raise UserError(
                 "the tokenizer's vocabulary has no ordinary tokens to use as random replacements"
             )
-        prefix = getattr(tokenizer.model, "continuing_subword_prefix", "##") or "##"
-        self.is_continuation = np.fromiter(
-            (t.startswith(prefix) for t in tokens), bool, self.vocab_size
-        )
+        # A word's later pieces: WordPiece's `##` ones, BPE's and Unigram's without Ġ / ▁.
+        self.is_continuation = continues_word(tokens, roles, special)
 
     @classmethod
     def from_config(cls, tokenizer: Tokenizer, data_config: DataConfig, seed: int, *,

@@ -30,7 +30,7 @@ from bertpre.batches import keyed_random
 from bertpre.batches.instance_batch import InstanceBatch
 from bertpre.errors import UserError
 from bertpre.labels import PAIR_TASKS
-from bertpre.tokenizer.wordpiece import CLS_TOKEN, SEP_TOKEN
+from bertpre.tokenizer.roles import token_roles
 
 if TYPE_CHECKING:  # the run config sits above this package
     from bertpre.config import DataConfig
@@ -150,6 +150,7 @@ def plan_epoch(
     seed: int,
     epoch: int,
     pack_documents: bool = False,
+    separators_between: int = 1,
 ) -> EpochPlan:
     """Chunk every document into instances for one epoch, all documents in lockstep.
 
@@ -160,9 +161,10 @@ def plan_epoch(
     `pack_documents` (pair_task "none" only): a chunk that runs out of document before its
     target length is topped up, as segment B after a [SEP], with sentences from a uniformly
     drawn sentence of another document onwards (not consumed, as NSP's random B segments).
+    `separators_between` is the pair layout's separators between A and B (RoBERTa's: 2).
     """
     doc_offsets, token_offsets = index.document_sentence_offsets, index.sentence_token_offsets
-    max_num_tokens = max_seq_length - (2 if pair_task == "none" else 3)
+    max_num_tokens = max_seq_length - (2 if pair_task == "none" else 2 + separators_between)
     num_sentences = np.diff(doc_offsets)
     donors = np.flatnonzero(num_sentences > 0)  # documents that random B segments come from
     document_keys = keyed_random.derive_keys(
@@ -227,7 +229,7 @@ def plan_epoch(
             a_stop_tok = chunk_stop_tok
             if pack_documents:
                 b_start_tok, b_stop_tok = _top_up(
-                    index, document, target - (chunk_stop_tok - a_start_tok) - 1,
+                    index, document, target - (chunk_stop_tok - a_start_tok) - separators_between,
                     draw_uniform(_OTHER_START), b_start_tok,
                 )
         elif pair_task == "sop":
@@ -392,8 +394,10 @@ class PretrainingInstances(MappedTokens, torch.utils.data.Dataset):
             raise UserError(f"short_seq_prob must be in [0, 1], not {short_seq_prob}")
         if not 0 <= rank < world_size:
             raise UserError(f"rank {rank} is outside world size {world_size}")
-        self.cls_token_id = _special_id(tokenizer, CLS_TOKEN)
-        self.sep_token_id = _special_id(tokenizer, SEP_TOKEN)
+        roles = token_roles(tokenizer)
+        self.cls_token_id, self.sep_token_id = roles.cls_token_id, roles.sep_token_id
+        # Between A and B: BERT's one [SEP], RoBERTa's two (`<s> A </s></s> B </s>`).
+        self.separators_between = roles.separators_between_segments
         if dataset._indices is not None:  # noqa: SLF001 — a select()/shuffle() view: materialize once
             dataset = dataset.flatten_indices()
         self.dataset = dataset
@@ -443,6 +447,7 @@ class PretrainingInstances(MappedTokens, torch.utils.data.Dataset):
             seed=self.seed,
             epoch=epoch,
             pack_documents=self.pack_documents,
+            separators_between=self.separators_between,
         )
         rng = np.random.default_rng([self.seed & ((1 << 64) - 1), epoch, _INSTANCE_TAG])
         order = rng.permutation(len(plan.document))
@@ -487,13 +492,14 @@ class PretrainingInstances(MappedTokens, torch.utils.data.Dataset):
         # where a packed chunk was topped up from another document: its A then fits beside it, and
         # B is trimmed from the back (it starts a sentence).
         with_b = b_stop > b_start
-        num_special = 2 + with_b
+        between = self.separators_between
+        num_special = 2 + between * with_b
         if pair:
             length_a, length_b = truncated_lengths(a_stop - a_start, b_stop - b_start,
-                                                   self.max_seq_length - 3)
+                                                   self.max_seq_length - 2 - between)
         else:
             length_a = np.minimum(a_stop - a_start, self.max_seq_length - 2)
-            length_b = np.clip(self.max_seq_length - 3 - length_a, 0, b_stop - b_start)
+            length_b = np.clip(self.max_seq_length - 2 - between - length_a, 0, b_stop - b_start)
         truncated = (length_a < a_stop - a_start) | (length_b < b_stop - b_start)
         a_from, b_from = a_start.copy(), b_start.copy()
         for i in np.flatnonzero(truncated).tolist():
@@ -502,6 +508,7 @@ class PretrainingInstances(MappedTokens, torch.utils.data.Dataset):
             if pair:
                 b_from[i] += _front_trims(int(b_stop[i] - b_start[i] - length_b[i]), key, _B_COUNTER_BASE)
         cls, sep = np.array([self.cls_token_id]), np.array([self.sep_token_id])
+        separators = np.full(between, self.sep_token_id)
         pieces, flags, one = [], [], np.ones(1, np.uint8)
         with_words = self._chunk_word_starts is not None
         for a, a_length, b, b_length, has_b in zip(a_from.tolist(), length_a.tolist(), b_from.tolist(),
@@ -510,11 +517,15 @@ class PretrainingInstances(MappedTokens, torch.utils.data.Dataset):
             if with_words:
                 flags += (one, self._word_starts(a, a + a_length), one)
             if has_b:
+                if between > 1:
+                    pieces.append(separators[1:])
+                    if with_words:
+                        flags.append(np.ones(between - 1, np.uint8))
                 pieces += (self._tokens(b, b + b_length), sep)
                 if with_words:
                     flags += (self._word_starts(b, b + b_length), one)
         lengths = length_a + length_b + num_special
-        first_segment = length_a + 2 if pair else lengths
+        first_segment = length_a + 1 + between if pair else lengths
         position = np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths, lengths)
         return InstanceBatch(
             input_ids=np.concatenate(pieces).astype(np.int64),
@@ -528,11 +539,3 @@ class PretrainingInstances(MappedTokens, torch.utils.data.Dataset):
             word_starts=np.concatenate(flags).astype(np.uint8) if with_words else None,
         )
 
-
-def _special_id(tokenizer: Tokenizer, token: str) -> int:
-    token_id = tokenizer.token_to_id(token)
-    if token_id is None:
-        raise UserError(
-            f"the tokenizer has no {token} token; train or load a BERT WordPiece vocabulary"
-        )
-    return token_id

@@ -49,7 +49,8 @@ from bertpre.batches.instance_batch import InstanceBatch, as_instance_batch
 from bertpre.batches.padding import pad_instances, padded_length, prediction_slots
 from bertpre.errors import UserError
 from bertpre.labels import IGNORE_INDEX
-from bertpre.tokenizer.wordpiece import CLS_TOKEN, MASK_TOKEN, PAD_TOKEN, SEP_TOKEN
+from bertpre.tokenizer.roles import token_roles
+from bertpre.tokenizer.word_boundaries import continues_word
 
 if TYPE_CHECKING:  # the run config sits above this package
     from bertpre.config import DataConfig
@@ -178,20 +179,16 @@ class PermutationCollator:
         self.plm_probability, self.max_span_length = plm_probability, max_span_length
         self.perm_size, self.pad_to_length = perm_size, pad_to_length
         self.seed_key = keyed_random.derive_key(seed, _PLM_TAG)
-        ids = {name: tokenizer.token_to_id(name) for name in (PAD_TOKEN, CLS_TOKEN, SEP_TOKEN, MASK_TOKEN)}
-        missing = [name for name, token_id in ids.items() if token_id is None]
-        if missing:
-            raise UserError(f"the tokenizer has no {', '.join(missing)} token; use a BERT WordPiece vocabulary")
-        self.pad_token_id, self.mask_token_id = ids[PAD_TOKEN], ids[MASK_TOKEN]
+        roles = token_roles(tokenizer)
+        self.pad_token_id, self.mask_token_id = roles.pad_token_id, roles.mask_token_id
         vocab = tokenizer.get_vocab(with_added_tokens=True)
         self.vocab_size = max(vocab.values()) + 1
         special = {token_id for token_id, added in tokenizer.get_added_tokens_decoder().items() if added.special}
         self.functional = np.zeros(self.vocab_size, dtype=bool)  # in the order, never predicted
-        self.functional[sorted(special | set(ids.values()))] = True
-        prefix = getattr(tokenizer.model, "continuing_subword_prefix", "##") or "##"
-        self.is_continuation = np.zeros(self.vocab_size, dtype=bool)
-        for token, token_id in vocab.items():
-            self.is_continuation[token_id] = token.startswith(prefix)
+        self.functional[sorted(special | roles.special_ids)] = True
+        tokens = np.full(self.vocab_size, "", dtype=object)
+        tokens[list(vocab.values())] = list(vocab.keys())
+        self.is_continuation = continues_word(tokens, roles, special | roles.special_ids)
 
     @classmethod
     def from_config(cls, tokenizer: Tokenizer, data_config: DataConfig, seed: int, *,

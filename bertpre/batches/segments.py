@@ -30,13 +30,9 @@ from tokenizers import Tokenizer
 
 from bertpre.batches import keyed_random
 from bertpre.batches.instance_batch import InstanceBatch
-from bertpre.batches.pairs import (
-    MappedTokens,
-    _special_id,
-    index_sentences,
-)
+from bertpre.batches.pairs import MappedTokens, index_sentences
 from bertpre.errors import UserError
-from bertpre.tokenizer.wordpiece import SEP_TOKEN
+from bertpre.tokenizer.roles import token_roles
 
 if TYPE_CHECKING:  # the run config sits above this package
     from bertpre.config import DataConfig
@@ -93,7 +89,7 @@ class SegmentInstances(MappedTokens, torch.utils.data.Dataset):
             raise UserError(f"lanes ({lanes}) must be positive and rank {rank} inside world size {world_size}")
         if dataset._indices is not None:  # noqa: SLF001 — a select()/shuffle() view: materialize once
             dataset = dataset.flatten_indices()
-        self.dataset, self.sep_token_id = dataset, _special_id(tokenizer, SEP_TOKEN)
+        self.dataset, self.sep_token_id = dataset, token_roles(tokenizer).sep_token_id
         self.segment_length, self.reuse_length = segment_length, reuse_length
         self.lanes, self.seed, self.rank, self.world_size = lanes, seed, rank, world_size
         index = index_sentences(dataset)

@@ -31,7 +31,7 @@ from bertpre.configs import preset_names
 from bertpre.errors import UserError
 from bertpre.labels import MASK_COUNTS, PAIR_TASKS
 from bertpre.model.families import FAMILIES, family
-from bertpre.tokenizer.wordpiece import PAD_TOKEN
+from bertpre.tokenizer.roles import token_roles
 
 OVERRIDE_FORM = "section.key=value, e.g. train.max_steps=10"
 
@@ -298,7 +298,10 @@ def resolve(config: Config, tokenizer: Any) -> Config:
         model.vocab_size = tokenizer_vocab
     else:
         model.check_vocab_fits(tokenizer_vocab, "the DATA folder's tokenizer")
-    pad_id = tokenizer.token_to_id(PAD_TOKEN)
+    try:
+        pad_id = token_roles(tokenizer).pad_token_id  # by role: BERT's [PAD], RoBERTa's <pad>
+    except UserError:
+        pad_id = None  # a vocabulary without the roles keeps the model's default
     if pad_id is not None and pad_id != model.pad_token_id and config.init_from and model.position_offset:
         raise UserError(f"model.init_from {config.init_from} pads with id {model.pad_token_id}, but the DATA "
                         f"folder's tokenizer with id {pad_id}; {model.architecture}'s positions count from "

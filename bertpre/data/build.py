@@ -26,12 +26,20 @@ from bertpre.data.folder import (
 from bertpre.errors import UserError, raise_if_stopped
 from bertpre.folders import check_out, claimed_out
 from bertpre.tokenizer.alphabet import CharacterCounts, alphabet_coverage
+from bertpre.tokenizer.bpe_unigram import (
+    TOKENIZER_TYPES,
+    copy_source_tokenizer,
+    save_bpe_or_unigram,
+    train_bpe_or_unigram,
+)
+from bertpre.tokenizer.roles import token_roles
 from bertpre.tokenizer.vocab_extension import extend_vocab, vocab_sha256
 from bertpre.tokenizer.word_boundaries import WordStarts, read_user_dict
 from bertpre.tokenizer.wordpiece import (
     SPECIAL_TOKENS,
     TOKENIZER_FILE,
     build_tokenizer,
+    is_bert_wordpiece,
     load_tokenizer,
     save_tokenizer,
     tokenizer_lowercases,
@@ -70,6 +78,42 @@ class TokenizeOptions:
     word_boundaries: str | None = None  # "jieba": store each token's word-start flag
     user_dict: str | None = None  # the segmenter's extra words (a jieba user dictionary)
     seed: int = 42
+    tokenizer_type: str | None = None  # the kind to train: None is wordpiece; bpe, unigram
+
+
+def recorded_options(options: TokenizeOptions) -> dict:
+    """The options as the manifest and the dataset's fingerprint record them: `tokenizer_type`
+    only when set, so that a WordPiece DATA folder is byte for byte what it was before kinds."""
+    return {name: value for name, value in vars(options).items()
+            if not (name == "tokenizer_type" and value is None)}
+
+
+def train_vocabulary(texts, options: TokenizeOptions, *, length: int, character_counts: CharacterCounts | None,
+                     show_progress: bool = False) -> Tokenizer:
+    """A vocab of `options.tokenizer_type` trained on batches of sentences (re-iterable)."""
+    if options.tokenizer_type in (None, "wordpiece"):
+        return train_tokenizer(texts, vocab_size=options.vocab_size,
+                               lowercase=True if options.lowercase is None else options.lowercase,
+                               min_frequency=options.min_frequency, limit_alphabet=options.limit_alphabet,
+                               length=length, character_counts=character_counts)
+    if options.tokenizer_type == "unigram":  # said before the work, not hidden in the README
+        print("note: tokenizers' Unigram trainer is not deterministic (its rarest pieces change from run to "
+              "run); to rebuild DATA byte for byte, keep this vocab (--vocab-only) and encode with "
+              "--tokenizer VOCAB", file=sys.stderr)
+    return train_bpe_or_unigram(texts, options.tokenizer_type, options.vocab_size,
+                                lowercase=bool(options.lowercase), min_frequency=options.min_frequency,
+                                show_progress=show_progress, length=length)
+
+
+def save_vocabulary(tokenizer: Tokenizer, folder: Path, source: str | Path | None = None) -> None:
+    """Write the tokenizer files of DATA/tokenizer (or VOCAB): a released tokenizer's own files as
+    they are, unless it is a BERT WordPiece one (written in bertpre's layout, as always)."""
+    if is_bert_wordpiece(tokenizer):
+        save_tokenizer(tokenizer, folder)
+    elif source is not None:
+        copy_source_tokenizer(Path(source), tokenizer, folder)
+    else:
+        save_bpe_or_unigram(tokenizer, folder)
 
 
 def tokenize_corpus(
@@ -93,8 +137,9 @@ def tokenize_corpus(
     overwrite: bool = False,
     seed: int = 42,
     show_progress: bool = True,
+    tokenizer_type: str | None = None,
 ) -> dict:
-    """Read a corpus, train (or load) a WordPiece tokenizer, encode every sentence, write DATA.
+    """Read a corpus, train (or load) a tokenizer, encode every sentence, write DATA.
 
     DATA is built in a temporary folder beside `out` and renamed into place when complete, so
     an interrupted run leaves nothing that looks like a DATA folder.
@@ -109,6 +154,9 @@ def tokenize_corpus(
         word_boundaries: "jieba": segment each sentence into words and store a `word_starts`
             column for whole-word masking (`bertpre.tokenizer.word_boundaries`), with the extra
             words of the jieba dictionary `user_dict`.
+        tokenizer_type: the kind of vocab to train (without `tokenizer_path`): "wordpiece" (the
+            default, BERT's), "bpe" (byte-level, RoBERTa's) or "unigram" (XLM-R's). A reused
+            tokenizer has its own kind, and DATA/tokenizer keeps its files as they are.
 
     Returns:
         The manifest written to DATA/manifest.json.
@@ -130,6 +178,7 @@ def tokenize_corpus(
         word_boundaries=word_boundaries,
         user_dict=None if user_dict is None else str(user_dict),
         seed=seed,
+        tokenizer_type=None if tokenizer_type in (None, "wordpiece") else tokenizer_type,
     )
     check_options(options)
     _check_shard(options, shard)
@@ -147,6 +196,7 @@ def tokenize_corpus(
     tokenizer = source = None
     if tokenizer_path is not None:
         tokenizer = source = load_tokenizer(tokenizer_path, lowercase=lowercase)
+        _check_source_kind(options, tokenizer)
         if add_vocab is not None and tokenizer.get_vocab_size() + add_vocab > MAX_VOCAB_SIZE:
             raise UserError(f"--add-vocab {add_vocab:,} would grow the vocab beyond {MAX_VOCAB_SIZE:,} "
                             "tokens; choose a smaller --add-vocab")
@@ -173,18 +223,12 @@ def tokenize_corpus(
         with encoding.progress_bars(show_progress):
             raw, character_counts = encoding.spool_documents(
                 chain([first_document], documents), building / "documents.arrow", show_progress,
-                count_characters=tokenizer_path is None,  # a trained vocab's alphabet is reported
+                # a trained WordPiece vocab's alphabet is reported
+                count_characters=tokenizer_path is None and options.tokenizer_type is None,
             )
             if tokenizer is None:
-                tokenizer = train_tokenizer(
-                    encoding.SentenceBatches(raw, show_progress),
-                    vocab_size=vocab_size,
-                    lowercase=True if lowercase is None else lowercase,
-                    min_frequency=min_frequency,
-                    limit_alphabet=limit_alphabet,
-                    length=len(raw),
-                    character_counts=character_counts,
-                )
+                tokenizer = train_vocabulary(encoding.SentenceBatches(raw, show_progress), options,
+                                             length=len(raw), character_counts=character_counts)
                 # A signal inside training's callbacks only shortened the input: stop before
                 # encoding (commit checks again before anything is kept).
                 raise_if_stopped()
@@ -194,7 +238,7 @@ def tokenize_corpus(
                     add_vocab, min_frequency=min_frequency,
                 )
                 raise_if_stopped()
-            save_tokenizer(tokenizer, building / TOKENIZER_DIR)
+            save_vocabulary(tokenizer, building / TOKENIZER_DIR, tokenizer_path)
             fingerprint = _fingerprint(options, stats, building / TOKENIZER_DIR / TOKENIZER_FILE, shard)
             if word_starts is not None:
                 word_starts.prefix = getattr(tokenizer.model, "continuing_subword_prefix", "##") or "##"
@@ -230,12 +274,12 @@ def tokenize_corpus(
 
 
 def train_on_sample(files: list[Path], options: TokenizeOptions, show_progress: bool,
-                    stats: CorpusStats | None = None) -> tuple[Tokenizer, dict, CharacterCounts]:
+                    stats: CorpusStats | None = None) -> tuple[Tokenizer, dict, CharacterCounts | None]:
     """A vocab trained on a `vocab_sample_bytes` sample of the corpus (one streaming pass).
 
     Returns:
         The tokenizer; what the sample held, for the manifest: documents, sentences, bytes; and
-        the sample's character counts. `stats` gets the corpus's files and the sample's counts.
+        the sample's character counts (None for a BPE or Unigram vocab). `stats` gets the corpus's files and the sample's counts.
     """
     assert options.vocab_sample_bytes is not None
     stats = stats if stats is not None else CorpusStats()
@@ -243,19 +287,13 @@ def train_on_sample(files: list[Path], options: TokenizeOptions, show_progress: 
         print(f"Sampling {options.vocab_sample_bytes:,} bytes of documents for the vocab", file=sys.stderr)
     documents = sample_documents(files, options.vocab_sample_bytes, text_field=options.text_field,
                                  split_sentences=options.split_sentences, stats=stats)
-    character_counts = CharacterCounts(build_tokenizer(None, lowercase=True))
-    for start in range(0, len(documents), 1000):  # numpy's cost is per call: many texts a call
-        character_counts.update(sentence for document in documents[start:start + 1000]
-                                for sentence in document)
-    tokenizer = train_tokenizer(
-        documents,
-        vocab_size=options.vocab_size,
-        lowercase=True if options.lowercase is None else options.lowercase,
-        min_frequency=options.min_frequency,
-        limit_alphabet=options.limit_alphabet,
-        length=len(documents),
-        character_counts=character_counts,
-    )
+    character_counts = None
+    if options.tokenizer_type is None:  # WordPiece plans its alphabet from the counts
+        character_counts = CharacterCounts(build_tokenizer(None, lowercase=True))
+        for start in range(0, len(documents), 1000):  # numpy's cost is per call: many texts a call
+            character_counts.update(sentence for document in documents[start:start + 1000]
+                                    for sentence in document)
+    tokenizer = train_vocabulary(documents, options, length=len(documents), character_counts=character_counts)
     raise_if_stopped()
     sample = {
         "documents": stats.documents,
@@ -300,8 +338,34 @@ def _check_shard(options: TokenizeOptions, shard: Shard | None) -> None:
                         "extend the vocab once with --vocab-only, then shard with --tokenizer")
 
 
+def _check_source_kind(options: TokenizeOptions, tokenizer: Tokenizer) -> None:
+    """What a reused byte-level BPE or Unigram tokenizer cannot do here (yet)."""
+    kind = token_roles(tokenizer).kind
+    if kind == "wordpiece":
+        return
+    if options.add_vocab is not None:
+        raise UserError(f"--add-vocab extends WordPiece vocabularies; {options.tokenizer_path} is a {kind} "
+                        "tokenizer: leave out --add-vocab")
+    if options.word_boundaries is not None:
+        raise UserError(f"--word-boundaries marks word starts for WordPiece vocabularies; {options.tokenizer_path} "
+                        f"is a {kind} tokenizer, whose pieces mark their own word starts: leave it out")
+
+
 def check_options(options: TokenizeOptions) -> None:
     """Refuse options that contradict each other or make no vocabulary, before any reading."""
+    if options.tokenizer_type is not None:
+        if options.tokenizer_type not in TOKENIZER_TYPES:
+            raise UserError(f"--tokenizer-type {options.tokenizer_type!r} is not known; use one of "
+                            f"{', '.join(TOKENIZER_TYPES)}")
+        if options.tokenizer_path is not None:
+            raise UserError(f"--tokenizer-type {options.tokenizer_type} trains a new vocab, but --tokenizer "
+                            "reuses one (of its own kind); drop one of them")
+        if options.limit_alphabet is not None:
+            raise UserError(f"--limit-alphabet limits a WordPiece alphabet; a {options.tokenizer_type} vocab "
+                            "chooses its own: leave it out")
+        if options.word_boundaries is not None:
+            raise UserError("--word-boundaries marks word starts for WordPiece vocabularies; a "
+                            f"{options.tokenizer_type} vocab's pieces mark their own: leave it out")
     if options.tokenizer_path is None and options.vocab_size > MAX_VOCAB_SIZE:
         raise UserError(
             f"--vocab-size {options.vocab_size:,} is beyond any BERT vocabulary (at most "
@@ -343,7 +407,7 @@ def _fingerprint(options: TokenizeOptions, stats: CorpusStats, tokenizer_file: P
     """A hash of everything that decides the dataset, standing in for datasets' own fingerprints
     (which would hash the temporary folder's path and so differ from run to run)."""
     recipe = {
-        "options": vars(options),
+        "options": recorded_options(options),
         "shard": None if shard is None else [shard.index, shard.count],
         "sources": [source["sha256"] for source in stats.as_dict()["files"]],
         "tokenizer": _sha256(tokenizer_file),
@@ -380,6 +444,9 @@ def _manifest(
         "lowercase": tokenizer_lowercases(tokenizer),
         "sha256": _sha256(tokenizer_dir / TOKENIZER_FILE),
     }
+    roles = token_roles(tokenizer)
+    if not is_bert_wordpiece(tokenizer):  # absent: BERT's WordPiece roles (and DATA made before kinds)
+        tokenizer_entry |= {"kind": roles.kind, "roles": roles.as_dict()}
     if extended_from is not None:
         source_size = extended_from.get_vocab_size(with_added_tokens=True)
         tokenizer_entry |= {
@@ -390,7 +457,7 @@ def _manifest(
     return {
         "bertpre_version": bertpre.__version__,
         "sources": corpus["files"],
-        "options": vars(options),
+        "options": recorded_options(options),
         "counts": {
             "documents": documents,
             "train_documents": split_sizes[TRAIN_SPLIT],

@@ -55,6 +55,7 @@ def format_summary(manifest: dict, out: str | Path, extra: Sequence[tuple[str, s
         ("empty dropped", f"{counts['empty_documents_dropped']:,} documents"),
         ("invalid UTF-8 replaced", f"{counts['invalid_utf8_replacements']:,} times"),
         ("vocab", f"{tokenizer['vocab_size']:,} tokens{short}, "
+                  f"{tokenizer['kind'] + ', ' if 'kind' in tokenizer else ''}"
                   f"{'lowercase' if tokenizer['lowercase'] else 'cased'}, "
                   f"{'trained' if tokenizer['trained'] else 'extended' if 'added_pieces' in tokenizer else 'reused'}"),
     ]
@@ -125,6 +126,10 @@ def unk_warning(manifest: dict) -> str | None:
         words = f"{counts['long_words']:,} " + ("word is" if counts["long_words"] == 1 else "words are")
         return (head + f"{words} over {MAX_INPUT_CHARS_PER_WORD} characters (each one [UNK]); "
                 "clean them out of the corpus")
+    if not tokenizer["trained"] and "kind" in tokenizer:  # --add-vocab grows WordPiece vocabularies only
+        return (head + f"the --tokenizer {tokenizer['kind']} vocab lacks characters of this corpus; train "
+                "a vocab on the corpus by leaving out --tokenizer (--tokenizer-type "
+                f"{tokenizer['kind']} for one of its kind)")
     if not tokenizer["trained"]:
         return (head + "the --tokenizer vocab lacks words or characters of this corpus; grow it "
                 "with --add-vocab N, or train a vocab on the corpus by leaving out --tokenizer")

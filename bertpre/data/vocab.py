@@ -13,18 +13,20 @@ from pathlib import Path
 from tokenizers import Tokenizer
 
 import bertpre
-from bertpre.data.build import TokenizeOptions, check_options, train_on_sample
+from bertpre.data.build import (
+    TokenizeOptions,
+    check_options,
+    save_vocabulary,
+    train_on_sample,
+    train_vocabulary,
+)
 from bertpre.data.folder import MANIFEST_FILE, VOCAB_KIND
 from bertpre.data.summary import why_vocab_is_short
 from bertpre.errors import raise_if_stopped
 from bertpre.folders import claimed_out
 from bertpre.tokenizer.alphabet import CharacterCounts, alphabet_coverage
-from bertpre.tokenizer.wordpiece import (
-    TOKENIZER_FILE,
-    save_tokenizer,
-    tokenizer_lowercases,
-    train_tokenizer,
-)
+from bertpre.tokenizer.roles import token_roles
+from bertpre.tokenizer.wordpiece import TOKENIZER_FILE, is_bert_wordpiece, tokenizer_lowercases
 from data_prep import CorpusStats, read_documents, resolve_paths
 
 
@@ -41,8 +43,9 @@ def train_vocab(
     limit_alphabet: int | None = None,
     overwrite: bool = False,
     show_progress: bool = True,
+    tokenizer_type: str | None = None,
 ) -> dict:
-    """Train a WordPiece vocab on the corpus (or a `vocab_sample_bytes` sample) and write VOCAB:
+    """Train a vocab (WordPiece, or the `tokenizer_type` bpe or unigram) on the corpus (or a `vocab_sample_bytes` sample) and write VOCAB:
     the tokenizer files of a DATA folder's tokenizer/, and a manifest.
 
     Without a sample the documents are spooled to disk, as `bertpre tokenize` does, so memory
@@ -55,6 +58,7 @@ def train_vocab(
         vocab_size=vocab_size, lowercase=lowercase, text_field=text_field,
         split_sentences=split_sentences, min_frequency=min_frequency,
         limit_alphabet=limit_alphabet, vocab_sample_bytes=vocab_sample_bytes,
+        tokenizer_type=None if tokenizer_type in (None, "wordpiece") else tokenizer_type,
     )
     check_options(options)
     out = Path(out)
@@ -68,9 +72,10 @@ def train_vocab(
             tokenizer, character_counts = _train_on_everything(files, options, building, stats,
                                                                show_progress)
             sample = None
-        save_tokenizer(tokenizer, building)
+        save_vocabulary(tokenizer, building)
         manifest = _vocab_manifest(options, stats, tokenizer, building / TOKENIZER_FILE, sample)
-        manifest["tokenizer"]["alphabet"] = alphabet_coverage(tokenizer, character_counts)
+        if character_counts is not None:  # a WordPiece vocab's
+            manifest["tokenizer"]["alphabet"] = alphabet_coverage(tokenizer, character_counts)
         (building / MANIFEST_FILE).write_text(
             json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
         output.commit()
@@ -78,23 +83,16 @@ def train_vocab(
 
 
 def _train_on_everything(files: list[Path], options: TokenizeOptions, scratch: Path,
-                         stats: CorpusStats, show_progress: bool) -> tuple[Tokenizer, CharacterCounts]:
+                         stats: CorpusStats, show_progress: bool) -> tuple[Tokenizer, CharacterCounts | None]:
     documents = read_documents(files, text_field=options.text_field,
                                split_sentences=options.split_sentences, stats=stats)
     from bertpre.data import encode as encoding  # datasets takes seconds to import
 
     with encoding.progress_bars(show_progress):
-        raw, character_counts = encoding.spool_documents(documents, scratch / "documents.arrow",
-                                                         show_progress)
-        tokenizer = train_tokenizer(
-            encoding.SentenceBatches(raw, show_progress),
-            vocab_size=options.vocab_size,
-            lowercase=True if options.lowercase is None else options.lowercase,
-            min_frequency=options.min_frequency,
-            limit_alphabet=options.limit_alphabet,
-            length=len(raw),
-            character_counts=character_counts,
-        )
+        raw, character_counts = encoding.spool_documents(documents, scratch / "documents.arrow", show_progress,
+                                                         count_characters=options.tokenizer_type is None)
+        tokenizer = train_vocabulary(encoding.SentenceBatches(raw, show_progress), options,
+                                     length=len(raw), character_counts=character_counts)
     raise_if_stopped()
     del raw
     for spooled in scratch.glob("*.arrow"):
@@ -115,13 +113,15 @@ def _vocab_manifest(options: TokenizeOptions, stats: CorpusStats, tokenizer: Tok
         "sources": corpus["files"],
         "options": {name: value for name, value in vars(options).items()
                     if name in ("vocab_size", "lowercase", "text_field", "split_sentences",
-                                "min_frequency", "limit_alphabet", "vocab_sample_bytes")},
+                                "min_frequency", "limit_alphabet", "vocab_sample_bytes")
+                    or (name == "tokenizer_type" and value is not None)},
         "trained_on": trained_on,
         "tokenizer": {
             "trained": True,
             "vocab_size": tokenizer.get_vocab_size(with_added_tokens=True),
             "lowercase": tokenizer_lowercases(tokenizer),
             "sha256": hashlib.sha256(tokenizer_file.read_bytes()).hexdigest(),
+            **({} if is_bert_wordpiece(tokenizer) else {"kind": token_roles(tokenizer).kind}),
         },
     }
 
@@ -162,8 +162,9 @@ def format_vocab_summary(manifest: dict, out: str | Path) -> str:
         ("sources", f"{len(manifest['sources'])} file(s), {total_bytes / 1e6:,.2f} MB"),
         ("trained on", text),
         ("vocab", f"{tokenizer['vocab_size']:,} tokens{short}, "
+                  f"{tokenizer['kind'] + ', ' if 'kind' in tokenizer else ''}"
                   f"{'lowercase' if tokenizer['lowercase'] else 'cased'}"),
-        ("characters", _describe_alphabet(tokenizer["alphabet"])),
+        *([("characters", _describe_alphabet(tokenizer["alphabet"]))] if "alphabet" in tokenizer else []),
         ("peak memory", peak_memory_line()),
         ("next", f"bertpre tokenize CORPUS --tokenizer {shlex.quote(str(out))} --out DATA "
                  "(--num-shards N for many machines)"),

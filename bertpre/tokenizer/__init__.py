@@ -1,4 +1,7 @@
-"""The WordPiece vocabulary: build, train, load, save and extend it; its alphabet; fast sentence encoding."""
+"""Vocabularies by role (WordPiece, byte-level BPE, Unigram): build, train, load, save and extend
+them; special tokens by role; the WordPiece alphabet; fast sentence encoding."""
+from bertpre.tokenizer.bpe_unigram import train_bpe_or_unigram
+from bertpre.tokenizer.roles import TokenRoles, read_roles, token_roles
 from bertpre.tokenizer.vocab_extension import (
     VocabMismatch,
     extend_vocab,
@@ -19,5 +22,6 @@ from bertpre.tokenizer.wordpiece import (
 )
 
 __all__ = ["CLS_TOKEN", "MASK_TOKEN", "PAD_TOKEN", "SEP_TOKEN", "SPECIAL_TOKENS", "UNK_TOKEN",
-           "VocabMismatch", "build_tokenizer", "extend_vocab", "load_tokenizer", "save_tokenizer",
-           "train_tokenizer", "vocab_extension", "vocab_sha256"]
+           "TokenRoles", "VocabMismatch", "build_tokenizer", "extend_vocab", "load_tokenizer", "read_roles",
+           "save_tokenizer", "token_roles", "train_bpe_or_unigram", "train_tokenizer", "vocab_extension",
+           "vocab_sha256"]

@@ -8,6 +8,9 @@ gathers the ids back in sentence order. The result is identical to
 `tokenizer.encode_batch(sentences)` (tests/test_chunk_cache.py checks it, fuzzed and on real
 corpora) and several times faster on space-separated languages; text without spaces (Chinese)
 costs about what the tokenizer alone does.
+
+Byte-level BPE and Unigram tokenizers are not cut at spaces (a piece carries the space before
+it, `Ġ` or `▁`): their sentences go through the tokenizer whole, as AutoTokenizer encodes them.
 """
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from tokenizers import Tokenizer, models
 
+from bertpre.tokenizer.roles import tokenizer_kind, unknown_token_id
 from bertpre.tokenizer.wordpiece import MAX_INPUT_CHARS_PER_WORD, SEP_TOKEN, UNK_TOKEN
 
 CACHE_ENTRIES = 200_000  # chunks kept between batches; cleared when full (about 40 MB)
@@ -59,8 +63,11 @@ class ChunkEncoder:
         special = sorted({token.content for token in tokenizer.get_added_tokens_decoder().values()
                           if token.special})
         self.special_text = re.compile("|".join(map(re.escape, special))) if special else None
-        self.unk_id = tokenizer.token_to_id(UNK_TOKEN)
-        self.separator_id = tokenizer.token_to_id(SEP_TOKEN)
+        # Only WordPiece splits at every space: a byte-level BPE piece carries the space before
+        # it (Ġ), so other kinds encode whole sentences.
+        self.by_chunks = tokenizer_kind(tokenizer) == "wordpiece"
+        self.unk_id = tokenizer.token_to_id(UNK_TOKEN) if self.by_chunks else unknown_token_id(tokenizer)
+        self.separator_id = tokenizer.token_to_id(SEP_TOKEN)  # what _SEPARATOR encodes to
         self.cache_entries = cache_entries
         self.ids: dict[str, tuple[int, ...]] = {}
         self.long_words: dict[str, int] = {}  # only chunks that hold an over-long word
@@ -68,6 +75,8 @@ class ChunkEncoder:
 
     def encode(self, sentences: pa.Array | list[str]) -> EncodedSentences:
         sentences = pa.array(sentences, pa.string()) if isinstance(sentences, list) else sentences
+        if not self.by_chunks:
+            return self._encode_sentences(sentences.to_pylist())
         if len(sentences) <= SENTENCES_PER_PASS:
             return self._encode_pass(sentences)
         # In passes, so that a huge batch (a corpus given as one document) needs bounded memory.
@@ -75,6 +84,16 @@ class ChunkEncoder:
                   for first in range(0, len(sentences), SENTENCES_PER_PASS)]
         return EncodedSentences(*(np.concatenate([getattr(one, name) for one in passes])
                                   for name in ("ids", "lengths", "unk_tokens", "long_words")))
+
+    def _encode_sentences(self, sentences: list[str]) -> EncodedSentences:
+        """Each sentence through the tokenizer as it stands (text only, no special tokens)."""
+        encodings = self.literal_tokenizer.encode_batch_fast(sentences, add_special_tokens=False)
+        lengths = np.fromiter((len(encoding.ids) for encoding in encodings), np.int64, count=len(encodings))
+        ids = np.fromiter(chain.from_iterable(encoding.ids for encoding in encodings), np.int32,
+                          count=int(lengths.sum()))
+        unk_tokens = (sum_per_group((ids == self.unk_id).astype(np.int64), np.cumsum(lengths))
+                      if self.unk_id is not None else np.zeros(len(lengths), np.int64))
+        return EncodedSentences(ids, lengths, unk_tokens, np.zeros(len(lengths), np.int64))
 
     def _encode_pass(self, sentences: pa.Array) -> EncodedSentences:
         chunk_lists = pc.split_pattern(sentences, pattern=" ")

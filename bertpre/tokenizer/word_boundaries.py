@@ -1,4 +1,11 @@
-"""Where words begin, for whole-word masking of text a WordPiece vocab splits into characters.
+"""Where words begin, for whole-word masking: by the pieces' own marks (`continues_word`), or, for
+text a WordPiece vocab splits into characters, by a Chinese word segmenter (`WordStarts`).
+
+Each kind of tokenizer marks its words in its pieces: a WordPiece `##` piece continues the word
+before it; a byte-level BPE piece that begins after a space starts with `Ġ`, a Unigram
+(SentencePiece) piece that begins a word with `▁`, and the pieces without the mark continue one.
+`continues_word` turns that into a table by token id for the collators (special tokens never
+continue a word).
 
 A Chinese BERT tokenizes one character at a time, so `##` pieces cannot say which characters
 form a word. `WordStarts` asks a Chinese word segmenter instead and marks, for each token of a
@@ -21,12 +28,25 @@ import numpy as np
 from tokenizers import Encoding
 
 from bertpre.errors import UserError
+from bertpre.tokenizer.roles import TokenRoles
 
 WORD_BOUNDARIES = ("jieba",)
 INSTALL_HINT = "pip install 'bertpre[zh]' (or pip install rjieba)"
 # BERT's CJK ideograph blocks (the characters its normalizer puts spaces around).
 _CJK_RANGES = ((0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 0x2B73F),
                (0x2B740, 0x2B81F), (0x2B820, 0x2CEAF), (0xF900, 0xFAFF), (0x2F800, 0x2FA1F))
+
+
+def continues_word(tokens: np.ndarray, roles: TokenRoles, special_ids: set[int]) -> np.ndarray:
+    """(vocab,) bool by token id: the piece continues the word before it (see the module).
+
+    Args:
+        tokens: (vocab,) object array, each id's token ("" where the vocab has a gap).
+        special_ids: ids that never continue a word (the special tokens).
+    """
+    table = np.fromiter((not roles.begins_word(token) for token in tokens), bool, len(tokens))
+    table[sorted(special_ids)] = False
+    return table
 
 
 def is_cjk(character: str) -> bool:

@@ -27,6 +27,8 @@ from bertpre.tokenizer.alphabet import (
     token_uses,
     trained_word_counts,
 )
+from bertpre.tokenizer.bpe_unigram import SOURCE_TOKENIZER_FILES
+from bertpre.tokenizer.roles import attach_roles, read_roles, tokenizer_kind
 
 logger = logging.getLogger(__name__)
 
@@ -42,8 +44,11 @@ TOKENIZER_FILE = "tokenizer.json"
 VOCAB_FILE = "vocab.txt"
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
 SPECIAL_TOKENS_MAP_FILE = "special_tokens_map.json"
-# What a tokenizer folder holds, in Hugging Face layout (written by `save_tokenizer`).
-TOKENIZER_FILES = (TOKENIZER_FILE, VOCAB_FILE, TOKENIZER_CONFIG_FILE, SPECIAL_TOKENS_MAP_FILE)
+# What a tokenizer folder holds, in Hugging Face layout (written by `save_tokenizer`), and the
+# files of a released BPE or Unigram tokenizer that DATA keeps as they are (an export copies them).
+TOKENIZER_FILES = (TOKENIZER_FILE, VOCAB_FILE, TOKENIZER_CONFIG_FILE, SPECIAL_TOKENS_MAP_FILE,
+                   *(name for name in SOURCE_TOKENIZER_FILES
+                     if name not in (TOKENIZER_FILE, TOKENIZER_CONFIG_FILE, SPECIAL_TOKENS_MAP_FILE)))
 
 
 def build_tokenizer(vocab: dict[str, int] | None, lowercase: bool) -> Tokenizer:
@@ -267,6 +272,33 @@ class _Batches:
         return _as_batches(self.texts)
 
 
+def _has_bert_specials(tokenizer: Tokenizer) -> bool:
+    return all(tokenizer.token_to_id(token) is not None for token in SPECIAL_TOKENS)
+
+
+def is_bert_wordpiece(tokenizer: Tokenizer) -> bool:
+    """A WordPiece tokenizer with BERT's special tokens: bertpre writes its files in its own layout."""
+    return tokenizer_kind(tokenizer) == "wordpiece" and _has_bert_specials(tokenizer)
+
+
+def check_config_vocab_size(folder: Path, tokenizer: Tokenizer) -> None:
+    """Refuse a model folder whose config.json has fewer embedding rows than the tokenizer has
+    ids (a tokenizer of another model); more rows (a padded table) are fine."""
+    config_path = folder / "config.json"
+    if not config_path.is_file():
+        return
+    try:
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        return  # not ours to judge: only the tokenizer files are read here
+    rows = config.get("vocab_size") if isinstance(config, dict) else None
+    size = tokenizer.get_vocab_size(with_added_tokens=True)
+    if isinstance(rows, int) and not isinstance(rows, bool) and rows < size:
+        raise UserError(f"{config_path} says vocab_size {rows:,}, but {folder / TOKENIZER_FILE} has "
+                        f"{size:,} ids: the tokenizer is not this model's (its ids past {rows - 1:,} have "
+                        "no embedding); use the model's own tokenizer files")
+
+
 def check_special_tokens(tokenizer: Tokenizer, source: str | Path) -> None:
     """Raise UserError unless the vocab holds all of BERT's special tokens."""
     missing = [token for token in SPECIAL_TOKENS if tokenizer.token_to_id(token) is None]
@@ -332,7 +364,10 @@ def load_tokenizer(path: str | Path, lowercase: bool | None = None) -> Tokenizer
         elif (path / VOCAB_FILE).is_file():
             path = path / VOCAB_FILE
         else:
-            raise UserError(f"tokenizer folder {path} has neither {TOKENIZER_FILE} nor {VOCAB_FILE}")
+            raise UserError(f"tokenizer folder {path} has neither {TOKENIZER_FILE} nor {VOCAB_FILE}; bertpre "
+                            "reads a Hugging Face tokenizer.json (WordPiece, byte-level BPE or Unigram) or a "
+                            "BERT vocab.txt: save one there with "
+                            "AutoTokenizer.from_pretrained(SOURCE).save_pretrained(FOLDER)")
 
     if path.suffix == ".json":
         try:
@@ -341,6 +376,11 @@ def load_tokenizer(path: str | Path, lowercase: bool | None = None) -> Tokenizer
             raise UserError(f"{path} is not a Hugging Face tokenizer.json ({error})") from None
         if lowercase is not None and lowercase != tokenizer_lowercases(tokenizer):
             logger.warning("%s sets its own casing; ignoring lowercase=%s", path, lowercase)
+        if not is_bert_wordpiece(tokenizer):
+            # Roles as AutoTokenizer reads them from the config files beside tokenizer.json.
+            attach_roles(tokenizer, read_roles(path.parent, tokenizer))
+            check_config_vocab_size(path.parent, tokenizer)
+            return tokenizer
     else:
         vocab = read_vocab_file(path)
         config_lowercase = _lowercase_of_config(path.parent)

@@ -17,16 +17,11 @@ from pathlib import Path
 from tokenizers import Tokenizer
 from tokenizers.processors import TemplateProcessing
 
-from bertpre.errors import UserError
+from bertpre.tokenizer.roles import token_roles
 from bertpre.tokenizer.wordpiece import (
-    CLS_TOKEN,
-    MASK_TOKEN,
-    PAD_TOKEN,
-    SEP_TOKEN,
     SPECIAL_TOKENS_MAP_FILE,
     TOKENIZER_CONFIG_FILE,
     TOKENIZER_FILE,
-    UNK_TOKEN,
     tokenizer_lowercases,
 )
 
@@ -35,15 +30,13 @@ CLS_TYPE = 2  # XLNet's segment id of the final [CLS]
 
 def xlnet_layout(tokenizer: Tokenizer) -> Tokenizer:
     """A copy of `tokenizer` whose template is XLNet's and which pads on the left."""
-    ids = {name: tokenizer.token_to_id(name) for name in (PAD_TOKEN, CLS_TOKEN, SEP_TOKEN)}
-    missing = [name for name, token_id in ids.items() if token_id is None]
-    if missing:
-        raise UserError(f"the tokenizer has no {', '.join(missing)} token; use a bertpre WordPiece vocabulary")
+    roles = token_roles(tokenizer)  # its separator and classification token, by role
+    sep, cls = roles.sep_token, roles.cls_token
     copy = Tokenizer.from_str(tokenizer.to_str())
     copy.post_processor = TemplateProcessing(
-        single=f"$A:0 {SEP_TOKEN}:0 {CLS_TOKEN}:{CLS_TYPE}",
-        pair=f"$A:0 {SEP_TOKEN}:0 $B:1 {SEP_TOKEN}:1 {CLS_TOKEN}:{CLS_TYPE}",
-        special_tokens=[(SEP_TOKEN, ids[SEP_TOKEN]), (CLS_TOKEN, ids[CLS_TOKEN])],
+        single=f"$A:0 {sep}:0 {cls}:{CLS_TYPE}",
+        pair=f"$A:0 {sep}:0 $B:1 {sep}:1 {cls}:{CLS_TYPE}",
+        special_tokens=[(sep, roles.sep_token_id), (cls, roles.cls_token_id)],
     )
     copy.no_padding()
     copy.no_truncation()
@@ -56,8 +49,9 @@ def save_xlnet_tokenizer(tokenizer: Tokenizer, folder: str | Path, *, model_max_
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     xlnet_layout(tokenizer).save(str(folder / TOKENIZER_FILE))
-    special_tokens_map = {"unk_token": UNK_TOKEN, "sep_token": SEP_TOKEN, "pad_token": PAD_TOKEN,
-                          "cls_token": CLS_TOKEN, "mask_token": MASK_TOKEN}
+    roles = token_roles(tokenizer)
+    special_tokens_map = {"unk_token": roles.unk_token, "sep_token": roles.sep_token, "pad_token": roles.pad_token,
+                          "cls_token": roles.cls_token, "mask_token": roles.mask_token}
     config = {
         "tokenizer_class": "PreTrainedTokenizerFast",
         "do_lower_case": tokenizer_lowercases(tokenizer),

@@ -20,7 +20,7 @@ from bertpre.data import DataFolder, DataMixture
 from bertpre.data.mixture import unique_names
 from bertpre.errors import UserError
 from bertpre.labels import KEPT, MASKED, RANDOM_TOKEN
-from bertpre.tokenizer import CLS_TOKEN, SEP_TOKEN, UNK_TOKEN
+from bertpre.tokenizer.roles import token_roles
 
 # More batches than an audit needs (its rates settle within hundreds); beyond, inspect runs for days.
 MAX_BATCHES = 10**6
@@ -63,7 +63,8 @@ class InspectReport:
     masked_word_tokens: int = 0
     masked_tokens_in_long_words: int = 0
     partly_masked_words: int = 0
-    word_source: str = ""  # "DATA's word_starts" or "## pieces"
+    word_source: str = ""  # "DATA's word_starts", "## pieces", or "Ġ word starts" / "▁ word starts"
+    mask_token: str = "[MASK]"  # the tokenizer's own (RoBERTa's <mask>)
     # The shard sets read as one corpus: (name, shard folders in index order).
     shard_sets: list[tuple[str, list[str]]] = dataclasses.field(default_factory=list)
 
@@ -95,7 +96,7 @@ class InspectReport:
                 f"{self.mlm_probability:.2%}" + cap,
             ),
             (
-                "  predicted as [MASK]",
+                f"  predicted as {self.mask_token}",
                 share(self.masked_tokens, self.predicted_tokens),
                 f"{self.mask_replace_prob:.0%}",
             ),
@@ -184,8 +185,10 @@ def inspect_data(
     sources = instances.sources if isinstance(instances, MixedInstances) else [instances]
     tokenizer = mixture.tokenizer
     collate = MaskingCollator.from_config(tokenizer, data_config, seed)
-    unk_id = tokenizer.token_to_id(UNK_TOKEN)
-    boundary_ids = [tokenizer.token_to_id(t) for t in (CLS_TOKEN, SEP_TOKEN)]
+    roles = token_roles(tokenizer)
+    unk_id = roles.unk_token_id
+    boundary_ids = [roles.cls_token_id, roles.sep_token_id]
+    pieces = f"{roles.word_prefix} pieces" if roles.kind == "wordpiece" else f"{roles.word_prefix} word starts"
     counts = dict.fromkeys(  # InspectReport's counts, by their field names
         ("eligible_tokens", "predicted_tokens", "masked_tokens", "random_tokens", "kept_tokens", "label_one",
          "single_sentence_chunks", "label_one_in_single_sentence_chunks", "truncated", "real_tokens",
@@ -218,7 +221,7 @@ def inspect_data(
         if collate.whole_word_mask:
             eligible = real & ~collate.never_predicted[original]
             starts = collate.word_start_grid(rows, real)
-            word_source = "DATA's word_starts" if starts is not None else "## pieces"
+            word_source = "DATA's word_starts" if starts is not None else pieces
             words, tokens, long_tokens, partial = count_masked_words(collate, original, eligible, starts,
                                                                     labels >= 0)
             counts["masked_words"] += words
@@ -248,6 +251,7 @@ def inspect_data(
         max_predictions_per_seq=data_config.max_predictions_per_seq,
         sources=source_shares,
         word_source=word_source,
+        mask_token=roles.mask_token,
         shard_sets=[(name, [str(path) for path in folder.shards])
                     for name, folder in zip(mixture.names, mixture.folders, strict=True) if folder.shards],
     )

@@ -13,7 +13,8 @@ from bertpre.errors import UserError
 from bertpre.model import BertForPreTraining, XLNetLMHeadModel
 from bertpre.model.cost import ForwardShape
 from bertpre.model.families import family, family_of, load_pretraining_model, pretraining_config
-from bertpre.tokenizer import MASK_TOKEN, SPECIAL_TOKENS
+from bertpre.tokenizer import MASK_TOKEN
+from bertpre.tokenizer.roles import token_roles
 from bertpre.tokenizer.wordpiece import check_same_vocab
 from bertpre.train.evaluation import evaluate, evaluation_forward
 from bertpre.train.memory import check_forward_fits
@@ -46,14 +47,17 @@ def load_model_folder(found: ModelFolder) -> tuple[BertForPreTraining | XLNetLMH
 def fill_mask(
     model: BertForPreTraining, tokenizer: Tokenizer, text: str, top_k: int = 5
 ) -> list[list[Prediction]]:
-    """The `top_k` most likely tokens for each `[MASK]` in `text`, in order of appearance.
+    """The `top_k` most likely tokens for each mask in `text`, in order of appearance.
 
-    Special tokens are never proposed: the model is never trained to predict them. A text whose
+    The mask is the tokenizer's own (`<mask>` for RoBERTa and XLM-R), and `[MASK]` is taken for
+    it in every family. Special tokens are never proposed: the model is never trained to predict them. A text whose
     forward pass the cost model says would not fit in the device's memory is refused before it
     runs (XLNet reads a long text in windows, so only BERT's relative positions meet this).
     """
-    if MASK_TOKEN not in text:
-        raise UserError(f'the text has no {MASK_TOKEN}; write e.g. "The capital of France is {MASK_TOKEN}."')
+    text = with_own_mask(tokenizer, text)
+    mask = token_roles(tokenizer).mask_token
+    if mask not in text:
+        raise UserError(f'the text has no {mask}; write e.g. "The capital of France is {mask}."')
     if top_k < 1:
         raise UserError(f"--top-k must be at least 1, not {top_k}")
     config, device = pretraining_config(model), next(model.parameters()).device
@@ -67,11 +71,18 @@ def fill_mask(
             for candidates in top_tokens(probabilities, tokenizer, top_k)]
 
 
+def with_own_mask(tokenizer: Tokenizer, text: str) -> str:
+    """`text` with BERT's `[MASK]` written as the tokenizer's own mask token (e.g. `<mask>`)."""
+    mask = token_roles(tokenizer).mask_token
+    return text if mask == MASK_TOKEN else text.replace(MASK_TOKEN, mask)
+
+
 def top_tokens(probabilities: torch.Tensor, tokenizer: Tokenizer, top_k: int) -> list[list[tuple[str, float]]]:
     """The `top_k` tokens of each row of (M, V) probabilities, special tokens never proposed."""
     probabilities = probabilities.clone()
-    special = [tokenizer.token_to_id(token) for token in SPECIAL_TOKENS]
-    probabilities[:, [i for i in special if i is not None]] = 0.0
+    roles = token_roles(tokenizer)
+    special = sorted(roles.special_ids | ({roles.unk_token_id} if roles.unk_token_id is not None else set()))
+    probabilities[:, special] = 0.0
     # Rows beyond the tokenizer's vocabulary (a padded embedding table) are never proposed either.
     probabilities[:, tokenizer.get_vocab_size():] = 0.0
     top = probabilities.topk(min(top_k, tokenizer.get_vocab_size()), dim=-1)
@@ -84,8 +95,8 @@ def top_tokens(probabilities: torch.Tensor, tokenizer: Tokenizer, top_k: int) ->
 def fill_in(tokenizer: Tokenizer, text: str, predictions: list[list[Prediction]]) -> str:
     """`text` with each `[MASK]` replaced by its most likely token, decoded as words; a word the
     vocabulary lacks shows as `[UNK]`, as the model saw it, rather than vanishing."""
-    ids = tokenizer.encode(text, add_special_tokens=False).ids  # no [CLS] and [SEP] to hide
-    mask_id = tokenizer.token_to_id(MASK_TOKEN)
+    ids = tokenizer.encode(with_own_mask(tokenizer, text), add_special_tokens=False).ids  # no [CLS] and [SEP] to hide
+    mask_id = token_roles(tokenizer).mask_token_id
     best = iter(tokenizer.token_to_id(candidates[0].token) for candidates in predictions)
     return tokenizer.decode([next(best) if token == mask_id else token for token in ids],
                             skip_special_tokens=False)

@@ -18,8 +18,9 @@ from bertpre.model.xlnet import (
     reading_windows,
     xlnet_mask_logits,
 )
+from bertpre.tokenizer import SPECIAL_TOKENS
 from bertpre.tokenizer.wordpiece import save_tokenizer, train_tokenizer
-from bertpre.tools.inference import SPECIAL_TOKENS, fill_in, fill_mask, load_model_and_tokenizer
+from bertpre.tools.inference import fill_in, fill_mask, load_model_and_tokenizer
 
 pytestmark = pytest.mark.usefixtures("one_thread_per_module")  # see conftest
 

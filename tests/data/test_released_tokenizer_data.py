@@ -1,0 +1,234 @@
+"""`bertpre tokenize --tokenizer SOURCE` with a released byte-level BPE (RoBERTa) or Unigram (XLM-R)
+tokenizer, and `--tokenizer-type bpe|unigram` from scratch: DATA's ids are AutoTokenizer's on
+every line (English, Chinese, text without spaces, fuzzed Unicode), the source's files are kept
+as they are, the roles are recorded; bad sources are refused with one clear line."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from _in_process import run_main
+from _released_tokenizers import mpnet_like, roberta_like, sample_lines, xlmr_like
+from _tokenize_helpers import folder_bytes, run
+
+from bertpre.data.folder import load_data
+from bertpre.data.summary import unk_warning
+from bertpre.tokenizer.roles import token_roles
+from data_prep import read_documents
+
+transformers = pytest.importorskip("transformers")
+
+SOURCES = {
+    "roberta": (roberta_like, None),
+    "roberta-class": (roberta_like, "RobertaTokenizer"),
+    "xlmr": (xlmr_like, None),
+    "xlmr-class": (xlmr_like, "XLMRobertaTokenizer"),
+}
+
+
+def write_lines_corpus(path: Path, lines: list[str], per_document: int = 5) -> Path:
+    documents = [lines[start:start + per_document] for start in range(0, len(lines), per_document)]
+    path.write_text("\n\n".join("\n".join(document) for document in documents) + "\n", encoding="utf-8")
+    return path
+
+
+def data_documents(folder: Path) -> list[list[list[int]]]:
+    data = load_data(folder)
+    return [row["input_ids"] for split in (data.train, data.validation) for row in split]
+
+
+def auto_documents(source: Path, corpus: Path | list[Path], split_sentences: bool = False) -> list[list[list[int]]]:
+    """Each document's sentences as data_prep reads them, encoded by AutoTokenizer, without the
+    sentences (and documents) that have no tokens, as DATA drops them. Special tokens' text is
+    text (`split_special_tokens`): a literal `<mask>` in a corpus is never the mask's id."""
+    auto = transformers.AutoTokenizer.from_pretrained(str(source))
+    documents = []
+    files = corpus if isinstance(corpus, list) else [corpus]
+    for document in read_documents(files, split_sentences=split_sentences):
+        sentences = auto(document, add_special_tokens=False, split_special_tokens=True)["input_ids"] if document else []
+        if any(sentences):
+            documents.append([ids for ids in sentences if ids])
+    return documents
+
+
+@pytest.mark.parametrize("name", SOURCES)
+def test_data_ids_are_autotokenizers_on_every_line(name, tmp_path):
+    make, tokenizer_class = SOURCES[name]
+    source = make(tmp_path / "source", tokenizer_class=tokenizer_class)
+    corpus = write_lines_corpus(tmp_path / "corpus.txt", sample_lines())
+    manifest = run(corpus, tmp_path / "data", tokenizer_path=source, split_sentences=False,
+                   validation_share=0.2)
+
+    documents = data_documents(tmp_path / "data")
+    assert sorted(documents) == sorted(auto_documents(source, corpus))
+    # Text is only text: "<mask>" in a line is characters. (A Unigram's vocab holds "<s>" as a
+    # piece of its own, which its model may match in text, as AutoTokenizer's does too.)
+    mask = manifest["tokenizer"]["roles"]["mask_token_id"]
+    assert mask not in {token for document in documents for sentence in document for token in sentence}
+    assert folder_bytes(tmp_path / "data" / "tokenizer") == folder_bytes(source)  # as save_pretrained wrote them
+    kind = "bpe" if name.startswith("roberta") else "unigram"
+    roles = manifest["tokenizer"]["roles"]
+    assert manifest["tokenizer"]["kind"] == kind and roles["kind"] == kind
+    assert (roles["cls_token"], roles["sep_token"], roles["pad_token"], roles["mask_token"]) == (
+        "<s>", "</s>", "<pad>", "<mask>")
+    assert roles["pair_layout"] == "roberta" and roles["mask_token_id"] == len(load_data(tmp_path / "data").tokenizer.get_vocab()) - 1
+    assert "tokenizer_type" not in manifest["options"]  # a reused tokenizer has its own kind
+
+
+def test_a_wordpiece_source_with_other_special_names_is_read_by_role(tmp_path):
+    source = mpnet_like(tmp_path / "source")
+    corpus = write_lines_corpus(tmp_path / "corpus.txt", sample_lines())
+    manifest = run(corpus, tmp_path / "data", tokenizer_path=source, split_sentences=False)
+    assert sorted(data_documents(tmp_path / "data")) == sorted(auto_documents(source, corpus))
+    assert folder_bytes(tmp_path / "data" / "tokenizer") == folder_bytes(source)
+    roles = manifest["tokenizer"]["roles"]
+    assert (manifest["tokenizer"]["kind"], roles["pair_layout"], roles["mask_token"], roles["unk_token"]) == (
+        "wordpiece", "roberta", "<mask>", "[UNK]")
+
+
+def test_data_is_the_same_encoded_by_several_processes(tmp_path):
+    source = roberta_like(tmp_path / "source")
+    corpus = write_lines_corpus(tmp_path / "corpus.txt", sample_lines() * 3, per_document=2)
+    for out, processes in (("one", 1), ("two", 2)):
+        run(corpus, tmp_path / out, tokenizer_path=source, split_sentences=False, num_proc=processes)
+    assert folder_bytes(tmp_path / "one") == folder_bytes(tmp_path / "two")
+
+
+def test_the_unigram_source_gives_unk_for_characters_it_never_saw(tmp_path):
+    source = xlmr_like(tmp_path / "source")
+    corpus = write_lines_corpus(tmp_path / "corpus.txt", sample_lines())
+    manifest = run(corpus, tmp_path / "data", tokenizer_path=source, split_sentences=False)
+    assert manifest["counts"]["unk_tokens"] > 0  # the fuzzed lines' rare characters
+    assert manifest["counts"]["long_words"] == 0  # a WordPiece notion
+    assert "the --tokenizer unigram vocab lacks characters of this corpus; train a vocab on the corpus " \
+           "by leaving out --tokenizer (--tokenizer-type unigram for one of its kind)" in unk_warning(manifest)
+
+
+@pytest.mark.parametrize("kind", ["bpe", "unigram"])
+def test_trained_bpe_and_unigram_are_read_back_by_autotokenizer_with_the_same_ids(kind, tmp_path):
+    corpus = write_lines_corpus(tmp_path / "corpus.txt", sample_lines(fuzzed=10))
+    size = 600 if kind == "bpe" else 390  # the small corpus has about 400 Unigram pieces
+    first = run(corpus, tmp_path / "one", tokenizer_type=kind, vocab_size=size, split_sentences=False)
+
+    assert first["options"]["tokenizer_type"] == kind and first["tokenizer"]["kind"] == kind
+    assert first["tokenizer"]["vocab_size"] == size
+    data = load_data(tmp_path / "one")
+    roles = token_roles(data.tokenizer)
+    assert (roles.cls_token_id, roles.pad_token_id, roles.sep_token_id, roles.unk_token_id,
+            roles.mask_token_id) == (0, 1, 2, 3, 4)
+    assert roles.pair_layout == "roberta" and roles.word_prefix == ("Ġ" if kind == "bpe" else "▁")
+    assert sorted(data_documents(tmp_path / "one")) == sorted(auto_documents(tmp_path / "one" / "tokenizer", corpus))
+    auto = transformers.AutoTokenizer.from_pretrained(str(tmp_path / "one" / "tokenizer"))
+    assert auto("a b", "c")["input_ids"] == data.tokenizer.encode("a b", "c").ids
+    assert auto.mask_token == "<mask>" and auto.pad_token_id == 1
+
+
+def test_a_trained_bpe_vocab_and_its_data_are_byte_identical_from_run_to_run(tmp_path):
+    corpus = write_lines_corpus(tmp_path / "corpus.txt", sample_lines(fuzzed=10))
+    for out in ("one", "two"):
+        run(corpus, tmp_path / out, tokenizer_type="bpe", vocab_size=600, split_sentences=False)
+    assert folder_bytes(tmp_path / "one") == folder_bytes(tmp_path / "two")
+
+
+def test_data_encoded_with_a_unigram_vocab_is_byte_identical_from_run_to_run(tmp_path):
+    """tokenizers' Unigram trainer is not deterministic (bpe_unigram's docstring): the VOCAB is
+    trained once, and encoding with it is."""
+    from bertpre.data.vocab import train_vocab
+
+    corpus = write_lines_corpus(tmp_path / "corpus.txt", sample_lines(fuzzed=10))
+    train_vocab([corpus], tmp_path / "vocab", vocab_size=390, tokenizer_type="unigram",
+                split_sentences=False, show_progress=False)
+    for out in ("one", "two"):
+        manifest = run(corpus, tmp_path / out, tokenizer_path=tmp_path / "vocab", split_sentences=False)
+    assert manifest["tokenizer"]["kind"] == "unigram"
+    assert folder_bytes(tmp_path / "one") == folder_bytes(tmp_path / "two")
+
+
+def test_a_bpe_vocab_trained_once_encodes_shards(tmp_path):
+    from bertpre.data.vocab import train_vocab
+
+    corpus = write_lines_corpus(tmp_path / "corpus.txt", sample_lines(fuzzed=0) * 2)
+    manifest = train_vocab([corpus], tmp_path / "vocab", vocab_size=500, tokenizer_type="bpe", min_frequency=1,
+                           split_sentences=False, show_progress=False)
+    assert manifest["options"]["tokenizer_type"] == "bpe" and manifest["tokenizer"]["kind"] == "bpe"
+    from data_prep import Shard
+
+    shard = run(corpus, tmp_path / "shard-0", tokenizer_path=tmp_path / "vocab", split_sentences=False,
+                shard=Shard(0, 2))
+    assert shard["tokenizer"]["kind"] == "bpe"
+    assert (tmp_path / "shard-0" / "tokenizer" / "tokenizer.json").read_bytes() == (
+        tmp_path / "vocab" / "tokenizer.json").read_bytes()
+
+
+def test_the_cli_trains_bpe_and_refuses_bad_sources(tmp_path, monkeypatch, capsys):
+    corpus = write_lines_corpus(tmp_path / "corpus.txt", sample_lines(fuzzed=0))
+    code, out, err = run_main(["tokenize", corpus, "--out", tmp_path / "data", "--tokenizer-type", "bpe",
+                               "--vocab-size", "500", "--no-sentence-split"], monkeypatch, capsys)
+    assert code == 0, err
+    assert json.loads((tmp_path / "data" / "manifest.json").read_text())["tokenizer"]["kind"] == "bpe"
+    assert "500 tokens, bpe, cased, trained" in out
+
+    code, out, err = run_main(["tokenize", corpus, "--out", tmp_path / "sampled", "--tokenizer-type", "bpe",
+                               "--vocab-size", "400", "--vocab-sample-bytes", "2000", "--no-sentence-split"],
+                              monkeypatch, capsys)
+    assert code == 0, err
+    sampled = json.loads((tmp_path / "sampled" / "manifest.json").read_text())["tokenizer"]
+    assert sampled["kind"] == "bpe" and sampled["sample"]["bytes"] <= 2000 + 200
+
+    code, _, err = run_main(["tokenize", corpus, "--out", tmp_path / "x", "--tokenizer-type", "sentencepiece"],
+                            monkeypatch, capsys)
+    assert code == 2 and "--tokenizer-type 'sentencepiece' is not known; use one of wordpiece, bpe, unigram" in err
+
+    model = tmp_path / "model-without-tokenizer"  # a model folder: config.json, weights, no tokenizer
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"model_type": "roberta", "vocab_size": 50265}))
+    code, _, err = run_main(["tokenize", corpus, "--out", tmp_path / "y", "--tokenizer", model],
+                            monkeypatch, capsys)
+    assert code == 2 and f"tokenizer folder {model} has neither tokenizer.json nor vocab.txt" in err
+    assert len(err.strip().splitlines()) == 1
+
+    no_mask = roberta_like(tmp_path / "no-mask")
+    config = json.loads((no_mask / "tokenizer_config.json").read_text())
+    config.pop("mask_token", None)
+    (no_mask / "tokenizer_config.json").write_text(json.dumps(config))
+    tokenizer = json.loads((no_mask / "tokenizer.json").read_text())
+    tokenizer["added_tokens"] = [token for token in tokenizer["added_tokens"] if token["content"] != "<mask>"]
+    (no_mask / "tokenizer.json").write_text(json.dumps(tokenizer))
+    code, _, err = run_main(["tokenize", corpus, "--out", tmp_path / "z", "--tokenizer", no_mask],
+                            monkeypatch, capsys)
+    assert code == 2 and f"tokenizer {no_mask} has no mask (none of [MASK] <mask>" in err
+
+    other = roberta_like(tmp_path / "other-model")
+    (other / "config.json").write_text(json.dumps({"model_type": "roberta", "vocab_size": 300}))
+    code, _, err = run_main(["tokenize", corpus, "--out", tmp_path / "w", "--tokenizer", other],
+                            monkeypatch, capsys)
+    assert code == 2 and f"{other / 'config.json'} says vocab_size 300, but" in err
+    assert "has 401 ids: the tokenizer is not this model's" in err
+
+
+SHARED_CORPORA = Path(__file__).resolve().parents[2] / ".." / "shared" / "corpora"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not SHARED_CORPORA.is_dir(), reason="../shared/corpora is not there")
+@pytest.mark.parametrize("make", [roberta_like, xlmr_like], ids=["roberta", "xlmr"])
+def test_data_ids_are_autotokenizers_on_every_sentence_of_the_shared_corpora(make, tmp_path):
+    files = sorted(SHARED_CORPORA.glob("*.txt"))
+    training = [line for path in files for line in path.read_text(encoding="utf-8").splitlines()[:3000]]
+    source = make(tmp_path / "source", vocab_size=4000, lines=training)
+    run(files, tmp_path / "data", tokenizer_path=source, validation_share=0.05)
+    assert sorted(data_documents(tmp_path / "data")) == sorted(auto_documents(source, files, split_sentences=True))
+
+
+def test_training_a_unigram_vocab_says_it_is_not_deterministic_and_how_to_rebuild(tmp_path, capsys):
+    from bertpre.data.vocab import train_vocab
+
+    corpus = write_lines_corpus(tmp_path / "corpus.txt", sample_lines(fuzzed=0))
+    train_vocab([corpus], tmp_path / "vocab", vocab_size=390, tokenizer_type="unigram",
+                split_sentences=False, show_progress=False)
+    said = capsys.readouterr().err
+    assert "Unigram trainer is not deterministic" in said and "--tokenizer VOCAB" in said
+    train_vocab([corpus], tmp_path / "bpe", vocab_size=500, tokenizer_type="bpe",
+                split_sentences=False, show_progress=False)
+    assert "not deterministic" not in capsys.readouterr().err
