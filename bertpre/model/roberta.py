@@ -11,6 +11,7 @@ config values (`families.ROBERTA_MODEL_DEFAULTS`), not code. The layers are BERT
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import warnings
@@ -38,6 +39,7 @@ from bertpre.model.bert_cost import ForwardShape
 from bertpre.model.config import ROBERTA_CLASS_PREFIXES, BertConfig
 from bertpre.model.unpad import Unpadded
 from bertpre.tokenizer import load_tokenizer
+from bertpre.tokenizer.roles import attach_roles, token_roles
 
 # Tensors Hugging Face's RobertaForMaskedLM stores under a second name (tied), and buffers.
 TIED_KEYS = ("lm_head.decoder.weight", "lm_head.decoder.bias")
@@ -45,10 +47,6 @@ BUFFER_SUFFIXES = ("position_ids", "token_type_ids")
 # The files a Hugging Face tokenizer folder may hold, copied into an export as they are.
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
                    "vocab.json", "merges.txt", "vocab.txt", "sentencepiece.bpe.model", "spiece.model")
-# config.json's bos / eos ids: RoBERTa's own tokens, or those of a run's WordPiece vocabulary.
-SPECIAL_TOKEN_IDS = {"bos_token_id": ("<s>", "[CLS]"), "eos_token_id": ("</s>", "[SEP]")}
-# fill-mask: RoBERTa's mask string, or a WordPiece vocabulary's.
-MASK_TOKENS = ("<mask>", "[MASK]")
 
 
 # --- the network ---------------------------------------------------------------------------
@@ -315,36 +313,33 @@ def write_roberta_folder(folder: str | Path, config: BertConfig, state_dict: dic
 
 
 def special_token_ids(tokenizer_folder: Path) -> dict[str, int]:
-    """config.json's bos and eos ids as the folder's tokenizer has them; those it lacks are left
-    out. (Read as it is: whose special tokens a run may use is the tokenizer's to check.)"""
-    path = tokenizer_folder / TOKENIZER_FILES[0]
-    tokenizer = Tokenizer.from_file(str(path)) if path.is_file() else load_tokenizer(tokenizer_folder)
-    found = {}
-    for field, tokens in SPECIAL_TOKEN_IDS.items():
-        ids = [tokenizer.token_to_id(token) for token in tokens if tokenizer.token_to_id(token) is not None]
-        if ids:
-            found[field] = ids[0]
-    return found
+    """config.json's bos and eos ids: the tokenizer's start and separator by role (RoBERTa's <s>
+    and </s>, a WordPiece vocabulary's [CLS] and [SEP]); none where it lacks the roles."""
+    try:
+        roles = token_roles(load_tokenizer(tokenizer_folder))
+    except UserError:
+        return {}
+    return {"bos_token_id": roles.cls_token_id, "eos_token_id": roles.sep_token_id}
 
 
 def roberta_layout(tokenizer: Tokenizer) -> Tokenizer:
     """`tokenizer` with RoBERTa's template: `<s> A </s>`, and `<s> A </s></s> B </s>` for a pair,
-    every token of type 0 (RoBERTa has one token type). A tokenizer laid out so already (RoBERTa's
-    own `RobertaProcessing`) is returned as it is; another (a WordPiece vocabulary's) is copied
-    with the template over its own start and end tokens."""
+    every token of type 0 (RoBERTa has one token type), over the tokenizer's own start and
+    separator (by role). A tokenizer laid out so already (RoBERTa's own `RobertaProcessing`) is
+    returned as it is; another (a WordPiece vocabulary's) is copied with the template.
+
+    Raises:
+        UserError: the tokenizer lacks a role (the message names it).
+    """
     if isinstance(tokenizer.post_processor, processors.RobertaProcessing):
         return tokenizer
-    start, end = (next((token for token in tokens if tokenizer.token_to_id(token) is not None), None)
-                  for tokens in SPECIAL_TOKEN_IDS.values())
-    if start is None or end is None:
-        raise UserError(f"the tokenizer has no start token ({' or '.join(SPECIAL_TOKEN_IDS['bos_token_id'])}) "
-                        f"or no end token ({' or '.join(SPECIAL_TOKEN_IDS['eos_token_id'])}), which RoBERTa's "
-                        "layout puts around each text")
+    roles = token_roles(tokenizer)
+    start, end = roles.cls_token, roles.sep_token
     copy = Tokenizer.from_str(tokenizer.to_str())
     copy.post_processor = processors.TemplateProcessing(
         single=f"{start}:0 $A:0 {end}:0", pair=f"{start}:0 $A:0 {end}:0 {end}:0 $B:0 {end}:0",
-        special_tokens=[(start, tokenizer.token_to_id(start)), (end, tokenizer.token_to_id(end))])
-    return copy
+        special_tokens=[(start, roles.cls_token_id), (end, roles.sep_token_id)])
+    return attach_roles(copy, dataclasses.replace(roles, pair_layout="roberta"))
 
 
 def copy_tokenizer_files(tokenizer_folder: Path, folder: Path) -> list[str]:
@@ -406,10 +401,6 @@ def write_roberta_task_folder(folder: Path, state: dict[str, torch.Tensor], conf
 @torch.no_grad()
 def roberta_mask_logits(model: RobertaForMaskedLM, tokenizer: Tokenizer, text: str,
                         fits: Callable[[ForwardShape], None] = lambda shape: None) -> torch.Tensor:
-    """The MLM head's logits (M, V) at each mask of `text` (`<mask>`, or a WordPiece vocabulary's
-    [MASK]), read as one segment <s> … </s> as the tokenizer lays it out."""
-    mask_token = next((token for token in MASK_TOKENS if tokenizer.token_to_id(token) is not None), None)
-    if mask_token is None:
-        raise UserError(f"the tokenizer has no mask token ({' or '.join(MASK_TOKENS)}), so fill-mask "
-                        "has nothing to fill")
-    return bert_mask_logits(model, tokenizer, text, fits, mask_token=mask_token)
+    """The MLM head's logits (M, V) at each mask of `text` (the tokenizer's own, by role: `<mask>`,
+    or a WordPiece vocabulary's [MASK]), read as one segment <s> … </s> as the tokenizer lays it out."""
+    return bert_mask_logits(model, tokenizer, text, fits, mask_token=token_roles(tokenizer).mask_token)

@@ -222,7 +222,7 @@ def test_the_sequence_head_reads_s_through_dense_tanh_and_out_proj():
 
 def roberta_tokenizer() -> Tokenizer:
     """RoBERTa's special tokens and layout (<s> … </s>) over VOCAB's words."""
-    tokenizer = Tokenizer(models.WordLevel(VOCAB, unk_token="<unk>"))
+    tokenizer = Tokenizer(models.WordPiece(VOCAB, unk_token="<unk>"))
     tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     tokenizer.add_special_tokens(["<s>", "<pad>", "</s>", "<unk>", "<mask>"])
     tokenizer.post_processor = processors.RobertaProcessing(("</s>", 2), ("<s>", 0))
@@ -239,8 +239,8 @@ def test_fill_mask_reads_the_mask_token_as_transformers_does(tmp_path):
     with torch.no_grad():
         expected = reference(input_ids=torch.tensor([ids])).logits[0]
     torch.testing.assert_close(logits, expected[[3, 5]], rtol=0, atol=1e-5)
-    no_mask = Tokenizer(models.WordLevel({"<s>": 0, "<pad>": 1, "w": 2}, unk_token="w"))
-    with pytest.raises(UserError, match="has no mask token"):
+    no_mask = Tokenizer(models.WordPiece({"<s>": 0, "<pad>": 1, "</s>": 2, "w": 3}, unk_token="w"))
+    with pytest.raises(UserError, match=r"has no mask \(none of \[MASK\] <mask>"):
         roberta_mask_logits(ours, no_mask, "w w")
 
 
@@ -317,7 +317,7 @@ def test_a_grown_vocabulary_starts_each_new_row_as_the_mean_of_its_pieces(tmp_pa
 
 def test_a_wordpiece_vocabulary_is_laid_out_as_roberta_reads_pairs(tmp_path):
     vocab = {"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3, "[MASK]": 4, "a": 5, "b": 6}
-    bert = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    bert = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]"))
     bert.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     bert.post_processor = processors.TemplateProcessing(
         single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
@@ -325,8 +325,8 @@ def test_a_wordpiece_vocabulary_is_laid_out_as_roberta_reads_pairs(tmp_path):
     assert encoded.ids == [2, 5, 5, 3, 3, 6, 3] and encoded.type_ids == [0] * 7  # <s> A </s></s> B </s>
     assert bert.encode("a", "b").type_ids == [0, 0, 0, 1, 1]  # the original is left as it was
     assert roberta_layout(roberta_tokenizer()).encode("w1", "w2").ids == [0, 6, 2, 2, 7, 2]
-    with pytest.raises(UserError, match="no start token"):
-        roberta_layout(Tokenizer(models.WordLevel({"x": 0}, unk_token="x")))
+    with pytest.raises(UserError, match=r"has no cls \(none of \[CLS\] <s>"):
+        roberta_layout(Tokenizer(models.WordPiece({"x": 0}, unk_token="x")))
     # An export of such a run: tokenizer.json in RoBERTa's layout, read by transformers' generic class.
     folder, out = tmp_path / "tokenizer", tmp_path / "out"
     folder.mkdir(), out.mkdir()
