@@ -107,3 +107,24 @@ def test_a_pair_task_asked_for_or_another_padding_id_is_refused(tiny_data, tmp_p
     with pytest.raises(UserError, match=r"data.max_seq_length \(66\) is larger than the 65 tokens the 66 positions"):
         Trainer(load_config(config_file(tmp_path, source, max_seq_length=66),
                             [f"data.path={tiny_data}", f"train.out={tmp_path / 'r3'}"]))
+
+
+@pytest.mark.slow
+def test_a_resumed_roberta_run_reads_its_checkpoint_and_trains_as_the_straight_one(tiny_data, tmp_path):
+    source, _ = roberta_folder(tiny_data, tmp_path / "source")
+
+    def config(out: str, steps: int):
+        (tmp_path / out).mkdir(exist_ok=True)
+        # in warmup the learning rate does not depend on max_steps: 3 + 3 steps are the 6 straight ones
+        return load_config(config_file(tmp_path / out, source),
+                           [f"data.path={tiny_data}", f"train.out={tmp_path / out / 'run'}",
+                            f"train.max_steps={steps}", "train.save_every=3", "optim.warmup_steps=30"])
+
+    straight = pretrain(config("straight", 6))
+    pretrain(config("resumed", 3))
+    shutil.rmtree(source)  # the checkpoint holds the weights and the shape
+    resumed = pretrain(config("resumed", 6))
+    assert resumed.step == 6
+    a = (straight.run_dir / "checkpoints" / "step-00000006" / "model.safetensors").read_bytes()
+    b = (resumed.run_dir / "checkpoints" / "step-00000006" / "model.safetensors").read_bytes()
+    assert a == b
