@@ -5,7 +5,7 @@ real tokens alone (a left-padded row reads the same positions as the unpadded on
 type; no pooler and no pair head (RoBERTa was pretrained on the masked LM alone); the MLM head's
 own layout (`lm_head.dense`, `lm_head.layer_norm`, `lm_head.decoder` tied to the word
 embeddings, `lm_head.bias`), with exact GELU whatever `hidden_act` says; the task heads of
-`RobertaFor*`. The embeddings' LayerNorm eps (1e-5) and the one token type are RoBERTa's
+`RobertaFor*`; the pair layout `<s> A </s></s> B </s>` (`roberta_layout`). The embeddings' LayerNorm eps (1e-5) and the one token type are RoBERTa's
 config values (`families.ROBERTA_MODEL_DEFAULTS`), not code. The layers are BERT's own
 (`bertpre.model.bert`).
 """
