@@ -171,7 +171,8 @@ def tags_by_word(predicted: Sequence[int], encoded: Encoded, label_names: list[s
 
 def truncation_note(splits: list[tuple[str, Encoded]], max_length: int, positions: int | None = None) -> str | None:
     """How many examples of each split (name, encoded) were cut at `max_length` tokens, and the
-    length that would keep 95% of all of them whole; None when none was cut."""
+    length that would keep 95% of all of them whole (and whether that is past `positions`, the
+    tokens the model's position table reads); None when none was cut."""
     cut = [(name, sum(length > max_length for length in encoded.whole_lengths), len(encoded))
            for name, encoded in splits]
     if not any(count for _, count, _ in cut):
@@ -182,7 +183,8 @@ def truncation_note(splits: list[tuple[str, Encoded]], max_length: int, position
     line = f"note: {shares} were cut at --max-seq-length {max_length}"
     if keeps <= max_length:
         return f"{line}; {WHOLE_SHARE:.0%} of them are whole at this length"
-    beyond = f", more than the model's {positions} positions" if positions is not None and keeps > positions else ""
+    beyond = (f", more than the {positions} tokens the model's positions read"
+              if positions is not None and keeps > positions else "")
     return f"{line}; --max-seq-length {keeps} would keep {WHOLE_SHARE:.0%} of them whole{beyond}"
 
 

@@ -115,7 +115,8 @@ def test_words_are_pieced_and_tagged_as_transformers_splits_them(make, tokenizer
 def test_a_long_example_is_cut_at_the_tokens_the_positions_read(roberta, tmp_path, monkeypatch, capsys):
     train = write_task(tmp_path, 24, 0, "train.jsonl")
     rows = [json.loads(line) for line in train.read_text(encoding="utf-8").splitlines()]
-    rows[0]["text"] = " ".join(["the cat sees the river ."] * 40)  # far past 64 tokens
+    for row in rows[:4]:  # far past 64 tokens, and more than 5% of the examples
+        row["text"] = " ".join(["the cat sees the river ."] * 40)
     train.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
     out = tmp_path / "out"
     code, _, stderr = run_main(["finetune", roberta, "--train", train, "--validation",
@@ -123,4 +124,4 @@ def test_a_long_example_is_cut_at_the_tokens_the_positions_read(roberta, tmp_pat
                                 "--epochs", "1", "--batch-size", "8", "--max-seq-length", "128"], monkeypatch, capsys)
     assert code == 0, stderr
     assert "longer than the model's 66 positions (which read 64 tokens); examples are cut at 64" in stderr
-    assert "cut at --max-seq-length 64" in stderr
+    assert "cut at --max-seq-length 64;" in stderr and "more than the 64 tokens the model's positions read" in stderr
