@@ -60,9 +60,11 @@ def test_batches_are_padded_with_the_tokenizers_pad_not_the_start_token(roberta)
     assert set(batch["input_ids"][0, short:].tolist()) == {1}
 
 
-@pytest.mark.parametrize("tokenizer_class", [None, "RobertaTokenizer"])
-def test_qa_windows_are_a_transformers_users_on_a_roberta_tokenizer(tokenizer_class, tmp_path):
-    folder = released_roberta(tmp_path, tokenizer_class=tokenizer_class)
+@pytest.mark.parametrize(("make", "tokenizer_class", "model"), [(roberta_like, None, "Roberta"),
+                                                                 (roberta_like, "RobertaTokenizer", "Roberta"),
+                                                                 (xlmr_like, None, "XLMRoberta")])
+def test_qa_windows_are_a_transformers_users_on_a_roberta_tokenizer(make, tokenizer_class, model, tmp_path):
+    folder = released_roberta(tmp_path, make, tokenizer_class, model)
     encoder = load_encoder(folder)
     examples = [QAExample(f"q{index}", question, CONTEXT, (Answer(answer, CONTEXT.index(answer)),))
                 for index, (question, answer) in enumerate(QUESTIONS)]
