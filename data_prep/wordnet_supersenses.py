@@ -71,6 +71,7 @@ class Synset:
     supersense: str  # the lexicographer file's name, e.g. noun.animal
     definition: str
     examples: tuple[str, ...]
+    lemmas: tuple[str, ...] = ()  # the synset's words as written there: `domestic_dog`, `Canis_familiaris`
 
 
 def split_gloss(gloss: str) -> tuple[str, tuple[str, ...]]:
@@ -104,7 +105,11 @@ def parse_data_line(line: str, part_of_speech: str) -> Synset | None:
     if number >= len(LEXNAMES):
         raise WordNetError(f"lexicographer file number {number} is not in lexnames: {line[:60]!r}")
     definition, examples = split_gloss(gloss)
-    return Synset(fields[0], part_of_speech, LEXNAMES[number], definition, examples)
+    try:  # w_cnt, two hexadecimal digits, then each word with its lex_id
+        lemmas = tuple(fields[4:4 + 2 * int(fields[3], 16):2])
+    except (IndexError, ValueError):
+        raise WordNetError(f"not a WordNet data line (word count): {line[:60]!r}") from None
+    return Synset(fields[0], part_of_speech, LEXNAMES[number], definition, examples, lemmas)
 
 
 def read_synsets(lines: Iterable[str], part_of_speech: str) -> Iterator[Synset]:
