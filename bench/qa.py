@@ -59,7 +59,7 @@ from bench.common import CORPORA, RESULTS, ROOT, write_result
 from bench.learning import model_shape, welch
 
 QUICK = {"pretrain_steps": 20, "hidden": 64, "layers": 2, "vocab_size": 2000, "max_questions": 300,
-         "seeds": 2, "epochs": 1}
+         "max_eval": 100, "seeds": 2, "epochs": 1}
 CORPUS = {"en": ("wikitext2-valid.txt", "wikitext2-test.txt"), "zh": ("zh-fortunes.txt",)}
 
 
@@ -392,7 +392,8 @@ def timings(scores: dict, began: tuple, trained: tuple, answered: tuple, train: 
 def same_windows(ours, reference: Reference) -> dict:
     """Window by window, how many differ between the sides (0 everywhere: the same windows)."""
     report = {}
-    for split, mine, theirs in (("train", ours.train, reference.train), ("test", ours.test, reference.test)):
+    for split, mine, theirs, examples in (("train", ours.train, reference.train, ours.data.train),
+                                          ("test", ours.test, reference.test, ours.scored)):
         counts = {"windows": [len(mine), len(theirs)]}
         if len(mine) == len(theirs):
             counts |= {
@@ -413,6 +414,8 @@ def same_windows(ours, reference: Reference) -> dict:
         questions = Counter(mine.example_index)
         counts["questions_in_several_windows"] = sum(count > 1 for count in questions.values())
         counts["questions"] = len(questions)
+        counts["contexts"] = len({example.context for example in examples})
+        counts["contexts_in_several_windows"] = len({examples[q].context for q, count in questions.items() if count > 1})
         counts["answer_in_no_window"] = sum(
             all(mine.start_positions[i] == mine.cls_index[i] for i in range(len(mine)) if mine.example_index[i] == q)
             for q in questions) if split == "train" else None
@@ -477,7 +480,8 @@ def same_math(ours: Bertpre, reference: Reference, steps: int = 20) -> dict:
         if padding_logits is None and (mask == 0).any():
             padding_logits = {"bertpre": sorted({round(float(v), 6) for v in logits.detach()[..., 0][mask == 0]})[:3],
                               "reference": [round(float(v), 6) for v in output.start_logits.detach()[mask == 0][:3]]}
-        own.append([float(span_loss(logits, batch["start_positions"], batch["end_positions"])), float(output.loss)])
+        own.append([float(span_loss(logits.detach(), batch["start_positions"], batch["end_positions"])),
+                    float(output.loss.detach())])
         pair = (masked_span_loss(logits[..., 0], logits[..., 1], mask, batch["start_positions"], batch["end_positions"]),
                 masked_span_loss(output.start_logits, output.end_logits, their_batch["attention_mask"],
                                  their_batch["start_positions"], their_batch["end_positions"]))
@@ -571,28 +575,44 @@ def model_folder(args, scratch: Path) -> Path:
     return export(args.source, scratch / "export").out
 
 
-def task_files(args, folder: Path) -> dict[str, Path]:
-    """--train/--dev/--test, or the set built by data_prep.qa_sets, cut to --max-questions."""
-    if args.build:
-        from data_prep import qa_sets
+BUILDERS = {"wordnet": ("wordnet_questions", Path("/usr/share/wordnet")),
+            "poems": ("poem_questions", Path("/usr/share/games/fortunes"))}
 
-        qa_sets.build(args.build, folder / "built")
-        given = {split: folder / "built" / f"{name}.json" for split, name in
-                 (("train", "train"), ("dev", "dev"), ("test", "test"))}
-    else:
-        given = {"train": args.train, "dev": args.dev, **({"test": args.test} if args.test else {})}
-    if args.max_questions is None:
-        return given
-    cut = {}
+
+def task_files(args, folder: Path) -> dict[str, Path]:
+    """--train/--dev/--test cut to --max-questions and --max-eval, or the set `--build` names made
+    by its data_prep module (seed 0) with those caps."""
+    if args.build:
+        import importlib
+
+        module, source = BUILDERS[args.build]
+        importlib.import_module(f"data_prep.{module}").build(source, folder, seed=0, max_train=args.max_questions,
+                                                             max_eval=args.max_eval)
+        return {split: folder / f"{split}.json" for split in ("train", "dev", "test")}
+    given = {"train": args.train, "dev": args.dev, **({"test": args.test} if args.test else {})}
     folder.mkdir(parents=True, exist_ok=True)
-    for split, path in given.items():
-        limit = args.max_questions if split == "train" else max(1, args.max_questions // 4)
-        cut[split] = first_questions(path, folder / f"{split}.json", limit)
-    return cut
+    return {split: first_questions(path, folder / f"{split}.json",
+                                   args.max_questions if split == "train" else args.max_eval)
+            for split, path in given.items()}
+
+
+def corpus_overlap(language: str, questions: list[Question]) -> dict:
+    """How many scored answers, and contexts, occur word for word in the pretraining corpus."""
+    files = [CORPORA / name for name in CORPUS[language]]
+    if not all(path.is_file() for path in files):
+        return {}
+    text = "\n".join(path.read_text(encoding="utf-8") for path in files)
+    contexts = {q.context for q in questions}
+    return {"answers_in_corpus": sum(q.answers[0][0] in text for q in questions), "questions": len(questions),
+            "context_lines_in_corpus": sum(line.strip() in text for c in contexts for line in c.splitlines()
+                                           if len(line.strip()) > 4),
+            "context_lines": sum(len(line.strip()) > 4 for c in contexts for line in c.splitlines())}
 
 
 def first_questions(path: Path, out: Path, limit: int) -> Path:
-    """The SQuAD file's first `limit` questions (whole paragraphs' questions kept in order)."""
+    """The SQuAD file's first `limit` questions (all of them for None), in order."""
+    if limit is None:
+        return Path(path)
     document = json.loads(Path(path).read_text(encoding="utf-8"))
     kept, left = [], limit
     for article in document["data"]:
@@ -621,13 +641,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--train", type=Path)
     parser.add_argument("--dev", type=Path)
     parser.add_argument("--test", type=Path, default=None, help="scored when given, else --dev")
-    parser.add_argument("--build", default=None, help="build the set with data_prep.qa_sets (e.g. wordnet, poems)")
+    parser.add_argument("--build", choices=sorted(BUILDERS), default=None,
+                        help="build the set here: wordnet (data_prep.wordnet_questions), poems (data_prep.poem_questions)")
     parser.add_argument("--language", choices=("en", "zh"), default="en",
                         help="the pretraining corpus and the metric: en WikiText-2 / SQuAD, zh fortunes-zh / CMRC")
     parser.add_argument("--quick", action="store_true", help="minutes: " + ", ".join(f"{k} {v}" for k, v in QUICK.items()))
     parser.add_argument("--seeds", type=int, default=3)
-    parser.add_argument("--max-questions", type=int, default=None,
-                        help="training questions kept (a quarter as many scored); default all")
+    parser.add_argument("--max-questions", type=int, default=2000, help="training questions kept (0: all)")
+    parser.add_argument("--max-eval", type=int, default=500, help="questions kept in dev and test each (0: all)")
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--lr", type=float, default=1e-4)
     parser.add_argument("--batch-size", type=int, default=32)
@@ -646,6 +667,7 @@ def main(argv: list[str] | None = None) -> int:
         for key, value in QUICK.items():
             if getattr(args, key) == parser.get_default(key):
                 setattr(args, key, value)
+    args.max_questions, args.max_eval = args.max_questions or None, args.max_eval or None
     if not args.build and not (args.train and args.dev):
         parser.error("give --train and --dev (and --test), or --build")
     if args.threads:
@@ -670,8 +692,10 @@ def main(argv: list[str] | None = None) -> int:
         ours = Bertpre(export, files, hp, settings)
         reference = Reference(export, files, hp, settings, ours.language)
         windows = same_windows(ours, reference)
+        overlap = corpus_overlap(args.language, reference.questions) if args.source is None else {}
         print(f"task ({ours.language}): {len(ours.data.train):,} training questions in {len(ours.train):,} windows "
-              f"({windows['train']['questions_in_several_windows']:,} questions in more than one), "
+              f"({windows['train']['contexts_in_several_windows']:,} of {windows['train']['contexts']:,} contexts in more "
+              f"than one), "
               f"{len(ours.scored):,} scored in {len(ours.test):,}; model {export}", flush=True)
         print(f"same windows: {windows}", flush=True)
         order = ours.order(0) == reference.order(0)
@@ -721,7 +745,8 @@ def main(argv: list[str] | None = None) -> int:
         | {"hyperparameters": vars(hp), "question_answering": vars(settings), "torch_threads": threads},
         "task": {"language": ours.language, "files": {split: str(path) for split, path in files.items()},
                  "questions": {"train": len(ours.data.train), "scored": len(ours.scored)},
-                 "windows": {"train": len(ours.train), "scored": len(ours.test)}},
+                 "windows": {"train": len(ours.train), "scored": len(ours.test)},
+                 "pretraining_corpus_overlap": overlap},
         "same_windows": windows, "same_epoch_order": order, "same_initial_head": head, "same_math": math_check,
         "windowing_s": {"bertpre": round(ours.windowing_s, 2), "reference": round(reference.windowing_s, 2)},
         "cross_check_per_seed": checks,
