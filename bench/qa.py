@@ -2,15 +2,20 @@
 same model does, and how long does each take? Exact match and F1 (mean ± std over seeds) and the
 seconds each side spends training and answering.
 
-- model: a small BERT pretrained here by `bertpre pretrain` and written by `bertpre export`: on
-  WikiText-2 (validation + test files of ../shared/corpora) for English, on
-  ../shared/corpora/zh-fortunes.txt (Debian's fortunes-zh) for Chinese; or `--source` (an export,
-  a RUN or a checkpoint; exported here when it is not one).
+- model: a small BERT (2 layers, hidden 128, vocab 8,000) pretrained here by `bertpre pretrain`
+  (100 steps of 32 × 128, NSP) and written by `bertpre export`: on WikiText-2 (validation + test
+  files of ../shared/corpora) for English, on ../shared/corpora/zh-fortunes.txt (Debian's
+  fortunes-zh, which holds the very poems the Chinese set asks about: the overlap is counted) for
+  Chinese; or `--source` (an export, a RUN or a checkpoint; exported here when it is not one).
 - task: SQuAD v1.1 files (`--train`, `--dev`, `--test`), or built here by `--build wordnet|poems`
-  (`data_prep.qa_sets`: questions on WordNet's glossary paragraphs, on Tang and Song poems).
+  (`data_prep.wordnet_questions`, `data_prep.poem_questions`, seed 0); `--max-questions` training
+  questions (default 400) and `--max-eval` scored (default 150: the test split's first).
 - bertpre: the library calls behind `bertpre finetune --task qa` (`load_encoder`, `load_qa_task`,
   `encode_qa_windows`, `train_question_answering`, `window_logits`, `predict_answers`,
-  `qa_scores`), full mode, the `squad` preset with `--lr`/`--epochs`/`--max-seq-length`.
+  `qa_scores`), full mode, the `squad` preset with a small model's settings: lr 5e-4, 2 epochs,
+  batch 16, windows of 192 tokens sharing 64 (`--doc-stride`), so that most contexts take two.
+  The defaults are sized for a shared 2-core machine (~20 min a language); the figures move
+  little with them, the interval is what a run shows.
 - reference: what a transformers user writes (the `run_qa_no_trainer` example's shape), every
   QA piece written here and not imported from bertpre: its own SQuAD reader,
   `BertTokenizerFast.from_pretrained(EXPORT)` called with truncation="only_second", stride and
@@ -32,8 +37,8 @@ Writes bench/results/NAME-DATE.json (NAME qa, qa-zh for Chinese): per seed each 
 times; per side mean ± std; bertpre − reference with a 95% Welch interval [goal: within noise,
 i.e. the interval holds 0]; the time ratios.
 
-    .venv/bin/python -m bench.qa --build wordnet              # English, ~15 min on 2 cores
-    .venv/bin/python -m bench.qa --build poems --language zh  # Chinese
+    .venv/bin/python -m bench.qa --build wordnet --threads 1              # English, ~20 min on 2 cores
+    .venv/bin/python -m bench.qa --build poems --language zh --threads 1  # Chinese
     .venv/bin/python -m bench.qa --train T.json --dev D.json --test E.json --source EXPORT
     .venv/bin/python -m bench.qa --quick --build wordnet      # a few minutes: tiny model, few questions
 """
@@ -556,7 +561,7 @@ def pretrain_model(args, scratch: Path) -> Path:
     tokenize_corpus(files, data, vocab_size=args.vocab_size, validation_share=0.01, show_progress=False)
     shape = model_shape(args) | {"max_position_embeddings": args.max_seq_length}
     pretrain(load_config(ROOT / "configs" / "tiny.yaml", [
-        f"data.path={data}", f"train.out={run}", f"data.max_seq_length={args.max_seq_length}",
+        f"data.path={data}", f"train.out={run}", f"data.max_seq_length={args.pretrain_length}",
         "data.pair_task=nsp", "data.max_predictions_per_seq=null", "data.num_workers=0", f"train.max_steps={args.pretrain_steps}",
         "train.batch_size=32", "train.micro_batch_size=32", "train.seed=0", f"train.save_every={args.pretrain_steps}",
         f"train.eval_every={args.pretrain_steps}", f"train.log_every={max(1, args.pretrain_steps // 5)}",
@@ -647,15 +652,16 @@ def main(argv: list[str] | None = None) -> int:
                         help="the pretraining corpus and the metric: en WikiText-2 / SQuAD, zh fortunes-zh / CMRC")
     parser.add_argument("--quick", action="store_true", help="minutes: " + ", ".join(f"{k} {v}" for k, v in QUICK.items()))
     parser.add_argument("--seeds", type=int, default=3)
-    parser.add_argument("--max-questions", type=int, default=2000, help="training questions kept (0: all)")
-    parser.add_argument("--max-eval", type=int, default=500, help="questions kept in dev and test each (0: all)")
-    parser.add_argument("--epochs", type=int, default=3)
-    parser.add_argument("--lr", type=float, default=1e-4)
-    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--max-questions", type=int, default=400, help="training questions kept (0: all)")
+    parser.add_argument("--max-eval", type=int, default=150, help="questions kept in dev and test each (0: all)")
+    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--lr", type=float, default=5e-4)
+    parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--max-seq-length", type=int, default=192)
     parser.add_argument("--doc-stride", type=int, default=64)
     parser.add_argument("--max-answer-length", type=int, default=30)
-    parser.add_argument("--pretrain-steps", type=int, default=300)
+    parser.add_argument("--pretrain-steps", type=int, default=100)
+    parser.add_argument("--pretrain-length", type=int, default=128, help="pretraining's sequence length")
     parser.add_argument("--hidden", type=int, default=128)
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--vocab-size", type=int, default=8000)
