@@ -9,7 +9,9 @@ seconds each side spends training and answering.
   Chinese; or `--source` (an export, a RUN or a checkpoint; exported here when it is not one).
 - task: SQuAD v1.1 files (`--train`, `--dev`, `--test`), or built here by `--build wordnet|poems`
   (`data_prep.wordnet_questions`, `data_prep.poem_questions`, seed 0); `--max-questions` training
-  questions (default 400) and `--max-eval` scored (default 150: the test split's first).
+  questions (default 400) and `--max-eval` scored (default 150: the test split's first), at most
+  `--per-context` (default 4; dev and test: `--per-context-eval`, 10) of a context's (a poem
+  context holds ~60 questions: without the cap, 400 questions would come from 5 contexts).
 - bertpre: the library calls behind `bertpre finetune --task qa` (`load_encoder`, `load_qa_task`,
   `encode_qa_windows`, `train_question_answering`, `window_logits`, `predict_answers`,
   `qa_scores`), full mode, the `squad` preset with a small model's settings: lr 5e-4, 2 epochs,
@@ -585,19 +587,21 @@ BUILDERS = {"wordnet": ("wordnet_questions", Path("/usr/share/wordnet")),
 
 
 def task_files(args, folder: Path) -> dict[str, Path]:
-    """--train/--dev/--test cut to --max-questions and --max-eval, or the set `--build` names made
-    by its data_prep module (seed 0) with those caps."""
+    """--train/--dev/--test, or the set `--build` names made by its data_prep module (seed 0),
+    cut to --max-questions and --max-eval, at most --per-context (--per-context-eval) questions
+    a context."""
     if args.build:
         import importlib
 
         module, source = BUILDERS[args.build]
-        importlib.import_module(f"data_prep.{module}").build(source, folder, seed=0, max_train=args.max_questions,
-                                                             max_eval=args.max_eval)
-        return {split: folder / f"{split}.json" for split in ("train", "dev", "test")}
-    given = {"train": args.train, "dev": args.dev, **({"test": args.test} if args.test else {})}
+        importlib.import_module(f"data_prep.{module}").build(source, folder / "built", seed=0)
+        given = {split: folder / "built" / f"{split}.json" for split in ("train", "dev", "test")}
+    else:
+        given = {"train": args.train, "dev": args.dev, **({"test": args.test} if args.test else {})}
     folder.mkdir(parents=True, exist_ok=True)
     return {split: first_questions(path, folder / f"{split}.json",
-                                   args.max_questions if split == "train" else args.max_eval)
+                                   *((args.max_questions, args.per_context) if split == "train"
+                                     else (args.max_eval, args.per_context_eval)))
             for split, path in given.items()}
 
 
@@ -614,20 +618,20 @@ def corpus_overlap(language: str, questions: list[Question]) -> dict:
             "context_lines": sum(len(line.strip()) > 4 for c in contexts for line in c.splitlines())}
 
 
-def first_questions(path: Path, out: Path, limit: int) -> Path:
-    """The SQuAD file's first `limit` questions (all of them for None), in order."""
-    if limit is None:
+def first_questions(path: Path, out: Path, limit: int | None, per_context: int | None = None) -> Path:
+    """The SQuAD file's first `limit` questions (all for None), at most `per_context` of each
+    context's (so that a few long contexts do not make the whole set), in file order."""
+    if limit is None and per_context is None:
         return Path(path)
     document = json.loads(Path(path).read_text(encoding="utf-8"))
-    kept, left = [], limit
+    kept, left = [], math.inf if limit is None else limit
     for article in document["data"]:
         paragraphs = []
         for paragraph in article["paragraphs"]:
-            if left <= 0:
-                break
-            qas = paragraph["qas"][:left]
-            left -= len(qas)
-            paragraphs.append({**paragraph, "qas": qas})
+            qas = paragraph["qas"][:min(left, per_context or left)]
+            if qas:
+                left -= len(qas)
+                paragraphs.append({**paragraph, "qas": qas})
         if paragraphs:
             kept.append({**article, "paragraphs": paragraphs})
     out.write_text(json.dumps({"version": document.get("version", "1.1"), "data": kept}, ensure_ascii=False),
@@ -654,6 +658,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--max-questions", type=int, default=400, help="training questions kept (0: all)")
     parser.add_argument("--max-eval", type=int, default=150, help="questions kept in dev and test each (0: all)")
+    parser.add_argument("--per-context", type=int, default=4, help="training questions kept a context (0: all)")
+    parser.add_argument("--per-context-eval", type=int, default=10, help="dev and test questions kept a context (0: all)")
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--lr", type=float, default=5e-4)
     parser.add_argument("--batch-size", type=int, default=16)
@@ -673,7 +679,8 @@ def main(argv: list[str] | None = None) -> int:
         for key, value in QUICK.items():
             if getattr(args, key) == parser.get_default(key):
                 setattr(args, key, value)
-    args.max_questions, args.max_eval = args.max_questions or None, args.max_eval or None
+    for name in ("max_questions", "max_eval", "per_context", "per_context_eval"):
+        setattr(args, name, getattr(args, name) or None)  # 0: all
     if not args.build and not (args.train and args.dev):
         parser.error("give --train and --dev (and --test), or --build")
     if args.threads:
