@@ -150,3 +150,12 @@ def test_a_tiny_run_finds_both_sides_alike_where_they_must_be(tmp_path, tokenize
         for name in ("metrics_on_bertpre_answers", "metrics_on_reference_answers"):
             assert check[name]["bench"] == pytest.approx(check[name]["bertpre"])
     assert [run["seed"] for run in result["per_seed"]["bertpre"]] == [0, 1]
+
+
+def test_first_questions_caps_the_set_and_each_context(tmp_path):
+    source = write_squad(tmp_path / "all.json", [(CONTEXT, [("Who?", "Normans"), ("What?", "France"), ("Where?", "a region")]),
+                                                 ("Normandy, a region.", [("What?", "Normandy"), ("Which?", "region")])])
+    cut = qa.first_questions(source, tmp_path / "cut.json", limit=3, per_context=2)
+    assert [q.id for q in qa.read_squad(cut)] == ["0-0", "0-1", "1-0"]
+    assert qa.first_questions(source, tmp_path / "same.json", limit=None) == source
+    assert [q.id for q in qa.read_squad(qa.first_questions(source, tmp_path / "each.json", None, 1))] == ["0-0", "1-0"]
