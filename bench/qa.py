@@ -3,18 +3,18 @@ same model does, and how long does each take? Exact match and F1 (mean ± std ov
 seconds each side spends training and answering.
 
 - model: a small BERT (2 layers, hidden 128, vocab 8,000) pretrained here by `bertpre pretrain`
-  (100 steps of 32 × 128, NSP) and written by `bertpre export`: on WikiText-2 (validation + test
+  (300 steps of 32 × 128, NSP) and written by `bertpre export`: on WikiText-2 (validation + test
   files of ../shared/corpora) for English, on ../shared/corpora/zh-fortunes.txt (Debian's
   fortunes-zh, which holds the very poems the Chinese set asks about: the overlap is counted) for
   Chinese; or `--source` (an export, a RUN or a checkpoint; exported here when it is not one).
 - task: SQuAD v1.1 files (`--train`, `--dev`, `--test`), or built here by `--build wordnet|poems`
   (`data_prep.wordnet_questions`, `data_prep.poem_questions`, seed 0); `--max-questions` training
-  questions (default 400) and `--max-eval` scored (default 150: the test split's first), at most
-  `--per-context` (default 4; dev and test: `--per-context-eval`, 10) of a context's (a poem
-  context holds ~60 questions: without the cap, 400 questions would come from 5 contexts).
+  questions (default 1,000) and `--max-eval` scored (default 150: the test split's first), at
+  most `--per-context` (default 12; dev and test: `--per-context-eval`, 10) of a context's (a poem
+  context holds ~60 questions: without the cap, 400 questions came from 5 contexts).
 - bertpre: the library calls behind `bertpre finetune --task qa` (`load_encoder`, `load_qa_task`,
   `encode_qa_windows`, `train_question_answering`, `window_logits`, `predict_answers`,
-  `qa_scores`), full mode, the `squad` preset with a small model's settings: lr 5e-4, 2 epochs,
+  `qa_scores`), full mode, the `squad` preset with a small model's settings: lr 1e-3, 3 epochs,
   batch 16, windows of 192 tokens sharing 64 (`--doc-stride`), so that most contexts take two.
   The defaults are sized for a shared 2-core machine (~20 min a language); the figures move
   little with them, the interval is what a run shows.
@@ -656,17 +656,17 @@ def main(argv: list[str] | None = None) -> int:
                         help="the pretraining corpus and the metric: en WikiText-2 / SQuAD, zh fortunes-zh / CMRC")
     parser.add_argument("--quick", action="store_true", help="minutes: " + ", ".join(f"{k} {v}" for k, v in QUICK.items()))
     parser.add_argument("--seeds", type=int, default=3)
-    parser.add_argument("--max-questions", type=int, default=400, help="training questions kept (0: all)")
+    parser.add_argument("--max-questions", type=int, default=1000, help="training questions kept (0: all)")
     parser.add_argument("--max-eval", type=int, default=150, help="questions kept in dev and test each (0: all)")
-    parser.add_argument("--per-context", type=int, default=4, help="training questions kept a context (0: all)")
+    parser.add_argument("--per-context", type=int, default=12, help="training questions kept a context (0: all)")
     parser.add_argument("--per-context-eval", type=int, default=10, help="dev and test questions kept a context (0: all)")
-    parser.add_argument("--epochs", type=int, default=2)
-    parser.add_argument("--lr", type=float, default=5e-4)
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--max-seq-length", type=int, default=192)
     parser.add_argument("--doc-stride", type=int, default=64)
     parser.add_argument("--max-answer-length", type=int, default=30)
-    parser.add_argument("--pretrain-steps", type=int, default=100)
+    parser.add_argument("--pretrain-steps", type=int, default=300)
     parser.add_argument("--pretrain-length", type=int, default=128, help="pretraining's sequence length")
     parser.add_argument("--hidden", type=int, default=128)
     parser.add_argument("--layers", type=int, default=2)
