@@ -68,6 +68,17 @@ from bench.learning import model_shape, welch
 
 QUICK = {"pretrain_steps": 20, "hidden": 64, "layers": 2, "vocab_size": 2000, "max_questions": 300,
          "max_eval": 100, "seeds": 2, "epochs": 1}
+# What the checks found in bertpre (2026-11-26), written into each result beside the figures.
+FINDINGS = [
+    "bertpre's BertForQuestionAnswering gives padding positions the head's bias alone as logits; transformers' "
+    "computes them from the padding tokens' states. span_loss and transformers' loss both take the softmax over every "
+    "position of the padded batch, so the losses differ on a padded batch (same_math.own_losses_*), and a window's "
+    "loss depends on how long its batch-mates are; masking padding out of the loss would remove both.",
+    "bertpre's Chinese F1 and exact match remove ASCII punctuation (and '…'); CMRC 2018's script removes only its own "
+    "list and keeps ASCII marks as tokens (cross_check_per_seed.metrics_on_*).",
+    "An answer whose text starts or ends with a space is labelled with the token before or after it (as run_qa.py "
+    "labels); the bench's own labels take the tokens holding the answer's first and last character.",
+]
 CORPUS = {"en": ("wikitext2-valid.txt", "wikitext2-test.txt"), "zh": ("zh-fortunes.txt",)}
 
 
@@ -719,6 +730,10 @@ def main(argv: list[str] | None = None) -> int:
               f"steps, loss over real tokens): largest loss difference {math_check['largest_loss_difference']:.2e}; "
               f"each side's own loss (padding in the softmax) differs by up to "
               f"{math_check['own_losses_largest_difference']:.2e}", flush=True)
+        if math_check["own_losses_largest_difference"] > 1e-4:
+            print(f"note: on the same weights and batch the two sides' own losses differ: padding positions' start "
+                  f"logits are {math_check['padding_start_logits_first_padded_batch']} (bertpre: the head's bias; "
+                  "transformers: computed from the padding tokens), and both losses' softmax spans the padding", flush=True)
         sides = {"bertpre": ours, "reference": reference}
         for seed in range(args.seeds):
             load = os.getloadavg()[0]
@@ -731,6 +746,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"seed {seed} (load {load:.1f}): " + "; ".join(
                 f"{side} EM {r[-1]['exact_match']:.1f} F1 {r[-1]['f1']:.1f}, train {r[-1]['train_s']:.0f} s, "
                 f"answer {r[-1]['answer_s']:.1f} s" for side, r in results.items()), flush=True)
+            for name, value in checks[-1].items():
+                for example in value["examples"]:
+                    print(f"note: {name}: {example}", flush=True)
             print("  cross-check: " + "; ".join(
                 f"{name} {value.get('answers_differ', value.get('questions_differ'))} differ"
                 for name, value in checks[-1].items()), flush=True)
@@ -771,6 +789,7 @@ def main(argv: list[str] | None = None) -> int:
         "note": "other agents share this machine's 2 cores; sides alternate first/second each seed "
                 "so load hits both; load average before each seed in per_seed",
         "target": "EM and F1 within noise (the 95% Welch interval holds 0)",
+        "findings": FINDINGS,
     }, args.out, argv, versions=("torch", "transformers", "tokenizers"), torch_threads=threads)
     print(f"wrote {path}")
     return 0

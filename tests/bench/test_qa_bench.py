@@ -159,3 +159,11 @@ def test_first_questions_caps_the_set_and_each_context(tmp_path):
     assert [q.id for q in qa.read_squad(cut)] == ["0-0", "0-1", "1-0"]
     assert qa.first_questions(source, tmp_path / "same.json", limit=None) == source
     assert [q.id for q in qa.read_squad(qa.first_questions(source, tmp_path / "each.json", None, 1))] == ["0-0", "1-0"]
+
+
+def test_cmrc_keeps_ascii_punctuation_as_tokens_and_drops_its_own_list():
+    # CMRC 2018's script removes only its sp_char list: an ASCII comma stays a token (bertpre drops it)
+    assert qa.cmrc_segments("潜七兄,乌江") == ["潜", "七", "兄", ",", "乌", "江"]
+    assert qa.cmrc_segments("「花间，一壶」") == ["花", "间", "一", "壶"]
+    assert qa.cmrc_f1("潜七兄,乌江十五兄,兼示符离及下邽弟妹》\n作者：白居易\n时", "弟兄羁旅各西东") == pytest.approx(0.0625)
+    assert qa.cmrc_segments("abc def…") == ["abc", "def", "…"]  # its "……" entry never equals one character
