@@ -23,7 +23,8 @@ and the questions ask what the context says:
 A 句 is a clause between punctuation marks (，。？！；： ...); next and previous stay within one
 poem (one part of a poem in parts). A question is asked only where it has one reading: its cue
 (the title, the line) and its answer each occur exactly once in the context, so `answer_start`
-is never a guess. Every question about a line is asked for every line where this holds, and a
+is never a guess; a title longer than MAX_TITLE characters (a few Song titles are a paragraph)
+is neither asked about nor an answer. Every question about a line is asked for every line where this holds, and a
 title question for TITLE_QUESTIONS lines a poem. With `--version-2`, unanswerable questions ask
 the same templates about a title or a line of another poem of the split, one that occurs nowhere
 in the context. Prefaces are left out (their lines are prose broken mid-sentence); entries that
@@ -53,6 +54,7 @@ from data_prep.reading_comprehension import (
     SourceError,
     add_common_options,
     group_documents,
+    mix_in,
     occurrences,
     run_command,
     split_documents,
@@ -67,7 +69,7 @@ INSTALL_HINT = "install it with `apt-get install -y fortunes-zh` or pass --fortu
 CONTEXT_POEMS = (2, 4)  # poems a context, drawn per context
 TITLE_QUESTIONS = 2  # "which poem is this line from?" asked of at most this many lines a poem
 MIN_CLAUSE = 3  # shorter clauses (rare) are neither cue nor answer
-MAX_TITLE = 20  # longer titles (a few Song titles are a paragraph) are not asked as answers
+MAX_TITLE = 20  # longer titles (a few Song titles are a paragraph) are neither asked nor answers
 KINDS = ("author", "title", "next", "previous")
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -96,7 +98,7 @@ class Poem:
         lines = [f"《{self.title}》", f"作者：{self.author}"]
         for number, part in enumerate(self.parts):
             if len(self.parts) > 1:
-                lines.append("其" + "一二三四五六七八九十"[number])
+                lines.append("其" + ("一二三四五六七八九十"[number] if number < 10 else str(number + 1)))
             lines.extend(part)
         return "\n".join(lines)
 
@@ -193,9 +195,10 @@ def line_questions(context: str, poem: Poem, rng: random.Random, dropped: Counte
                     dropped["answer_not_unique_or_short"] += 1
                 else:
                     questions.append(Question(f"「{cue}」的{word}一句是什么？", kind, (answer,)))
-    title = unique_answer(context, poem.title) if len(poem.title) <= MAX_TITLE else None
-    if title is None:
-        dropped["answer_not_unique_or_short" if len(poem.title) <= MAX_TITLE else "answer_too_long"] += 1
+    if len(poem.title) > MAX_TITLE:
+        dropped["title_too_long"] += 1
+    elif (title := unique_answer(context, poem.title)) is None:
+        dropped["answer_not_unique_or_short"] += 1
     else:
         for cue in rng.sample(title_cues, min(TITLE_QUESTIONS, len(title_cues))):
             questions.append(Question(f"「{cue}」出自哪首诗？", "title", (title,)))
@@ -203,7 +206,12 @@ def line_questions(context: str, poem: Poem, rng: random.Random, dropped: Counte
 
 
 def author_question(context: str, poem: Poem, dropped: Counter) -> list[Question]:
-    """《TITLE》的作者是谁？ where the title and the author's name each occur once."""
+    """《TITLE》的作者是谁？ where the title and the author's name each occur once (and the title
+    is short enough to ask about: a paragraph-long title would crowd the context out of a
+    window)."""
+    if len(poem.title) > MAX_TITLE:
+        dropped["title_too_long"] += 1
+        return []
     answer = unique_answer(context, poem.author)
     if occurrences(context, f"《{poem.title}》") != 1 or answer is None:
         dropped["author_not_unique"] += 1
@@ -220,7 +228,7 @@ def unanswerable_questions(context: str, count: int, pool: Sequence[Poem], rng: 
             poem = pool[rng.randrange(len(pool))]
             kind = rng.choice(KINDS)
             if kind == "author":
-                if f"《{poem.title}》" not in context:
+                if len(poem.title) <= MAX_TITLE and f"《{poem.title}》" not in context:
                     questions.append(Question(f"《{poem.title}》的作者是谁？", kind, ()))
                     break
                 continue
@@ -233,10 +241,12 @@ def unanswerable_questions(context: str, count: int, pool: Sequence[Poem], rng: 
     return questions
 
 
-def make_passages(poems: Sequence[Poem], rng: random.Random, *, version_2: bool,
-                  unanswerable_share: float, dropped: Counter) -> list[Passage]:
+def make_passages(poems: Sequence[Poem], rng: random.Random, *, dropped: Counter,
+                  unanswerable_rng: random.Random | None = None,
+                  unanswerable_share: float = UNANSWERABLE_SHARE) -> list[Passage]:
     """One split's poems as contexts of 2–4 poems (different authors and titles) with their
-    questions, in a shuffled order."""
+    questions, in a shuffled order; with `unanswerable_rng` (SQuAD v2.0), unanswerable questions
+    drawn with it mixed in."""
     poems = list(poems)
     rng.shuffle(poems)
     passages = []
@@ -244,14 +254,15 @@ def make_passages(poems: Sequence[Poem], rng: random.Random, *, version_2: bool,
         context = "\n\n".join(poem.text for poem in group)
         questions = [question for poem in group for question in
                      author_question(context, poem, dropped) + line_questions(context, poem, rng, dropped)]
-        if version_2:
-            questions += unanswerable_questions(
-                context, unanswerable_count(len(questions), unanswerable_share, rng), poems, rng)
-        if questions:
-            rng.shuffle(questions)
-            passages.append(Passage("、".join(f"《{poem.title}》" for poem in group), context, len(group), questions))
-        else:
+        if not questions:
             dropped["context_without_questions"] += 1
+            continue
+        rng.shuffle(questions)
+        if unanswerable_rng is not None:
+            count = unanswerable_count(len(questions), unanswerable_share, unanswerable_rng)
+            questions = mix_in(questions, unanswerable_questions(context, count, poems, unanswerable_rng),
+                               unanswerable_rng)
+        passages.append(Passage("、".join(f"《{poem.title}》" for poem in group), context, len(group), questions))
     return passages
 
 
@@ -268,8 +279,9 @@ def build(fortunes: Path, out: Path, *, seed: int = 0, max_train: int | None = N
     collections = list(collections)
     poems, unreadable = read_poems(fortunes, collections)
     dropped: Counter = Counter()
-    splits = {name: make_passages(members, random.Random(f"{seed}:{name}"), version_2=version_2,
-                                  unanswerable_share=unanswerable_share, dropped=dropped)
+    splits = {name: make_passages(members, random.Random(f"{seed}:{name}"), dropped=dropped,
+                                  unanswerable_rng=random.Random(f"{seed}:{name}:unanswerable") if version_2 else None,
+                                  unanswerable_share=unanswerable_share)
               for name, members in split_documents(poems, lines_of, seed).items()}
     about = {"source": f"fortunes-zh ({Path(fortunes)}: {', '.join(collections)})", "seed": seed,
              "parsed": {"poems": len(poems), "by_collection": dict(Counter(poem.collection for poem in poems)),

@@ -143,6 +143,16 @@ def unanswerable_count(answerable: int, share: float, rng: random.Random) -> int
     return int(expected) + (rng.random() < expected - int(expected))
 
 
+def mix_in(questions: Sequence[Question], extra: Iterable[Question], rng: random.Random) -> list[Question]:
+    """`questions` in their order, each of `extra` put in at a drawn place (with its own `rng`,
+    a set with unanswerable questions keeps the contexts and answerable questions of the set
+    without them)."""
+    mixed = list(questions)
+    for question in extra:
+        mixed.insert(rng.randrange(len(mixed) + 1), question)
+    return mixed
+
+
 def cap_questions(passages: list[Passage], limit: int | None) -> list[Passage]:
     """The first passages holding at most `limit` questions in all (the last one cut short)."""
     if limit is None:

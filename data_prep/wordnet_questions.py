@@ -45,6 +45,7 @@ from data_prep.reading_comprehension import (
     SourceError,
     add_common_options,
     group_documents,
+    mix_in,
     run_command,
     split_documents,
     unanswerable_count,
@@ -95,6 +96,7 @@ def mentions(text: str, name: str) -> int:
 
 
 def question_text(kind: str, name: str, part_of_speech: str) -> str:
+    """The question of template `kind` about the word `name`."""
     if kind == "definition":
         return f"What does it mean to {name}?" if part_of_speech == "verb" else f"What does {name} mean?"
     if kind == "example":
@@ -141,9 +143,11 @@ def unanswerable_questions(context: str, count: int, pool: Sequence[Synset], rng
     return questions
 
 
-def make_passages(synsets: Sequence[Synset], rng: random.Random, *, version_2: bool,
-                  unanswerable_share: float, dropped: Counter) -> list[Passage]:
-    """One split's synsets as glossary contexts with their questions, in a shuffled order."""
+def make_passages(synsets: Sequence[Synset], rng: random.Random, *, dropped: Counter,
+                  unanswerable_rng: random.Random | None = None,
+                  unanswerable_share: float = UNANSWERABLE_SHARE) -> list[Passage]:
+    """One split's synsets as glossary contexts with their questions, in a shuffled order;
+    with `unanswerable_rng` (SQuAD v2.0), unanswerable questions drawn with it mixed in."""
     by_file: dict[str, list[Synset]] = defaultdict(list)
     for synset in synsets:
         by_file[synset.supersense].append(synset)
@@ -156,15 +160,16 @@ def make_passages(synsets: Sequence[Synset], rng: random.Random, *, version_2: b
             context = " ".join(entries)
             questions = [question for index, synset in enumerate(group)
                          for question in entry_questions(context, entries, index, synset, dropped)]
-            if version_2:  # words of the context's own file where it has others, so they are on topic
-                pool = members if len(members) > len(group) else synsets
-                questions += unanswerable_questions(
-                    context, unanswerable_count(len(questions), unanswerable_share, rng), pool, rng)
-            if questions:
-                rng.shuffle(questions)
-                passages.append(Passage(f"WordNet {supersense}", context, len(group), questions))
-            else:
+            if not questions:
                 dropped["context_without_questions"] += 1
+                continue
+            rng.shuffle(questions)
+            if unanswerable_rng is not None:  # words of the context's own file where it has others: on topic
+                pool = members if len(members) > len(group) else synsets
+                count = unanswerable_count(len(questions), unanswerable_share, unanswerable_rng)
+                questions = mix_in(questions, unanswerable_questions(context, count, pool, unanswerable_rng),
+                                   unanswerable_rng)
+            passages.append(Passage(f"WordNet {supersense}", context, len(group), questions))
     rng.shuffle(passages)
     return passages
 
@@ -196,8 +201,9 @@ def build(wordnet: Path, out: Path, *, seed: int = 0, max_train: int | None = No
     """
     synsets = read_wordnet(wordnet, parts_of_speech)
     dropped: Counter = Counter()
-    splits = {name: make_passages(members, random.Random(f"{seed}:{name}"), version_2=version_2,
-                                  unanswerable_share=unanswerable_share, dropped=dropped)
+    splits = {name: make_passages(members, random.Random(f"{seed}:{name}"), dropped=dropped,
+                                  unanswerable_rng=random.Random(f"{seed}:{name}:unanswerable") if version_2 else None,
+                                  unanswerable_share=unanswerable_share)
               for name, members in split_documents(synsets, lambda synset: synset.definition, seed).items()}
     about = {"source": f"WordNet 3.0 ({Path(wordnet)}: data.{', data.'.join(parts_of_speech)})", "seed": seed,
              "parsed": {"synsets": len(synsets)},

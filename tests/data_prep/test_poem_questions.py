@@ -118,6 +118,15 @@ def test_a_line_found_twice_in_the_context_is_neither_cue_nor_answer():
     assert author_question(context, twice, dropped) == []
 
 
+def test_a_paragraph_long_title_is_neither_asked_about_nor_an_answer():
+    long = poem("《正月二十日与潘郭二生出郊寻春，忽记去年是日同至女王城作诗，乃和前韵》\n作者：苏轼\n"
+                "东风未肯入东门，走马还寻去岁春。\n")
+    dropped = Counter()
+    assert author_question(long.text, long, dropped) == []
+    questions = line_questions(long.text, long, random.Random(0), dropped)
+    assert {q.kind for q in questions} == {"next", "previous"} and dropped == {"title_too_long": 2}
+
+
 CHARACTERS = "天地玄黄宇宙洪荒日月盈昃辰宿列张寒来暑往秋收冬藏闰余成岁律吕调阳云腾致雨露结为霜金生丽水玉出昆冈"
 
 
@@ -194,6 +203,15 @@ def test_version_2_asks_about_titles_and_lines_the_context_lacks(fortunes, tmp_p
             assert cue not in context and qa["answers"] == []
     assert impossible == train["unanswerable"]
     read_qa_file(tmp_path / "out" / "dev.json", version_2_with_negative=True)
+
+
+def test_version_2_keeps_the_contexts_and_answerable_questions_of_version_1(fortunes, tmp_path):
+    build(fortunes, tmp_path / "v1", seed=4)
+    build(fortunes, tmp_path / "v2", seed=4, version_2=True)
+    for name in ("train.json", "dev.json", "test.json"):
+        kept = [[(context, qa["question"], qa["answers"]) for context, qa in squad_questions(tmp_path / version / name)
+                 if qa["answers"]] for version in ("v1", "v2")]
+        assert kept[0] == kept[1]
 
 
 def test_a_missing_collection_is_one_line_naming_the_apt_package(tmp_path, capsys):

@@ -17,6 +17,7 @@ from data_prep.reading_comprehension import (
     cap_questions,
     checked_answer,
     group_documents,
+    mix_in,
     occurrences,
     split_documents,
     unanswerable_count,
@@ -76,6 +77,15 @@ def test_unanswerable_questions_come_to_their_share_on_average():
     added = sum(unanswerable_count(10, 1 / 3, rng) for _ in range(2000))
     assert added / (added + 20_000) == pytest.approx(1 / 3, abs=0.005)
     assert {unanswerable_count(4, 0.5, rng) for _ in range(50)} == {4}  # whole: never drawn
+
+
+def test_mixed_in_questions_keep_the_others_order():
+    questions = [Question(f"q{n}", "kind", (Answer("x", 0),)) for n in range(5)]
+    extra = [Question(f"none{n}", "kind", ()) for n in range(3)]
+    mixed = mix_in(questions, extra, random.Random(0))
+    assert [q for q in mixed if q.answers] == questions  # their order kept
+    assert sorted(q.question for q in mixed if not q.answers) == ["none0", "none1", "none2"]
+    assert mixed == mix_in(questions, extra, random.Random(0))
 
 
 def test_caps_cut_the_last_passage_short():

@@ -166,7 +166,7 @@ def test_a_synset_is_in_one_split_and_one_context(wordnet, tmp_path):
 
 def test_contexts_are_drawn_from_one_lexicographer_file():
     synsets = [parse_data_line(line, "noun") for line in fixture_lines(20, 5, "n", 1) + fixture_lines(20, 6, "n", 100)]
-    passages = make_passages(synsets, random.Random(0), version_2=False, unanswerable_share=0.3, dropped=Counter())
+    passages = make_passages(synsets, random.Random(0), dropped=Counter())
     for passage in passages:
         numbers = [number for number in range(1, 130) if f"meaning number {number} of" in passage.context]
         assert 1 <= len(numbers) <= 10 and len({number < 100 for number in numbers}) == 1
@@ -195,6 +195,17 @@ def test_version_2_adds_unanswerable_questions_about_absent_words(wordnet, tmp_p
             assert word.startswith("word") and mentions(context, word) == 0
     examples = read_qa_file(tmp_path / "out" / "dev.json", version_2_with_negative=True)
     assert sum(example.is_impossible for example in examples) == summary["splits"]["dev"]["unanswerable"]
+
+
+def answerable(path: Path) -> list[tuple[str, str, list]]:
+    return [(context, qa["question"], qa["answers"]) for context, qa in squad_answers(path) if qa["answers"]]
+
+
+def test_version_2_keeps_the_contexts_and_answerable_questions_of_version_1(wordnet, tmp_path):
+    build(wordnet, tmp_path / "v1", seed=4)
+    build(wordnet, tmp_path / "v2", seed=4, version_2=True)
+    for name in ("train.json", "dev.json", "test.json"):
+        assert answerable(tmp_path / "v2" / name) == answerable(tmp_path / "v1" / name)
 
 
 def test_caps_limit_questions_per_split(wordnet, tmp_path):
