@@ -53,6 +53,7 @@ from bertpre.tokenizer.bpe_unigram import (
     TOKENIZER_TYPES,
     train_bpe_or_unigram,
 )
+from bertpre.tokenizer.sentence_encoder import without_special_tokens
 from bertpre.tokenizer.word_boundaries import WORD_BOUNDARIES, WordStarts
 from data_prep import CorpusStats, read_documents
 
@@ -130,10 +131,13 @@ def time_round(kind: str, times: dict[str, list[float]], round_index: int, raw: 
         "train_tokenizers": partial(train_with_tokenizers, batches, args.vocab_size, kind),
     })
     tokenizer = results["train_bertpre"]
+    # bertpre encodes text as text: WikiText's literal "<unk>" is five characters, never the special
+    # token of a BPE or Unigram vocab. The peer encodes the same way (its specials dropped, untimed).
+    peer_encoder = tokenizer if kind == "wordpiece" else without_special_tokens(tokenizer)
     results = run_timed(times, swap, {
         "encode_bertpre": partial(encode_and_write_with_bertpre, raw, tokenizer, args.num_proc,
                                   scratch / f"dataset-{kind}-{round_index}"),
-        "encode_tokenizers": partial(encode_with_tokenizers, tokenizer, batches),
+        "encode_tokenizers": partial(encode_with_tokenizers, peer_encoder, batches),
     })
     assert results["encode_bertpre"] == results["encode_tokenizers"], results
     if args.word_boundaries:
