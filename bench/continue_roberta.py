@@ -78,9 +78,10 @@ def small_roberta(vocab_size: int, hidden: int, layers: int, seed: int) -> trans
 
 
 def train_with_transformers(model: transformers.RobertaForMaskedLM, tokenizer, rows: torch.Tensor, steps: int,
-                            batch_size: int, lr: float, seed: int) -> list[float]:
+                            batch_size: int, lr: float, seed: int, progress: int = 0) -> list[float]:
     """A plain loop: `DataCollatorForLanguageModeling` (15%, 80/10/10), AdamW, linear warmup (10%)
-    and decay, clipping at 1; no bertpre code. Returns the training losses."""
+    and decay, clipping at 1; no bertpre code. Returns the training losses (printed every
+    `progress` steps)."""
     collator = transformers.DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.15)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01, eps=1e-6)
     schedule = transformers.get_linear_schedule_with_warmup(optimizer, max(1, steps // 10), steps)
@@ -101,6 +102,8 @@ def train_with_transformers(model: transformers.RobertaForMaskedLM, tokenizer, r
         schedule.step()
         optimizer.zero_grad()
         losses.append(loss.item())
+        if progress and (step + 1) % progress == 0:
+            print(f"release step {step + 1}/{steps}: loss {loss.item():.3f}", file=sys.stderr, flush=True)
     return losses
 
 
@@ -211,7 +214,7 @@ def run_check(work: Path, wikitext: list[str], shakespeare: str, *, vocab_size: 
     tokenizer = train_byte_level_bpe(wikitext, released, vocab_size)
     model = small_roberta(len(tokenizer), hidden, layers, seed)
     release_losses = train_with_transformers(model, tokenizer, blocks(tokenizer, wikitext, length), release_steps,
-                                             batch_size, release_lr, seed)
+                                             batch_size, release_lr, seed, progress=50)
     model.save_pretrained(released)
     seconds["release (tokenizer + transformers loop)"] = time.perf_counter() - start
 
@@ -253,11 +256,11 @@ def run_check(work: Path, wikitext: list[str], shakespeare: str, *, vocab_size: 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--vocab-size", type=int, default=8000)
+    parser.add_argument("--vocab-size", type=int, default=5000)
     parser.add_argument("--hidden-size", type=int, default=128)
     parser.add_argument("--layers", type=int, default=2)
-    parser.add_argument("--length", type=int, default=128, help="tokens a row, released and continued")
-    parser.add_argument("--release-steps", type=int, default=400)
+    parser.add_argument("--length", type=int, default=64, help="tokens a row, released and continued")
+    parser.add_argument("--release-steps", type=int, default=300)
     parser.add_argument("--continue-steps", type=int, default=200)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--release-lr", type=float, default=1e-3)
