@@ -16,7 +16,7 @@ Issue 37's check on real text, in three acts:
    released model and for the export, and by bertpre's own model class on the run's last
    checkpoint: the loss must fall, and the export's score must equal bertpre's.
 
-    .venv/bin/python -m bench.continue_roberta                  # ~6 min on 2 shared cores
+    .venv/bin/python -m bench.continue_roberta                  # 16 min on 2 busy shared cores
     .venv/bin/python -m bench.continue_roberta --release-steps 100 --continue-steps 50   # shorter
 """
 from __future__ import annotations
