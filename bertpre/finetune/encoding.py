@@ -1,11 +1,14 @@
 """Examples → token ids as the ecosystem encodes them: `[CLS] a [SEP] b [SEP]` with token types
-0/1 (XLNet's tokenizer: `a [SEP] b [SEP] [CLS]`, types 0/1/2), truncated longest-first by the
-tokenizer itself (what `BertTokenizerFast(a, b, truncation="longest_first", max_length=L)` gives),
-and tags on the first piece of each word, placed back by the word's index (the tokenizer's
-word_ids); batches padded on the model's side (XLNet's: the left).
+0/1 (RoBERTa's tokenizer: `<s> a </s></s> b </s>`, all type 0; XLNet's: `a [SEP] b [SEP] [CLS]`,
+types 0/1/2), truncated longest-first by the tokenizer itself (what
+`AutoTokenizer(a, b, truncation="longest_first", max_length=L)` gives), and tags on the first
+piece of each word, placed back by the word's index (the tokenizer's word_ids), each word spaced
+as `is_split_into_words` with `add_prefix_space=True` spaces it for a byte-level BPE; batches
+padded on the model's side (XLNet's: the left) with the tokenizer's padding id.
 """
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
@@ -53,10 +56,11 @@ def join_encoded(parts: list[Encoded]) -> Encoded:
 
 
 def truncating(tokenizer: Tokenizer, max_length: int) -> Tokenizer:
-    """A copy of `tokenizer` that adds [CLS]/[SEP], truncates longest-first and never pads."""
+    """A copy of `tokenizer` that adds its special tokens ([CLS]/[SEP], <s>/</s>), truncates
+    longest-first and never pads."""
     if tokenizer.post_processor is None:
-        raise UserError("the model's tokenizer adds no [CLS]/[SEP] (its tokenizer.json has no "
-                        "post-processor); give a BERT tokenizer")
+        raise UserError("the model's tokenizer adds no start and separator tokens (its tokenizer.json has no "
+                        "post-processor); give the tokenizer the model was pretrained with")
     copy = Tokenizer.from_str(tokenizer.to_str())
     copy.no_padding()
     try:
@@ -67,17 +71,41 @@ def truncating(tokenizer: Tokenizer, max_length: int) -> Tokenizer:
 
 
 def untruncated(tokenizer: Tokenizer) -> Tokenizer:
-    """A copy of `tokenizer` that adds [CLS]/[SEP] and neither truncates nor pads."""
+    """A copy of `tokenizer` that adds its special tokens and neither truncates nor pads."""
     copy = Tokenizer.from_str(tokenizer.to_str())
     copy.no_padding()
     copy.no_truncation()
     return copy
 
 
+def spacing_words(tokenizer: Tokenizer) -> Tokenizer:
+    """`tokenizer` as it must take words given one by one: a byte-level BPE (RoBERTa's) spaces each
+    word before it (`Ġ`), as transformers' RobertaTokenizerFast with `add_prefix_space=True` does
+    for `is_split_into_words`, so that a word is the pieces it is mid-sentence in pretraining;
+    WordPiece and SentencePiece (`▁` on every word already) are returned as they are."""
+    state = json.loads(tokenizer.to_str())
+    changed = False
+    for part in _parts(state.get("pre_tokenizer")):
+        if part.get("type") == "ByteLevel" and not part.get("add_prefix_space"):
+            part["add_prefix_space"] = changed = True
+    return Tokenizer.from_str(json.dumps(state)) if changed else tokenizer
+
+
+def _parts(component: dict | None) -> list[dict]:
+    """A pre-tokenizer's members (a Sequence's, nested), else itself."""
+    if not component:
+        return []
+    members = component.get("pretokenizers")
+    return [part for member in members for part in _parts(member)] if members else [component]
+
+
 def encode_batches(tokenizer: Tokenizer, inputs: list, max_length: int, *, is_pretokenized: bool = False
                    ) -> tuple[list[Encoding], list[Encoding]]:
     """(truncated, whole) encodings of `inputs`: each example is encoded whole, and again with
-    truncation only where it is longer than `max_length` (the same encoding where it fits)."""
+    truncation only where it is longer than `max_length` (the same encoding where it fits).
+    Words (`is_pretokenized`) are each spaced as a byte-level BPE needs (`spacing_words`)."""
+    if is_pretokenized:
+        tokenizer = spacing_words(tokenizer)
     cut, uncut = truncating(tokenizer, max_length), untruncated(tokenizer)
     truncated, complete = [], []
     for start in range(0, len(inputs), ENCODE_BATCH):
@@ -143,7 +171,8 @@ def tags_by_word(predicted: Sequence[int], encoded: Encoded, label_names: list[s
 
 def truncation_note(splits: list[tuple[str, Encoded]], max_length: int, positions: int | None = None) -> str | None:
     """How many examples of each split (name, encoded) were cut at `max_length` tokens, and the
-    length that would keep 95% of all of them whole; None when none was cut."""
+    length that would keep 95% of all of them whole (and whether that is past `positions`, the
+    tokens the model's position table reads); None when none was cut."""
     cut = [(name, sum(length > max_length for length in encoded.whole_lengths), len(encoded))
            for name, encoded in splits]
     if not any(count for _, count, _ in cut):
@@ -154,7 +183,8 @@ def truncation_note(splits: list[tuple[str, Encoded]], max_length: int, position
     line = f"note: {shares} were cut at --max-seq-length {max_length}"
     if keeps <= max_length:
         return f"{line}; {WHOLE_SHARE:.0%} of them are whole at this length"
-    beyond = f", more than the model's {positions} positions" if positions is not None and keeps > positions else ""
+    beyond = (f", more than the {positions} tokens the model's positions read"
+              if positions is not None and keeps > positions else "")
     return f"{line}; --max-seq-length {keeps} would keep {WHOLE_SHARE:.0%} of them whole{beyond}"
 
 

@@ -102,14 +102,17 @@ class Job:
 
 
 def fitted_hyperparameters(hp: Hyperparameters, encoder: Encoder, say: Callable[[str], None]) -> Hyperparameters:
-    """`hp` with max_seq_length cut to the model's positions (a table of absolute positions has
-    no row past its last), with a note; relative positions have no such limit."""
+    """`hp` with max_seq_length cut to the tokens the model's positions read (a table of absolute
+    positions has no row past its last; RoBERTa's 514 rows read 512 tokens, `max_tokens`), with a
+    note; relative positions have no such limit."""
     config = encoder.config
-    if config.relative_positions or hp.max_seq_length <= config.max_position_embeddings:
+    if config.relative_positions or hp.max_seq_length <= config.max_tokens:
         return hp
-    say(f"note: max_seq_length {hp.max_seq_length} is longer than the model's "
-        f"{config.max_position_embeddings} positions; examples are cut at {config.max_position_embeddings}")
-    return replace(hp, max_seq_length=config.max_position_embeddings)
+    positions, limit = config.max_position_embeddings, config.max_tokens
+    reads = "" if limit == positions else f" (which read {limit} tokens)"
+    say(f"note: max_seq_length {hp.max_seq_length} is longer than the model's {positions} positions{reads}; "
+        f"examples are cut at {limit}")
+    return replace(hp, max_seq_length=limit)
 
 
 @dataclass

@@ -19,6 +19,7 @@ from bertpre.finetune.model import build_task_model
 from bertpre.finetune.source import Encoder
 from bertpre.labels import IGNORE_INDEX
 from bertpre.model.unpad import Unpadded
+from bertpre.tokenizer.roles import token_roles
 from bertpre.train.optim import learning_rate, parameter_groups
 from bertpre.train.runtime import Runtime
 
@@ -262,8 +263,9 @@ def probe_outputs(head: nn.Module, features: torch.Tensor, task: str) -> np.ndar
 
 
 def pad_token_id(encoder: Encoder) -> int:
-    pad = encoder.tokenizer.token_to_id("[PAD]")
-    return 0 if pad is None else pad
+    """The id a batch is padded with: the tokenizer's padding by role (BERT's [PAD], RoBERTa's
+    <pad>, which is 1: its 0 is <s>, and its positions skip the padding's id)."""
+    return token_roles(encoder.tokenizer).pad_token_id
 
 
 def to_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:

@@ -1,6 +1,8 @@
-"""Question-answering examples → model inputs as BERT reads them: `[CLS] question [SEP] context [SEP]`
-(the tokenizer's own template), a long context cut into overlapping windows, each context token
-mapped back to its characters, and the answer's start and end token in each window as labels."""
+"""Question-answering examples → model inputs as the model's family reads them, by the tokenizer's
+own template: BERT's `[CLS] question [SEP] context [SEP]`, RoBERTa's `<s> question </s></s> context
+</s>` (XLNet's `question [SEP] context [SEP] [CLS]`); a long context cut into overlapping windows,
+each context token mapped back to its characters, and the answer's start and end token in each
+window as labels (the start token, found by role, where the window does not hold the answer)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -10,9 +12,9 @@ from tokenizers import Encoding, Tokenizer
 
 from bertpre.errors import UserError
 from bertpre.finetune.qa_data import QAExample
+from bertpre.tokenizer.roles import token_roles
 
 ENCODE_BATCH = 1024  # examples per call into the tokenizer (it parallelizes inside one call)
-CLS_TOKENS = ("[CLS]", "<cls>", "<s>")  # BERT's, XLNet's, RoBERTa's: the null answer's position
 
 
 @dataclass
@@ -24,7 +26,7 @@ class QAWindows:
     example_index: list[int]  # the example each window is cut from
     # per token, its (start, end) characters in the example's context; None off the context
     context_offsets: list[list[tuple[int, int] | None]]
-    cls_index: list[int]  # where the window's [CLS] is: the null answer's start and end
+    cls_index: list[int]  # where the window's start token ([CLS], <s>) is: the null answer's start and end
     start_positions: list[int]  # the answer's first token, or cls_index when not in this window
     end_positions: list[int]  # the answer's last token (inclusive), or cls_index
 
@@ -47,12 +49,9 @@ def encode_qa_windows(tokenizer: Tokenizer, examples: Sequence[QAExample], max_s
             `max_seq_length`, naming the example; `doc_stride` is not below that room.
     """
     if tokenizer.post_processor is None:
-        raise UserError("the model's tokenizer adds no [CLS]/[SEP] (its tokenizer.json has no "
-                        "post-processor); give a BERT tokenizer")
-    cls_id = next((tokenizer.token_to_id(token) for token in CLS_TOKENS
-                   if tokenizer.token_to_id(token) is not None), None)
-    if cls_id is None:
-        raise UserError(f"the model's tokenizer has none of {', '.join(CLS_TOKENS)} for the null answer")
+        raise UserError("the model's tokenizer adds no start and separator tokens (its tokenizer.json has no "
+                        "post-processor); give the tokenizer the model was pretrained with")
+    cls_id = token_roles(tokenizer).cls_token_id  # the null answer's position
     specials = tokenizer.post_processor.num_special_tokens_to_add(True)
     windowed = Tokenizer.from_str(tokenizer.to_str())
     windowed.no_padding()

@@ -121,7 +121,7 @@ def run_seeds(encoder: Encoder, data: TaskData, files: TaskFiles, hp: Hyperparam
     check_fits(encoder, hp, train, scored, runtime)
     reported_parts = parts[:len(data.scored)]  # the notes count the reported splits, as before dev was scored
     for note in encoding_notes(data, train, reported_parts, hp.max_seq_length,
-                               None if encoder.config.relative_positions else encoder.config.max_position_embeddings):
+                               None if encoder.config.relative_positions else encoder.config.max_tokens):
         say(note)
     num_labels = 1 if task == "regression" else len(data.label_names)
     features = None

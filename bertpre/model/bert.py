@@ -27,7 +27,7 @@ from bertpre.model.positions import (
     transformer_xl_bias,
 )
 from bertpre.model.unpad import Unpadded
-from bertpre.tokenizer.wordpiece import MASK_TOKEN
+from bertpre.tokenizer.roles import token_roles
 
 # --- the network ---------------------------------------------------------------------------
 
@@ -569,11 +569,13 @@ def masked_lm_predictions(
 @torch.no_grad()
 def bert_mask_logits(model: nn.Module, tokenizer: Tokenizer, text: str,
                      fits: Callable[[ForwardShape], None] = lambda shape: None,
-                     mask_token: str = MASK_TOKEN) -> torch.Tensor:
-    """The MLM head's logits (M, V) at each `mask_token` of `text`, read as one segment
-    [CLS] ... [SEP] (the tokenizer's own start and end); the head runs at the masks alone. A
+                     mask_token: str | None = None) -> torch.Tensor:
+    """The MLM head's logits (M, V) at each `mask_token` (default: the tokenizer's mask by role,
+    [MASK] or a reused vocabulary's `<mask>`) of `text`, read as one segment [CLS] ... [SEP] (the
+    tokenizer's own start and end); the head runs at the masks alone. A
     text past an absolute position table is refused; relative positions read any length, so
     `fits` is told the forward before it runs (it may refuse it)."""
+    mask_token = token_roles(tokenizer).mask_token if mask_token is None else mask_token
     ids = tokenizer.encode(text).ids  # [CLS] ... [SEP]
     limit = model.config.max_tokens
     if len(ids) > limit and not model.config.relative_positions:

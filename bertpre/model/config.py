@@ -28,6 +28,10 @@ REMOTE_AUTO_MAP = {
     "AutoModel": "modeling_bertpre.BertpreModel",
     "AutoModelForMaskedLM": "modeling_bertpre.BertpreForMaskedLM",
     "AutoModelForPreTraining": "modeling_bertpre.BertpreForPreTraining",
+    # the task classes too, so that a user fine-tunes an export as any other model
+    "AutoModelForSequenceClassification": "modeling_bertpre.BertpreForSequenceClassification",
+    "AutoModelForTokenClassification": "modeling_bertpre.BertpreForTokenClassification",
+    "AutoModelForQuestionAnswering": "modeling_bertpre.BertpreForQuestionAnswering",
 }
 
 

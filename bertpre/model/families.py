@@ -68,7 +68,7 @@ from bertpre.model.xlnet_cost import (
     estimate_xlnet_memory,
     xlnet_training_flops_per_token,
 )
-from bertpre.tokenizer.wordpiece import CLS_TOKEN, SEP_TOKEN
+from bertpre.tokenizer.roles import token_roles
 from bertpre.tokenizer.xlnet_layout import xlnet_layout
 
 
@@ -125,9 +125,9 @@ def build_bert(config: BertConfig, tokenizer: Tokenizer | None = None) -> BertFo
 
 
 def build_xlnet(config: BertConfig, tokenizer: Tokenizer | None = None) -> XLNetLMHeadModel:
-    """XLNet's LM model; config.json names the tokenizer's own [CLS] and [SEP] ids."""
-    ids = {} if tokenizer is None else {"cls_token_id": tokenizer.token_to_id(CLS_TOKEN),
-                                        "sep_token_id": tokenizer.token_to_id(SEP_TOKEN)}
+    """XLNet's LM model; config.json names the tokenizer's own [CLS] and [SEP] ids (by role)."""
+    roles = None if tokenizer is None else token_roles(tokenizer)
+    ids = {} if roles is None else {"cls_token_id": roles.cls_token_id, "sep_token_id": roles.sep_token_id}
     return XLNetLMHeadModel(config.xlnet_config(**ids))
 
 

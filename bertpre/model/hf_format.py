@@ -36,12 +36,9 @@ HEAD_PREFIXES = ("cls.", "bert.pooler.")
 # The files config.json's auto_map names (configuration_bertpre.py, modeling_bertpre.py): package
 # data in bertpre/model/remote_code/, never imported by bertpre (they import transformers).
 REMOTE_CODE_FILES = tuple(sorted({reference.split(".")[0] + ".py" for reference in REMOTE_AUTO_MAP.values()}))
-# A fine-tuned model's config.json names these too (classes of the same modeling_bertpre.py).
-REMOTE_TASK_AUTO_MAP = {
-    "AutoModelForSequenceClassification": "modeling_bertpre.BertpreForSequenceClassification",
-    "AutoModelForTokenClassification": "modeling_bertpre.BertpreForTokenClassification",
-    "AutoModelForQuestionAnswering": "modeling_bertpre.BertpreForQuestionAnswering",
-}
+# The task classes among them (a fine-tuned model's config.json names them as an export's does).
+REMOTE_TASK_AUTO_MAP = {name: reference for name, reference in REMOTE_AUTO_MAP.items() if "For" in name
+                        and name not in ("AutoModelForMaskedLM", "AutoModelForPreTraining")}
 
 
 # --- reading -------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ from bertpre.model.cost import (
     training_flops_per_token,
     xlnet_training_flops,
 )
+from bertpre.model.families import family
 from bertpre.train.evaluation import evaluation_forward
 from bertpre.train.memory import device_memory
 from bertpre.train.setup import resolved_config
@@ -125,20 +126,22 @@ def format_info(info: ModelInfo) -> str:
         shape += f", embedding_size {config.embedding_size}"
     if config.share_layers:
         shape += ", one layer shared by all"
-    shape += {"absolute": f", absolute positions (at most {config.max_position_embeddings})",
+    shape += {"absolute": f", absolute positions (at most {position_limit(config)})",
               "rope": f", rotary positions (theta {config.rope_theta:g}), any length",
               "transformer_xl": ", Transformer-XL relative positions, any length"}[config.position_embedding_type]
+    encoder_class, model_class, heads = model_names(config)
     rows = [
         ("embeddings", counts.embeddings), ("attention", counts.attention),
         ("feed-forward", counts.feed_forward), ("LayerNorms", counts.layer_norms),
-        ("pooler", counts.pooler), ("encoder (BertModel)", counts.encoder),
-        ("heads (MLM + pair)", counts.heads), ("total (BertForPreTraining)", counts.total),
+        ("pooler", counts.pooler), (f"encoder ({encoder_class})", counts.encoder),
+        (f"heads ({heads})", counts.heads), (f"total ({model_class})", counts.total),
     ]
+    width = max(28, *(len(name) + 1 for name, _ in rows))
     lines = [f"model: {shape}", "", "parameters"]
-    lines += [f"  {name:<28}{value:>14,}  {value / 1e6:>9.2f}M" for name, value in rows]
+    lines += [f"  {name:<{width}}{value:>14,}  {value / 1e6:>9.2f}M" for name, value in rows]
     biases = counts.encoder - counts.matrices - counts.layer_norms - counts.pooler
     lines += [
-        f"  {'matrices only':<28}{counts.matrices:>14,}  {counts.matrices / 1e6:>9.2f}M"
+        f"  {'matrices only':<{width}}{counts.matrices:>14,}  {counts.matrices / 1e6:>9.2f}M"
         "  embedding tables + layer weight matrices",
         f"  the encoder count is matrices + {biases:,} "
         + ("biases and projection" if config.embedding_size is not None else "layer biases")
@@ -166,6 +169,25 @@ def format_info(info: ModelInfo) -> str:
     ]
     note = fit_note(info)
     return "\n".join(lines + ([note] if note else []))
+
+
+def model_names(config: BertConfig) -> tuple[str, str, str]:
+    """(encoder class, pretraining class, heads) as the family names them: BERT's BertModel,
+    BertForPreTraining and "MLM + pair"; RoBERTa's and XLM-R's transformers classes and "MLM"."""
+    row = family(config)
+    heads = "MLM + pair" if row.pair_task else "MLM"
+    if config.is_roberta:  # one class here serves both; transformers names each its own
+        prefix = row.hf_task_prefix(config)
+        return f"{prefix}Model", f"{prefix}ForMaskedLM", heads
+    return row.build_encoder.__name__, row.pretraining_class.__name__, heads
+
+
+def position_limit(config: BertConfig) -> str:
+    """The tokens a table of absolute positions reads: its rows, less RoBERTa's rows up to the
+    padding's id ("512 tokens, 514 rows")."""
+    if config.max_tokens == config.max_position_embeddings:
+        return f"{config.max_tokens}"
+    return f"{config.max_tokens} tokens, {config.max_position_embeddings} rows"
 
 
 def memory_lines(info: ModelInfo) -> list[str]:

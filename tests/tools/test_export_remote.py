@@ -106,6 +106,26 @@ def test_a_relative_export_loads_in_transformers_with_bertpre_outputs(tmp_path: 
         assert torch.equal(x, y), name
 
 
+def test_a_relative_export_is_fine_tuned_through_transformers_task_auto_classes(tmp_path: Path) -> None:
+    """An export's auto_map names the task classes too: a user's AutoModelForSequenceClassification
+    (and Token, QuestionAnswering) takes the encoder's weights and draws only the new head."""
+    ours = randomize(BertForPreTraining(BertConfig(**{**TINY, "position_embedding_type": "rope"})))
+    export(fake_run(tmp_path, ours), tmp_path / "export")
+    inputs = padded_inputs(24, TINY["vocab_size"])
+    with torch.no_grad():
+        hidden = ours.bert(**inputs).last_hidden_state
+    for auto_class, head in (("AutoModelForSequenceClassification", "classifier"),
+                             ("AutoModelForTokenClassification", "classifier"),
+                             ("AutoModelForQuestionAnswering", "qa_outputs")):
+        model, info = getattr(transformers, auto_class).from_pretrained(
+            tmp_path / "export", trust_remote_code=True, output_loading_info=True)
+        assert info["unexpected_keys"] == [] or all("cls." in key for key in info["unexpected_keys"]), info
+        assert sorted(info["missing_keys"]) == [f"{head}.bias", f"{head}.weight"], (auto_class, info)
+        with torch.no_grad():
+            states = model.eval().bert(**inputs)[0]
+        torch.testing.assert_close(states, hidden)
+
+
 def test_the_remote_code_reads_absolute_and_albert_configs_as_bertpre_does(tmp_path: Path) -> None:
     ours = randomize(BertForPreTraining(BertConfig(**{**TINY, "position_embedding_type": "rope"})))
     export(fake_run(tmp_path, ours), tmp_path / "export")
