@@ -21,6 +21,14 @@ fastest rounds). Target: bertpre's overhead at most 20% (ratio <= 1.2).
     .venv/bin/python -m bench.tokenize_speed --rounds 1         # shorter
     .venv/bin/python -m bench.tokenize_speed --corpora ../shared/corpora/zh-fortunes.txt \
         --vocab-size 8000 --word-boundaries jieba             # the cost of word starts
+    .venv/bin/python -m bench.tokenize_speed --kinds wordpiece bpe unigram   # each kind, same run
+
+`--kinds bpe unigram` times the other vocab kinds of `bertpre tokenize --tokenizer-type` the same
+way: bertpre's `train_bpe_or_unigram` (reading the spooled documents) next to a byte-level BPE
+(`BpeTrainer`, ByteLevel pre-tokenizer and alphabet) or Unigram (`UnigramTrainer`, NFKC, `▁`
+Metaspace) pipeline built and trained with `tokenizers` directly, with the same options and
+special tokens; encode+write and end to end as above. Several kinds are written to
+tokenize-kinds-DATE.json, one figures table a kind; the kinds' rounds interleave.
 """
 from __future__ import annotations
 
@@ -33,27 +41,54 @@ from functools import partial
 from pathlib import Path
 
 import datasets
-from tokenizers import Tokenizer, trainers
+from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
 
 from bench.common import CORPORA, RESULTS, median, write_result
 from bertpre.data import encode as encoding
 from bertpre.data.build import tokenize_corpus
 from bertpre.tokenizer import SPECIAL_TOKENS, build_tokenizer, train_tokenizer
+from bertpre.tokenizer.bpe_unigram import (
+    MAX_PIECE_LENGTH,
+    ROBERTA_SPECIAL_TOKENS,
+    TOKENIZER_TYPES,
+    train_bpe_or_unigram,
+)
+from bertpre.tokenizer.sentence_encoder import without_special_tokens
 from bertpre.tokenizer.word_boundaries import WORD_BOUNDARIES, WordStarts
 from data_prep import CorpusStats, read_documents
 
 BATCH_DOCUMENTS = encoding.BATCH_DOCUMENTS
 
 
-def train_with_tokenizers(batches: list[list[str]], vocab_size: int) -> Tokenizer:
-    """The peer: the same BERT pipeline and WordPieceTrainer options, trained directly."""
-    tokenizer = build_tokenizer(None, lowercase=True)
-    trainer = trainers.WordPieceTrainer(
-        vocab_size=vocab_size, min_frequency=2, limit_alphabet=1000,
-        special_tokens=SPECIAL_TOKENS, continuing_subword_prefix="##", show_progress=False,
-    )
+def train_with_tokenizers(batches: list[list[str]], vocab_size: int, kind: str = "wordpiece") -> Tokenizer:
+    """The peer: the same pipeline and trainer options as bertpre's vocab of `kind`, trained directly."""
+    if kind == "bpe":  # RoBERTa's byte-level BPE, as `--tokenizer-type bpe` (cased)
+        tokenizer = Tokenizer(models.BPE())
+        tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=2, special_tokens=ROBERTA_SPECIAL_TOKENS,
+                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    elif kind == "unigram":  # XLM-R's SentencePiece-style Unigram, as `--tokenizer-type unigram`
+        tokenizer = Tokenizer(models.Unigram())
+        tokenizer.normalizer = normalizers.NFKC()
+        tokenizer.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")
+        trainer = trainers.UnigramTrainer(vocab_size=vocab_size, special_tokens=ROBERTA_SPECIAL_TOKENS,
+                                          unk_token="<unk>", max_piece_length=MAX_PIECE_LENGTH, show_progress=False)
+    else:
+        tokenizer = build_tokenizer(None, lowercase=True)
+        trainer = trainers.WordPieceTrainer(
+            vocab_size=vocab_size, min_frequency=2, limit_alphabet=1000,
+            special_tokens=SPECIAL_TOKENS, continuing_subword_prefix="##", show_progress=False,
+        )
     tokenizer.train_from_iterator(batches, trainer)
     return tokenizer
+
+
+def train_with_bertpre(raw: datasets.Dataset, vocab_size: int, kind: str = "wordpiece") -> Tokenizer:
+    """bertpre's vocab training of `kind`, reading the spooled documents as `bertpre tokenize` does."""
+    sentences = encoding.SentenceBatches(raw, show_progress=False)
+    if kind == "wordpiece":
+        return train_tokenizer(sentences, vocab_size=vocab_size)
+    return train_bpe_or_unigram(sentences, kind, vocab_size)
 
 
 def encode_with_tokenizers(tokenizer: Tokenizer, batches: list[list[str]]) -> int:
@@ -82,70 +117,46 @@ def run_timed(times: dict[str, list[float]], swap: bool, calls: dict[str, Callab
     return results
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--corpora", nargs="*", type=Path, default=None,
-                        help="corpus files (default: ../shared/corpora/wikitext2-*.txt)")
-    parser.add_argument("--vocab-size", type=int, default=30522)
-    parser.add_argument("--num-proc", type=int, default=2)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--word-boundaries", choices=WORD_BOUNDARIES, default=None,
-                        help="also time encode+write with these word starts")
-    parser.add_argument("--results", type=Path, default=RESULTS)
-    args = parser.parse_args(argv)
+STAGES = ("train_bertpre", "train_tokenizers", "encode_bertpre", "encode_tokenizers", "end_to_end_bertpre",
+          "encode_words")
 
-    files = args.corpora or sorted(CORPORA.glob("wikitext2-*.txt"))
-    if not files or not all(path.is_file() for path in files):
-        print(f"no corpus to benchmark: {CORPORA}/wikitext2-*.txt is absent; pass --corpora FILE...")
-        return 0
-    megabytes = sum(path.stat().st_size for path in files) / 1e6
-    datasets.disable_progress_bars()
 
-    documents = list(read_documents(files, stats=CorpusStats()))
-    sentences = [sentence for document in documents for sentence in document]
-    # The same batches for both: a batch of documents' sentences at a time.
-    batches = [
-        [sentence for document in documents[start : start + BATCH_DOCUMENTS] for sentence in document]
-        for start in range(0, len(documents), BATCH_DOCUMENTS)
-    ]
-    times: dict[str, list[float]] = {name: [] for name in
-                                     ("train_bertpre", "train_tokenizers", "encode_bertpre",
-                                      "encode_tokenizers", "end_to_end_bertpre", "encode_words")}
-    with tempfile.TemporaryDirectory() as scratch:
-        scratch = Path(scratch)
-        raw, _ = encoding.spool_documents(documents, scratch / "documents.arrow", show_progress=False)
-        for round_index in range(args.rounds):
-            # Alternate who goes first, so a burst of load elsewhere does not always hit one side.
-            swap = round_index % 2 == 1
-            results = run_timed(times, swap, {
-                "train_bertpre": partial(train_tokenizer, encoding.SentenceBatches(raw, show_progress=False),
-                                         vocab_size=args.vocab_size),
-                "train_tokenizers": partial(train_with_tokenizers, batches, args.vocab_size),
-            })
-            tokenizer = results["train_bertpre"]
-            results = run_timed(times, swap, {
-                "encode_bertpre": partial(encode_and_write_with_bertpre, raw, tokenizer, args.num_proc,
-                                          scratch / f"dataset-{round_index}"),
-                "encode_tokenizers": partial(encode_with_tokenizers, tokenizer, batches),
-            })
-            assert results["encode_bertpre"] == results["encode_tokenizers"], results
-            if args.word_boundaries:
-                run_timed(times, False, {"encode_words": partial(
-                    encode_and_write_with_bertpre, raw, tokenizer, args.num_proc,
-                    scratch / f"dataset-words-{round_index}", WordStarts(args.word_boundaries))})
-            run_timed(times, False, {"end_to_end_bertpre": partial(
-                tokenize_corpus, files, scratch / f"data-{round_index}", vocab_size=args.vocab_size,
-                num_proc=args.num_proc, show_progress=False)})
+def time_round(kind: str, times: dict[str, list[float]], round_index: int, raw: datasets.Dataset,
+               batches: list[list[str]], files: list[Path], scratch: Path, args: argparse.Namespace) -> None:
+    """One round of every stage for vocab `kind`, its seconds appended to `times`."""
+    # Alternate who goes first, so a burst of load elsewhere does not always hit one side.
+    swap = round_index % 2 == 1
+    results = run_timed(times, swap, {
+        "train_bertpre": partial(train_with_bertpre, raw, args.vocab_size, kind),
+        "train_tokenizers": partial(train_with_tokenizers, batches, args.vocab_size, kind),
+    })
+    tokenizer = results["train_bertpre"]
+    # bertpre encodes text as text: WikiText's literal "<unk>" is five characters, never the special
+    # token of a BPE or Unigram vocab. The peer encodes the same way (its specials dropped, untimed).
+    peer_encoder = tokenizer if kind == "wordpiece" else without_special_tokens(tokenizer)
+    results = run_timed(times, swap, {
+        "encode_bertpre": partial(encode_and_write_with_bertpre, raw, tokenizer, args.num_proc,
+                                  scratch / f"dataset-{kind}-{round_index}"),
+        "encode_tokenizers": partial(encode_with_tokenizers, peer_encoder, batches),
+    })
+    assert results["encode_bertpre"] == results["encode_tokenizers"], results
+    if args.word_boundaries:
+        run_timed(times, False, {"encode_words": partial(
+            encode_and_write_with_bertpre, raw, tokenizer, args.num_proc,
+            scratch / f"dataset-words-{kind}-{round_index}", WordStarts(args.word_boundaries))})
+    run_timed(times, False, {"end_to_end_bertpre": partial(
+        tokenize_corpus, files, scratch / f"data-{kind}-{round_index}", vocab_size=args.vocab_size,
+        num_proc=args.num_proc, show_progress=False, tokenizer_type=kind)})
 
+
+def kind_figures(times: dict[str, list[float]], megabytes: float, args: argparse.Namespace) -> dict:
+    """The medians of one kind's rounds as MB/s and ratios; printed as a table."""
     median_seconds = {name: median(values) for name, values in times.items() if values}
     fastest = {name: min(values) for name, values in times.items() if values}
     rows = [
         ("vocab training", "train_bertpre", "train_tokenizers"),
         ("encode+write", "encode_bertpre", "encode_tokenizers"),
     ]
-    print(f"corpus: {', '.join(path.name for path in files)} ({megabytes:.2f} MB, {len(documents):,} "
-          f"documents, {len(sentences):,} sentences); vocab {args.vocab_size}; "
-          f"{args.num_proc} processes; median of {args.rounds} round(s)")
     print(f"{'stage':<16}{'bertpre MB/s':>14}{'tokenizers MB/s':>17}{'time ratio':>12}"
           f"{'ratio of fastest':>18}")
     figures = {}
@@ -169,13 +180,67 @@ def main(argv: list[str] | None = None) -> int:
             "bertpre_mb_per_s": with_words, "without_mb_per_s": megabytes / median_seconds["encode_bertpre"],
             "bertpre_seconds": median_seconds["encode_words"],
             "ratio_to_without": median_seconds["encode_words"] / median_seconds["encode_bertpre"]}
+    return figures
 
-    name = "tokenize" if args.word_boundaries is None else "tokenize-word-boundaries"
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--corpora", nargs="*", type=Path, default=None,
+                        help="corpus files (default: ../shared/corpora/wikitext2-*.txt)")
+    parser.add_argument("--vocab-size", type=int, default=30522)
+    parser.add_argument("--num-proc", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--kinds", nargs="+", choices=TOKENIZER_TYPES, default=["wordpiece"],
+                        help="vocab kinds to time (default wordpiece; several: results tokenize-kinds-DATE.json)")
+    parser.add_argument("--word-boundaries", choices=WORD_BOUNDARIES, default=None,
+                        help="also time encode+write with these word starts")
+    parser.add_argument("--results", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+    kinds = list(dict.fromkeys(args.kinds))
+
+    files = args.corpora or sorted(CORPORA.glob("wikitext2-*.txt"))
+    if not files or not all(path.is_file() for path in files):
+        print(f"no corpus to benchmark: {CORPORA}/wikitext2-*.txt is absent; pass --corpora FILE...")
+        return 0
+    megabytes = sum(path.stat().st_size for path in files) / 1e6
+    datasets.disable_progress_bars()
+
+    documents = list(read_documents(files, stats=CorpusStats()))
+    sentences = [sentence for document in documents for sentence in document]
+    # The same batches for both: a batch of documents' sentences at a time.
+    batches = [
+        [sentence for document in documents[start : start + BATCH_DOCUMENTS] for sentence in document]
+        for start in range(0, len(documents), BATCH_DOCUMENTS)
+    ]
+    times = {kind: {name: [] for name in STAGES} for kind in kinds}
+    with tempfile.TemporaryDirectory() as scratch:
+        scratch = Path(scratch)
+        raw, _ = encoding.spool_documents(documents, scratch / "documents.arrow", show_progress=False)
+        for round_index in range(args.rounds):
+            for kind in kinds:  # the kinds' rounds interleave too
+                time_round(kind, times[kind], round_index, raw, batches, files, scratch, args)
+
+    print(f"corpus: {', '.join(path.name for path in files)} ({megabytes:.2f} MB, {len(documents):,} "
+          f"documents, {len(sentences):,} sentences); vocab {args.vocab_size}; "
+          f"{args.num_proc} processes; median of {args.rounds} round(s)")
+    figures = {}
+    for kind in kinds:
+        if len(kinds) > 1:
+            print(f"-- {kind}")
+        figures[kind] = kind_figures(times[kind], megabytes, args)
+
+    settings = {"vocab_size": args.vocab_size, "num_proc": args.num_proc, "rounds": args.rounds,
+                "word_boundaries": args.word_boundaries}
+    if kinds == ["wordpiece"]:  # the record as it was before kinds
+        name = "tokenize" if args.word_boundaries is None else "tokenize-word-boundaries"
+        figures, times = figures["wordpiece"], times["wordpiece"]
+    else:
+        name = "tokenize-kinds" if args.word_boundaries is None else "tokenize-kinds-word-boundaries"
+        settings["kinds"] = kinds
     path = write_result(name, {
         "corpus": {"files": [path.name for path in files], "megabytes": megabytes,
                    "documents": len(documents), "sentences": len(sentences)},
-        "settings": {"vocab_size": args.vocab_size, "num_proc": args.num_proc, "rounds": args.rounds,
-                     "word_boundaries": args.word_boundaries},
+        "settings": settings,
         "figures": figures,
         "seconds": times,
         "target": "bertpre time / tokenizers time <= 1.2 for vocab training and encode+write",
