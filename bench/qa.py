@@ -68,14 +68,13 @@ from bench.learning import model_shape, welch
 
 QUICK = {"pretrain_steps": 20, "hidden": 64, "layers": 2, "vocab_size": 2000, "max_questions": 300,
          "max_eval": 100, "seeds": 2, "epochs": 1}
-# What the checks found in bertpre (2026-11-26), written into each result beside the figures.
+# What the checks found in bertpre on 2026-11-26, written into each result beside the figures.
 FINDINGS = [
-    "bertpre's BertForQuestionAnswering gives padding positions the head's bias alone as logits; transformers' "
-    "computes them from the padding tokens' states. span_loss and transformers' loss both take the softmax over every "
-    "position of the padded batch, so the losses differ on a padded batch (same_math.own_losses_*), and a window's "
-    "loss depends on how long its batch-mates are; masking padding out of the loss would remove both.",
-    "bertpre's Chinese F1 and exact match remove ASCII punctuation (and '…'); CMRC 2018's script removes only its own "
-    "list and keeps ASCII marks as tokens (cross_check_per_seed.metrics_on_*).",
+    "fixed 2026-11-26 after the first runs: bertpre's span_loss took the softmax over every position of the padded "
+    "batch (as transformers' loss does), so a window's loss depended on how long its batch-mates were; it now leaves "
+    "padding out (same_math.own_losses_* differ from transformers' on padded batches for that reason).",
+    "fixed 2026-11-26 after the first runs: bertpre's Chinese F1 and exact match removed ASCII punctuation (and '…'); "
+    "they now follow CMRC 2018's script, which removes only its own list and keeps ASCII marks as tokens.",
     "An answer whose text starts or ends with a space is labelled with the token before or after it (as run_qa.py "
     "labels); the bench's own labels take the tokens holding the answer's first and last character.",
 ]

@@ -50,10 +50,15 @@ def pad_windows(windows: QAWindows, indices: list[int], pad_id: int, padding_sid
     return {name: torch.tensor(rows, dtype=torch.long) for name, rows in batch.items()}
 
 
-def span_loss(logits: torch.Tensor, start_positions: torch.Tensor, end_positions: torch.Tensor) -> torch.Tensor:
+def span_loss(logits: torch.Tensor, start_positions: torch.Tensor, end_positions: torch.Tensor,
+              attention_mask: torch.Tensor | None = None) -> torch.Tensor:
     """BERT's question-answering loss: the mean of the start and the end cross-entropy over the
-    window's tokens. logits (B, T, 2)."""
+    window's tokens. logits (B, T, 2); `attention_mask` (B, T) leaves padding out of the softmax,
+    so that a window's loss is its own whatever the length of its batch-mates (transformers' loss
+    counts the padding's logits too: the same on a batch without padding)."""
     logits = logits.float()
+    if attention_mask is not None:  # padding is never an answer
+        logits = logits.masked_fill(~attention_mask.bool().to(logits.device)[..., None], torch.finfo(logits.dtype).min)
     return (nn.functional.cross_entropy(logits[..., 0], start_positions)
             + nn.functional.cross_entropy(logits[..., 1], end_positions)) / 2
 
@@ -91,7 +96,7 @@ def train_question_answering(encoder: Encoder, windows: QAWindows, *, hp: Hyperp
                     group["lr"] = learning_rate(step, lr=hp.lr, warmup_steps=warmup, max_steps=total)
                 with runtime.autocast():
                     logits = model(**inputs)  # (B, T, 2)
-                loss = span_loss(logits, starts, ends)
+                loss = span_loss(logits, starts, ends, batch["attention_mask"])
                 optimizer_step(loss, optimizer, scaler, trained.parameters(), hp.max_grad_norm)
                 step += 1
                 progress.step(epoch, loss, len(indices))

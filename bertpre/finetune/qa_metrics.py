@@ -12,10 +12,14 @@ from bertpre.finetune.qa_data import QAExample
 
 ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
 ENGLISH_PUNCTUATION = frozenset(string.punctuation)
-# CMRC 2018's evaluation script's list, removed before scoring; ASCII punctuation is removed as well
-CHINESE_PUNCTUATION = frozenset("-:_*^/\\~`+=，。：？！“”；’《》…·、「」（）－～『』")
-# CMRC 2018 segments characters in this range one by one (BERT's "Chinese characters" besides)
-CJK = re.compile("[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002a6df]")
+# CMRC 2018's evaluation script's list (`sp_char`), removed before scoring. Its "……" entry is two
+# characters, which a character never equals: a lone "…" stays, as it does there.
+CHINESE_PUNCTUATION = frozenset("-:_*^/\\~`+=，。：？！“”；’《》·、「」（）－～『』")
+# CMRC 2018 segments the characters of this range one by one
+CJK = re.compile("[\u4e00-\u9fa5]")
+# and other text with nltk's word_tokenize: here words and single punctuation marks (nltk's
+# Treebank rules besides, such as "don't" as "do n't", are not followed)
+WORDS = re.compile(r"\w+|[^\w\s]")
 
 
 def normalize_answer(text: str) -> str:
@@ -30,27 +34,25 @@ def squad_tokens(text: str) -> list[str]:
 
 
 def cmrc_tokens(text: str) -> list[str]:
-    """CMRC 2018's segmentation: each CJK character alone, other text split into words at spaces
-    and punctuation, punctuation left out, lowercased."""
-    tokens, word = [], []
-    for character in text.lower():
-        if CJK.match(character) or character in CHINESE_PUNCTUATION or character in ENGLISH_PUNCTUATION \
-                or character.isspace():
-            if word:
-                tokens.append("".join(word))
-                word = []
-            if CJK.match(character):
-                tokens.append(character)
+    """CMRC 2018's segmentation (`mixed_segmentation` with its punctuation removed): lowercased,
+    its punctuation list left out (without ending a word, as there), each character of
+    U+4E00..U+9FA5 alone, other runs split into words and single punctuation marks."""
+    tokens, run = [], ""
+    for character in text.lower().strip():
+        if character in CHINESE_PUNCTUATION:
+            continue
+        if CJK.match(character):
+            tokens += WORDS.findall(run)
+            run = ""
+            tokens.append(character)
         else:
-            word.append(character)
-    if word:
-        tokens.append("".join(word))
-    return tokens
+            run += character
+    return tokens + WORDS.findall(run)
 
 
 def exact_match(prediction: str, gold: str, language: str = "en") -> float:
     """1.0 when the two are equal after normalization (English: SQuAD's; Chinese: CMRC's, which
-    lowercases, strips and removes punctuation)."""
+    lowercases, strips and removes its punctuation list, ASCII punctuation outside it kept)."""
     if language == "zh":
         return float(_without_punctuation(prediction) == _without_punctuation(gold))
     return float(normalize_answer(prediction) == normalize_answer(gold))
@@ -102,8 +104,7 @@ def _averages(prefix: str, exact: dict[str, float], f1: dict[str, float], ids: l
 
 
 def _without_punctuation(text: str) -> str:
-    return "".join(character for character in text.lower().strip()
-                   if character not in CHINESE_PUNCTUATION and character not in ENGLISH_PUNCTUATION)
+    return "".join(character for character in text.lower().strip() if character not in CHINESE_PUNCTUATION)
 
 
 def _cmrc_f1(predicted: list[str], expected: list[str]) -> float:

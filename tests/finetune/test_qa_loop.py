@@ -85,6 +85,28 @@ def test_the_loss_is_transformers_question_answering_loss(shape, tiny_data):
     torch.testing.assert_close(loss, reference, atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize("shape", [TINY_BERT, TINY_XLNET], ids=["bert", "xlnet"])
+def test_a_windows_loss_is_its_own_whatever_its_batch_mates(shape, tiny_data):
+    """Padding is left out of the span softmax: a padded batch's loss is the mean of its windows'
+    losses each alone (transformers' loss would count the padding's logits)."""
+    encoder = tiny_encoder(shape, tiny_data)
+    windows = encode_qa_windows(encoder.tokenizer, EXAMPLES, max_seq_length=20, doc_stride=4)
+    lengths = [len(ids) for ids in windows.input_ids]
+    assert len(set(lengths)) > 1, "the batch must need padding"
+    ours = build_task_model(encoder.config, encoder.state, 2, tagging=False, question_answering=True).eval()
+    torch.nn.init.normal_(ours.qa_outputs.bias)  # padding's logits are the bias: make it matter
+
+    def loss_of(indices):
+        batch = pad_windows(windows, indices, 0, encoder.padding_side)
+        with torch.no_grad():
+            logits = ours(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
+        return span_loss(logits, batch["start_positions"], batch["end_positions"], batch["attention_mask"])
+
+    everyone = list(range(len(windows)))
+    alone = torch.stack([loss_of([index]) for index in everyone])
+    torch.testing.assert_close(loss_of(everyone), alone.mean(), atol=1e-5, rtol=0)
+
+
 def test_a_probe_trains_the_start_and_end_layer_alone(tiny_data):
     encoder = tiny_encoder(TINY_BERT, tiny_data)
     windows = encode_qa_windows(encoder.tokenizer, EXAMPLES, max_seq_length=20, doc_stride=4)

@@ -58,7 +58,7 @@ def official_v2(examples, preds):
     return out
 
 
-# --- CMRC 2018's script (nltk's word_tokenize replaced by a split at spaces) -----------------------
+# --- CMRC 2018's script (nltk's word_tokenize replaced by words and single punctuation marks) ----
 SP_CHAR = ["-", ":", "_", "*", "^", "/", "\\", "~", "`", "+", "=", "，", "。", "：", "？", "！", "“", "”", "；", "’",
            "《", "》", "……", "·", "、", "「", "」", "（", "）", "－", "～", "『", "』"]
 
@@ -70,12 +70,12 @@ def cmrc_segmentation(in_str):
         if char in SP_CHAR:
             continue
         if re.search("[\u4e00-\u9fa5]", char):
-            segs_out.extend(temp_str.split())
+            segs_out.extend(re.findall(r"\w+|[^\w\s]", temp_str))
             temp_str = ""
             segs_out.append(char)
         else:
             temp_str += char
-    segs_out.extend(temp_str.split())
+    segs_out.extend(re.findall(r"\w+|[^\w\s]", temp_str))
     return segs_out
 
 
@@ -146,6 +146,11 @@ CHINESE = [
     ("BERT 模型", "bert模型"),
     ("北京", "上海"),
     ("天主教枢机", "枢机天主教"),  # the common run is 2 characters, not 4
+    ("潜七兄,乌江十五兄,兼示符离及下邽弟妹》\n作者：白居易\n时", "弟兄羁旅各西东"),  # ASCII "," is a token
+    ("北京.", "北京"),  # "." is not on CMRC's list: no exact match
+    ("西东…", "西东"),  # nor a lone "…" (its list has "……")
+    ("co-op 模型", "coop模型"),  # its list's "-" is dropped inside the word
+    ("㐀abc", "abc"),  # outside U+4E00..U+9FA5: part of the word
 ]
 
 
@@ -153,6 +158,11 @@ CHINESE = [
 def test_chinese_matches_cmrc2018_official(prediction, gold):
     assert exact_match(prediction, gold, "zh") == cmrc_em([gold], prediction)
     assert f1_score(prediction, gold, "zh") == pytest.approx(cmrc_f1([gold], prediction))
+
+
+def test_chinese_scores_keep_ascii_punctuation_outside_cmrc_s_list():
+    assert f1_score("潜七兄,乌江十五兄,兼示符离及下邽弟妹》\n作者：白居易\n时", "弟兄羁旅各西东", "zh") == pytest.approx(0.0625)
+    assert exact_match("北京.", "北京", "zh") == 0.0 and exact_match("「北京」", "北京", "zh") == 1.0
 
 
 def test_chinese_f1_counts_characters():
