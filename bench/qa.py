@@ -727,12 +727,12 @@ def main(argv: list[str] | None = None) -> int:
         math_check = same_math(ours, reference)
         print(f"same epoch order: {order}; same initial head: {head}; same math (no dropout, {math_check['steps']} "
               f"steps, loss over real tokens): largest loss difference {math_check['largest_loss_difference']:.2e}; "
-              f"each side's own loss (padding in the softmax) differs by up to "
+              f"each side's own loss (bertpre's leaves padding out of the softmax, transformers' does not) differs by up to "
               f"{math_check['own_losses_largest_difference']:.2e}", flush=True)
         if math_check["own_losses_largest_difference"] > 1e-4:
             print(f"note: on the same weights and batch the two sides' own losses differ: padding positions' start "
                   f"logits are {math_check['padding_start_logits_first_padded_batch']} (bertpre: the head's bias; "
-                  "transformers: computed from the padding tokens), and both losses' softmax spans the padding", flush=True)
+                  "transformers: computed from the padding tokens), and transformers' loss spans the padding", flush=True)
         sides = {"bertpre": ours, "reference": reference}
         for seed in range(args.seeds):
             load = os.getloadavg()[0]
