@@ -66,7 +66,8 @@ def format_summary(manifest: dict, out: str | Path, extra: Sequence[tuple[str, s
         rows.append(("vocab trained on", f"a sample of {sample['documents']:,} documents, "
                                          f"{sample['bytes'] / 1e6:,.2f} MB"))
     rows += list(extra)
-    rows.append(("[UNK] share", _describe_unk(manifest)))  # last: the line a user reads first
+    unknown = (tokenizer.get("roles") or {}).get("unk_token") or "[UNK]"  # a released tokenizer's own name
+    rows.append((f"{unknown} share", _describe_unk(manifest)))  # last: the line a user reads first
     width = max(len(name) for name, _ in rows)
     return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
 

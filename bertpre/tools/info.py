@@ -148,7 +148,7 @@ def format_info(info: ModelInfo) -> str:
         + f" + {counts.layer_norms:,} LayerNorm + {counts.pooler:,} pooler",
     ]
     if (config.hidden_size, config.num_hidden_layers, config.intermediate_size) == (768, 12, 3072) \
-            and not config.is_albert and not config.relative_positions:
+            and not config.is_albert and not config.relative_positions and config.architecture == "bert":
         lines.append("  (BERT-base: the encoder is the paper's 110M; the matrices, the 108.8M also quoted)")
     lines += [
         "",

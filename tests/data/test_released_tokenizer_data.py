@@ -232,3 +232,13 @@ def test_training_a_unigram_vocab_says_it_is_not_deterministic_and_how_to_rebuil
     train_vocab([corpus], tmp_path / "bpe", vocab_size=500, tokenizer_type="bpe",
                 split_sentences=False, show_progress=False)
     assert "not deterministic" not in capsys.readouterr().err
+
+
+def test_the_summary_names_the_tokenizers_own_unknown_token(tmp_path):
+    from bertpre.data.summary import format_summary
+
+    corpus = write_lines_corpus(tmp_path / "corpus.txt", sample_lines(fuzzed=0))
+    bpe = run(corpus, tmp_path / "bpe", tokenizer_type="bpe", vocab_size=600, split_sentences=False)
+    assert format_summary(bpe, tmp_path / "bpe").splitlines()[-1].startswith("<unk> share")
+    wordpiece = run(corpus, tmp_path / "wordpiece", vocab_size=600, split_sentences=False)
+    assert format_summary(wordpiece, tmp_path / "wordpiece").splitlines()[-1].startswith("[UNK] share")

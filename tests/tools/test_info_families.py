@@ -32,3 +32,10 @@ def test_a_bert_keeps_its_names_and_its_position_count():
     assert "absolute positions (at most 512)" in text.splitlines()[0]
     assert parameter_names(text)[-3:] == ["encoder (BertModel)", "heads (MLM + pair)", "total (BertForPreTraining)"]
     assert "  total (BertForPreTraining)  " in text
+
+
+def test_the_bert_base_remark_is_made_of_a_bert_alone():
+    base = {**SHAPE, "hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12, "intermediate_size": 3072}
+    assert "(BERT-base: the encoder is the paper's 110M" in format_info(model_info(BertConfig(**base)))
+    roberta = BertConfig(**base, architecture="roberta", max_position_embeddings=514, pad_token_id=1, type_vocab_size=1)
+    assert "BERT-base" not in format_info(model_info(roberta))
