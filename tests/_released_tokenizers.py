@@ -127,3 +127,17 @@ def mpnet_like(folder: Path, vocab_size: int = 300) -> Path:
                             sep_token="</s>", cls_token="<s>", pad_token="<pad>",
                             mask_token="<mask>").save_pretrained(str(folder))
     return folder
+
+
+def roberta_data(root: Path) -> Path:
+    """ROOT/data: the sample lines, in documents of six, tokenized with a RoBERTa-like source
+    folder (ROOT/source), a tenth held out."""
+    from _tokenize_helpers import run
+
+    source = roberta_like(root / "source")
+    lines = sample_lines(fuzzed=0)
+    corpus = root / "corpus.txt"
+    corpus.write_text("\n\n".join("\n".join(lines[start:start + 6]) for start in range(0, len(lines), 6)) + "\n",
+                      encoding="utf-8")
+    run(corpus, root / "data", tokenizer_path=source, split_sentences=False, validation_share=0.1)
+    return root / "data"

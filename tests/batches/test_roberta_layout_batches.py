@@ -7,8 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from _released_tokenizers import roberta_like, sample_lines
-from _tokenize_helpers import run
+from _released_tokenizers import roberta_data as released_roberta_data
 
 from bertpre.batches.collator import MaskingCollator
 from bertpre.batches.pairs import PretrainingInstances
@@ -22,14 +21,7 @@ pytest.importorskip("transformers")  # the source folder is saved by save_pretra
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
-    root = tmp_path_factory.mktemp("roberta-data")
-    source = roberta_like(root / "source")
-    lines = sample_lines(fuzzed=0)
-    corpus = root / "corpus.txt"
-    corpus.write_text("\n\n".join("\n".join(lines[start:start + 6]) for start in range(0, len(lines), 6)) + "\n",
-                      encoding="utf-8")
-    run(corpus, root / "data", tokenizer_path=source, split_sentences=False, validation_share=0.1)
-    return load_data(root / "data")
+    return load_data(released_roberta_data(tmp_path_factory.mktemp("roberta-data")))
 
 
 def rows_of(batch) -> list[np.ndarray]:

@@ -7,8 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from _released_tokenizers import roberta_like, sample_lines
-from _tokenize_helpers import run
+from _released_tokenizers import roberta_data as released_roberta_data
 
 from bertpre.config import DataConfig
 from bertpre.data.folder import load_data
@@ -21,14 +20,7 @@ pytest.importorskip("transformers")  # the source folder is saved by save_pretra
 
 @pytest.fixture(scope="module")
 def roberta_data(tmp_path_factory):
-    root = tmp_path_factory.mktemp("roberta-tools")
-    source = roberta_like(root / "source")
-    lines = sample_lines(fuzzed=0)
-    corpus = root / "corpus.txt"
-    corpus.write_text("\n\n".join("\n".join(lines[start:start + 6]) for start in range(0, len(lines), 6)) + "\n",
-                      encoding="utf-8")
-    run(corpus, root / "data", tokenizer_path=source, split_sentences=False, validation_share=0.1)
-    return load_data(root / "data")
+    return load_data(released_roberta_data(tmp_path_factory.mktemp("roberta-tools")))
 
 
 def test_bert_mask_is_taken_for_the_tokenizers_own(roberta_data):
