@@ -63,14 +63,19 @@ QUICK = {"pretrain_steps": 20, "hidden": 64, "layers": 2, "vocab_size": 2000, "t
          "test_examples": 300, "seeds": 2, "epochs": 1}
 
 
-def pretrain_model(args, scratch: Path) -> Path:
-    """A small BERT pretrained on WikiText-2 by bertpre, exported; returns the export folder."""
+WIKITEXT = ("wikitext2-valid.txt", "wikitext2-test.txt")
+
+
+def pretrain_model(args, scratch: Path, corpus: tuple[str, ...] = WIKITEXT,
+                   overrides: tuple[str, ...] = ("data.max_seq_length=64",)) -> Path:
+    """A small BERT pretrained by bertpre on `corpus` (files of ../shared/corpora; WikiText-2 by
+    default), NSP, with config `overrides`, exported; returns the export folder."""
     from bertpre.config import load_config
     from bertpre.data.build import tokenize_corpus
     from bertpre.tools.export import export
     from bertpre.train.trainer import pretrain
 
-    files = [CORPORA / "wikitext2-valid.txt", CORPORA / "wikitext2-test.txt"]
+    files = [CORPORA / name for name in corpus]
     missing = [str(path) for path in files if not path.is_file()]
     if missing:
         raise SystemExit(f"no corpus to pretrain on: {', '.join(missing)} absent; pass --source EXPORT")
@@ -78,20 +83,19 @@ def pretrain_model(args, scratch: Path) -> Path:
     tokenize_corpus(files, data, vocab_size=args.vocab_size, validation_share=0.01, show_progress=False)
     shape = model_shape(args) | {"max_position_embeddings": args.max_seq_length}
     pretrain(load_config(ROOT / "configs" / "tiny.yaml", [
-        f"data.path={data}", f"train.out={run}", "data.max_seq_length=64", "data.pair_task=nsp",
-        "data.num_workers=0", f"train.max_steps={args.pretrain_steps}", "train.batch_size=32",
-        "train.micro_batch_size=32", "train.seed=0", f"train.save_every={args.pretrain_steps}",
+        f"data.path={data}", f"train.out={run}", *overrides, "data.pair_task=nsp", "data.num_workers=0",
+        f"train.max_steps={args.pretrain_steps}", "train.batch_size=32", "train.micro_batch_size=32", "train.seed=0", f"train.save_every={args.pretrain_steps}",
         f"train.eval_every={args.pretrain_steps}", f"train.log_every={max(1, args.pretrain_steps // 5)}",
         "optim.lr=5e-4", f"optim.warmup_steps={max(1, args.pretrain_steps // 10)}",
         *(f"model.{key}={value}" for key, value in shape.items())]), resume=False)
     return export(run, scratch / "export").out
 
 
-def model_folder(args, scratch: Path) -> Path:
+def model_folder(args, scratch: Path, **pretraining) -> Path:
     """--source as a Hugging Face folder transformers can read (exported when it is a RUN or a
     checkpoint), or a model pretrained here."""
     if args.source is None:
-        return pretrain_model(args, scratch)
+        return pretrain_model(args, scratch, **pretraining)
     if (args.source / "config.json").is_file() and (args.source / "tokenizer_config.json").is_file():
         return args.source
     from bertpre.tools.export import export

@@ -63,8 +63,9 @@ from pathlib import Path
 
 import torch
 
-from bench.common import CORPORA, RESULTS, ROOT, write_result
-from bench.learning import model_shape, welch
+from bench.common import CORPORA, RESULTS, write_result
+from bench.finetune import mean_std, model_folder
+from bench.learning import welch
 
 QUICK = {"pretrain_steps": 20, "hidden": 64, "layers": 2, "vocab_size": 2000, "max_questions": 300,
          "max_eval": 100, "seeds": 2, "epochs": 1}
@@ -559,40 +560,6 @@ def cross_check(ours: Bertpre, reference: Reference, our_answers: dict, our_logi
 
 # ---------------------------------------------------------------- model, data, main
 
-def pretrain_model(args, scratch: Path) -> Path:
-    """A small BERT pretrained by bertpre on the language's corpus, exported."""
-    from bertpre.config import load_config
-    from bertpre.data.build import tokenize_corpus
-    from bertpre.tools.export import export
-    from bertpre.train.trainer import pretrain
-
-    files = [CORPORA / name for name in CORPUS[args.language]]
-    missing = [str(path) for path in files if not path.is_file()]
-    if missing:
-        raise SystemExit(f"no corpus to pretrain on: {', '.join(missing)} absent; pass --source EXPORT")
-    data, run = scratch / "data", scratch / "run"
-    tokenize_corpus(files, data, vocab_size=args.vocab_size, validation_share=0.01, show_progress=False)
-    shape = model_shape(args) | {"max_position_embeddings": args.max_seq_length}
-    pretrain(load_config(ROOT / "configs" / "tiny.yaml", [
-        f"data.path={data}", f"train.out={run}", f"data.max_seq_length={args.pretrain_length}",
-        "data.pair_task=nsp", "data.max_predictions_per_seq=null", "data.num_workers=0", f"train.max_steps={args.pretrain_steps}",
-        "train.batch_size=32", "train.micro_batch_size=32", "train.seed=0", f"train.save_every={args.pretrain_steps}",
-        f"train.eval_every={args.pretrain_steps}", f"train.log_every={max(1, args.pretrain_steps // 5)}",
-        "optim.lr=5e-4", f"optim.warmup_steps={max(1, args.pretrain_steps // 10)}",
-        *(f"model.{key}={value}" for key, value in shape.items())]), resume=False)
-    return export(run, scratch / "export").out
-
-
-def model_folder(args, scratch: Path) -> Path:
-    if args.source is None:
-        return pretrain_model(args, scratch)
-    if (args.source / "config.json").is_file() and (args.source / "tokenizer_config.json").is_file():
-        return args.source
-    from bertpre.tools.export import export
-
-    return export(args.source, scratch / "export").out
-
-
 BUILDERS = {"wordnet": ("wordnet_questions", Path("/usr/share/wordnet")),
             "poems": ("poem_questions", Path("/usr/share/games/fortunes"))}
 
@@ -648,10 +615,6 @@ def first_questions(path: Path, out: Path, limit: int | None, per_context: int |
     out.write_text(json.dumps({"version": document.get("version", "1.1"), "data": kept}, ensure_ascii=False),
                    encoding="utf-8")
     return out
-
-
-def mean_std(values: list[float]) -> dict:
-    return {"mean": statistics.fmean(values), "std": statistics.stdev(values) if len(values) > 1 else 0.0}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -710,7 +673,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="bertpre-bench-qa-") as scratch:
         scratch = Path(scratch)
         began = time.perf_counter()
-        export = model_folder(args, scratch)
+        export = model_folder(args, scratch, corpus=CORPUS[args.language], overrides=(
+            f"data.max_seq_length={args.pretrain_length}", "data.max_predictions_per_seq=null"))
         pretrain_s = time.perf_counter() - began
         files = task_files(args, scratch / "task")
         ours = Bertpre(export, files, hp, settings)
