@@ -8,10 +8,10 @@ import json
 from pathlib import Path
 
 import pytest
-from tokenizers import Tokenizer
 from _in_process import run_main
 from _released_tokenizers import mpnet_like, roberta_like, sample_lines, xlmr_like
 from _tokenize_helpers import folder_bytes, run
+from tokenizers import Tokenizer
 
 from bertpre.data.folder import load_data
 from bertpre.data.summary import unk_warning
