@@ -30,6 +30,7 @@ from bertpre.config.sections import (
 from bertpre.configs import preset_names
 from bertpre.errors import UserError
 from bertpre.labels import MASK_COUNTS, PAIR_TASKS
+from bertpre.model.config import refuse_keys_of_other_layouts
 from bertpre.model.families import FAMILIES, family
 from bertpre.tokenizer.roles import token_roles
 
@@ -69,7 +70,8 @@ def _validate(config: Config, warmup_given: bool, ratio_given: bool) -> None:
     placeholder_vocab = model.pad_token_id + 1 if model.vocab_size == "auto" else model.vocab_size
     dataclasses.replace(model, vocab_size=placeholder_vocab).validate()
 
-    if data.max_seq_length > model.max_tokens and not model.relative_positions:
+    # with model.init_from the positions are the source's, checked against it (`adopt_shape`)
+    if data.max_seq_length > model.max_tokens and not model.relative_positions and config.init_from is None:
         raise UserError(
             f"data.max_seq_length ({data.max_seq_length}) is larger than "
             f"model.max_position_embeddings ({model.max_position_embeddings}){offset_words(model)}; "
@@ -192,6 +194,7 @@ def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] 
     model_raw = raw.get("model") if isinstance(raw.get("model"), dict) else {}
     config.init_from = _init_from(model_raw.get(INIT_FROM))
     config.model_keys_given = frozenset(model_raw) - {INIT_FROM}
+    refuse_keys_of_other_layouts(config.model, config.model_keys_given)
     for name, value in family(config.model).model_defaults.items():
         if name not in config.model_keys_given:  # RoBERTa's one token type, where BERT's default is two
             setattr(config.model, name, value)

@@ -126,9 +126,14 @@ def format_info(info: ModelInfo) -> str:
         shape += f", embedding_size {config.embedding_size}"
     if config.share_layers:
         shape += ", one layer shared by all"
-    shape += {"absolute": f", absolute positions (at most {position_limit(config)})",
-              "rope": f", rotary positions (theta {config.rope_theta:g}), any length",
-              "transformer_xl": ", Transformer-XL relative positions, any length"}[config.position_embedding_type]
+    if config.is_modernbert:
+        shape += (f", rotary positions (theta {config.global_rope_theta:g} global, {config.local_rope_theta:g} "
+                  f"local), global attention every {config.global_attn_every_n_layers} layers and a window of "
+                  f"{config.local_attention} elsewhere")
+    else:
+        shape += {"absolute": f", absolute positions (at most {position_limit(config)})",
+                  "rope": f", rotary positions (theta {config.rope_theta:g}), any length",
+                  "transformer_xl": ", Transformer-XL relative positions, any length"}[config.position_embedding_type]
     encoder_class, model_class, heads = model_names(config)
     rows = [
         ("embeddings", counts.embeddings), ("attention", counts.attention),
