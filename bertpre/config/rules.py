@@ -91,6 +91,17 @@ RULES: dict[str, Range] = {
     "data.reuse_length": integers(1, MAX_SEQ_LENGTH),
     "model.mem_len": integers(0, MAX_SEQ_LENGTH),
     "model.clamp_len": integers(-1, MAX_SEQ_LENGTH),
+    # ModernBERT's (model.architecture modernbert)
+    "model.norm_eps": numbers("(0, 1]"),
+    "model.local_attention": integers(1, MAX_SEQ_LENGTH),  # the whole window: local_attention // 2 each way
+    "model.global_attn_every_n_layers": integers(1, MAX_SIZE),  # 1: every layer global
+    "model.global_rope_theta": numbers("(1, 1e12]"),
+    "model.local_rope_theta": numbers("(1, 1e12]"),
+    "model.embedding_dropout": numbers("[0, 1)"),
+    "model.attention_dropout": numbers("[0, 1)"),
+    "model.mlp_dropout": numbers("[0, 1)"),
+    "model.classifier_dropout": numbers("[0, 1)"),
+    "model.initializer_cutoff_factor": numbers("(0, 100]"),  # truncation at ± factor × std
     "data.path[].weight": numbers(f"(0, {MAX_WEIGHT:g}]"),
     "optim.lr": numbers("(0, 1]"),
     "optim.betas[]": numbers("[0, 1)"),

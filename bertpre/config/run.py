@@ -30,6 +30,7 @@ from bertpre.config.sections import (
 from bertpre.configs import preset_names
 from bertpre.errors import UserError
 from bertpre.labels import MASK_COUNTS, PAIR_TASKS
+from bertpre.model.config import refuse_keys_of_other_layouts
 from bertpre.model.families import FAMILIES, family
 from bertpre.tokenizer.roles import token_roles
 
@@ -192,6 +193,7 @@ def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] 
     model_raw = raw.get("model") if isinstance(raw.get("model"), dict) else {}
     config.init_from = _init_from(model_raw.get(INIT_FROM))
     config.model_keys_given = frozenset(model_raw) - {INIT_FROM}
+    refuse_keys_of_other_layouts(config.model, config.model_keys_given)
     for name, value in family(config.model).model_defaults.items():
         if name not in config.model_keys_given:  # RoBERTa's one token type, where BERT's default is two
             setattr(config.model, name, value)

@@ -173,6 +173,8 @@ class Config:
     def to_dict(self) -> dict[str, dict[str, Any]]:
         """The config as plain data, in the YAML layout."""
         sections = {name: dataclasses.asdict(getattr(self, name)) for name in SECTIONS}
+        # the model keys of its architecture alone (a BERT run's config.yaml has no ModernBERT keys)
+        sections["model"] = {name: sections["model"][name] for name in self.model.architecture_fields()}
         sections["model"][INIT_FROM] = self.init_from
         if self.phases:
             sections["phases"] = [phase.to_dict() for phase in self.phases]

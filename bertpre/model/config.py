@@ -12,7 +12,9 @@ HIDDEN_ACTS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu", "swish")
 # and `xlm-roberta`: RoBERTa's layout (`bertpre.model.roberta`), the two named as Hugging Face
 # names their config.json's model_type and classes (XLM-R is RoBERTa's network).
 ROBERTA_ARCHITECTURES = ("roberta", "xlm-roberta")
-ARCHITECTURES = ("bert", "xlnet", *ROBERTA_ARCHITECTURES)
+# `modernbert`: ModernBERT's layout (`bertpre.model.modernbert`), its own keys named as Hugging
+# Face's ModernBertConfig names them (MODERNBERT_FIELDS).
+ARCHITECTURES = ("bert", "xlnet", *ROBERTA_ARCHITECTURES, "modernbert")
 # Hugging Face's class-name prefix of each RoBERTa-layout model_type.
 ROBERTA_CLASS_PREFIXES = {"roberta": "Roberta", "xlm-roberta": "XLMRoberta"}
 # Fields that shape an XLNet's weights (the rest of BERT's have no meaning there).
@@ -20,6 +22,36 @@ XLNET_SHAPE_FIELDS = ("architecture", "vocab_size", "hidden_size", "num_hidden_l
                       "num_attention_heads", "intermediate_size")
 # Fields bertpre adds for XLNet; a BERT export's config.json leaves them out.
 XLNET_FIELDS = ("architecture", "mem_len", "clamp_len")
+# ModernBERT's own keys (Hugging Face's ModernBertConfig names); other architectures refuse them.
+MODERNBERT_FIELDS = ("hidden_activation", "norm_eps", "norm_bias", "local_attention", "global_attn_every_n_layers",
+                     "global_rope_theta", "local_rope_theta", "attention_bias", "mlp_bias", "decoder_bias",
+                     "embedding_dropout", "attention_dropout", "mlp_dropout", "initializer_cutoff_factor",
+                     "classifier_pooling", "classifier_activation", "classifier_bias", "classifier_dropout")
+# BERT's keys that have no meaning in ModernBERT's layout, each with what to set instead; a config
+# that gives one for `modernbert` is refused (a silently ignored key would be a silent surprise).
+MODERNBERT_INSTEAD = {
+    "hidden_act": "model.hidden_activation",
+    "layer_norm_eps": "model.norm_eps",
+    "hidden_dropout_prob": "model.embedding_dropout and model.mlp_dropout",
+    "attention_probs_dropout_prob": "model.attention_dropout",
+    "type_vocab_size": "nothing: ModernBERT has no token types",
+    "position_embedding_type": "nothing: ModernBERT's positions are rotary (model.global_rope_theta, "
+                               "model.local_rope_theta)",
+    "rope_theta": "model.global_rope_theta and model.local_rope_theta",
+    "embedding_size": "nothing: ModernBERT has no factorized embeddings",
+    "share_layers": "nothing: ModernBERT's layers are not shared",
+    "mem_len": "nothing: ModernBERT has no Transformer-XL memory",
+    "clamp_len": "nothing: ModernBERT has no Transformer-XL memory",
+}
+CLASSIFIER_POOLINGS = ("cls", "mean")
+# Fields that shape a ModernBERT's weights.
+MODERNBERT_SHAPE_FIELDS = ("architecture", "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                           "intermediate_size", "norm_bias", "attention_bias", "mlp_bias", "decoder_bias",
+                           "classifier_bias")
+# What a ModernBERT's config.json says in transformers' names beyond the shared ones (the rest of
+# MODERNBERT_FIELDS are written as they are).
+MODERNBERT_HF_SHARED = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                        "max_position_embeddings", "initializer_range", "pad_token_id")
 # A model with relative positions exports as Hugging Face remote code (transformers has no
 # such BERT): config.json names these classes of the export's own two Python files.
 REMOTE_MODEL_TYPE = "bertpre"
@@ -79,6 +111,25 @@ class BertConfig:
     architecture: str = "bert"
     mem_len: int = 0
     clamp_len: int = -1
+    # ModernBERT's (architecture: modernbert); defaults are ModernBERT-base's.
+    hidden_activation: str = "gelu"
+    norm_eps: float = 1e-5
+    norm_bias: bool = False
+    local_attention: int = 128
+    global_attn_every_n_layers: int = 3
+    global_rope_theta: float = 160000.0
+    local_rope_theta: float = 10000.0
+    attention_bias: bool = False
+    mlp_bias: bool = False
+    decoder_bias: bool = True
+    embedding_dropout: float = 0.0
+    attention_dropout: float = 0.0
+    mlp_dropout: float = 0.0
+    initializer_cutoff_factor: float = 2.0
+    classifier_pooling: str = "cls"
+    classifier_activation: str = "gelu"
+    classifier_bias: bool = False
+    classifier_dropout: float = 0.0
 
     def validate(self) -> None:
         """Raise UserError naming the first field that cannot build a model."""
@@ -146,6 +197,9 @@ class BertConfig:
                             "does not carry; set model.architecture: xlnet, or model.mem_len: 0")
         if self.architecture == "bert":
             return
+        if self.is_modernbert:
+            self.validate_modernbert()
+            return
         if self.is_roberta:
             self.validate_roberta()
             return
@@ -177,6 +231,52 @@ class BertConfig:
                             f"position for a token: RoBERTa's positions start after the padding's row "
                             f"(pad_token_id {self.pad_token_id}); raise it to at least {self.position_offset + 1}")
 
+    def validate_modernbert(self) -> None:
+        """ModernBERT's own rules: rotary positions in every head, a window the positions hold,
+        a global layer at least every few layers, and its choices (activations, pooling)."""
+        head_size = self.hidden_size // self.num_attention_heads
+        if head_size % 2:
+            raise UserError(f"ModernBERT's rotary positions turn pairs of a head's {head_size} dimensions; choose "
+                            f"model.hidden_size / model.num_attention_heads even (it is {self.hidden_size} / "
+                            f"{self.num_attention_heads})")
+        for name in ("local_attention", "global_attn_every_n_layers"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise UserError(f"model.{name} must be a positive integer, got {value!r}")
+        if self.local_attention > self.max_position_embeddings:
+            raise UserError(f"model.local_attention ({self.local_attention}) is wider than the "
+                            f"model.max_position_embeddings ({self.max_position_embeddings}) the model reads; "
+                            "lower it, or raise max_position_embeddings")
+        for name in ("hidden_activation", "classifier_activation"):
+            if getattr(self, name) not in HIDDEN_ACTS:
+                raise UserError(f"model.{name} {getattr(self, name)!r} is not supported; use one of "
+                                + ", ".join(HIDDEN_ACTS))
+        if self.classifier_pooling not in CLASSIFIER_POOLINGS:
+            raise UserError(f"model.classifier_pooling {self.classifier_pooling!r} is not built; use one of "
+                            + ", ".join(CLASSIFIER_POOLINGS))
+
+    def layer_is_global(self, index: int) -> bool:
+        """Whether ModernBERT's layer `index` attends globally (layers 0, n, 2n … for
+        `global_attn_every_n_layers` n, as transformers lays them out) rather than in the window."""
+        return index % self.global_attn_every_n_layers == 0
+
+    @property
+    def sliding_window(self) -> int:
+        """How far a local layer's token looks each way: keys at distance <= local_attention // 2
+        (transformers' window, `local_attention` the whole width)."""
+        return self.local_attention // 2
+
+    def architecture_fields(self) -> tuple[str, ...]:
+        """The fields with a meaning for this architecture (a run's config.yaml writes these):
+        ModernBERT's own for `modernbert`, without BERT's that it refuses; the rest without ModernBERT's."""
+        if self.is_modernbert:
+            return tuple(f.name for f in fields(self) if f.name not in MODERNBERT_INSTEAD)
+        return tuple(f.name for f in fields(self) if f.name not in MODERNBERT_FIELDS)
+
+    @property
+    def is_modernbert(self) -> bool:
+        return self.architecture == "modernbert"
+
     @property
     def is_xlnet(self) -> bool:
         return self.architecture == "xlnet"
@@ -203,6 +303,8 @@ class BertConfig:
         """The fields two models must share for one's weights to load into the other."""
         if self.is_xlnet:
             return XLNET_SHAPE_FIELDS
+        if self.is_modernbert:
+            return MODERNBERT_SHAPE_FIELDS
         if self.is_roberta:  # the padding's id is where RoBERTa's positions start
             return ("architecture", "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
                     "intermediate_size", "max_position_embeddings", "type_vocab_size", "pad_token_id")
@@ -225,7 +327,7 @@ class BertConfig:
     @property
     def relative_positions(self) -> bool:
         """Whether positions enter attention (`rope`, `transformer_xl`, XLNet) rather than a table."""
-        return self.position_embedding_type != "absolute" or self.is_xlnet
+        return self.position_embedding_type != "absolute" or self.is_xlnet or self.is_modernbert
 
     @property
     def is_albert(self) -> bool:
@@ -247,7 +349,8 @@ class BertConfig:
 
     def bert_dict(self) -> dict:
         """The fields a BERT-layout model has (XLNet's left out), for its config.json."""
-        return {name: value for name, value in self.to_dict().items() if name not in XLNET_FIELDS}
+        return {name: value for name, value in self.to_dict().items()
+                if name not in (*XLNET_FIELDS, *MODERNBERT_FIELDS)}
 
     def to_hf_dict(self) -> dict:
         """config.json content: Hugging Face `BertConfig` / `BertForPreTraining` for absolute
@@ -258,6 +361,8 @@ class BertConfig:
             return self.xlnet_config().to_hf_dict()
         if self.is_roberta:
             return self.roberta_hf_dict()
+        if self.is_modernbert:
+            return self.modernbert_hf_dict()
         if self.relative_positions:
             hf = {"architectures": ["BertpreForPreTraining"], "model_type": REMOTE_MODEL_TYPE,
                   "auto_map": dict(REMOTE_AUTO_MAP)}
@@ -266,7 +371,7 @@ class BertConfig:
             return hf
         hf = {"architectures": ["BertForPreTraining"], "model_type": "bert"}
         hf.update({f.name: getattr(self, f.name) for f in fields(self)
-                   if f.name not in ("embedding_size", "share_layers", "rope_theta", *XLNET_FIELDS)})
+                   if f.name not in ("embedding_size", "share_layers", "rope_theta", *XLNET_FIELDS, *MODERNBERT_FIELDS)})
         hf.update(position_embedding_type="absolute", tie_word_embeddings=True)
         # Kept (harmless to transformers, which stores unknown keys) so a round trip is exact.
         if self.is_albert:
@@ -280,9 +385,49 @@ class BertConfig:
         hf = {"architectures": [f"{ROBERTA_CLASS_PREFIXES[self.architecture]}ForMaskedLM"],
               "model_type": self.architecture}
         hf.update({f.name: getattr(self, f.name) for f in fields(self)
-                   if f.name not in ("embedding_size", "share_layers", "rope_theta", *XLNET_FIELDS)})
+                   if f.name not in ("embedding_size", "share_layers", "rope_theta", *XLNET_FIELDS, *MODERNBERT_FIELDS)})
         hf.update(tie_word_embeddings=True)
         return hf
+
+    def modernbert_hf_dict(self) -> dict:
+        """config.json of Hugging Face's `ModernBertForMaskedLM`: transformers 5's `layer_types` and
+        `rope_parameters`, and the keys released ModernBERT folders (and transformers 4) read,
+        `global_attn_every_n_layers`, `global_rope_theta`, `local_rope_theta`. The special tokens'
+        ids are the export's to add (the tokenizer holds them); None here, not transformers'
+        defaults, which are ids of ModernBERT's own vocabulary."""
+        hf = {"architectures": ["ModernBertForMaskedLM"], "model_type": "modernbert"}
+        hf.update({name: getattr(self, name) for name in (*MODERNBERT_HF_SHARED, *MODERNBERT_FIELDS)})
+        hf.update(layer_types=["full_attention" if self.layer_is_global(index) else "sliding_attention"
+                               for index in range(self.num_hidden_layers)],
+                  rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": self.global_rope_theta},
+                                   "sliding_attention": {"rope_type": "default", "rope_theta": self.local_rope_theta}},
+                  bos_token_id=None, eos_token_id=None, cls_token_id=None, sep_token_id=None,
+                  tie_word_embeddings=True)
+        return hf
+
+    @classmethod
+    def from_modernbert_dict(cls, hf: dict) -> BertConfig:
+        """An `architecture: modernbert` BertConfig from a ModernBERT config.json: transformers 5's
+        `layer_types` and `rope_parameters`, or the older `global_attn_every_n_layers`,
+        `global_rope_theta` and `local_rope_theta`."""
+        known = (*MODERNBERT_HF_SHARED, *MODERNBERT_FIELDS)
+        values = {name: hf[name] for name in known if name in hf and hf[name] is not None}
+        layers = values.get("num_hidden_layers", 22)
+        layer_types = hf.get("layer_types")
+        if layer_types is not None:
+            values["global_attn_every_n_layers"] = global_layer_period(layer_types, layers)
+        rope = hf.get("rope_parameters") or {}
+        for kind, name in (("full_attention", "global_rope_theta"), ("sliding_attention", "local_rope_theta")):
+            parameters = rope.get(kind) or {}
+            if parameters.get("rope_type", "default") != "default":
+                raise UserError(f"config.json's rope_parameters.{kind} has rope_type {parameters['rope_type']!r}; "
+                                "bertpre builds ModernBERT's 'default' rotary positions only")
+            if parameters.get("rope_theta") is not None:
+                values[name] = parameters["rope_theta"]
+        values.setdefault("pad_token_id", 50283)  # transformers' default
+        config = cls(architecture="modernbert", **values)
+        config.validate()
+        return config
 
     @classmethod
     def from_hf_dict(cls, hf: dict) -> BertConfig:
@@ -291,10 +436,12 @@ class BertConfig:
         model_type = hf.get("model_type", "bert")
         if model_type == "xlnet":
             return cls.from_xlnet_dict(hf)
+        if model_type == "modernbert":
+            return cls.from_modernbert_dict(hf)
         if model_type not in ("bert", REMOTE_MODEL_TYPE, *ROBERTA_ARCHITECTURES):
             raise UserError(
                 f"config.json has model_type {model_type!r}, which bertpre does not build; it builds "
-                f"{', '.join(('bert', *ROBERTA_ARCHITECTURES))} and xlnet (and reads its own exports' "
+                f"{', '.join(('bert', *ROBERTA_ARCHITECTURES, 'modernbert'))} and xlnet (and reads its own exports' "
                 f"{REMOTE_MODEL_TYPE!r})"
             )
         embedding_type = hf.get("position_embedding_type", "absolute")
@@ -303,7 +450,7 @@ class BertConfig:
                 f"config.json has position_embedding_type {embedding_type!r}; bertpre reads "
                 f"{model_type}'s 'absolute', and 'rope' or 'transformer_xl' from its own exports"
             )
-        known = {f.name for f in fields(cls)} - set(XLNET_FIELDS)
+        known = {f.name for f in fields(cls)} - set(XLNET_FIELDS) - set(MODERNBERT_FIELDS)
         values = {k: v for k, v in hf.items() if k in known}
         if model_type in ROBERTA_ARCHITECTURES:
             values["architecture"] = model_type
@@ -323,6 +470,37 @@ class BertConfig:
                    hidden_dropout_prob=xlnet.dropout, attention_probs_dropout_prob=xlnet.dropout,
                    layer_norm_eps=xlnet.layer_norm_eps, initializer_range=xlnet.initializer_range,
                    pad_token_id=xlnet.pad_token_id, mem_len=xlnet.mem_len, clamp_len=xlnet.clamp_len)
+
+
+def refuse_keys_of_other_layouts(config: BertConfig, given: frozenset[str] | set[str]) -> None:
+    """Refuse a `model:` key a config gives (`given`) that `config.architecture` has no use for:
+    ModernBERT's own keys for another architecture, BERT's keys that ModernBERT has not (naming
+    ModernBERT's key to use instead)."""
+    if config.is_modernbert:
+        for name in MODERNBERT_INSTEAD:
+            if name in given:
+                raise UserError(f"model.{name} is BERT's, which model.architecture modernbert does not read; "
+                                f"remove it (set {MODERNBERT_INSTEAD[name]} instead)")
+        return
+    for name in MODERNBERT_FIELDS:
+        if name in given:
+            raise UserError(f"model.{name} is ModernBERT's, which model.architecture {config.architecture} does "
+                            "not have; remove it, or set model.architecture: modernbert")
+
+
+def global_layer_period(layer_types: list, num_hidden_layers: int) -> int:
+    """ModernBERT's `global_attn_every_n_layers` n from transformers' `layer_types` (layers 0, n,
+    2n … "full_attention", the rest "sliding_attention"); another pattern is refused."""
+    if len(layer_types) != num_hidden_layers:
+        raise UserError(f"config.json's layer_types names {len(layer_types)} layers, but num_hidden_layers "
+                        f"is {num_hidden_layers}")
+    global_layers = [index for index, kind in enumerate(layer_types) if kind == "full_attention"]
+    period = global_layers[1] if len(global_layers) > 1 else max(num_hidden_layers, 1)
+    expected = ["full_attention" if index % period == 0 else "sliding_attention" for index in range(num_hidden_layers)]
+    if list(layer_types) != expected:
+        raise UserError("config.json's layer_types are not global every n-th layer from layer 0 (the "
+                        "pattern bertpre builds, global_attn_every_n_layers); got " + ", ".join(map(str, layer_types)))
+    return period
 
 
 @dataclass

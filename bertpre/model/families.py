@@ -27,7 +27,13 @@ from bertpre.model.bert_cost import (
     estimate_bert_inference_memory,
     estimate_bert_memory,
 )
-from bertpre.model.config import ROBERTA_CLASS_PREFIXES, XLNET_SHAPE_FIELDS, BertConfig
+from bertpre.model.config import (
+    MODERNBERT_FIELDS,
+    MODERNBERT_HF_SHARED,
+    ROBERTA_CLASS_PREFIXES,
+    XLNET_SHAPE_FIELDS,
+    BertConfig,
+)
 from bertpre.model.heads import (
     BertForQuestionAnswering,
     BertForSequenceClassification,
@@ -36,6 +42,17 @@ from bertpre.model.heads import (
     XLNetForSequenceClassification,
     XLNetForTokenClassification,
     xlnet_encoder,
+)
+from bertpre.model.modernbert import (
+    ModernBertForMaskedLM,
+    ModernBertModel,
+    ModernBertTaskModelNotBuilt,
+    build_modernbert,
+    count_modernbert_parameters,
+    modernbert_export_writer,
+    modernbert_mask_logits,
+    read_modernbert_weights,
+    write_task_folder_not_built,
 )
 from bertpre.model.roberta import (
     RobertaForMaskedLM,
@@ -117,7 +134,13 @@ class Family:
 # Model keys a run may set whatever the source says: they shape training, not the weights.
 TRAINING_ONLY_KEYS = ("hidden_dropout_prob", "attention_probs_dropout_prob", "initializer_range",
                       "pad_token_id", "mem_len", "clamp_len")
-BERT_SOURCE_FIELDS = tuple(field.name for field in fields(BertConfig) if field.name not in TRAINING_ONLY_KEYS)
+BERT_SOURCE_FIELDS = tuple(field.name for field in fields(BertConfig)
+                           if field.name not in (*TRAINING_ONLY_KEYS, *MODERNBERT_FIELDS))
+# ModernBERT's training-only keys: dropout, the init of new parts, fine-tuning's pooling.
+MODERNBERT_TRAINING_ONLY_KEYS = ("embedding_dropout", "attention_dropout", "mlp_dropout", "classifier_dropout",
+                                 "initializer_range", "initializer_cutoff_factor", "classifier_pooling")
+MODERNBERT_SOURCE_FIELDS = ("architecture", *(name for name in (*MODERNBERT_HF_SHARED, *MODERNBERT_FIELDS)
+                                              if name not in MODERNBERT_TRAINING_ONLY_KEYS))
 
 
 def build_bert(config: BertConfig, tokenizer: Tokenizer | None = None) -> BertForPreTraining:
@@ -164,6 +187,31 @@ ROBERTA = Family(
                             head_rows=("lm_head.bias",)),
     mask_logits=roberta_mask_logits, model_defaults=ROBERTA_MODEL_DEFAULTS)
 
+# ModernBERT-base's values where BERT-base's differ (its other keys are ModernBERT's own).
+MODERNBERT_MODEL_DEFAULTS = {"intermediate_size": 1152, "num_hidden_layers": 22, "max_position_embeddings": 8192}
+
+MODERNBERT = Family(
+    architecture="modernbert", display_name="ModernBERT",
+    pretraining_class=ModernBertForMaskedLM, sequence_head=ModernBertTaskModelNotBuilt,
+    token_head=ModernBertTaskModelNotBuilt, question_answering_head=ModernBertTaskModelNotBuilt,
+    hf_task_prefix=lambda config: "ModernBert", encoder_attribute="model",
+    padding_side="right", objectives=("mlm",), pair_task=False,
+    build_pretraining=build_modernbert, build_encoder=ModernBertModel, tokenizer_layout=same_layout,
+    read_weights=read_modernbert_weights, optional_encoder_parts=(),
+    optional_parts={"head.": "the MLM head (head)", "decoder.": "the decoder's bias (decoder.bias)"},
+    export_writer=modernbert_export_writer, write_task_folder=write_task_folder_not_built,
+    native_task_models=lambda config: True,
+    # FLOPs and memory: BERT's formulas until bertpre.model.modernbert_cost counts GeGLU and the window
+    count_parameters=count_modernbert_parameters, training_flops=bert_training_flops,
+    estimate_memory=estimate_bert_memory, estimate_inference_memory=estimate_bert_inference_memory,
+    shape_words=lambda config: (f"{config.num_hidden_layers} layers, hidden {config.hidden_size}, rotary "
+                                f"positions, global attention every {config.global_attn_every_n_layers} "
+                                f"layers, a window of {config.local_attention} elsewhere"),
+    source_fields=MODERNBERT_SOURCE_FIELDS,
+    grow_vocabulary=partial(grow_vocab_rows, word_embeddings="model.embeddings.tok_embeddings.weight",
+                            head_rows=("decoder.bias",)),
+    mask_logits=modernbert_mask_logits, model_defaults=MODERNBERT_MODEL_DEFAULTS)
+
 FAMILIES: dict[str, Family] = {
     "bert": Family(
         architecture="bert", display_name="BERT",
@@ -201,6 +249,7 @@ FAMILIES: dict[str, Family] = {
     "roberta": ROBERTA,
     # XLM-R is RoBERTa's network under its own Hugging Face names (model_type, classes)
     "xlm-roberta": replace(ROBERTA, architecture="xlm-roberta", display_name="XLM-RoBERTa"),
+    "modernbert": MODERNBERT,
 }
 
 

@@ -1,0 +1,490 @@
+"""ModernBERT (`architecture: modernbert`) with Hugging Face's `ModernBertForMaskedLM` names.
+
+The network: token embeddings → LayerNorm → dropout; pre-LayerNorm layers (none before the first
+layer's attention), each rotary attention (one theta for global layers, another for local ones)
+and a GeGLU feed-forward, no biases unless asked; a final LayerNorm; the MLM head dense → act →
+LayerNorm, then the decoder tied to the embeddings with its own bias. Layers 0, n, 2n …
+(`global_attn_every_n_layers` n) attend to every token; the others to the keys within
+`local_attention // 2` positions each way (transformers' window, `BertConfig.sliding_window`).
+
+Attention is torch SDPA with exact masks (padding and window) everywhere; on a GPU with
+FlexAttention, local layers use a block mask instead, so that the blocks outside the window are
+skipped rather than computed and masked.
+"""
+from __future__ import annotations
+
+import json
+import math
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from tokenizers import Tokenizer
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from bertpre.errors import UserError
+from bertpre.model import hf_format
+from bertpre.model.bert import (
+    PreTrainingOutput,
+    activation,
+    bert_mask_logits,
+    masked_lm_predictions,
+)
+from bertpre.model.bert_cost import ForwardShape, ParameterCounts
+from bertpre.model.config import BertConfig
+from bertpre.model.positions import rotary_angles
+from bertpre.model.roberta import copy_tokenizer_files
+from bertpre.tokenizer import load_tokenizer
+from bertpre.tokenizer.roles import token_roles
+
+# The tensor transformers stores under a second name (the decoder is the token embeddings).
+TIED_KEYS = ("decoder.weight",)
+# Head sizes FlexAttention's GPU kernels take.
+FLEX_HEAD_SIZES = (16, 32, 64, 128, 256)
+
+
+# --- attention masks -------------------------------------------------------------------------
+
+
+def flex_attention_available() -> bool:
+    """Whether this torch has FlexAttention (torch >= 2.5)."""
+    try:
+        from torch.nn.attention import flex_attention  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+class AttentionMasks:
+    """What global and local layers attend to, built once a forward and read by every layer.
+
+    `global_mask`: (B, 1, 1, T) True at real keys, or None (no padding). `local_mask`: (B or 1,
+    1, T, T) True where a query may read a key (within the window, a real key), or FlexAttention's
+    block mask of the same rule. A query always reads itself, so that a padding query far from
+    every real token still has a key (the result there is never read; without it SDPA gives NaN,
+    whose gradient would reach the weights).
+    """
+
+    def __init__(self, attention_mask: torch.Tensor | None, length: int, window: int,
+                 device: torch.device, flex: bool) -> None:
+        keys = None if attention_mask is None else attention_mask.to(device=device, dtype=torch.bool)  # (B, T)
+        self.global_mask = None if keys is None else keys[:, None, None, :]  # (B, 1, 1, T)
+        self.flex = flex
+        if flex:
+            self.local_mask = _window_block_mask(keys, length, window, device)
+            return
+        positions = torch.arange(length, device=device)
+        distance = (positions[:, None] - positions[None, :]).abs()  # (T, T)
+        local = (distance <= window)[None, None]  # (1, 1, T, T)
+        if keys is not None:
+            local = (local & keys[:, None, None, :]) | torch.eye(length, dtype=torch.bool, device=device)
+        self.local_mask = local
+
+
+def _window_block_mask(keys: torch.Tensor | None, length: int, window: int, device: torch.device):
+    """FlexAttention's block mask of the local rule (`AttentionMasks`): blocks wholly outside the
+    window are skipped."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    if keys is None:
+        def rule(batch, head, query, key):
+            return (query - key).abs() <= window
+        batches = None
+    else:
+        def rule(batch, head, query, key):
+            return (((query - key).abs() <= window) & keys[batch, key]) | (query == key)
+        batches = keys.shape[0]
+    return create_block_mask(rule, batches, None, length, length, device=device)
+
+
+_compiled_flex: Callable | None = None
+
+
+def _flex_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, block_mask) -> torch.Tensor:
+    """FlexAttention, compiled once (uncompiled it computes every score, as SDPA with a mask would)."""
+    global _compiled_flex
+    from torch.nn.attention.flex_attention import flex_attention
+
+    if query.device.type != "cuda":
+        return flex_attention(query, key, value, block_mask=block_mask)
+    if _compiled_flex is None:
+        _compiled_flex = torch.compile(flex_attention, dynamic=False)
+    return _compiled_flex(query, key, value, block_mask=block_mask)
+
+
+# --- the network -----------------------------------------------------------------------------
+
+
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotary positions on (B, nh, T, hs) with cos, sin (T, hs), in float32 whatever x's dtype
+    (as transformers does), returned in x's dtype."""
+    first, second = x.float().chunk(2, dim=-1)
+    rotated_half = torch.cat([-second, first], dim=-1)
+    return (x.float() * cos + rotated_half * sin).to(x.dtype)
+
+
+class ModernBertEmbeddings(nn.Module):
+    """Token embeddings → LayerNorm → dropout (no positions: they are rotary, in attention)."""
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.tok_embeddings = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id)
+        self.norm = nn.LayerNorm(config.hidden_size, eps=config.norm_eps, bias=config.norm_bias)
+        self.drop = nn.Dropout(config.embedding_dropout)
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.drop(self.norm(self.tok_embeddings(input_ids)))  # (B, T, C)
+
+
+class ModernBertAttention(nn.Module):
+    """Rotary self-attention: one Wqkv projection, SDPA (or FlexAttention), Wo, dropout."""
+
+    def __init__(self, config: BertConfig, layer_index: int) -> None:
+        super().__init__()
+        self.num_heads = config.num_attention_heads
+        self.head_size = config.hidden_size // config.num_attention_heads
+        self.is_global = config.layer_is_global(layer_index)
+        self.dropout = config.attention_dropout
+        self.Wqkv = nn.Linear(config.hidden_size, 3 * config.hidden_size, bias=config.attention_bias)
+        self.Wo = nn.Linear(config.hidden_size, config.hidden_size, bias=config.attention_bias)
+        self.out_drop = nn.Dropout(config.attention_dropout) if config.attention_dropout > 0 else nn.Identity()
+
+    def forward(self, hidden_states: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                masks: AttentionMasks) -> torch.Tensor:
+        B, T, C = hidden_states.shape
+        qkv = self.Wqkv(hidden_states).view(B, T, 3, self.num_heads, self.head_size)
+        query, key, value = qkv.transpose(1, 3).unbind(dim=2)  # each (B, nh, T, hs)
+        query, key = rotate(query, cos, sin), rotate(key, cos, sin)
+        dropout = self.dropout if self.training else 0.0
+        if not self.is_global and masks.flex:
+            out = _flex_attention(query, key, value, masks.local_mask)  # (B, nh, T, hs)
+        else:
+            mask = masks.global_mask if self.is_global else masks.local_mask
+            out = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout)
+        out = out.transpose(1, 2).reshape(B, T, C)
+        return self.out_drop(self.Wo(out))
+
+
+class ModernBertMLP(nn.Module):
+    """GeGLU: Wi gives the input and its gate (2 × intermediate), act(input) · gate → Wo."""
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.Wi = nn.Linear(config.hidden_size, 2 * config.intermediate_size, bias=config.mlp_bias)
+        self.act = activation(config.hidden_activation)
+        self.drop = nn.Dropout(config.mlp_dropout)
+        self.Wo = nn.Linear(config.intermediate_size, config.hidden_size, bias=config.mlp_bias)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        input, gate = self.Wi(hidden_states).chunk(2, dim=-1)  # (B, T, I) each
+        return self.Wo(self.drop(self.act(input) * gate))
+
+
+class ModernBertEncoderLayer(nn.Module):
+    """x + attn(attn_norm(x)), then x + mlp(mlp_norm(x)); layer 0 has no attn_norm (the
+    embeddings' norm precedes it)."""
+
+    def __init__(self, config: BertConfig, layer_index: int) -> None:
+        super().__init__()
+        self.attn_norm = (nn.Identity() if layer_index == 0 else
+                          nn.LayerNorm(config.hidden_size, eps=config.norm_eps, bias=config.norm_bias))
+        self.attn = ModernBertAttention(config, layer_index)
+        self.mlp_norm = nn.LayerNorm(config.hidden_size, eps=config.norm_eps, bias=config.norm_bias)
+        self.mlp = ModernBertMLP(config)
+
+    def forward(self, hidden_states: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                masks: AttentionMasks) -> torch.Tensor:
+        hidden_states = hidden_states + self.attn(self.attn_norm(hidden_states), cos, sin, masks)
+        return hidden_states + self.mlp(self.mlp_norm(hidden_states))
+
+
+def trunc_normal(module: nn.Module, std: float, cutoff_factor: float) -> None:
+    """transformers' ModernBERT init of one weight: normal(0, std) cut at ± cutoff_factor · std; zero bias."""
+    nn.init.trunc_normal_(module.weight, mean=0.0, std=std, a=-cutoff_factor * std, b=cutoff_factor * std)
+    if getattr(module, "bias", None) is not None:
+        nn.init.zeros_(module.bias)
+
+
+def init_std(config: BertConfig) -> dict[str, float]:
+    """transformers' stds by role: `in` (Wqkv, Wi), `out` (each Wo, the head's dense: scaled by
+    depth), `embedding`, `final_out` (a task classifier)."""
+    return {"in": config.initializer_range,
+            "out": config.initializer_range / math.sqrt(2.0 * config.num_hidden_layers),
+            "embedding": config.initializer_range,
+            "final_out": config.hidden_size ** -0.5}
+
+
+class ModernBertModel(nn.Module):
+    """The encoder: embeddings, layers, final_norm (Hugging Face's `ModernBertModel`).
+
+    `flex_attention`: None (default) uses FlexAttention for local layers on a CUDA device where
+    torch has it; True or False forces the choice (tests compare the two).
+    """
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        config.validate()
+        self.config = config
+        self.embeddings = ModernBertEmbeddings(config)
+        self.layers = nn.ModuleList([ModernBertEncoderLayer(config, index)
+                                     for index in range(config.num_hidden_layers)])
+        self.final_norm = nn.LayerNorm(config.hidden_size, eps=config.norm_eps, bias=config.norm_bias)
+        self.gradient_checkpointing = False
+        self.flex_attention: bool | None = None
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """transformers' truncated-normal init (`ModernBertPreTrainedModel._init_weights`)."""
+        std, cutoff = init_std(self.config), self.config.initializer_cutoff_factor
+        trunc_normal(self.embeddings.tok_embeddings, std["embedding"], cutoff)
+        for layer in self.layers:
+            trunc_normal(layer.attn.Wqkv, std["in"], cutoff)
+            trunc_normal(layer.attn.Wo, std["out"], cutoff)
+            trunc_normal(layer.mlp.Wi, std["in"], cutoff)
+            trunc_normal(layer.mlp.Wo, std["out"], cutoff)
+        for module in self.modules():
+            if isinstance(module, nn.LayerNorm):
+                module.reset_parameters()
+
+    def uses_flex(self, device: torch.device) -> bool:
+        """Whether local layers run FlexAttention's block mask on `device` (attention dropout,
+        which FlexAttention lacks, keeps SDPA while training)."""
+        if self.flex_attention is not None:
+            return self.flex_attention
+        head_size = self.config.hidden_size // self.config.num_attention_heads
+        dropout = self.training and self.config.attention_dropout > 0
+        return (device.type == "cuda" and head_size in FLEX_HEAD_SIZES and not dropout
+                and flex_attention_available())
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """The last hidden states (B, T, C). `attention_mask` (B, T): 1 at tokens, 0 at padding
+        (None: no padding); `token_type_ids` is taken for BERT's call and not read (ModernBERT
+        has no token types)."""
+        hidden_states = self.embeddings(input_ids)  # (B, T, C)
+        length, device = input_ids.shape[1], input_ids.device
+        masks = AttentionMasks(attention_mask, length, self.config.sliding_window, device, self.uses_flex(device))
+        positions = torch.arange(length, device=device)
+        head_size = self.config.hidden_size // self.config.num_attention_heads
+        rotations = {True: rotary_angles(positions, head_size, self.config.global_rope_theta),
+                     False: rotary_angles(positions, head_size, self.config.local_rope_theta)}  # (T, hs) each
+        for layer in self.layers:
+            cos, sin = rotations[layer.attn.is_global]
+            if self.gradient_checkpointing and self.training:
+                hidden_states = checkpoint(layer, hidden_states, cos, sin, masks, use_reentrant=False)
+            else:
+                hidden_states = layer(hidden_states, cos, sin, masks)
+        return self.final_norm(hidden_states)
+
+
+class ModernBertPredictionHead(nn.Module):
+    """dense → classifier_activation → norm, before the decoder."""
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size, bias=config.classifier_bias)
+        self.act = activation(config.classifier_activation)
+        self.norm = nn.LayerNorm(config.hidden_size, eps=config.norm_eps, bias=config.norm_bias)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.norm(self.act(self.dense(hidden_states)))
+
+
+class ModernBertForMaskedLM(nn.Module):
+    """ModernBERT with its MLM head; parameter names are Hugging Face's `ModernBertForMaskedLM`
+    (`model.…`, `head.…`, `decoder.bias`), so a checkpoint is an export's model as it is."""
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.model = ModernBertModel(config)
+        self.head = ModernBertPredictionHead(config)
+        self.decoder = nn.Linear(config.hidden_size, config.vocab_size, bias=config.decoder_bias)
+        std = init_std(config)
+        trunc_normal(self.head.dense, std["out"], config.initializer_cutoff_factor)
+        if self.decoder.bias is not None:
+            nn.init.zeros_(self.decoder.bias)
+        self.tie_weights()
+
+    def tie_weights(self) -> None:
+        """Make the decoder use the token embedding matrix (one tensor, counted once)."""
+        self.decoder.weight = self.model.embeddings.tok_embeddings.weight
+
+    def set_gradient_checkpointing(self, enabled: bool = True) -> None:
+        """Recompute each layer's activations in the backward pass (training mode only)."""
+        self.model.gradient_checkpointing = enabled
+
+    def predict(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        """The MLM logits (..., V) of encoder states (..., C)."""
+        return self.decoder(self.head(hidden_states))
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        next_sentence_label: torch.Tensor | None = None,
+        label_smoothing: float = 0.0,
+        masked_lm_positions: torch.Tensor | None = None,
+        masked_lm_ids: torch.Tensor | None = None,
+    ) -> PreTrainingOutput:
+        """`BertForPreTraining.forward`'s inputs and outputs (the pair's are None: there is no pair
+        head; `token_type_ids` is not read)."""
+        if next_sentence_label is not None:
+            raise ValueError("ModernBERT has no pair head: pretrain it with data.pair_task none")
+        hidden_states = self.model(input_ids, attention_mask)  # (B, T, C)
+        prediction_logits, mlm_loss, mlm_loss_sum = masked_lm_predictions(
+            self.predict, hidden_states, labels=labels, label_smoothing=label_smoothing,
+            masked_lm_positions=masked_lm_positions, masked_lm_ids=masked_lm_ids)
+        return PreTrainingOutput(loss=mlm_loss, mlm_loss=mlm_loss, pair_loss=None,
+                                 prediction_logits=prediction_logits, seq_relationship_logits=None,
+                                 mlm_loss_sum=mlm_loss_sum)
+
+    def num_parameters(self) -> int:
+        """Trainable parameters, tied ones counted once."""
+        return sum(p.numel() for p in self.parameters())
+
+    def save_pretrained(self, folder: str | Path) -> None:
+        """Write `config.json` and `model.safetensors` as Hugging Face's ModernBertForMaskedLM has them."""
+        write_modernbert_folder(folder, self.config, self.state_dict())
+
+    def load_weights(self, state_dict: dict[str, torch.Tensor], folder: Path, *,
+                     strict: bool = False) -> tuple[list[str], list[str]]:
+        """Copy a folder's tensors (`read_modernbert_weights`' names) into this model, keeping the
+        fresh initialization of the MLM head where a ModernBertModel-only folder lacks it (unless
+        `strict`).
+
+        Returns:
+            (missing names, unexpected names).
+        """
+        expected = {name: tensor.shape for name, tensor in self.state_dict().items() if name not in TIED_KEYS}
+        missing, unexpected = hf_format.match_state_dict(
+            expected, state_dict, folder, layout="ModernBERT", optional=("head.", "decoder."), strict=strict)
+        with torch.no_grad():
+            self.load_state_dict({k: v for k, v in state_dict.items() if k in expected}, strict=False)
+        self.tie_weights()
+        return missing, unexpected
+
+    @classmethod
+    def from_pretrained(cls, folder: str | Path, *, strict: bool = False) -> ModernBertForMaskedLM:
+        """Load a Hugging Face ModernBERT folder (ModernBertForMaskedLM or ModernBertModel); a
+        head the folder lacks is initialized and named in a warning, or refused with `strict`.
+        Never downloads anything."""
+        path = hf_format.check_folder(folder)
+        model = cls(hf_format.read_config(path))
+        missing, unexpected = model.load_weights(read_modernbert_weights(path), path, strict=strict)
+        if missing:
+            warnings.warn(f"{folder} has no weights for {', '.join(missing)}; they are newly "
+                          "initialized", stacklevel=2)
+        if unexpected:
+            warnings.warn(f"{folder}: ignored weights {', '.join(unexpected)}", stacklevel=2)
+        return model
+
+
+def build_modernbert(config: BertConfig, tokenizer: Tokenizer | None = None) -> ModernBertForMaskedLM:
+    return ModernBertForMaskedLM(config)
+
+
+def count_modernbert_parameters(config: BertConfig) -> ParameterCounts:
+    """Parameters of `ModernBertForMaskedLM(config)` by part, from the shapes (the decoder's
+    weight is the token embeddings, counted once; `pooler` 0, there is none)."""
+    d, i, v, layers = config.hidden_size, config.intermediate_size, config.vocab_size, config.num_hidden_layers
+    norm = d * (2 if config.norm_bias else 1)
+    attention = 4 * d * d + (4 * d if config.attention_bias else 0)  # Wqkv, Wo
+    feed_forward = 3 * d * i + ((2 * i + d) if config.mlp_bias else 0)  # Wi (d → 2i), Wo
+    return ParameterCounts(
+        embeddings=v * d,
+        attention=layers * attention,
+        feed_forward=layers * feed_forward,
+        # the embeddings' norm, each layer's two (layer 0 has no attn_norm), the final norm
+        layer_norms=norm * (1 + 2 * layers - 1 + 1),
+        pooler=0,
+        heads=d * d + (d if config.classifier_bias else 0) + norm + (v if config.decoder_bias else 0),
+        matrices=v * d + layers * (4 * d * d + 3 * d * i),
+    )
+
+
+# --- Hugging Face folders --------------------------------------------------------------------
+
+
+def normalize_modernbert_keys(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A ModernBERT folder's tensors under `ModernBertForMaskedLM`'s names: a bare ModernBertModel's
+    gain the `model.` prefix; the tied decoder weight goes."""
+    bare = not any(key.startswith("model.") for key in state_dict)
+    return {("model." + key if bare and not key.startswith(("head.", "decoder.")) else key): tensor
+            for key, tensor in state_dict.items() if key not in TIED_KEYS}
+
+
+def read_modernbert_weights(folder: Path) -> dict[str, torch.Tensor]:
+    """A ModernBERT folder's tensors (safetensors, sharded, or pytorch_model.bin read with
+    weights_only) under bertpre's names."""
+    return normalize_modernbert_keys(hf_format.read_weights(folder))
+
+
+def write_modernbert_folder(folder: str | Path, config: BertConfig, state_dict: dict[str, torch.Tensor],
+                            **config_values: int | None) -> None:
+    """config.json (with `config_values` added: the tokenizer's ids) and model.safetensors, the tied
+    decoder weight left out as transformers leaves it."""
+    hf_format.write_folder(folder, config, {name: tensor for name, tensor in state_dict.items()
+                                            if name not in TIED_KEYS})
+    if config_values:
+        path = Path(folder) / hf_format.CONFIG_NAME
+        hf_format.write_json(path, {**json.loads(path.read_text(encoding="utf-8")), **config_values})
+
+
+def special_token_ids(tokenizer_folder: Path) -> dict[str, int | None]:
+    """config.json's token ids by role: [CLS] (or <s>) as cls and bos, [SEP] (or </s>) as sep and
+    eos, the padding's; none where the tokenizer lacks the roles."""
+    try:
+        roles = token_roles(load_tokenizer(tokenizer_folder))
+    except UserError:
+        return {}
+    return {"cls_token_id": roles.cls_token_id, "bos_token_id": roles.cls_token_id,
+            "sep_token_id": roles.sep_token_id, "eos_token_id": roles.sep_token_id}
+
+
+def modernbert_export_writer(model: ModernBertForMaskedLM,
+                             tokenizer_folder: Path) -> tuple[str, hf_format.ExportWriter]:
+    """Hugging Face's native `ModernBertForMaskedLM` folder and the run's tokenizer files as they
+    are; config.json names the tokenizer's special ids."""
+    config = model.config
+    ids = special_token_ids(tokenizer_folder)
+
+    def write(staging: Path) -> list[str]:
+        write_modernbert_folder(staging, config, model.state_dict(), **ids)
+        copied = copy_tokenizer_files(tokenizer_folder, staging)
+        hf_format.limit_model_max_length(staging, config.max_position_embeddings)
+        return copied
+
+    return "ModernBertForMaskedLM", write
+
+
+# --- fill-mask -------------------------------------------------------------------------------
+
+
+@torch.no_grad()
+def modernbert_mask_logits(model: ModernBertForMaskedLM, tokenizer: Tokenizer, text: str,
+                           fits: Callable[[ForwardShape], None] = lambda shape: None) -> torch.Tensor:
+    """The MLM head's logits (M, V) at each mask of `text` (the tokenizer's own, by role), read
+    as one segment as the tokenizer lays it out; rotary positions read any length."""
+    return bert_mask_logits(model, tokenizer, text, fits, mask_token=token_roles(tokenizer).mask_token)
+
+
+# --- what ModernBERT does not have yet -------------------------------------------------------
+
+
+class ModernBertTaskModelNotBuilt(nn.Module):
+    """Fine-tuning heads for ModernBERT are not built yet (`bertpre.model.modernbert_heads`)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        raise UserError("fine-tuning a ModernBERT (model.architecture modernbert) is not built yet; "
+                        "export it (`bertpre export`) and fine-tune it with transformers' ModernBertFor* classes")
+
+
+def write_task_folder_not_built(*args, **kwargs) -> dict:
+    raise UserError("fine-tuning a ModernBERT (model.architecture modernbert) is not built yet")
+
