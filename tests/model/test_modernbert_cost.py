@@ -26,7 +26,7 @@ from bertpre.model.cost import (
     estimate_memory,
     training_flops_per_token,
 )
-from bertpre.model.modernbert import ModernBertForMaskedLM
+from bertpre.model.modernbert import AttentionMasks, ModernBertForMaskedLM
 from bertpre.model.modernbert_cost import (
     estimate_modernbert_inference_memory,
     global_layer_count,
@@ -96,11 +96,15 @@ def test_modernbert_base_parameters() -> None:
 @pytest.mark.parametrize("window", [2, 3, 8, 9, 16, 31, 64, 200])
 @pytest.mark.parametrize("length", [1, 2, 7, 16, 33, 100])
 def test_window_pairs_are_the_masks_true_entries(length: int, window: int) -> None:
-    """transformers' window rule (|q - k| <= local_attention // 2), counted entry by entry, edges
-    included, windows wider than the sequence too."""
-    allowed = sliding_window_bidirectional_overlay(window // 2)
+    """transformers' window rule (its config's sliding_window, local_attention // 2 each way),
+    counted entry by entry, edges included, windows wider than the sequence too; and the True
+    entries of bertpre's own mask."""
+    half = ModernBertConfig(local_attention=window).sliding_window
+    allowed = sliding_window_bidirectional_overlay(half)
     brute_force = sum(bool(allowed(0, 0, query, key)) for query in range(length) for key in range(length))
     assert window_pairs(length, window) == brute_force
+    bertpre_mask = AttentionMasks(None, length, half, torch.device("cpu"), flex=False).local_mask
+    assert window_pairs(length, window) == int(bertpre_mask.sum())
     assert window_pairs(length, window) <= min(length * length, length * (window + 1))
 
 
