@@ -20,7 +20,12 @@ from bertpre.model.config import BertConfig
 from bertpre.model.families import FAMILIES
 
 OPTIMIZERS = ("adamw", "lamb")
-SCHEDULES = ("linear", "cosine", "constant")
+SCHEDULES = ("linear", "cosine", "constant", "wsd")
+# wsd (warmup-stable-decay) alone reads optim.decay_fraction and optim.decay_shape; these fill
+# the ones a wsd config leaves null. A fifth of the steps: the cooldown length Hägele et al.
+# (2024) found to match a cosine schedule's result with the 1-sqrt shape, which beat linear there.
+WSD_DEFAULTS = {"decay_fraction": 0.2, "decay_shape": "1-sqrt"}
+DECAY_SHAPES = ("1-sqrt", "linear")
 PRECISIONS = ("auto", "fp32", "fp16", "bf16")
 DEVICES = ("auto", "cpu", "cuda")
 # What the model learns to predict, as the family table lists it: BERT's masked tokens, or
@@ -101,6 +106,8 @@ class OptimConfig:
     warmup_steps: int | None = 10000
     warmup_ratio: float | None = None
     schedule: str = "linear"
+    decay_fraction: float | None = None  # wsd: the share of the steps that decays (null: 0.2)
+    decay_shape: str | None = None  # wsd: 1-sqrt or linear (null: 1-sqrt)
     max_grad_norm: float = 1.0
     label_smoothing: float = 0.0
 
