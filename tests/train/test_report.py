@@ -17,7 +17,13 @@ from pathlib import Path
 import pytest
 
 from bertpre.config import load_config
-from bertpre.train.report import CUSTOM_SCALARS_LAYOUT, eta_line, format_duration
+from bertpre.train.optim import learning_rate
+from bertpre.train.report import (
+    CUSTOM_SCALARS_LAYOUT,
+    eta_line,
+    format_duration,
+    schedule_change_note,
+)
 from bertpre.train.trainer import pretrain
 
 ROOT = Path(__file__).parents[2]
@@ -161,3 +167,42 @@ def test_tensorboard_opens_on_the_loss_chart_in_a_headless_browser(run, tmp_path
             browser.close()
         board.terminate()
         board.wait(timeout=30)
+
+
+# A WSD run of 100 steps (10 warmup, lr 1e-3) decays over steps 80-99; resumed to 200, over 160-199.
+WSD_RUN = ["optim.schedule=wsd", "optim.warmup_steps=10", "optim.lr=1e-3"]
+
+
+def wsd_lr(step: int, max_steps: int) -> str:
+    return f"{learning_rate(step, lr=1e-3, warmup_steps=10, max_steps=max_steps, schedule='wsd'):.4g}"
+
+
+@pytest.mark.parametrize("step, expected", [
+    (5, "the learning rate at step 5 stays 0.0006 (warmup); the WSD stable phase now runs to step 160 and "
+        "the 1-sqrt decay over the last 40 steps starts there and ends at step 200 (it was to start at step 80)"),
+    (80, "the learning rate at step 80 stays 0.001 (stable); the WSD stable phase now runs to step 160 and "
+         "the 1-sqrt decay over the last 40 steps starts there and ends at step 200 (it was to start at step 80)"),
+    (90, "the WSD decay had begun at step 80, so the learning rate jumps back up from {old} to the stable 0.001 "
+         "at step 90 (expect the loss the decay brought down to rise again): the stable phase now runs to step "
+         "160 and the 1-sqrt decay over the last 40 steps starts there and ends at step 200; to lengthen a WSD "
+         "run without this, resume it with the larger train.max_steps before it reaches step 80"),
+    (100, "the WSD decay had begun at step 80, so the learning rate jumps back up from 0 to the stable 0.001 "
+          "at step 100 (expect the loss the decay brought down to rise again): the stable phase now runs to "
+          "step 160 and the 1-sqrt decay over the last 40 steps starts there and ends at step 200; to lengthen "
+          "a WSD run without this, resume it with the larger train.max_steps before it reaches step 80"),
+])
+def test_the_wsd_resume_note_moves_the_stable_phase_and_the_decay(step, expected):
+    saved = load_config("tiny", [*WSD_RUN, "train.max_steps=100"])
+    resumed = load_config("tiny", [*WSD_RUN, "train.max_steps=200"])
+    assert wsd_lr(90, 100) == "0.0002929"  # 1e-3 · (1 - √(10/20))
+    assert schedule_change_note(saved, resumed, step) == expected.format(old=wsd_lr(step, 100))
+
+
+def test_the_wsd_resume_note_inside_both_decays_gives_the_new_one():
+    saved = load_config("tiny", [*WSD_RUN, "train.max_steps=100"])
+    resumed = load_config("tiny", [*WSD_RUN, "train.max_steps=110"])  # decays over 88-109
+    assert schedule_change_note(saved, resumed, 95) == (
+        f"the WSD decay had begun at step 80, so the learning rate jumps back up from {wsd_lr(95, 100)} to "
+        f"{wsd_lr(95, 110)} at step 95: the 1-sqrt decay now runs over the last 22 steps, from step 88 to "
+        "110 instead of 80 to 100")
+
