@@ -9,7 +9,12 @@ from bertpre.config import load_config
 from bertpre.model.bert import BertConfig, BertForPreTraining
 from bertpre.train.checkpoint import load_checkpoint, save_checkpoint
 from bertpre.train.lamb import Lamb
-from bertpre.train.optim import build_optimizer, learning_rate, scheduled_learning_rate, wsd_decay_start
+from bertpre.train.optim import (
+    build_optimizer,
+    learning_rate,
+    scheduled_learning_rate,
+    wsd_decay_start,
+)
 from bertpre.train.runtime import Runtime
 
 SETTINGS = {"lr": 1e-3, "warmup_steps": 10, "max_steps": 110}
