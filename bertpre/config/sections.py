@@ -195,6 +195,11 @@ class Config:
             ends.append(total)
         return ends
 
+    def phase_at(self, step: int) -> int:
+        """The index of the phase that runs 0-based `step` (the last phase from its end on)."""
+        ends = self.phase_ends()
+        return next((index for index, end in enumerate(ends) if step < end), len(ends) - 1)
+
     def for_phase(self, index: int) -> Config:
         """This config as phase `index` runs it: its PHASE_KEYS applied, no `phases` left.
 

@@ -75,8 +75,7 @@ def wsd_decay_start(warmup_steps: int, max_steps: int, decay_fraction: float) ->
 def scheduled_learning_rate(config: Config, step: int) -> float:
     """The learning rate `config` gives the update at 0-based `step`, its phases included (as
     the Trainer sets it)."""
-    ends = config.phase_ends()
-    index = next((index for index, end in enumerate(ends) if step < end), len(ends) - 1)
+    index = config.phase_at(step)
     start, end = config.schedule_span(index)
     optim = config.for_phase(index).optim
     return learning_rate(step - start, lr=optim.lr, warmup_steps=optim.warmup_steps,

@@ -68,6 +68,7 @@ class RunPlan:
     steps_per_epoch: float
     phases: int = 1
     architecture: str = "BERT"
+    schedule: str = ""  # the learning rate's schedule in words (`schedule_words`)
 
     @property
     def tokens_per_step(self) -> int:
@@ -95,7 +96,7 @@ def plan_run(config: Config, phase: Config, *, run_dir: Path, runtime: Runtime, 
         documents=sum(len(folder.train) for folder in mixture.folders),
         corpus_tokens=sum(int(count.get("tokens", 0)) for count in counts),
         steps_per_epoch=instances * runtime.world_size / phase.train.batch_size,
-        phases=len(config.phases), architecture=row.display_name,
+        phases=len(config.phases), architecture=row.display_name, schedule=schedule_words(config, step),
     )
 
 
@@ -114,7 +115,31 @@ def start_block(plan: RunPlan) -> str:
         f"  {plan.precision}; {plan.devices}",
         f"  data: {plan.documents:,} documents, {plan.corpus_tokens:,} tokens; an epoch is "
         f"{plan.steps_per_epoch:,.0f} steps, so the run reads {epochs_text} epochs",
+        *([f"  {plan.schedule}"] if plan.schedule else []),
     ])
+
+
+def schedule_words(config: Config, step: int) -> str:
+    """The learning-rate schedule that runs `step` (its phase's span) with its steps, e.g.
+    `learning rate 0.002 (wsd): warmup to step 30, stable until step 480, then 1-sqrt decay to
+    0 at step 600 (the last 120 steps)`."""
+    index = config.phase_at(step)
+    start, end = config.schedule_span(index)
+    optim = config.for_phase(index).optim
+    warmup_end = start + optim.warmup_steps
+    parts = [f"warmup to step {warmup_end:,}"] if optim.warmup_steps else []
+    if optim.schedule == "constant":
+        parts.append("constant")
+    elif optim.schedule == "wsd":
+        decay_start = start + wsd_decay_start(optim.warmup_steps, end - start, optim.decay_fraction)
+        if decay_start > warmup_end:
+            parts.append(f"stable until step {decay_start:,}")
+        parts.append(f"{optim.decay_shape} decay to 0 at step {end:,} (the last {end - decay_start:,} steps)")
+    else:
+        parts.append(f"{optim.schedule} decay to 0 at step {end:,}")
+    name = " (wsd)" if optim.schedule == "wsd" else ""
+    steps = parts[-1] if len(parts) == 1 else f"{', '.join(parts[:-1])}, then {parts[-1]}"
+    return f"learning rate {optim.lr:g}{name}: {steps}"
 
 
 def format_duration(seconds: float) -> str:

@@ -23,6 +23,7 @@ from bertpre.train.report import (
     eta_line,
     format_duration,
     schedule_change_note,
+    schedule_words,
 )
 from bertpre.train.trainer import pretrain
 
@@ -86,6 +87,7 @@ def test_the_run_introduces_itself_with_its_numbers_and_says_goodbye(run):
                         r"so the run reads ([\d.]+) epochs", lines[start + 3])
     assert data and int(data[1].replace(",", "")) == 60
     assert float(data[4]) == pytest.approx(12 / int(data[3].replace(",", "")), rel=0.1)  # steps shown rounded
+    assert lines[start + 4] == "  learning rate 0.002: warmup to step 30, then linear decay to 0 at step 12"
     eta = next(line for line in lines if re.search(r"tokens/s \(.* s a step\): about .* to step 12 \(around ", line))
     assert eta
     end = lines.index(next(line for line in lines if line.startswith(f"run {out} finished at step 12 ")))
@@ -205,4 +207,30 @@ def test_the_wsd_resume_note_inside_both_decays_gives_the_new_one():
         f"the WSD decay had begun at step 80, so the learning rate jumps back up from {wsd_lr(95, 100)} to "
         f"{wsd_lr(95, 110)} at step 95: the 1-sqrt decay now runs over the last 22 steps, from step 88 to "
         "110 instead of 80 to 100")
+
+
+@pytest.mark.parametrize("overrides, step, expected", [
+    (["optim.schedule=wsd"], 0,
+     "learning rate 0.002 (wsd): warmup to step 30, stable until step 480, then 1-sqrt decay to 0 at step 600 "
+     "(the last 120 steps)"),
+    (["optim.schedule=wsd", "optim.decay_shape=linear", "optim.decay_fraction=1", "optim.warmup_steps=0"], 0,
+     "learning rate 0.002 (wsd): linear decay to 0 at step 600 (the last 600 steps)"),
+    (["optim.schedule=cosine"], 0, "learning rate 0.002: warmup to step 30, then cosine decay to 0 at step 600"),
+    (["optim.schedule=constant", "optim.warmup_steps=0"], 0, "learning rate 0.002: constant"),
+])
+def test_the_start_block_says_the_schedule_with_its_steps(overrides, step, expected):
+    assert schedule_words(load_config("tiny", overrides), step) == expected
+
+
+def test_a_phased_runs_schedule_is_said_for_the_phase_that_runs(tmp_path):
+    path = tmp_path / "phased.yaml"
+    path.write_text("optim: {schedule: wsd, warmup_steps: 10, lr: 2.0e-3}\n"
+                    "phases: [{steps: 100}, {steps: 50, optim: {lr: 1.0e-3, warmup_steps: 5}}]\n")
+    config = load_config(path)
+    assert schedule_words(config, 99) == ("learning rate 0.002 (wsd): warmup to step 10, stable until step 80, "
+                                          "then 1-sqrt decay to 0 at step 100 (the last 20 steps)")
+    assert schedule_words(config, 100) == ("learning rate 0.001 (wsd): warmup to step 105, stable until step 140, "
+                                           "then 1-sqrt decay to 0 at step 150 (the last 10 steps)")
+    assert schedule_words(load_config("base"), 950_000) == (
+        "learning rate 0.0001: warmup to step 10,000, then linear decay to 0 at step 1,000,000")  # continue
 
