@@ -128,6 +128,9 @@ def schedule_words(config: Config, step: int) -> str:
     optim = config.for_phase(index).optim
     warmup_end = start + optim.warmup_steps
     parts = [f"warmup to step {warmup_end:,}"] if optim.warmup_steps else []
+    name = " (wsd)" if optim.schedule == "wsd" else ""
+    if warmup_end >= end:  # warned about: the rate never reaches lr
+        return f"learning rate {optim.lr:g}{name}: warmup to step {warmup_end:,}, past the schedule's end at step {end:,}"
     if optim.schedule == "constant":
         parts.append("constant")
     elif optim.schedule == "wsd":
@@ -137,7 +140,6 @@ def schedule_words(config: Config, step: int) -> str:
         parts.append(f"{optim.decay_shape} decay to 0 at step {end:,} (the last {end - decay_start:,} steps)")
     else:
         parts.append(f"{optim.schedule} decay to 0 at step {end:,}")
-    name = " (wsd)" if optim.schedule == "wsd" else ""
     steps = parts[-1] if len(parts) == 1 else f"{', '.join(parts[:-1])}, then {parts[-1]}"
     return f"learning rate {optim.lr:g}{name}: {steps}"
 

@@ -87,7 +87,7 @@ def test_the_run_introduces_itself_with_its_numbers_and_says_goodbye(run):
                         r"so the run reads ([\d.]+) epochs", lines[start + 3])
     assert data and int(data[1].replace(",", "")) == 60
     assert float(data[4]) == pytest.approx(12 / int(data[3].replace(",", "")), rel=0.1)  # steps shown rounded
-    assert lines[start + 4] == "  learning rate 0.002: warmup to step 30, then linear decay to 0 at step 12"
+    assert lines[start + 4] == "  learning rate 0.002: warmup to step 30, past the schedule's end at step 12"
     eta = next(line for line in lines if re.search(r"tokens/s \(.* s a step\): about .* to step 12 \(around ", line))
     assert eta
     end = lines.index(next(line for line in lines if line.startswith(f"run {out} finished at step 12 ")))
@@ -217,6 +217,8 @@ def test_the_wsd_resume_note_inside_both_decays_gives_the_new_one():
      "learning rate 0.002 (wsd): linear decay to 0 at step 600 (the last 600 steps)"),
     (["optim.schedule=cosine"], 0, "learning rate 0.002: warmup to step 30, then cosine decay to 0 at step 600"),
     (["optim.schedule=constant", "optim.warmup_steps=0"], 0, "learning rate 0.002: constant"),
+    (["optim.schedule=wsd", "train.max_steps=20"], 0,
+     "learning rate 0.002 (wsd): warmup to step 30, past the schedule's end at step 20"),
 ])
 def test_the_start_block_says_the_schedule_with_its_steps(overrides, step, expected):
     assert schedule_words(load_config("tiny", overrides), step) == expected
