@@ -187,6 +187,13 @@ def test_a_warmup_as_long_as_the_run_is_warned_about():
                     "learning rate never reaches optim.lr (0.002) and never decays"]
 
 
+def test_a_wsd_decay_of_no_steps_is_warned_about():
+    assert load_config("tiny", ["optim.schedule=wsd", "optim.decay_fraction=0.001"]).warnings() == []  # 0.6: 1
+    said = load_config("tiny", ["optim.schedule=wsd", "optim.decay_fraction=0.0008"]).warnings()  # 0.48 of 600
+    assert said == ["optim.decay_fraction (0.0008) of 600 steps rounds to none: the WSD schedule never decays; "
+                    "raise optim.decay_fraction"]
+
+
 def test_a_prediction_cap_below_the_mask_rate_is_warned_about():
     from bertpre.config import preset_names
 

@@ -235,6 +235,13 @@ class Config:
             said.append(f"optim.warmup_steps ({self.optim.warmup_steps}) is not shorter than the "
                         f"run (train.max_steps {self.train.max_steps}): the learning rate never "
                         f"reaches optim.lr ({self.optim.lr:g}) and never decays")
+        if self.optim.schedule == "wsd":
+            spans = {self.schedule_span(index) for index in range(max(1, len(self.phases)))}
+            shortest = min(end - start for start, end in spans)
+            fraction = self.optim.decay_fraction or WSD_DEFAULTS["decay_fraction"]
+            if round(fraction * shortest) == 0:  # as bertpre.train.optim.wsd_decay_start rounds
+                said.append(f"optim.decay_fraction ({fraction:g}) of {shortest} steps rounds to "
+                            "none: the WSD schedule never decays; raise optim.decay_fraction")
         for index in range(max(1, len(self.phases))):
             data = self.for_phase(index).data
             cap, wanted = data.max_predictions_per_seq, round(data.mlm_probability * (data.max_seq_length - 2))
