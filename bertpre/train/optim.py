@@ -50,7 +50,7 @@ def learning_rate(step: int, *, lr: float, warmup_steps: int, max_steps: int,
         if step < decay_start:
             return lr
         progress = min(1.0, (step - decay_start) / max(1, max_steps - decay_start))
-        shape = decay_shape or WSD_DEFAULTS["decay_shape"]
+        shape = WSD_DEFAULTS["decay_shape"] if decay_shape is None else decay_shape
         if shape == "1-sqrt":
             return lr * (1.0 - math.sqrt(progress))
         if shape == "linear":
