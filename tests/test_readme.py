@@ -125,6 +125,26 @@ def test_the_relative_positions_example_loads(tmp_path):
     assert (model.position_embedding_type, model.rope_theta) == ("rope", 10000)
 
 
+def test_the_modernbert_example_loads_and_its_key_table_matches_the_defaults(tmp_path):
+    from bertpre.config import load_config
+    from bertpre.model.config import MODERNBERT_FIELDS
+
+    text = README.read_text(encoding="utf-8").split("### ModernBERT", 1)[1].split("\n### ", 1)[0]
+    example = re.search(r"^```yaml\n(.*?)^```", text, re.M | re.S).group(1)
+    (tmp_path / "continue-modernbert.yaml").write_text(example, encoding="utf-8")
+    config = load_config(tmp_path / "continue-modernbert.yaml")
+    assert config.init_from == "ModernBERT-base" and config.data.mlm_probability == 0.3
+    defaults = load_config(None, ["model.architecture=modernbert"]).model
+    documented = {}
+    for names, values in re.findall(r"^\| ((?:`\w+`(?:, )?)+) \| ([^|]+) \|", text, re.M):
+        keys, cells = re.findall(r"`(\w+)`", names), values.split(", ")
+        for key, value in zip(keys, cells if len(cells) == len(keys) else cells * len(keys), strict=False):
+            documented[key] = value  # one value for several keys: each has it
+    assert set(documented) == set(MODERNBERT_FIELDS) | {"initializer_range"}
+    for name, value in documented.items():
+        assert parse_default(value) == getattr(defaults, name), name
+
+
 def architecture_map() -> dict[str, set[str]]:
     """The README's architecture block as {package folder: the module files named under it}."""
     text = README.read_text(encoding="utf-8")

@@ -70,7 +70,8 @@ def _validate(config: Config, warmup_given: bool, ratio_given: bool) -> None:
     placeholder_vocab = model.pad_token_id + 1 if model.vocab_size == "auto" else model.vocab_size
     dataclasses.replace(model, vocab_size=placeholder_vocab).validate()
 
-    if data.max_seq_length > model.max_tokens and not model.relative_positions:
+    # with model.init_from the positions are the source's, checked against it (`adopt_shape`)
+    if data.max_seq_length > model.max_tokens and not model.relative_positions and config.init_from is None:
         raise UserError(
             f"data.max_seq_length ({data.max_seq_length}) is larger than "
             f"model.max_position_embeddings ({model.max_position_embeddings}){offset_words(model)}; "
