@@ -185,21 +185,28 @@ def train_reference(args, data_path: Path, seed: int):
     return model.eval()
 
 
+def masked_validation(data, length: int, mlm_probability: float = 0.15) -> list[dict[str, torch.Tensor]]:
+    """DATA's validation documents cut bertpre's way (sentence-aligned chunks of `length` tokens,
+    one document a sequence, unpacked, so that the set stays put whatever recipe trains) and
+    masked once by its collator with a fixed seed: batches of 32 for `score`."""
+    from bertpre.batches import MaskingCollator, PretrainingInstances
+
+    instances = PretrainingInstances(data.validation, data.tokenizer, max_seq_length=length,
+                                     pair_task="none", seed=1234, pack_documents=False)
+    collate = MaskingCollator(data.tokenizer, mlm_probability=mlm_probability, seed=1234)
+    return [collate(instances.__getitems__(range(start, min(start + 32, len(instances)))))
+            for start in range(0, len(instances), 32)]
+
+
 def held_out_sets(args, data_path: Path) -> dict[str, list[dict[str, torch.Tensor]]]:
     """The validation documents as masked batches, cut bertpre's way and the reference's way."""
     import transformers
 
-    from bertpre.batches import MaskingCollator, PretrainingInstances
     from bertpre.data import load_data
     from bertpre.tokenizer.wordpiece import tokenizer_lowercases
 
     data = load_data(data_path)
-    # One document a sequence (no packing), so that the set stays put whatever recipe trains.
-    instances = PretrainingInstances(data.validation, data.tokenizer, max_seq_length=args.length,
-                                     pair_task="none", seed=1234, pack_documents=False)
-    ours = MaskingCollator(data.tokenizer, seed=1234)
-    bertpre_cut = [ours(instances.__getitems__(range(start, min(start + 32, len(instances)))))
-                   for start in range(0, len(instances), 32)]
+    bertpre_cut = masked_validation(data, args.length)
     hf_tokenizer = transformers_bert_tokenizer(data_path / "tokenizer" / "vocab.txt",
                                                tokenizer_lowercases(data.tokenizer))
     texts = [[data.tokenizer.decode(sentence) for sentence in document] for document in data.validation["input_ids"]]
