@@ -102,7 +102,7 @@ def test_a_saved_modernbert_classifier_loads_in_transformers_with_its_pooling_an
         expected = hf(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
         logits = model.eval()(batch["input_ids"], batch["attention_mask"])
     torch.testing.assert_close(logits, expected, rtol=0, atol=1e-5)
-    assert json.loads((out / "results.json").read_text())["settings"]["classifier_pooling"] == (
+    assert json.loads((out / "results.json").read_text())["hyperparameters"]["classifier_pooling"] == (
         None if pooling == "cls" else "mean")
 
 
@@ -200,8 +200,8 @@ def test_classifier_pooling_is_refused_where_nothing_would_read_it(architecture,
 @pytest.mark.slow
 def test_a_bert_source_refuses_classifier_pooling_before_writing_anything(run_folder, tmp_path, monkeypatch, capsys):
     out = tmp_path / "out"
-    code, _, stderr = run_main(["finetune", run_folder, "--train", write_task(tmp_path, 8, 0, "train.jsonl"),
-                                "--validation", write_task(tmp_path, 4, 1, "dev.jsonl"), "--out", out,
+    code, _, stderr = run_main(["finetune", run_folder, "--train", write_task(tmp_path, 24, 0, "train.jsonl"),
+                                "--validation", write_task(tmp_path, 12, 1, "dev.jsonl"), "--out", out,
                                 "--set", "classifier_pooling=mean"], monkeypatch, capsys)
     assert code == 2 and "a BERT's sequence head reads its own classification token" in stderr
     assert not out.exists()
