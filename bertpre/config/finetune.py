@@ -29,6 +29,9 @@ class Hyperparameters:
     max_grad_norm: float = 1.0
     pooling: str = "cls"  # probe features: cls | mean
     eval_batch_size: int = 64
+    # ModernBERT's sequence head, fully fine-tuned: cls | mean (transformers' key); None: the
+    # source's config.json says (its default cls)
+    classifier_pooling: str | None = None
 
 
 PRESETS: dict[str, Hyperparameters] = {
@@ -101,4 +104,6 @@ def build_hyperparameters(base: Hyperparameters, values: dict[str, Any]) -> Hype
         raise UserError(f"mode must be full or probe, got {hp.mode!r}")
     if hp.pooling not in POOLINGS:
         raise UserError(f"pooling must be cls or mean, got {hp.pooling!r}")
+    if hp.classifier_pooling not in (None, *POOLINGS):
+        raise UserError(f"classifier_pooling must be cls or mean, got {hp.classifier_pooling!r}")
     return hp

@@ -17,6 +17,7 @@ import bertpre
 from bertpre.config.finetune import Hyperparameters
 from bertpre.finetune.benchmarks import BENCHMARKS, Benchmark, reported, task_score
 from bertpre.finetune.features import FEATURES_FOLDER
+from bertpre.finetune.model import task_config
 from bertpre.finetune.qa_seeds import QATaskData, run_qa_seeds
 from bertpre.finetune.report import summarize
 from bertpre.finetune.results import (
@@ -58,6 +59,7 @@ class Job:
         """The result for `encoder` (reused from results.jsonl when it is there) and whether it is
         new; a new one is recorded there (in a sweep, after the RUN's TensorBoard has it)."""
         hp = fitted_hyperparameters(self.hp, encoder, self.say)
+        encoder = replace(encoder, config=task_config(encoder.config, hp, self.data.task))
         key = work_key(encoder, self.data, self.files, hp, self.seeds, self.select_by)
         done = finished_work(self.target, key)
         if done is not None and self.save_model and not done.get("saved_model"):
@@ -181,6 +183,8 @@ def work_key(encoder: Encoder, data: TaskData | QATaskData, files: TaskFiles, hp
                  "files": {split: entry["sha256"] for split, entry in data.files.items()},
                  "columns": [files.text_column, files.text_pair_column, files.label_column],
                  "hyperparameters": asdict(hp), "seeds": seeds}
+    if hp.classifier_pooling is None:  # left out unless set: earlier keys stay as they were
+        del described["hyperparameters"]["classifier_pooling"]
     if files.qa is not None:  # added only when set: the other tasks' keys stay as they were
         described["question_answering"] = asdict(files.qa)
     if files.benchmark_task:  # added only when set: earlier single-task keys stay as they were

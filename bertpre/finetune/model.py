@@ -1,11 +1,18 @@
 """The task model a fine-tuning trains: its family's head on the encoder's pretrained weights."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 from torch import nn
 
+from bertpre.config.finetune import Hyperparameters
+from bertpre.errors import UserError
 from bertpre.model import BertConfig
 from bertpre.model.families import encoder_of, family
+
+# The families whose sequence head pools as `classifier_pooling` says (transformers' key).
+POOLING_HEADS = ("modernbert",)
 
 
 def build_task_model(config: BertConfig, encoder_state: dict[str, torch.Tensor], num_labels: int,
@@ -27,3 +34,29 @@ def build_task_model(config: BertConfig, encoder_state: dict[str, torch.Tensor],
     encoder_of(model, config).load_state_dict(encoder_state, strict=True)
     model.reset_head()
     return model
+
+
+def task_config(config: BertConfig, hp: Hyperparameters, task: str) -> BertConfig:
+    """`config` with the fine-tuning's `classifier_pooling` (where set): what a ModernBERT's sequence
+    head reads, the first token's output or the mean of the real tokens', recorded in a saved
+    model's config.json. Refused where nothing would read it: another family's sequence head (its
+    pooling is its own), a probe (its features pool as `pooling` says) and a task that reads every
+    token (tagging, qa).
+
+    Raises:
+        UserError: naming why the setting would be ignored, and what to do instead.
+    """
+    if hp.classifier_pooling is None:
+        return config
+    row = family(config)
+    if row.architecture not in POOLING_HEADS:
+        raise UserError(f"classifier_pooling is ModernBERT's (transformers' ModernBertForSequenceClassification "
+                        f"reads it); a {row.display_name}'s sequence head reads its own classification token, "
+                        "so the setting would be ignored: leave it out")
+    if hp.mode == "probe":
+        raise UserError("classifier_pooling chooses a fully fine-tuned ModernBERT's pooling; a probe's frozen "
+                        "features pool as `pooling` says (--set pooling=mean): set that instead")
+    if task not in ("classification", "regression"):
+        raise UserError(f"classifier_pooling is the sequence head's; --task {task} reads every token's output, "
+                        "so the setting would be ignored: leave it out")
+    return replace(config, classifier_pooling=hp.classifier_pooling)

@@ -22,7 +22,7 @@ from bertpre.finetune.loop import (
 from bertpre.finetune.model import build_task_model
 from bertpre.finetune.qa_windows import QAWindows
 from bertpre.finetune.source import Encoder
-from bertpre.model.families import encoder_of
+from bertpre.model.families import encoder_of, family
 from bertpre.train.optim import learning_rate, parameter_groups
 from bertpre.train.runtime import Runtime
 
@@ -66,7 +66,8 @@ def span_loss(logits: torch.Tensor, start_positions: torch.Tensor, end_positions
 def train_question_answering(encoder: Encoder, windows: QAWindows, *, hp: Hyperparameters, seed: int,
                              runtime: Runtime, after_epoch: AfterEpoch | None = None) -> nn.Module:
     """The question-answering model trained from `seed` for `hp.epochs` passes over the windows;
-    in probe mode the encoder stays frozen (eval mode, no gradients) and only `qa_outputs` learns.
+    in probe mode the encoder stays frozen (eval mode, no gradients) and only the head learns
+    (`qa_outputs`; ModernBERT's `head` and `classifier`).
     `after_epoch(epoch, model)` is called after each (from 1), e.g. to answer dev's questions."""
     torch.manual_seed(seed)
     model = build_task_model(encoder.config, encoder.state, 2, tagging=False,
@@ -74,7 +75,8 @@ def train_question_answering(encoder: Encoder, windows: QAWindows, *, hp: Hyperp
     probe = hp.mode == "probe"
     if probe:
         encoder_of(model, encoder.config).requires_grad_(False)
-    trained = model.qa_outputs if probe else model
+    encoder_name = family(encoder.config).encoder_attribute
+    trained = nn.ModuleList(module for name, module in model.named_children() if name != encoder_name) if probe else model
     optimizer = torch.optim.AdamW(parameter_groups(trained, hp.weight_decay), lr=hp.lr,
                                   fused=runtime.device.type in FUSED_ADAMW_DEVICES or None)
     scaler = runtime.grad_scaler()

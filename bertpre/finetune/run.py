@@ -21,6 +21,7 @@ from bertpre.errors import UserError
 from bertpre.finetune.benchmarks import BENCHMARKS, choose_tasks, load_benchmark_task
 from bertpre.finetune.features import FEATURES_FOLDER
 from bertpre.finetune.jobs import Job, Jobs
+from bertpre.finetune.model import task_config
 from bertpre.finetune.qa_seeds import QASettings, load_qa_task
 from bertpre.finetune.report import MAIN_METRIC
 from bertpre.finetune.results import (
@@ -137,6 +138,8 @@ def finetune(source: str | Path, files: TaskFiles | None, out: str | Path, *, hp
                  for name, data, task_files in tasks], benchmark=benchmark[0] if benchmark else None)
     if not sweep:
         jobs.encoders[source] = load_encoder(source)  # a SOURCE that is no model fails before any write
+        for _, data, _ in tasks:  # a setting nothing would read, likewise
+            task_config(jobs.encoders[source].config, hp, data.task)
         if save_model:
             check_can_save(jobs.encoders[source].config, hp.mode)
     elif not watch and not run_checkpoints(source, checkpoints):

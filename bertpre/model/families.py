@@ -46,18 +46,22 @@ from bertpre.model.heads import (
 from bertpre.model.modernbert import (
     ModernBertForMaskedLM,
     ModernBertModel,
-    ModernBertTaskModelNotBuilt,
     build_modernbert,
     modernbert_export_writer,
     modernbert_mask_logits,
     read_modernbert_weights,
-    write_task_folder_not_built,
 )
 from bertpre.model.modernbert_cost import (
     count_modernbert_parameters,
     estimate_modernbert_inference_memory,
     estimate_modernbert_memory,
     modernbert_training_flops,
+)
+from bertpre.model.modernbert_heads import (
+    ModernBertForQuestionAnswering,
+    ModernBertForSequenceClassification,
+    ModernBertForTokenClassification,
+    write_modernbert_task_folder,
 )
 from bertpre.model.roberta import (
     RobertaForMaskedLM,
@@ -197,14 +201,14 @@ MODERNBERT_MODEL_DEFAULTS = {"intermediate_size": 1152, "num_hidden_layers": 22,
 
 MODERNBERT = Family(
     architecture="modernbert", display_name="ModernBERT",
-    pretraining_class=ModernBertForMaskedLM, sequence_head=ModernBertTaskModelNotBuilt,
-    token_head=ModernBertTaskModelNotBuilt, question_answering_head=ModernBertTaskModelNotBuilt,
+    pretraining_class=ModernBertForMaskedLM, sequence_head=ModernBertForSequenceClassification,
+    token_head=ModernBertForTokenClassification, question_answering_head=ModernBertForQuestionAnswering,
     hf_task_prefix=lambda config: "ModernBert", encoder_attribute="model",
     padding_side="right", objectives=("mlm",), pair_task=False,
     build_pretraining=build_modernbert, build_encoder=ModernBertModel, tokenizer_layout=same_layout,
     read_weights=read_modernbert_weights, optional_encoder_parts=(),
     optional_parts={"head.": "the MLM head (head)", "decoder.": "the decoder's bias (decoder.bias)"},
-    export_writer=modernbert_export_writer, write_task_folder=write_task_folder_not_built,
+    export_writer=modernbert_export_writer, write_task_folder=write_modernbert_task_folder,
     native_task_models=lambda config: True,
     count_parameters=count_modernbert_parameters, training_flops=modernbert_training_flops,
     estimate_memory=estimate_modernbert_memory, estimate_inference_memory=estimate_modernbert_inference_memory,

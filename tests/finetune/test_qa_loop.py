@@ -1,6 +1,7 @@
-"""One seed of question answering on windows (`bertpre.finetune.qa_loop`), on tiny random BERT and
-XLNet encoders: padding (right for BERT, left for XLNet) moves neither the logits nor the answer
-positions, the loss is transformers' QA loss, and a probe leaves the encoder as it was."""
+"""One seed of question answering on windows (`bertpre.finetune.qa_loop`), on tiny random BERT,
+XLNet and ModernBERT encoders: padding (right for BERT and ModernBERT, left for XLNet) moves neither
+the logits nor the answer positions, the loss is transformers' QA loss, and a probe leaves the
+encoder as it was (ModernBERT's probe trains its head and classifier)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -27,6 +28,10 @@ pytestmark = pytest.mark.usefixtures("one_thread_per_module")  # see conftest
 CPU = Runtime(device=torch.device("cpu"))
 TINY_BERT = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
                  max_position_embeddings=64)
+# 3 layers: 0 global, 1 and 2 reading 4 tokens each way (the windows below are longer); [PAD] is 0.
+TINY_MODERNBERT = dict(architecture="modernbert", hidden_size=32, num_hidden_layers=3, num_attention_heads=4,
+                       intermediate_size=48, max_position_embeddings=64, local_attention=8,
+                       global_attn_every_n_layers=3, pad_token_id=0)
 CONTEXTS = ["my sister feeds the cat today .", "the cat sees the river and my sister sees a red apple in the field .",
             "the river ."]
 EXAMPLES = [QAExample(f"q{number}", question, context, (Answer(answer, context.index(answer)),))
@@ -47,7 +52,7 @@ def tiny_encoder(shape: dict, tiny_data: Path) -> Encoder:
                    step=None, weights_sha256="")
 
 
-@pytest.mark.parametrize("shape", [TINY_BERT, TINY_XLNET], ids=["bert", "xlnet"])
+@pytest.mark.parametrize("shape", [TINY_BERT, TINY_XLNET, TINY_MODERNBERT], ids=["bert", "xlnet", "modernbert"])
 def test_padding_moves_neither_logits_nor_answers(shape, tiny_data):
     encoder = tiny_encoder(shape, tiny_data)
     windows = encode_qa_windows(encoder.tokenizer, EXAMPLES, max_seq_length=20, doc_stride=4)
@@ -117,3 +122,16 @@ def test_a_probe_trains_the_start_and_end_layer_alone(tiny_data):
     torch.manual_seed(0)
     fresh = build_task_model(encoder.config, encoder.state, 2, tagging=False, question_answering=True)
     assert not torch.equal(model.qa_outputs.weight, fresh.qa_outputs.weight)
+
+
+def test_a_modernbert_probe_trains_its_head_and_classifier_alone(tiny_data):
+    encoder = tiny_encoder(TINY_MODERNBERT, tiny_data)
+    windows = encode_qa_windows(encoder.tokenizer, EXAMPLES, max_seq_length=20, doc_stride=4)
+    hp = Hyperparameters(mode="probe", epochs=2, lr=1e-2, batch_size=4)
+    model = train_question_answering(encoder, windows, hp=hp, seed=0, runtime=CPU)
+    trained = encoder_of(model, encoder.config).state_dict()
+    assert all(torch.equal(trained[name], tensor) for name, tensor in encoder.state.items())
+    torch.manual_seed(0)
+    fresh = build_task_model(encoder.config, encoder.state, 2, tagging=False, question_answering=True)
+    assert not torch.equal(model.classifier.weight, fresh.classifier.weight)
+    assert not torch.equal(model.head.dense.weight, fresh.head.dense.weight)
