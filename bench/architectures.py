@@ -189,8 +189,9 @@ def summarise(runs: list[dict], variants: list[str]) -> tuple[dict, dict]:
     return summary, differences
 
 
-def run_corpus(args, spec: str, task, scratch: Path) -> dict:
-    """Tokenize one corpus once, pretrain every variant with every seed, score every model."""
+def run_corpus(args, spec: str, task, scratch: Path, progress=lambda partial: None) -> dict:
+    """Tokenize one corpus once, pretrain every variant with every seed, score every model;
+    `progress` gets the runs so far after each (so that a long run's record grows as it goes)."""
     from bertpre.data import load_data
     from bertpre.data.build import tokenize_corpus
 
@@ -222,6 +223,7 @@ def run_corpus(args, spec: str, task, scratch: Path) -> dict:
                 record["probe"] = downstream(run_dir, task, args, folder / f"probe-{variant}-{seed}")
                 record["probe_s"] = round(time.perf_counter() - began, 1)
             runs.append(record)
+            progress({"steps": steps, "per_run": runs})
             shown = record.get("probe", {})
             print(f"{name} seed {seed} {variant}: {record['steps']} steps, {record['flops']:.3g} FLOPs, "
                   f"{record['train_s']:.0f} s, held-out loss {record['held_out']['mlm_loss']:.3f} "
@@ -324,7 +326,13 @@ def main(argv: list[str] | None = None) -> int:
 
     with tempfile.TemporaryDirectory(prefix="bertpre-architectures-") as scratch:
         for spec in specs:
-            results[spec.split("=", 1)[0]] = run_corpus(args, spec, task, Path(scratch))
+            name = spec.split("=", 1)[0]
+
+            def progress(partial: dict, name: str = name) -> None:
+                results[name] = partial
+                record(complete=False)
+
+            results[name] = run_corpus(args, spec, task, Path(scratch), progress)
             record(complete=False)  # what has finished survives a later failure
     print_table(results)
     path = record(complete=True)
