@@ -36,6 +36,8 @@ modernbert-wsd − modernbert with 95% Welch intervals. Prints a table.
     .venv/bin/python -m bench.architectures                   # 2 corpora x 3 seeds x 3 variants
     .venv/bin/python -m bench.architectures --quick           # a minute: tiny model, few steps
     .venv/bin/python -m bench.architectures --corpus sample=FILE --steps 2 --no-downstream
+    .venv/bin/python -m bench.architectures --corpus wikitext --variants modernbert-wsd --name arch-wsd  # beside another
+    .venv/bin/python -m bench.architectures --merge results/A.json results/B.json --name architectures-both
 """
 from __future__ import annotations
 
@@ -241,6 +243,37 @@ def run_corpus(args, spec: str, task, scratch: Path, progress=lambda partial: No
             "flops_budget": budget, "steps": steps, "per_run": runs, "summary": summary, "differences": differences}
 
 
+def merge(paths: list[Path], name: str, out: Path, argv: list[str] | None) -> Path:
+    """One record of several runs' records (variants run in parallel processes, one per file):
+    per corpus their runs together, summarised and compared again. The runs must share the
+    corpus, shapes, FLOPs budget and steps; a variant or seed seen twice is refused."""
+    records = [json.loads(path.read_text(encoding="utf-8")) for path in paths]
+    if not all(record.get("complete") for record in records):
+        raise SystemExit("a record to merge is not complete (its run was stopped or is still going)")
+    merged: dict[str, dict] = {}
+    for record in records:
+        for corpus, result in record["corpora"].items():
+            into = merged.setdefault(corpus, {**result, "per_run": [], "steps": {}})
+            for key in ("flops_budget", "parameters", "modernbert_intermediate_size", "held_out_predictions"):
+                if into[key] != result[key]:
+                    raise SystemExit(f"{corpus}: the records differ in {key}: not one experiment")
+            seen = {(run["variant"], run["seed"]) for run in into["per_run"]}
+            if seen & {(run["variant"], run["seed"]) for run in result["per_run"]}:
+                raise SystemExit(f"{corpus}: a variant and seed is in two records")
+            into["per_run"] += result["per_run"]
+            into["steps"] |= result["steps"]
+    for result in merged.values():
+        variants = [variant for variant in VARIANTS if variant in result["steps"]]
+        result["summary"], result["differences"] = summarise(result["per_run"], variants)
+    print_table(merged)
+    return write_result(name, {"complete": True, "merged_from": [path.name for path in paths],
+                               "settings": [record["settings"] for record in records],
+                               "equalised_by": records[0]["equalised_by"], "held_out": records[0]["held_out"],
+                               **({"downstream": records[0]["downstream"]} if "downstream" in records[0] else {}),
+                               "wall_s": [record["wall_s"] for record in records], "corpora": merged},
+                        out, argv, versions=("torch",))
+
+
 def print_table(results: dict) -> None:
     shown = [("mlm_loss", "held-out loss", "{:.3f}"), ("mlm_acc", "held-out acc", "{:.3f}"),
              ("probe_acc", "probe acc", "{:.3f}"), ("train_s", "train s", "{:.0f}"),
@@ -288,7 +321,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="torch threads (1: on a shared machine, 2 threads busy-wait for each other's core)")
     parser.add_argument("--name", default="architectures")
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--merge", type=Path, nargs="+", default=None,
+                        help="no run: merge these records (variants run in parallel processes) into --name")
     args = parser.parse_args(argv)
+    if args.merge:
+        print(f"wrote {merge(args.merge, args.name, args.out, argv)}")
+        return 0
     if args.quick:
         args.hidden, args.steps, args.seeds, args.probe_seeds = 64, 20, 2, 1
         args.max_documents = args.max_documents or 60

@@ -64,3 +64,21 @@ def test_wsd_differs_from_linear_only_in_the_schedule(tmp_path):
     assert linear.model == wsd.model and linear.data == wsd.data and linear.train == wsd.train
     assert linear.model.local_attention == 16 and linear.model.intermediate_size == 96
     assert linear.data.mlm_probability == 0.15 and linear.data.max_seq_length == 64
+
+
+@pytest.mark.slow  # four tiny runs: ~10 s on 2 cores
+def test_records_of_parallel_runs_merge_into_one_comparison(tmp_path, one_thread):
+    corpus = write_sample_corpus(tmp_path / "corpus", target_bytes=40_000)
+    shared = ["--corpus", f"sample={corpus}", "--seeds", "2", "--steps", "2", "--hidden", "64", "--length", "32",
+              "--window", "8", "--batch-size", "4", "--vocab-size", "300", "--no-downstream"]
+    for variant in ("bert", "modernbert-wsd"):
+        assert architectures.main([*shared, "--variants", variant, "--name", variant, "--out", str(tmp_path / variant)]) == 0
+    files = [next((tmp_path / variant).iterdir()) for variant in ("bert", "modernbert-wsd")]
+    assert architectures.main(["--merge", *map(str, files), "--name", "both", "--out", str(tmp_path / "both")]) == 0
+    merged = json.loads(next((tmp_path / "both").iterdir()).read_text())["corpora"]["sample"]
+    assert sorted((run["variant"], run["seed"]) for run in merged["per_run"]) == [
+        ("bert", 0), ("bert", 1), ("modernbert-wsd", 0), ("modernbert-wsd", 1)]
+    assert set(merged["differences"]) == {"modernbert-wsd - bert"}
+    assert merged["steps"]["bert"] == 2 and set(merged["summary"]) == {"bert", "modernbert-wsd"}
+    with pytest.raises(SystemExit, match="in two records"):
+        architectures.main(["--merge", str(files[0]), str(files[0]), "--out", str(tmp_path / "twice")])
