@@ -28,6 +28,7 @@ BENCHMARKS: dict[str, tuple[str, list[str], str]] = {
     "loader": ("loader", ["--batches", "300", "--rounds", "3"], "--out"),
     "pretrain": ("pretrain", ["--steps", "12", "--warmup", "4"], "--out"),
     "positions": ("positions", ["--steps", "40", "--rounds", "2", "--round-steps", "3"], "--out"),
+    "modernbert_speed": ("modernbert_speed", [], "--out"),
     # A smaller model and run, under its own name so that it never replaces a full-size record.
     "learning": ("learning", ["--steps", "60", "--warmup", "6", "--seeds", "2", "--hidden", "64",
                               "--layers", "2", "--name", "learning-quick"], "--out"),
