@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 from dataclasses import asdict
 from pathlib import Path
 from types import SimpleNamespace
@@ -21,7 +22,8 @@ from test_finetune import write_conll, write_task
 
 from bertpre.config.finetune import Hyperparameters, load_hyperparameters
 from bertpre.errors import UserError
-from bertpre.finetune.model import task_config
+from bertpre.finetune.model import build_task_model, task_config
+from bertpre.finetune.source import load_encoder
 from bertpre.model.config import BertConfig
 from bertpre.model.hf_format import read_config
 from bertpre.model.modernbert_heads import (
@@ -222,3 +224,30 @@ def test_the_work_key_is_as_before_where_classifier_pooling_is_unset():
     unset = work_key(encoder, data, files, Hyperparameters(), [1])
     assert unset == hashlib.sha256(json.dumps(described, sort_keys=True).encode()).hexdigest()
     assert unset != work_key(encoder, data, files, Hyperparameters(classifier_pooling="cls"), [1])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["ModernBertForMaskedLM", "ModernBertModel"])
+def test_fine_tuning_starts_from_the_sources_mlm_head_as_transformers_does(kind, modernbert_source, tmp_path):
+    """transformers' ModernBertFor* has the MLM head's `head` by name: from_pretrained of an MLM
+    folder loads it, and only `classifier` is drawn; so does bertpre. A ModernBertModel folder has
+    no head: both draw it."""
+    source = modernbert_source
+    if kind == "ModernBertModel":
+        source = tmp_path / "bare"
+        transformers.ModernBertModel.from_pretrained(modernbert_source).save_pretrained(source)
+        for file in modernbert_source.glob("tokenizer*"):
+            shutil.copy(file, source / file.name)
+    encoder = load_encoder(source)
+    torch.manual_seed(0)
+    ours = build_task_model(encoder.config, encoder.state, 3, tagging=False, head_state=encoder.head_state)
+    theirs = transformers.AutoModelForSequenceClassification.from_pretrained(source, num_labels=3)
+    mine, reference = ours.state_dict(), theirs.state_dict()
+    assert set(mine) == set(reference)
+    head = {name for name in mine if name.startswith("head.")}
+    assert head == {"head.dense.weight", "head.norm.weight"}
+    for name in mine:
+        if name.startswith("model.") or (kind == "ModernBertForMaskedLM" and name in head):
+            assert torch.equal(mine[name], reference[name]), name
+    assert bool(encoder.head_state) == (kind == "ModernBertForMaskedLM")
+    assert torch.equal(mine["head.dense.weight"], reference["head.dense.weight"]) == (kind == "ModernBertForMaskedLM")
