@@ -9,6 +9,7 @@ A fine-tuned model's folder is a `ModernBertFor*` folder (`write_modernbert_task
 config.json records the pooling it was trained with."""
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import torch
@@ -25,7 +26,7 @@ from bertpre.model.modernbert import (
     trunc_normal,
     write_modernbert_folder,
 )
-from bertpre.model.roberta import copy_tokenizer_files
+from bertpre.model.roberta import TOKENIZER_FILES
 
 
 class ModernBertTaskModel(nn.Module):
@@ -106,10 +107,15 @@ class ModernBertForQuestionAnswering(ModernBertTaskModel):
 def write_modernbert_task_folder(folder: Path, state: dict[str, torch.Tensor], config: BertConfig,
                                  tokenizer_folder: Path, *, pooler: bool) -> dict:
     """A fine-tuned ModernBERT's weights (its names are transformers' already) and its tokenizer
-    files; returns config.json's content, with the tokenizer's special ids and the
-    `classifier_pooling` it was trained with (`pooler` is BERT's: ModernBERT has none)."""
+    files as they are: ModernBERT reads the tokenizer's own layout (`same_layout`), so a pair is
+    what the tokenizer's template makes of it in transformers as it was in fine-tuning (token
+    types, where a WordPiece tokenizer gives them, are taken and not read). Returns config.json's
+    content, with the tokenizer's special ids and the `classifier_pooling` it was trained with
+    (`pooler` is BERT's: ModernBERT has none)."""
     ids = special_token_ids(tokenizer_folder)
     write_modernbert_folder(folder, config, state, **ids)
-    copy_tokenizer_files(tokenizer_folder, folder)
+    for name in TOKENIZER_FILES:
+        if (tokenizer_folder / name).is_file():
+            shutil.copyfile(tokenizer_folder / name, folder / name)
     hf_format.limit_model_max_length(folder, config.max_position_embeddings)
     return {**config.to_hf_dict(), "bertpre_version": bertpre.__version__, **ids}

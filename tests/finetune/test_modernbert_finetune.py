@@ -22,6 +22,7 @@ from test_finetune import write_conll, write_task
 
 from bertpre.config.finetune import Hyperparameters, load_hyperparameters
 from bertpre.errors import UserError
+from bertpre.finetune.encoding import encode_texts
 from bertpre.finetune.model import build_task_model, task_config
 from bertpre.finetune.source import load_encoder
 from bertpre.model.config import BertConfig
@@ -251,3 +252,37 @@ def test_fine_tuning_starts_from_the_sources_mlm_head_as_transformers_does(kind,
             assert torch.equal(mine[name], reference[name]), name
     assert bool(encoder.head_state) == (kind == "ModernBertForMaskedLM")
     assert torch.equal(mine["head.dense.weight"], reference["head.dense.weight"]) == (kind == "ModernBertForMaskedLM")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tokenizer", ["wordpiece", "bpe"])
+def test_a_saved_modernbert_pair_classifier_reads_pairs_in_transformers_as_it_was_fine_tuned(
+        tokenizer, modernbert_source, tiny_data, tmp_path, monkeypatch, capsys):
+    """A pair is what the source tokenizer's own template makes of it (WordPiece's `[CLS] a [SEP]
+    b [SEP]`, the BPE's `<s> a </s></s> b </s>`), in bertpre's fine-tuning and in transformers on
+    the saved folder alike."""
+    source = modernbert_source
+    if tokenizer == "wordpiece":  # the tiny DATA's BERT tokenizer beside a ModernBERT of its vocabulary
+        source = tmp_path / "wordpiece"
+        shutil.copytree(tiny_data / "tokenizer", source)
+        torch.manual_seed(7)
+        config = transformers.ModernBertConfig(vocab_size=load_tokenizer(source).get_vocab_size(), pad_token_id=0,
+                                               bos_token_id=None, eos_token_id=None, cls_token_id=None,
+                                               sep_token_id=None, **SHAPE)
+        transformers.ModernBertForMaskedLM(config).save_pretrained(source)
+    files = ["--train", write_task(tmp_path, 40, 0, "train.jsonl", pair=True), "--validation",
+             write_task(tmp_path, 16, 1, "dev.jsonl", pair=True), "--text-pair-column", "other"]
+    saved = saved_folder(run_finetune(source, tmp_path, files, monkeypatch, capsys, "--save-model",
+                                      "--set", "classifier_pooling=mean"))
+    hf = check_loads(saved, transformers.AutoModelForSequenceClassification, "ModernBertForSequenceClassification")
+    model = ModernBertForSequenceClassification(read_config(saved), 2)
+    model.load_state_dict(load_file(saved / "model.safetensors"), strict=True)
+    pairs = ["a dog finds the door .", "the farmer ."]
+    batch = transformers.AutoTokenizer.from_pretrained(saved)(TEXTS, pairs, padding=True, return_tensors="pt")
+    trained = encode_texts(load_encoder(source).tokenizer, TEXTS, pairs, [0, 1], 64).input_ids
+    assert [row[mask.bool()].tolist() for row, mask in zip(batch["input_ids"], batch["attention_mask"],
+                                                           strict=True)] == trained
+    with torch.no_grad():
+        expected = hf(**batch).logits
+        logits = model.eval()(batch["input_ids"], batch["attention_mask"])
+    torch.testing.assert_close(logits, expected, rtol=0, atol=1e-5)
