@@ -1,6 +1,8 @@
 """Fine-tuning heads on ModernBERT, with transformers' `ModernBertFor*` names and math: the encoder
 under `model`, then `head` (dense → classifier_activation → LayerNorm, the MLM head's layout),
-`drop` (classifier_dropout) and a linear `classifier`. A sequence is read at its first token
+`drop` (classifier_dropout) and a linear `classifier`. Sharing the MLM head's names, `head` starts
+from a source's MLM head where it has one, as transformers' from_pretrained loads it
+(`Family.task_head_parts`); `classifier` is drawn. A sequence is read at its first token
 (`classifier_pooling` "cls") or as the mean of its real tokens' outputs ("mean", padding left out);
 a tagger and a question-answering model read every token (the latter's `classifier` gives a start
 and an end logit, transformers' name, where BERT's head is `qa_outputs`).
