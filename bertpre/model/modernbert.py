@@ -97,7 +97,8 @@ def _window_block_mask(keys: torch.Tensor | None, length: int, window: int, devi
         def rule(batch, head, query, key):
             return (((query - key).abs() <= window) & keys[batch, key]) | (query == key)
         batches = keys.shape[0]
-    return create_block_mask(rule, batches, None, length, length, device=device)
+    # compiled on a GPU: uncompiled it would build the whole (B, T, T) mask to find the blocks
+    return create_block_mask(rule, batches, None, length, length, device=device, _compile=device.type == "cuda")
 
 
 _compiled_flex: Callable | None = None
