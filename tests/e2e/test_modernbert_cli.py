@@ -28,6 +28,9 @@ def test_pretrain_export_fill_mask_and_evaluate_a_modernbert(tiny_data, tmp_path
     assert "as ModernBertForMaskedLM" in out + err
     assert json.loads((tmp_path / "export" / "config.json").read_text())["layer_types"] == \
         ["full_attention", "sliding_attention", "sliding_attention"]
+    # the run's tokenizer as it is, transformers told the length the model is made for
+    assert (tmp_path / "export" / "tokenizer.json").read_bytes() == (run / "tokenizer" / "tokenizer.json").read_bytes()
+    assert json.loads((tmp_path / "export" / "tokenizer_config.json").read_text())["model_max_length"] == 128
     exported, info = transformers.AutoModelForMaskedLM.from_pretrained(tmp_path / "export", output_loading_info=True)
     assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"]
     ours = load_pretraining_model(run / "checkpoints" / "step-00000004", strict=True).eval()
