@@ -60,3 +60,23 @@ def test_berts_keys_with_architecture_modernbert_are_one_line_and_exit_2(tiny_da
     assert len(err.strip().splitlines()) == 1
     assert "model.hidden_act is BERT's, which model.architecture modernbert does not read" in err
     assert "model.hidden_activation" in err
+
+
+@pytest.mark.slow
+def test_a_resumed_modernbert_run_trains_as_the_straight_one(tiny_data, tmp_path):
+    from bertpre.config import load_config
+    from bertpre.train.trainer import pretrain
+
+    def config(out: str, steps: int):
+        # in warmup the learning rate does not depend on max_steps: 3 + 3 steps are the 6 straight ones
+        return load_config("tiny-modernbert", [f"data.path={tiny_data}", f"train.out={tmp_path / out}",
+                                               f"train.max_steps={steps}", "train.save_every=3",
+                                               "train.batch_size=16", "train.micro_batch_size=8"])
+
+    straight = pretrain(config("straight", 6))
+    pretrain(config("resumed", 3))
+    resumed = pretrain(config("resumed", 6))
+    assert resumed.step == 6
+    a = (straight.run_dir / "checkpoints" / "step-00000006" / "model.safetensors").read_bytes()
+    b = (resumed.run_dir / "checkpoints" / "step-00000006" / "model.safetensors").read_bytes()
+    assert a == b
