@@ -109,6 +109,37 @@ def test_warmup_ratio_becomes_warmup_steps():
     assert config.optim.warmup_steps == 10 and config.optim.warmup_ratio is None
 
 
+def test_wsd_fills_its_decay_keys_and_other_schedules_leave_them_null(tmp_path):
+    wsd = load_config(None, ["optim.schedule=wsd"]).optim
+    assert (wsd.decay_fraction, wsd.decay_shape) == (0.2, "1-sqrt")
+    given = load_config(None, ["optim.schedule=wsd", "optim.decay_fraction=0.1", "optim.decay_shape=linear"])
+    assert (given.optim.decay_fraction, given.optim.decay_shape) == (0.1, "linear")
+    assert (load_config(None).optim.decay_fraction, load_config(None).optim.decay_shape) == (None, None)
+    given.save(tmp_path / "config.yaml")  # a run's config.yaml, resolved, loads back the same
+    assert yaml.safe_load((tmp_path / "config.yaml").read_text())["optim"]["decay_shape"] == "linear"
+    assert load_config(tmp_path / "config.yaml") == given
+
+
+@pytest.mark.parametrize("overrides, expected", [
+    (["optim.decay_fraction=0.1"],
+     "optim.decay_fraction shapes the decay of optim.schedule wsd, and this config's schedule is linear; "
+     "remove optim.decay_fraction (or set it to null), or set optim.schedule: wsd"),
+    (["optim.schedule=cosine", "optim.decay_shape=linear"],
+     "optim.decay_shape shapes the decay of optim.schedule wsd, and this config's schedule is cosine; "
+     "remove optim.decay_shape (or set it to null), or set optim.schedule: wsd"),
+    (["optim.schedule=wsd", "optim.decay_shape=sqrt"], "optim.decay_shape is 'sqrt'; use one of 1-sqrt, linear"),
+    (["optim.schedule=wsd", "optim.decay_shape=1"], "optim.decay_shape must be a string, got 1"),
+    (["optim.schedule=wsd", "optim.decay_fraction=0"], "optim.decay_fraction must be in (0, 1], got 0"),
+    (["optim.schedule=wsd", "optim.decay_fraction=1.5"], "optim.decay_fraction must be in (0, 1], got 1.5"),
+    (["optim.schedule=wsd", "optim.decay_fraction=.nan"], "optim.decay_fraction must be a finite number, got nan"),
+    (["optim.schedule=step"], "optim.schedule is 'step'; use one of linear, cosine, constant, wsd"),
+])
+def test_wsd_keys_are_checked_in_one_line(overrides, expected):
+    with pytest.raises(UserError) as raised:
+        load_config(None, overrides)
+    assert str(raised.value) == expected
+
+
 def test_batch_must_divide_by_micro_batch_times_world():
     config = load_config(None, ["train.batch_size=32", "train.micro_batch_size=8"])
     assert check_world_size(config, 1) == 4
@@ -154,6 +185,13 @@ def test_a_warmup_as_long_as_the_run_is_warned_about():
     said = load_config("tiny", ["train.max_steps=20"]).warnings()  # warmup_steps is 30
     assert said == ["optim.warmup_steps (30) is not shorter than the run (train.max_steps 20): the "
                     "learning rate never reaches optim.lr (0.002) and never decays"]
+
+
+def test_a_wsd_decay_of_no_steps_is_warned_about():
+    assert load_config("tiny", ["optim.schedule=wsd", "optim.decay_fraction=0.001"]).warnings() == []  # 0.6: 1
+    said = load_config("tiny", ["optim.schedule=wsd", "optim.decay_fraction=0.0008"]).warnings()  # 0.48 of 600
+    assert said == ["optim.decay_fraction (0.0008) of 600 steps rounds to none: the WSD schedule never decays; "
+                    "raise optim.decay_fraction"]
 
 
 def test_a_prediction_cap_below_the_mask_rate_is_warned_about():

@@ -15,6 +15,7 @@ from bertpre.config.run import check_world_size, load_config, no_pair_head, reso
 from bertpre.config.sections import (
     DEVICES,
     SECTIONS,
+    WSD_DEFAULTS,
     Config,
     DataConfig,
     OptimConfig,
@@ -24,7 +25,7 @@ from bertpre.config.sections import (
 from bertpre.configs import preset_names
 
 __all__ = [
-    "DEVICES", "MAX_BATCH", "MAX_SEED", "MAX_SEQ_LENGTH", "RULES", "SECTIONS", "Config", "DataConfig",
-    "OptimConfig", "PhaseConfig", "Range", "TrainConfig", "check_number", "check_world_size", "integers",
-    "load_config", "no_pair_head", "numbers", "preset_names", "resolve", "resolve_config_path",
+    "DEVICES", "MAX_BATCH", "MAX_SEED", "MAX_SEQ_LENGTH", "RULES", "SECTIONS", "WSD_DEFAULTS", "Config",
+    "DataConfig", "OptimConfig", "PhaseConfig", "Range", "TrainConfig", "check_number", "check_world_size",
+    "integers", "load_config", "no_pair_head", "numbers", "preset_names", "resolve", "resolve_config_path",
 ]

@@ -109,6 +109,7 @@ RULES: dict[str, Range] = {
     "optim.weight_decay": numbers("[0, 1]"),
     "optim.warmup_steps": integers(0, MAX_STEPS),
     "optim.warmup_ratio": numbers("[0, 1]"),
+    "optim.decay_fraction": numbers("(0, 1]"),
     "optim.max_grad_norm": numbers("[0, inf)"),  # 0: no clipping
     "optim.label_smoothing": numbers("[0, 1)"),
     "train.batch_size": integers(1, MAX_BATCH),

@@ -9,6 +9,7 @@ from typing import Any
 from bertpre.config.loading import parse_override, read_yaml, resolve_config_path
 from bertpre.config.rules import MAX_STEPS, RULES, check_number
 from bertpre.config.sections import (
+    DECAY_SHAPES,
     DEVICES,
     INIT_FROM,
     LR_SCHEDULES,
@@ -19,6 +20,7 @@ from bertpre.config.sections import (
     PRECISIONS,
     SCHEDULES,
     SECTIONS,
+    WSD_DEFAULTS,
     Config,
     PhaseConfig,
     build_section,
@@ -91,6 +93,7 @@ def _validate(config: Config, warmup_given: bool, ratio_given: bool) -> None:
 
     _check_choice("optim.name", optim.name, OPTIMIZERS)
     _check_choice("optim.schedule", optim.schedule, SCHEDULES)
+    _resolve_decay(optim)
     if warmup_given and ratio_given:
         raise UserError("set optim.warmup_steps or optim.warmup_ratio, not both")
     if optim.warmup_ratio is not None:
@@ -106,6 +109,22 @@ def _validate(config: Config, warmup_given: bool, ratio_given: bool) -> None:
         )
     _check_choice("train.precision", train.precision, PRECISIONS)
     _check_choice("train.device", train.device, DEVICES)
+
+
+def _resolve_decay(optim: Any) -> None:
+    """Fill a wsd schedule's null decay keys with WSD_DEFAULTS; refuse them given with another
+    schedule, which would ignore them."""
+    if optim.schedule != "wsd":
+        for key in WSD_DEFAULTS:
+            if getattr(optim, key) is not None:
+                raise UserError(f"optim.{key} shapes the decay of optim.schedule wsd, and this config's "
+                                f"schedule is {optim.schedule}; remove optim.{key} (or set it to null), "
+                                "or set optim.schedule: wsd")
+        return
+    for key, default in WSD_DEFAULTS.items():
+        if getattr(optim, key) is None:
+            setattr(optim, key, default)
+    _check_choice("optim.decay_shape", optim.decay_shape, DECAY_SHAPES)
 
 
 def offset_words(model: Any) -> str:

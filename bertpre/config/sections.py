@@ -20,7 +20,12 @@ from bertpre.model.config import BertConfig
 from bertpre.model.families import FAMILIES
 
 OPTIMIZERS = ("adamw", "lamb")
-SCHEDULES = ("linear", "cosine", "constant")
+SCHEDULES = ("linear", "cosine", "constant", "wsd")
+# wsd (warmup-stable-decay) alone reads optim.decay_fraction and optim.decay_shape; these fill
+# the ones a wsd config leaves null. A fifth of the steps: the cooldown length Hägele et al.
+# (2024) found to match a cosine schedule's result with the 1-sqrt shape, which beat linear there.
+WSD_DEFAULTS = {"decay_fraction": 0.2, "decay_shape": "1-sqrt"}
+DECAY_SHAPES = ("1-sqrt", "linear")
 PRECISIONS = ("auto", "fp32", "fp16", "bf16")
 DEVICES = ("auto", "cpu", "cuda")
 # What the model learns to predict, as the family table lists it: BERT's masked tokens, or
@@ -101,6 +106,8 @@ class OptimConfig:
     warmup_steps: int | None = 10000
     warmup_ratio: float | None = None
     schedule: str = "linear"
+    decay_fraction: float | None = None  # wsd: the share of the steps that decays (null: 0.2)
+    decay_shape: str | None = None  # wsd: 1-sqrt or linear (null: 1-sqrt)
     max_grad_norm: float = 1.0
     label_smoothing: float = 0.0
 
@@ -190,6 +197,11 @@ class Config:
             ends.append(total)
         return ends
 
+    def phase_at(self, step: int) -> int:
+        """The index of the phase that runs 0-based `step` (the last phase from its end on)."""
+        ends = self.phase_ends()
+        return next((index for index, end in enumerate(ends) if step < end), len(ends) - 1)
+
     def for_phase(self, index: int) -> Config:
         """This config as phase `index` runs it: its PHASE_KEYS applied, no `phases` left.
 
@@ -225,6 +237,13 @@ class Config:
             said.append(f"optim.warmup_steps ({self.optim.warmup_steps}) is not shorter than the "
                         f"run (train.max_steps {self.train.max_steps}): the learning rate never "
                         f"reaches optim.lr ({self.optim.lr:g}) and never decays")
+        if self.optim.schedule == "wsd":
+            spans = {self.schedule_span(index) for index in range(max(1, len(self.phases)))}
+            shortest = min(end - start for start, end in spans)
+            fraction = self.optim.decay_fraction or WSD_DEFAULTS["decay_fraction"]
+            if round(fraction * shortest) == 0:  # as bertpre.train.optim.wsd_decay_start rounds
+                said.append(f"optim.decay_fraction ({fraction:g}) of {shortest} steps rounds to "
+                            "none: the WSD schedule never decays; raise optim.decay_fraction")
         for index in range(max(1, len(self.phases))):
             data = self.for_phase(index).data
             cap, wanted = data.max_predictions_per_seq, round(data.mlm_probability * (data.max_seq_length - 2))

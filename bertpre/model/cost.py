@@ -1,5 +1,6 @@
 """What a model config costs to train and to read with: parameters by part, FLOPs per token,
-memory; each family's own functions (`bert_cost`, `xlnet_cost`), as the family table names them."""
+memory; each family's own functions (`bert_cost`, `xlnet_cost`, `roberta_cost`, `modernbert_cost`), as
+the family table names them."""
 from __future__ import annotations
 
 from bertpre.model.bert_cost import (
@@ -11,6 +12,11 @@ from bertpre.model.bert_cost import (
 )
 from bertpre.model.config import BertConfig
 from bertpre.model.families import family
+from bertpre.model.modernbert_cost import (
+    ModernBertFlops,
+    global_layer_count,
+    modernbert_flops_by_part,
+)
 from bertpre.model.xlnet_cost import (
     XLNetFlops,
     plm_query_rows,
@@ -18,9 +24,9 @@ from bertpre.model.xlnet_cost import (
     xlnet_training_flops,
 )
 
-__all__ = ["BYTES_PER_ELEMENT", "ForwardShape", "InferenceMemory", "MemoryEstimate", "ParameterCounts",
-           "XLNetFlops", "count_parameters", "estimate_inference_memory", "estimate_memory",
-           "inference_shortfall", "memory_shortfall", "plm_query_rows", "readable",
+__all__ = ["BYTES_PER_ELEMENT", "ForwardShape", "InferenceMemory", "MemoryEstimate", "ModernBertFlops",
+           "ParameterCounts", "XLNetFlops", "count_parameters", "estimate_inference_memory", "estimate_memory",
+           "global_layer_count", "inference_shortfall", "memory_shortfall", "modernbert_flops_by_part", "plm_query_rows", "readable",
            "training_flops_per_token", "training_memory_floor", "xlnet_activations", "xlnet_training_flops"]
 
 

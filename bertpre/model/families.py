@@ -48,11 +48,16 @@ from bertpre.model.modernbert import (
     ModernBertModel,
     ModernBertTaskModelNotBuilt,
     build_modernbert,
-    count_modernbert_parameters,
     modernbert_export_writer,
     modernbert_mask_logits,
     read_modernbert_weights,
     write_task_folder_not_built,
+)
+from bertpre.model.modernbert_cost import (
+    count_modernbert_parameters,
+    estimate_modernbert_inference_memory,
+    estimate_modernbert_memory,
+    modernbert_training_flops,
 )
 from bertpre.model.roberta import (
     RobertaForMaskedLM,
@@ -201,9 +206,8 @@ MODERNBERT = Family(
     optional_parts={"head.": "the MLM head (head)", "decoder.": "the decoder's bias (decoder.bias)"},
     export_writer=modernbert_export_writer, write_task_folder=write_task_folder_not_built,
     native_task_models=lambda config: True,
-    # FLOPs and memory: BERT's formulas until bertpre.model.modernbert_cost counts GeGLU and the window
-    count_parameters=count_modernbert_parameters, training_flops=bert_training_flops,
-    estimate_memory=estimate_bert_memory, estimate_inference_memory=estimate_bert_inference_memory,
+    count_parameters=count_modernbert_parameters, training_flops=modernbert_training_flops,
+    estimate_memory=estimate_modernbert_memory, estimate_inference_memory=estimate_modernbert_inference_memory,
     shape_words=lambda config: (f"{config.num_hidden_layers} layers, hidden {config.hidden_size}, rotary "
                                 f"positions, global attention every {config.global_attn_every_n_layers} "
                                 f"layers, a window of {config.local_attention} elsewhere"),

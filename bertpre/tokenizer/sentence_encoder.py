@@ -222,11 +222,28 @@ def _whole_word_vocab(tokenizer: Tokenizer) -> tuple[dict[str, int] | None, bool
     return tokenizer.get_vocab(with_added_tokens=False), bool(normalizer.get("lowercase"))
 
 
+# What a Unigram's special pieces are renamed to in `without_special_tokens`: text never holds
+# it, since the pre-tokenizer turns every space into "▁" (and normalizers drop U+0000).
+UNREACHABLE = "\x00 special piece \x00 "
+
+
 def without_special_tokens(tokenizer: Tokenizer) -> Tokenizer:
-    """The same tokenizer with no special added tokens: "[MASK]" in a text is six characters."""
+    """The same tokenizer with no special added tokens: "[MASK]" in a text is six characters.
+
+    A Unigram (SentencePiece) vocabulary also holds its special tokens as pieces of its own, with
+    the best score (0), which its model would match in text ("</s>" in a line would be the
+    separator's id, as AutoTokenizer gives even with `split_special_tokens`); SentencePiece never
+    matches such control pieces in text, and neither does this: they are renamed out of reach,
+    their ids unchanged.
+    """
     state = json.loads(tokenizer.to_str())
+    special = {token["content"] for token in state.get("added_tokens") or [] if token.get("special")}
     state["added_tokens"] = [token for token in state.get("added_tokens") or []
                              if not token.get("special")]
+    model = state.get("model") or {}
+    if model.get("type") == "Unigram":
+        model["vocab"] = [[UNREACHABLE + piece if piece in special else piece, score]
+                          for piece, score in model["vocab"]]
     return Tokenizer.from_str(json.dumps(state))
 
 

@@ -11,12 +11,15 @@ from bertpre.model.cost import (
     ForwardShape,
     InferenceMemory,
     MemoryEstimate,
+    ModernBertFlops,
     ParameterCounts,
     XLNetFlops,
     count_parameters,
     estimate_inference_memory,
     estimate_memory,
+    global_layer_count,
     memory_shortfall,
+    modernbert_flops_by_part,
     plm_query_rows,
     readable,
     training_flops_per_token,
@@ -64,6 +67,7 @@ class ModelInfo:
     memory: MemoryEstimate
     memory_rows: int = 0  # XLNet: the rows whose memory states one device keeps
     xlnet_flops: XLNetFlops | None = None
+    modernbert_flops: ModernBertFlops | None = None  # ModernBERT: by part, local layers at their window
     evaluation: ForwardShape | None = None  # `bertpre evaluate`'s forward at micro_batch_size
     evaluation_memory: InferenceMemory | None = None  # its peak, as `evaluate` checks it
 
@@ -97,6 +101,8 @@ def model_info(
         "memory_rows": micro_batch_size if memory_rows is None else memory_rows,
         "xlnet_flops": xlnet_training_flops(config, seq_length, predicted_share, micro_batch_size=micro_batch_size),
     }
+    if config.is_modernbert:
+        xlnet["modernbert_flops"] = modernbert_flops_by_part(config, seq_length, predicted_share)
     return ModelInfo(
         config=config,
         seq_length=seq_length,
@@ -127,9 +133,7 @@ def format_info(info: ModelInfo) -> str:
     if config.share_layers:
         shape += ", one layer shared by all"
     if config.is_modernbert:
-        shape += (f", rotary positions (theta {config.global_rope_theta:g} global, {config.local_rope_theta:g} "
-                  f"local), global attention every {config.global_attn_every_n_layers} layers and a window of "
-                  f"{config.local_attention} elsewhere")
+        shape += modernbert_shape(config)
     else:
         shape += {"absolute": f", absolute positions (at most {position_limit(config)})",
                   "rope": f", rotary positions (theta {config.rope_theta:g}), any length",
@@ -158,6 +162,7 @@ def format_info(info: ModelInfo) -> str:
     lines += [
         "",
         f"training FLOPs per token (s={info.seq_length}, predicted share {info.predicted_share:g})",
+        *modernbert_flops_lines(info),
         f"  sparse MLM head  {figure(info.flops_per_token / 1e6, 1):>10} MFLOP"
         f"   (dense head would be {figure(info.dense_head_flops_per_token / 1e6, 1)} MFLOP)",
         f"  per sequence     {figure(info.flops_per_token * info.seq_length / 1e9, 2)} GFLOP",
@@ -174,6 +179,38 @@ def format_info(info: ModelInfo) -> str:
     ]
     note = fit_note(info)
     return "\n".join(lines + ([note] if note else []))
+
+
+def modernbert_shape(config: BertConfig) -> str:
+    """A ModernBERT's positions and attention pattern, for the shape line."""
+    period = config.global_attn_every_n_layers
+    pattern = ("global attention in every layer" if period == 1 else
+               f"global attention every {period} layers and a window of {config.local_attention} "
+               f"({config.sliding_window} each way) elsewhere")
+    return (f", rotary positions (theta {config.global_rope_theta:g} global, {config.local_rope_theta:g} local), "
+            f"{pattern}")
+
+
+def modernbert_flops_lines(info: ModelInfo) -> list[str]:
+    """A ModernBERT's training FLOPs per token by part (none for other families)."""
+    flops, config = info.modernbert_flops, info.config
+    if flops is None:
+        return []
+    global_layers = global_layer_count(config)
+    local_layers = config.num_hidden_layers - global_layers
+    keys = min(info.seq_length, 2 * config.sliding_window + 1)
+    def layers(count: int) -> str:
+        return f"{count} layer" + ("" if count == 1 else "s")
+
+    parts = [("attention Wqkv, Wo", flops.attention_projections, layers(config.num_hidden_layers)),
+             ("global attention", flops.global_attention, f"{layers(global_layers)}, {info.seq_length:,} keys a token"),
+             ("local attention", flops.local_attention,
+              f"{layers(local_layers)}, at most {keys:,} keys a token" if local_layers else "no local layer"),
+             ("feed-forward (GeGLU)", flops.feed_forward, f"Wi to 2 x {config.intermediate_size}, Wo"),
+             ("MLM head dense", flops.head, "the predicted rows"),
+             ("decoder", flops.decoder, f"the predicted rows, {config.vocab_size:,} tokens")]
+    return [f"  {name:<22}{figure(value / 1e6, 3):>10} MFLOP  {100 * value / flops.total:5.1f}%  {what}"
+            for name, value, what in parts]
 
 
 def model_names(config: BertConfig) -> tuple[str, str, str]:

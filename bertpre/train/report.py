@@ -17,7 +17,7 @@ from bertpre.config import Config
 from bertpre.data import DataMixture
 from bertpre.errors import UserError
 from bertpre.model.families import family
-from bertpre.train.optim import scheduled_learning_rate
+from bertpre.train.optim import scheduled_learning_rate, wsd_decay_start
 from bertpre.train.runtime import Runtime
 
 # TensorBoard's Custom Scalars tab: one chart per question, train and eval on the same axes, so
@@ -68,6 +68,7 @@ class RunPlan:
     steps_per_epoch: float
     phases: int = 1
     architecture: str = "BERT"
+    schedule: str = ""  # the learning rate's schedule in words (`schedule_words`)
 
     @property
     def tokens_per_step(self) -> int:
@@ -95,7 +96,7 @@ def plan_run(config: Config, phase: Config, *, run_dir: Path, runtime: Runtime, 
         documents=sum(len(folder.train) for folder in mixture.folders),
         corpus_tokens=sum(int(count.get("tokens", 0)) for count in counts),
         steps_per_epoch=instances * runtime.world_size / phase.train.batch_size,
-        phases=len(config.phases), architecture=row.display_name,
+        phases=len(config.phases), architecture=row.display_name, schedule=schedule_words(config, step),
     )
 
 
@@ -114,7 +115,33 @@ def start_block(plan: RunPlan) -> str:
         f"  {plan.precision}; {plan.devices}",
         f"  data: {plan.documents:,} documents, {plan.corpus_tokens:,} tokens; an epoch is "
         f"{plan.steps_per_epoch:,.0f} steps, so the run reads {epochs_text} epochs",
+        *([f"  {plan.schedule}"] if plan.schedule else []),
     ])
+
+
+def schedule_words(config: Config, step: int) -> str:
+    """The learning-rate schedule that runs `step` (its phase's span) with its steps, e.g.
+    `learning rate 0.002 (wsd): warmup to step 30, stable until step 480, then 1-sqrt decay to
+    0 at step 600 (the last 120 steps)`."""
+    index = config.phase_at(step)
+    start, end = config.schedule_span(index)
+    optim = config.for_phase(index).optim
+    warmup_end = start + optim.warmup_steps
+    parts = [f"warmup to step {warmup_end:,}"] if optim.warmup_steps else []
+    name = " (wsd)" if optim.schedule == "wsd" else ""
+    if warmup_end >= end:  # warned about: the rate never reaches lr
+        return f"learning rate {optim.lr:g}{name}: warmup to step {warmup_end:,}, past the schedule's end at step {end:,}"
+    if optim.schedule == "constant":
+        parts.append("constant")
+    elif optim.schedule == "wsd":
+        decay_start = start + wsd_decay_start(optim.warmup_steps, end - start, optim.decay_fraction)
+        if decay_start > warmup_end:
+            parts.append(f"stable until step {decay_start:,}")
+        parts.append(f"{optim.decay_shape} decay to 0 at step {end:,} (the last {end - decay_start:,} steps)")
+    else:
+        parts.append(f"{optim.schedule} decay to 0 at step {end:,}")
+    steps = parts[-1] if len(parts) == 1 else f"{', '.join(parts[:-1])}, then {parts[-1]}"
+    return f"learning rate {optim.lr:g}{name}: {steps}"
 
 
 def format_duration(seconds: float) -> str:
@@ -191,10 +218,45 @@ def schedule_change_note(saved: Config, new: Config, step: int) -> str:
     old_end, new_end = saved.phase_ends()[-1], new.phase_ends()[-1]
     if old_end == new_end or new.optim.schedule == "constant":
         return f"the learning-rate schedule does not change: {after:.4g} at step {step:,}"
+    if new.optim.schedule == "wsd":
+        return wsd_change_note(saved, new, step)
     decay = f"the {new.optim.schedule} decay now ends at step {new_end:,} instead of {old_end:,}"
     if before == after:  # still warming up
         return f"the learning rate at step {step:,} stays {after:.4g} (warmup); {decay}"
     return f"the learning rate jumps from {before:.4g} to {after:.4g} at step {step:,}: {decay}"
+
+
+def wsd_decay(config: Config) -> tuple[int, int]:
+    """The steps [start, end) of the decay that ends `config`'s last schedule span (WSD)."""
+    index = max(0, len(config.phases) - 1)
+    start, end = config.schedule_span(index)
+    optim = config.for_phase(index).optim
+    return start + wsd_decay_start(optim.warmup_steps, end - start, optim.decay_fraction), end
+
+
+def wsd_change_note(saved: Config, new: Config, step: int) -> str:
+    """`schedule_change_note` for a WSD run: the stable phase runs on to the new decay. A run
+    whose decay had begun goes back up to the new schedule's learning rate, the stable one
+    where the new decay is still ahead: the schedule is a function of the config alone."""
+    before, after = scheduled_learning_rate(saved, step), scheduled_learning_rate(new, step)
+    (old_start, old_end), (new_start, new_end) = wsd_decay(saved), wsd_decay(new)
+    shape, lr = new.optim.decay_shape, new.for_phase(max(0, len(new.phases) - 1)).optim.lr
+    decay = (f"the {shape} decay over the last {new_end - new_start:,} steps starts there and ends "
+             f"at step {new_end:,}")
+    if before == after:  # warmup or stable: nothing the run did changes
+        where = "stable" if after == lr else "warmup"
+        return (f"the learning rate at step {step:,} stays {after:.4g} ({where}); the WSD stable phase "
+                f"now runs to step {new_start:,} and {decay} (it was to start at step {old_start:,})")
+    if step < new_start:
+        return (f"the WSD decay had begun at step {old_start:,}, so the learning rate jumps back up from "
+                f"{before:.4g} to the stable {after:.4g} at step {step:,} (expect the loss the decay "
+                f"brought down to rise again): the stable phase now runs to step {new_start:,} and {decay}; "
+                "to lengthen a WSD run without this, resume it with the larger train.max_steps before "
+                f"it reaches step {old_start:,}")
+    return (f"the WSD decay had begun at step {old_start:,}, so the learning rate jumps back up from "
+            f"{before:.4g} to {after:.4g} at step {step:,}: the {shape} decay now runs over the last "
+            f"{new_end - new_start:,} steps, from step {new_start:,} to {new_end:,} instead of "
+            f"{old_start:,} to {old_end:,}")
 
 
 def kept_checkpoint(run_dir: Path) -> str:

@@ -287,7 +287,8 @@ class Trainer:
         optim, runtime = self.phase_config.optim, self.runtime
         start, end = self.config.schedule_span(self.phase)
         lr = learning_rate(self.step - start, lr=optim.lr, warmup_steps=optim.warmup_steps,
-                           max_steps=end - start, schedule=optim.schedule)
+                           max_steps=end - start, schedule=optim.schedule,
+                           decay_fraction=optim.decay_fraction, decay_shape=optim.decay_shape)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         host_batches = [self.stream.next() for _ in range(self.accumulation)]

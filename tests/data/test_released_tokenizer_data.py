@@ -11,6 +11,7 @@ import pytest
 from _in_process import run_main
 from _released_tokenizers import mpnet_like, roberta_like, sample_lines, xlmr_like
 from _tokenize_helpers import folder_bytes, run
+from tokenizers import Tokenizer
 
 from bertpre.data.folder import load_data
 from bertpre.data.summary import unk_warning
@@ -41,8 +42,16 @@ def data_documents(folder: Path) -> list[list[list[int]]]:
 def auto_documents(source: Path, corpus: Path | list[Path], split_sentences: bool = False) -> list[list[list[int]]]:
     """Each document's sentences as data_prep reads them, encoded by AutoTokenizer, without the
     sentences (and documents) that have no tokens, as DATA drops them. Special tokens' text is
-    text (`split_special_tokens`): a literal `<mask>` in a corpus is never the mask's id."""
+    text (`split_special_tokens`): a literal `<mask>` in a corpus is never the mask's id. A Unigram
+    vocabulary also holds "<s>", "</s>", "<unk>" as pieces that its model matches in text, which
+    SentencePiece never does: they are put out of the reference's reach too (see the test below)."""
     auto = transformers.AutoTokenizer.from_pretrained(str(source))
+    state = json.loads(auto.backend_tokenizer.to_str())
+    if state["model"]["type"] == "Unigram":
+        special = set(auto.all_special_tokens)
+        state["model"]["vocab"] = [["\x00 out of reach " + piece if piece in special else piece, score]
+                                   for piece, score in state["model"]["vocab"]]
+        auto._tokenizer = Tokenizer.from_str(json.dumps(state))
     documents = []
     files = corpus if isinstance(corpus, list) else [corpus]
     for document in read_documents(files, split_sentences=split_sentences):
@@ -62,8 +71,7 @@ def test_data_ids_are_autotokenizers_on_every_line(name, tmp_path):
 
     documents = data_documents(tmp_path / "data")
     assert sorted(documents) == sorted(auto_documents(source, corpus))
-    # Text is only text: "<mask>" in a line is characters. (A Unigram's vocab holds "<s>" as a
-    # piece of its own, which its model may match in text, as AutoTokenizer's does too.)
+    # Text is only text: "<mask>" in a line is characters.
     mask = manifest["tokenizer"]["roles"]["mask_token_id"]
     assert mask not in {token for document in documents for sentence in document for token in sentence}
     assert folder_bytes(tmp_path / "data" / "tokenizer") == folder_bytes(source)  # as save_pretrained wrote them
@@ -74,6 +82,28 @@ def test_data_ids_are_autotokenizers_on_every_line(name, tmp_path):
         "<s>", "</s>", "<pad>", "<mask>")
     assert roles["pair_layout"] == "roberta" and roles["mask_token_id"] == len(load_data(tmp_path / "data").tokenizer.get_vocab()) - 1
     assert "tokenizer_type" not in manifest["options"]  # a reused tokenizer has its own kind
+
+
+@pytest.mark.parametrize("make", [roberta_like, xlmr_like, mpnet_like], ids=["bpe", "unigram", "wordpiece"])
+def test_special_tokens_written_in_the_text_are_its_characters_for_every_kind(make, tmp_path):
+    """One rule for every kind: a special token's text in a corpus is text. A Unigram's vocabulary
+    holds "<s>", "</s>", "<pad>", "<unk>" as pieces with the best score, which its model (and
+    AutoTokenizer, even with `split_special_tokens`) would match in a line; SentencePiece never
+    does, nor does DATA."""
+    source = make(tmp_path / "source")
+    lines = ["tags like <s> and </s> or <pad> , <unk> and <mask> appear in markup .",
+             "</s></s><s><mask>", "[CLS] [SEP] [MASK] [PAD] [UNK] too"]
+    lines = [f"{line} {number}" for number in range(4) for line in lines]  # four documents, none a copy
+    corpus = write_lines_corpus(tmp_path / "corpus.txt", lines, per_document=3)
+    manifest = run(corpus, tmp_path / "data", tokenizer_path=source, split_sentences=False, validation_share=0.25)
+    roles = manifest["tokenizer"]["roles"]
+    special = {roles[f"{role}_token_id"] for role in ("cls", "sep", "pad", "mask")}
+    tokenizer = load_data(tmp_path / "data").tokenizer
+    sentences = [sentence for document in data_documents(tmp_path / "data") for sentence in document]
+    for sentence in sentences:
+        assert not special & set(sentence), tokenizer.decode(sentence, skip_special_tokens=False)
+    if make is roberta_like:  # byte-level: every character survives, so the text comes back whole
+        assert sorted(tokenizer.decode(sentence) for sentence in sentences) == sorted(lines)
 
 
 def test_a_wordpiece_source_with_other_special_names_is_read_by_role(tmp_path):

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 from _released_tokenizers import roberta_like, xlmr_like
-from test_finetune import run_main, write_task
+from test_finetune import run_main, write_conll, write_task
 
 from bertpre.finetune.encoding import encode_texts, encode_words, pad_batch
 from bertpre.finetune.loop import pad_token_id
@@ -127,3 +127,26 @@ def test_a_long_example_is_cut_at_the_tokens_the_positions_read(roberta, tmp_pat
     assert code == 0, stderr
     assert "longer than the model's 66 positions (which read 64 tokens); examples are cut at 64" in stderr
     assert "cut at --max-seq-length 64;" in stderr and "more than the 64 tokens the model's positions read" in stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tokenizer_class", [None, "RobertaTokenizer"])
+def test_a_saved_tagging_model_splits_words_in_transformers_as_it_was_fine_tuned(tokenizer_class, tmp_path,
+                                                                               monkeypatch, capsys):
+    """Without `add_prefix_space`, transformers pieces `is_split_into_words` input unspaced ("Normans",
+    not "ĠNormans"): the saved folder says it, in tokenizer.json and tokenizer_config.json alike."""
+    source = released_roberta(tmp_path / "source", tokenizer_class=tokenizer_class)
+    out = tmp_path / "out"
+    code, _, stderr = run_main(["finetune", source, "--train", write_conll(tmp_path / "train.conll", 30, 0),
+                                "--validation", write_conll(tmp_path / "dev.conll", 10, 1), "--task", "tagging",
+                                "--out", out, "--seeds", "1", "--epochs", "1", "--batch-size", "8",
+                                "--save-model"], monkeypatch, capsys)
+    assert code == 0, stderr
+    saved = Path(json.loads((out / "results.json").read_text())["saved_model"]["path"])
+    assert json.loads((saved / "tokenizer_config.json").read_text())["add_prefix_space"] is True
+    tags = [[0] * len(sentence) for sentence in WORDS]
+    trained = encode_words(load_encoder(source).tokenizer, WORDS, tags, 64).input_ids
+    saved_tokenizer = transformers.AutoTokenizer.from_pretrained(str(saved))
+    assert saved_tokenizer(WORDS, is_split_into_words=True)["input_ids"] == trained
+    unspaced = transformers.AutoTokenizer.from_pretrained(str(source))(WORDS, is_split_into_words=True)
+    assert unspaced["input_ids"] != trained  # the source's own files would not give them

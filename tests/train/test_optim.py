@@ -3,18 +3,24 @@ import math
 
 import pytest
 import torch
+import yaml
 
 from bertpre.config import load_config
 from bertpre.model.bert import BertConfig, BertForPreTraining
 from bertpre.train.checkpoint import load_checkpoint, save_checkpoint
 from bertpre.train.lamb import Lamb
-from bertpre.train.optim import build_optimizer, learning_rate
+from bertpre.train.optim import (
+    build_optimizer,
+    learning_rate,
+    scheduled_learning_rate,
+    wsd_decay_start,
+)
 from bertpre.train.runtime import Runtime
 
 SETTINGS = {"lr": 1e-3, "warmup_steps": 10, "max_steps": 110}
 
 
-@pytest.mark.parametrize("schedule", ["linear", "cosine", "constant"])
+@pytest.mark.parametrize("schedule", ["linear", "cosine", "constant", "wsd"])
 def test_warmup_is_linear_and_reaches_lr_on_its_last_step(schedule):
     assert learning_rate(0, schedule=schedule, **SETTINGS) == pytest.approx(1e-4, abs=1e-15)
     assert learning_rate(4, schedule=schedule, **SETTINGS) == pytest.approx(5e-4, abs=1e-15)
@@ -40,6 +46,63 @@ def test_constant_after_warmup_and_no_warmup():
     assert learning_rate(109, schedule="constant", **SETTINGS) == 1e-3
     assert learning_rate(0, lr=2e-4, warmup_steps=0, max_steps=100, schedule="linear") == 2e-4
     assert learning_rate(99, lr=2e-4, warmup_steps=0, max_steps=100, schedule="linear") == pytest.approx(2e-6)
+
+
+# WSD: 10 warmup steps, then lr until the last 22 of 110 steps (0.2 of them), then the decay.
+WSD = {**SETTINGS, "schedule": "wsd", "decay_fraction": 0.2}
+
+
+@pytest.mark.parametrize("shape", ["1-sqrt", "linear"])
+def test_wsd_is_stable_until_the_last_fraction_of_the_steps(shape):
+    assert wsd_decay_start(10, 110, 0.2) == 88
+    assert learning_rate(9, decay_shape=shape, **WSD) == 1e-3  # warmup's last step
+    assert learning_rate(10, decay_shape=shape, **WSD) == 1e-3  # stable
+    assert learning_rate(87, decay_shape=shape, **WSD) == 1e-3
+    assert learning_rate(88, decay_shape=shape, **WSD) == 1e-3  # the decay's first step, progress 0
+
+
+def test_wsd_1_sqrt_decay_values():
+    assert learning_rate(89, decay_shape="1-sqrt", **WSD) == pytest.approx(1e-3 * (1 - math.sqrt(1 / 22)), abs=1e-18)
+    assert learning_rate(109, decay_shape="1-sqrt", **WSD) == pytest.approx(1e-3 * (1 - math.sqrt(21 / 22)), abs=1e-18)
+    assert learning_rate(110, decay_shape="1-sqrt", **WSD) == 0.0
+
+
+def test_wsd_linear_decay_values():
+    assert learning_rate(99, decay_shape="linear", **WSD) == pytest.approx(5e-4, abs=1e-18)
+    assert learning_rate(109, decay_shape="linear", **WSD) == pytest.approx(1e-3 / 22, abs=1e-18)
+    assert learning_rate(110, decay_shape="linear", **WSD) == 0.0
+
+
+def test_wsd_defaults_are_a_fifth_of_the_steps_and_1_sqrt():
+    settings = {"lr": 1e-3, "warmup_steps": 0, "max_steps": 100, "schedule": "wsd"}
+    assert learning_rate(80, **settings) == 1e-3
+    assert learning_rate(85, **settings) == pytest.approx(5e-4, abs=1e-18)  # 1 - √(5/20)
+    assert learning_rate(99, **settings) == pytest.approx(1e-3 * (1 - math.sqrt(19 / 20)), abs=1e-18)
+
+
+def test_a_wsd_decay_longer_than_what_follows_warmup_starts_at_warmup_end():
+    assert wsd_decay_start(10, 20, 0.8) == 10  # the last 16 of 20 steps would begin inside warmup
+    assert wsd_decay_start(0, 100, 1.0) == 0  # all decay: 1-sqrt from the first step
+    assert learning_rate(9, lr=1e-3, warmup_steps=10, max_steps=20, schedule="wsd", decay_fraction=0.8) == 1e-3
+    assert learning_rate(15, lr=1e-3, warmup_steps=10, max_steps=20, schedule="wsd", decay_fraction=0.8,
+                         decay_shape="linear") == pytest.approx(5e-4, abs=1e-18)
+
+
+def test_wsd_over_phases_decays_at_each_schedule_span_end(tmp_path):
+    """`continue` phases share one WSD span, so its stable lr crosses their boundary; a
+    `restart` phase has its own warmup, stable phase and decay."""
+    path = tmp_path / "phased.yaml"
+    path.write_text(yaml.safe_dump({
+        "optim": {"schedule": "wsd", "decay_fraction": 0.5, "warmup_steps": 2, "lr": 2e-3},
+        "phases": [{"steps": 4}, {"steps": 4, "lr_schedule": "continue"},
+                   {"steps": 4, "optim": {"lr": 1e-3, "warmup_steps": 1}}]}))
+    config = load_config(path)
+    assert (config.schedule_span(1), config.schedule_span(2)) == ((0, 8), (8, 12))
+    lrs = [scheduled_learning_rate(config, step) for step in range(12)]
+    assert lrs == pytest.approx([1e-3, 2e-3, 2e-3, 2e-3,  # warmup, stable (the span of steps 0-7)
+                                 2e-3, 2e-3 * (1 - math.sqrt(1 / 4)), 2e-3 * (1 - math.sqrt(2 / 4)),
+                                 2e-3 * (1 - math.sqrt(3 / 4)),  # its decay: the last 4 steps
+                                 1e-3, 1e-3, 1e-3, 1e-3 * (1 - math.sqrt(1 / 2))], abs=1e-18)  # steps 8-11
 
 
 # LAMB: one and two steps against the rule written out here, the groups, and a checkpoint.

@@ -17,7 +17,14 @@ from pathlib import Path
 import pytest
 
 from bertpre.config import load_config
-from bertpre.train.report import CUSTOM_SCALARS_LAYOUT, eta_line, format_duration
+from bertpre.train.optim import learning_rate
+from bertpre.train.report import (
+    CUSTOM_SCALARS_LAYOUT,
+    eta_line,
+    format_duration,
+    schedule_change_note,
+    schedule_words,
+)
 from bertpre.train.trainer import pretrain
 
 ROOT = Path(__file__).parents[2]
@@ -80,6 +87,7 @@ def test_the_run_introduces_itself_with_its_numbers_and_says_goodbye(run):
                         r"so the run reads ([\d.]+) epochs", lines[start + 3])
     assert data and int(data[1].replace(",", "")) == 60
     assert float(data[4]) == pytest.approx(12 / int(data[3].replace(",", "")), rel=0.1)  # steps shown rounded
+    assert lines[start + 4] == "  learning rate 0.002: warmup to step 30, past the schedule's end at step 12"
     eta = next(line for line in lines if re.search(r"tokens/s \(.* s a step\): about .* to step 12 \(around ", line))
     assert eta
     end = lines.index(next(line for line in lines if line.startswith(f"run {out} finished at step 12 ")))
@@ -161,3 +169,80 @@ def test_tensorboard_opens_on_the_loss_chart_in_a_headless_browser(run, tmp_path
             browser.close()
         board.terminate()
         board.wait(timeout=30)
+
+
+# A WSD run of 100 steps (10 warmup, lr 1e-3) decays over steps 80-99; resumed to 200, over 160-199.
+WSD_RUN = ["optim.schedule=wsd", "optim.warmup_steps=10", "optim.lr=1e-3"]
+
+
+def wsd_lr(step: int, max_steps: int) -> str:
+    return f"{learning_rate(step, lr=1e-3, warmup_steps=10, max_steps=max_steps, schedule='wsd'):.4g}"
+
+
+@pytest.mark.parametrize("step, expected", [
+    (5, "the learning rate at step 5 stays 0.0006 (warmup); the WSD stable phase now runs to step 160 and "
+        "the 1-sqrt decay over the last 40 steps starts there and ends at step 200 (it was to start at step 80)"),
+    (80, "the learning rate at step 80 stays 0.001 (stable); the WSD stable phase now runs to step 160 and "
+         "the 1-sqrt decay over the last 40 steps starts there and ends at step 200 (it was to start at step 80)"),
+    (90, "the WSD decay had begun at step 80, so the learning rate jumps back up from {old} to the stable 0.001 "
+         "at step 90 (expect the loss the decay brought down to rise again): the stable phase now runs to step "
+         "160 and the 1-sqrt decay over the last 40 steps starts there and ends at step 200; to lengthen a WSD "
+         "run without this, resume it with the larger train.max_steps before it reaches step 80"),
+    (100, "the WSD decay had begun at step 80, so the learning rate jumps back up from 0 to the stable 0.001 "
+          "at step 100 (expect the loss the decay brought down to rise again): the stable phase now runs to "
+          "step 160 and the 1-sqrt decay over the last 40 steps starts there and ends at step 200; to lengthen "
+          "a WSD run without this, resume it with the larger train.max_steps before it reaches step 80"),
+])
+def test_the_wsd_resume_note_moves_the_stable_phase_and_the_decay(step, expected):
+    saved = load_config("tiny", [*WSD_RUN, "train.max_steps=100"])
+    resumed = load_config("tiny", [*WSD_RUN, "train.max_steps=200"])
+    assert wsd_lr(90, 100) == "0.0002929"  # 1e-3 · (1 - √(10/20))
+    assert schedule_change_note(saved, resumed, step) == expected.format(old=wsd_lr(step, 100))
+
+
+def test_the_wsd_resume_note_inside_both_decays_gives_the_new_one():
+    saved = load_config("tiny", [*WSD_RUN, "train.max_steps=100"])
+    resumed = load_config("tiny", [*WSD_RUN, "train.max_steps=110"])  # decays over 88-109
+    assert schedule_change_note(saved, resumed, 95) == (
+        f"the WSD decay had begun at step 80, so the learning rate jumps back up from {wsd_lr(95, 100)} to "
+        f"{wsd_lr(95, 110)} at step 95: the 1-sqrt decay now runs over the last 22 steps, from step 88 to "
+        "110 instead of 80 to 100")
+
+
+@pytest.mark.parametrize("overrides, step, expected", [
+    (["optim.schedule=wsd"], 0,
+     "learning rate 0.002 (wsd): warmup to step 30, stable until step 480, then 1-sqrt decay to 0 at step 600 "
+     "(the last 120 steps)"),
+    (["optim.schedule=wsd", "optim.decay_shape=linear", "optim.decay_fraction=1", "optim.warmup_steps=0"], 0,
+     "learning rate 0.002 (wsd): linear decay to 0 at step 600 (the last 600 steps)"),
+    (["optim.schedule=cosine"], 0, "learning rate 0.002: warmup to step 30, then cosine decay to 0 at step 600"),
+    (["optim.schedule=constant", "optim.warmup_steps=0"], 0, "learning rate 0.002: constant"),
+    (["optim.schedule=wsd", "train.max_steps=20"], 0,
+     "learning rate 0.002 (wsd): warmup to step 30, past the schedule's end at step 20"),
+])
+def test_the_start_block_says_the_schedule_with_its_steps(overrides, step, expected):
+    assert schedule_words(load_config("tiny", overrides), step) == expected
+
+
+def test_a_phased_runs_schedule_is_said_for_the_phase_that_runs(tmp_path):
+    path = tmp_path / "phased.yaml"
+    path.write_text("optim: {schedule: wsd, warmup_steps: 10, lr: 2.0e-3}\n"
+                    "phases: [{steps: 100}, {steps: 50, optim: {lr: 1.0e-3, warmup_steps: 5}}]\n")
+    config = load_config(path)
+    assert schedule_words(config, 99) == ("learning rate 0.002 (wsd): warmup to step 10, stable until step 80, "
+                                          "then 1-sqrt decay to 0 at step 100 (the last 20 steps)")
+    assert schedule_words(config, 100) == ("learning rate 0.001 (wsd): warmup to step 105, stable until step 140, "
+                                           "then 1-sqrt decay to 0 at step 150 (the last 10 steps)")
+    assert schedule_words(load_config("base"), 950_000) == (
+        "learning rate 0.0001: warmup to step 10,000, then linear decay to 0 at step 1,000,000")  # continue
+
+
+def test_the_readmes_wsd_note_is_what_configs_tiny_says():
+    saved = load_config("tiny", ["optim.schedule=wsd"])  # 600 steps: the decay starts at 480
+    resumed = load_config("tiny", ["optim.schedule=wsd", "train.max_steps=1200"])
+    note = schedule_change_note(saved, resumed, 300)
+    assert note == ("the learning rate at step 300 stays 0.002 (stable); the WSD stable phase now runs to step "
+                    "960 and the 1-sqrt decay over the last 240 steps starts there and ends at step 1,200 (it "
+                    "was to start at step 480)")
+    assert f"`{note}`" in " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+
