@@ -34,7 +34,7 @@ from bertpre.model.bert import (
     bert_mask_logits,
     masked_lm_predictions,
 )
-from bertpre.model.bert_cost import ForwardShape, ParameterCounts
+from bertpre.model.bert_cost import ForwardShape
 from bertpre.model.config import BertConfig
 from bertpre.model.positions import rotary_angles
 from bertpre.model.roberta import TOKENIZER_FILES
@@ -389,25 +389,6 @@ class ModernBertForMaskedLM(nn.Module):
 
 def build_modernbert(config: BertConfig, tokenizer: Tokenizer | None = None) -> ModernBertForMaskedLM:
     return ModernBertForMaskedLM(config)
-
-
-def count_modernbert_parameters(config: BertConfig) -> ParameterCounts:
-    """Parameters of `ModernBertForMaskedLM(config)` by part, from the shapes (the decoder's
-    weight is the token embeddings, counted once; `pooler` 0, there is none)."""
-    d, i, v, layers = config.hidden_size, config.intermediate_size, config.vocab_size, config.num_hidden_layers
-    norm = d * (2 if config.norm_bias else 1)
-    attention = 4 * d * d + (4 * d if config.attention_bias else 0)  # Wqkv, Wo
-    feed_forward = 3 * d * i + ((2 * i + d) if config.mlp_bias else 0)  # Wi (d → 2i), Wo
-    return ParameterCounts(
-        embeddings=v * d,
-        attention=layers * attention,
-        feed_forward=layers * feed_forward,
-        # the embeddings' norm, each layer's two (layer 0 has no attn_norm), the final norm
-        layer_norms=norm * (1 + 2 * layers - 1 + 1),
-        pooler=0,
-        heads=d * d + (d if config.classifier_bias else 0) + norm + (v if config.decoder_bias else 0),
-        matrices=v * d + layers * (4 * d * d + 3 * d * i),
-    )
 
 
 # --- Hugging Face folders --------------------------------------------------------------------

@@ -18,10 +18,10 @@ from bertpre.model.config import MODERNBERT_FIELDS, BertConfig
 from bertpre.model.families import FAMILIES, load_encoder_weights
 from bertpre.model.modernbert import (
     ModernBertForMaskedLM,
-    count_modernbert_parameters,
     flex_attention_available,
     read_modernbert_weights,
 )
+from bertpre.model.modernbert_cost import count_modernbert_parameters
 
 transformers = pytest.importorskip("transformers")
 
