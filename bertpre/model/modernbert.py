@@ -113,7 +113,7 @@ def _flex_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
     if query.device.type != "cuda":
         return flex_attention(query, key, value, block_mask=block_mask)
     if _compiled_flex is None:
-        _compiled_flex = torch.compile(flex_attention, dynamic=False)
+        _compiled_flex = torch.compile(flex_attention)
     return _compiled_flex(query, key, value, block_mask=block_mask)
 
 
