@@ -159,10 +159,12 @@ def test_state_dict_names_are_transformers_both_ways(tmp_path):
     assert back.decoder.weight is back.model.embeddings.tok_embeddings.weight
 
 
-@pytest.mark.parametrize("length", [6, 40])  # below the window (4 each way, 9 wide) and well above it
-def test_logits_equal_transformers_on_padded_rows(length):
+@pytest.mark.parametrize(("length", "local_attention"), [(6, 8), (40, 8), (40, 9)])
+def test_logits_equal_transformers_on_padded_rows(length, local_attention):
+    """Below the window (4 each way, 9 wide) and well above it; an odd width reads as transformers
+    reads it (9 // 2 each way)."""
     torch.manual_seed(1)
-    ours = ModernBertForMaskedLM(modernbert_config()).eval()
+    ours = ModernBertForMaskedLM(modernbert_config(local_attention=local_attention)).eval()
     input_ids, attention_mask = padded_batch(length)
     with torch.no_grad():
         mine = real_logits(ours, input_ids, attention_mask)
