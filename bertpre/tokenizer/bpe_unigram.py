@@ -104,7 +104,9 @@ def train_bpe_or_unigram(
             tokenizer.train_from_iterator(until_stopped(), trainer, length=length)
     else:
         def train() -> None:
-            proto = train_sentencepiece(until_stopped(), tokenizer, vocab_size, MAX_PIECE_LENGTH)
+            proto = train_sentencepiece(texts, tokenizer, vocab_size, MAX_PIECE_LENGTH, stopping)
+            if proto is None:
+                return  # stopped: `interruptible` raises the signal's exception
             tokenizer.model = unigram_from_sentencepiece(proto)
             tokenizer.add_special_tokens(ROBERTA_SPECIAL_TOKENS)
 

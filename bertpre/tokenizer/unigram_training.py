@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import io
 import re
+import threading
 from collections.abc import Iterable, Iterator
 
 import sentencepiece
@@ -44,10 +45,11 @@ def sentencepiece_text(text: str, normalizer: normalizers.Normalizer) -> str:
 
 
 def train_sentencepiece(texts: Iterable[list[str]], tokenizer: Tokenizer, vocab_size: int,
-                        max_piece_length: int) -> bytes:
+                        max_piece_length: int, stopping: threading.Event | None = None) -> bytes | None:
     """A SentencePiece Unigram model (its serialized bytes) of `vocab_size` pieces, the five
     special ones included (fewer where the text has fewer), trained on batches of texts as
-    `tokenizer`'s normalizer reads them.
+    `tokenizer`'s normalizer reads them. None when `stopping` was set: the trainer is abandoned
+    while it reads, not left to train on part of the text.
 
     Raises:
         UserError: there is no text, or the vocab cannot hold every character of the text.
@@ -58,6 +60,8 @@ def train_sentencepiece(texts: Iterable[list[str]], tokenizer: Tokenizer, vocab_
     def sentences() -> Iterator[str]:
         nonlocal given
         for batch in texts:
+            if stopping is not None and stopping.is_set():
+                raise RuntimeError("stopped")  # SentencePiece ends training with the iterator's error
             for text in batch:
                 if text:
                     given += 1
@@ -75,6 +79,8 @@ def train_sentencepiece(texts: Iterable[list[str]], tokenizer: Tokenizer, vocab_
             # a small corpus gives the pieces it has (the summary says so), as WordPiece's does
             hard_vocab_limit=False, num_threads=TRAINING_THREADS, minloglevel=2, **SENTENCEPIECE_SPECIAL_PIECES)
     except RuntimeError as error:
+        if stopping is not None and stopping.is_set():
+            return None
         if not given:
             raise UserError("the corpus has no text to train a vocab on; check the corpus files") from None
         raise _user_error(str(error), vocab_size) from None

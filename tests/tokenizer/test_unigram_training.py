@@ -3,8 +3,12 @@ vocab for the same text whatever the machine's cores, and the converted `tokeniz
 text as the SentencePiece model does (English, Chinese, text without spaces, fuzzed Unicode)."""
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -127,3 +131,24 @@ def test_a_vocab_the_corpus_cannot_give_is_one_clear_line(vocab_size, lines, mes
     with pytest.raises(UserError) as refused:
         train_bpe_or_unigram([sample_lines(fuzzed=0) if lines is None else lines], "unigram", vocab_size)
     assert str(refused.value) == message
+
+
+def test_a_stop_while_the_text_is_read_abandons_training_at_once(monkeypatch):
+    """Without it SentencePiece would go on to train on the part it had read (many seconds on a big corpus)."""
+    from bertpre import errors
+
+    monkeypatch.setattr(errors, "_received", [])
+    previous = signal.signal(signal.SIGUSR1, lambda signum, frame: errors.stop(signum))
+    started = time.monotonic()
+
+    def endless_text():  # a corpus that would take 30 s to read
+        while time.monotonic() < started + 30:
+            yield ["the cat sat on the mat", "a dog ran after the red ball"] * 50
+
+    threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGUSR1)).start()
+    try:
+        with pytest.raises(errors.Stopped):
+            train_bpe_or_unigram(endless_text(), "unigram", 100)
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+    assert time.monotonic() - started < 5
