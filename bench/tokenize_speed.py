@@ -246,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
         "figures": figures,
         "seconds": times,
         "target": "bertpre time / tokenizers time <= 1.2 for vocab training and encode+write",
-    }, args.results, argv, versions=("tokenizers", "datasets"))
+    }, args.results, argv, versions=("tokenizers", "datasets", "sentencepiece"))
     print(f"wrote {path}")
     return 0
 
