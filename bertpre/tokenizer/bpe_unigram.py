@@ -79,7 +79,7 @@ def train_bpe_or_unigram(
 
     Raises:
         UserError: `vocab_size` cannot hold the special tokens (and, for BPE, the 256 bytes; for
-            Unigram, every character), or, for Unigram, the text has fewer pieces to give.
+            Unigram, every character of the text), or there is no text.
     """
     floor = len(ROBERTA_SPECIAL_TOKENS) + (256 if kind == "bpe" else 1)
     if vocab_size < floor:
@@ -88,17 +88,16 @@ def train_bpe_or_unigram(
                         f"{floor} (RoBERTa uses 50,265, XLM-R 250,002)")
     tokenizer = build_bpe_or_unigram(kind, lowercase)
     stopping = threading.Event()
-
-    def until_stopped() -> Iterator[list[str]]:
-        for batch in texts:
-            if stopping.is_set():
-                return
-            yield batch
-
     if kind == "bpe":
         trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=ROBERTA_SPECIAL_TOKENS,
                                       min_frequency=min_frequency, show_progress=show_progress,
                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+
+        def until_stopped() -> Iterator[list[str]]:
+            for batch in texts:
+                if stopping.is_set():
+                    return
+                yield batch
 
         def train() -> None:
             tokenizer.train_from_iterator(until_stopped(), trainer, length=length)
