@@ -11,7 +11,6 @@ A fine-tuned model's folder is a `ModernBertFor*` folder (`write_modernbert_task
 config.json records the pooling it was trained with."""
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import torch
@@ -23,12 +22,12 @@ from bertpre.model.config import BertConfig
 from bertpre.model.modernbert import (
     ModernBertModel,
     ModernBertPredictionHead,
+    copy_tokenizer_files,
     init_std,
     special_token_ids,
     trunc_normal,
     write_modernbert_folder,
 )
-from bertpre.model.roberta import TOKENIZER_FILES
 
 
 class ModernBertTaskModel(nn.Module):
@@ -116,8 +115,6 @@ def write_modernbert_task_folder(folder: Path, state: dict[str, torch.Tensor], c
     (`pooler` is BERT's: ModernBERT has none)."""
     ids = special_token_ids(tokenizer_folder)
     write_modernbert_folder(folder, config, state, **ids)
-    for name in TOKENIZER_FILES:
-        if (tokenizer_folder / name).is_file():
-            shutil.copyfile(tokenizer_folder / name, folder / name)
+    copy_tokenizer_files(tokenizer_folder, folder)
     hf_format.limit_model_max_length(folder, config.max_position_embeddings)
     return {**config.to_hf_dict(), "bertpre_version": bertpre.__version__, **ids}
