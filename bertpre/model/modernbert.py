@@ -467,19 +467,3 @@ def modernbert_mask_logits(model: ModernBertForMaskedLM, tokenizer: Tokenizer, t
     """The MLM head's logits (M, V) at each mask of `text` (the tokenizer's own, by role), read
     as one segment as the tokenizer lays it out; rotary positions read any length."""
     return bert_mask_logits(model, tokenizer, text, fits, mask_token=token_roles(tokenizer).mask_token)
-
-
-# --- what ModernBERT does not have yet -------------------------------------------------------
-
-
-class ModernBertTaskModelNotBuilt(nn.Module):
-    """Fine-tuning heads for ModernBERT are not built yet (`bertpre.model.modernbert_heads`)."""
-
-    def __init__(self, *args, **kwargs) -> None:
-        raise UserError("fine-tuning a ModernBERT (model.architecture modernbert) is not built yet; "
-                        "export it (`bertpre export`) and fine-tune it with transformers' ModernBertFor* classes")
-
-
-def write_task_folder_not_built(*args, **kwargs) -> dict:
-    raise UserError("fine-tuning a ModernBERT (model.architecture modernbert) is not built yet")
-
