@@ -227,6 +227,11 @@ def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] 
         train_raw = raw.get("train") if isinstance(raw.get("train"), dict) else {}
         _set_phases(config, raw["phases"], max_steps_given="max_steps" in train_raw,
                     ratio_given=ratio_given)
+        for index, phase in enumerate(config.phases):
+            try:
+                refuse_keys_of_other_layouts(config.model, set(phase.model))
+            except UserError as error:
+                raise UserError(f"phases[{index}]: {error}") from None
     _validate(config, warmup_given, ratio_given)
     for index in range(len(config.phases)):
         try:

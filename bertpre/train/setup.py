@@ -150,7 +150,8 @@ def check_tokenizer_matches(run_dir: Path, data: DataFolder) -> None:
 def build_model(run: ResolvedRun, say: Callable[[str], None]) -> nn.Module:
     """The run's pretraining model, drawn from the current seed, its family's as the table says;
     a new run from `model.init_from` takes the source's weights (each thing to know said)."""
-    model = family(run.config.model).build_pretraining(run.config.model, run.data.tokenizer)
+    # A copy: a phase changes the model's own (`Trainer.fit_model`), never the run's config.
+    model = family(run.config.model).build_pretraining(copy.copy(run.config.model), run.data.tokenizer)
     if run.source is not None:
         say(f"starting from the weights of {run.source.path}")
         for line in load_source_weights(model, run.source, run.new_pieces):
