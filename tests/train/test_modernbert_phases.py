@@ -4,6 +4,7 @@ would), its checkpoints say it, and a resume inside the second phase is bit-iden
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -126,3 +127,37 @@ def test_an_extension_resumed_inside_its_second_phase_is_bit_identical(tiny_data
     a = load_file(checkpoints / "step-00000006" / "model.safetensors")
     b = load_file(resumed.run_dir / "checkpoints" / "step-00000006" / "model.safetensors")
     assert all(torch.equal(a[name], b[name]) for name in a)
+
+
+def test_an_extension_of_a_released_modernbert_resumes_inside_its_second_phase(tiny_data, tmp_path):
+    """With model.init_from, the checkpoint's config.json holds phase 2's theta; a resume takes the
+    run's own thetas from its config, not the checkpoint's, and goes on as if never stopped."""
+    transformers = pytest.importorskip("transformers")
+    from bertpre.tokenizer import load_tokenizer
+    from bertpre.tokenizer.roles import token_roles
+
+    tokenizer = load_tokenizer(tiny_data / "tokenizer")
+    torch.manual_seed(7)
+    released = transformers.ModernBertConfig(
+        vocab_size=tokenizer.get_vocab_size(), pad_token_id=token_roles(tokenizer).pad_token_id, bos_token_id=None,
+        eos_token_id=None, cls_token_id=None, sep_token_id=None, hidden_size=32, num_hidden_layers=3,
+        num_attention_heads=4, intermediate_size=48, max_position_embeddings=64, local_attention=8)
+    transformers.ModernBertForMaskedLM(released).save_pretrained(tmp_path / "released")
+    shutil.copy(tiny_data / "tokenizer" / "tokenizer.json", tmp_path / "released")
+    path = tmp_path / "extend.yaml"
+    path.write_text(yaml.safe_dump({
+        "model": {"init_from": str(tmp_path / "released")},
+        "data": {"max_predictions_per_seq": 10, "num_workers": 0},
+        "optim": {"lr": 1e-3, "warmup_steps": 0},
+        "train": {"batch_size": 4, "micro_batch_size": 4, "precision": "fp32"},
+        "phases": [{"steps": 2, "data": {"max_seq_length": 32}},
+                   {"steps": 2, "data": {"max_seq_length": 64}, "model": {"global_rope_theta": 1.0e6}}]}))
+    straight = pretrain(load_config(path, settings(tiny_data, tmp_path / "straight")))
+    stopped = pretrain(load_config(path, settings(tiny_data, tmp_path / "resumed", "train.max_steps=3")))
+    assert stopped.step == 3
+    resumed = pretrain(load_config(path, settings(tiny_data, tmp_path / "resumed")))
+    assert resumed.step == 4
+    saved = yaml.safe_load((resumed.run_dir / "config.yaml").read_text())
+    assert saved["model"]["global_rope_theta"] == 160000.0  # the released model's, phase 1's
+    losses = [[row["train/loss"] for row in rows(run.run_dir) if "train/loss" in row] for run in (straight, resumed)]
+    assert losses[0] == losses[1] and len(losses[0]) == 4
