@@ -215,10 +215,12 @@ class Trainer:
 
     def describe_phase(self) -> str:
         config = self.phase_config
+        phased = [name for name in PHASE_KEYS["model"] if any(name in phase.model for phase in self.config.phases)]
         return (f"max_seq_length {config.data.max_seq_length}, {self.objective.describe(config.data)}, "
                 f"batch {config.train.batch_size} "
                 f"(micro-batch {config.train.micro_batch_size}), lr {config.optim.lr:g}, "
-                f"until step {self.phase_end}")
+                + "".join(f"{name} {getattr(config.model, name):g}, " for name in phased)
+                + f"until step {self.phase_end}")
 
     def phase_at(self, step: int) -> int:
         """The phase that runs the update at 0-based `step` (the last one past the end)."""

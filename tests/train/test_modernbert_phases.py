@@ -75,7 +75,7 @@ def test_a_bert_run_refuses_a_phases_modernbert_key(tmp_path):
         load_config(path)
 
 
-def test_after_the_switch_the_model_is_a_fresh_one_with_the_phases_theta(tiny_data, tmp_path):
+def test_after_the_switch_the_model_is_a_fresh_one_with_the_phases_theta(tiny_data, tmp_path, capsys):
     config = load_config(extension_file(tmp_path, EXTENSION), settings(tiny_data, tmp_path / "run"))
     with Trainer(config) as trainer:
         for _ in range(3):
@@ -91,6 +91,8 @@ def test_after_the_switch_the_model_is_a_fresh_one_with_the_phases_theta(tiny_da
         with torch.no_grad():
             before = model(input_ids, attention_mask).prediction_logits
         trainer.next_phase()
+        assert "phase 2 of 2 from step 3: max_seq_length 64, max_predictions_per_seq 20, batch 4 (micro-batch 4), " \
+               "lr 0.002, global_rope_theta 1e+06, until step 6" in capsys.readouterr().err
         assert trainer.config.model.global_rope_theta == 10000.0  # the run's config is untouched
         with torch.no_grad():
             after = model(input_ids, attention_mask).prediction_logits
