@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import functools
+import hashlib
 import types
 import typing
 from dataclasses import dataclass, field
@@ -260,9 +261,21 @@ class Config:
         return said
 
     def save(self, path: Path) -> None:
-        """Write the config as YAML (the run's `config.yaml`), headed by the bertpre version."""
-        header = f"# written by bertpre {bertpre.__version__}: this run's config, every key resolved\n"
+        """Write the config as YAML (the run's `config.yaml`), headed by the bertpre version and the
+        fingerprint of the keys it knows (`run_config_header`)."""
+        header = f"{run_config_header()} this run's config, every key resolved\n"
         path.write_text(header + yaml.safe_dump(self.to_dict(), sort_keys=False), encoding="utf-8")
+
+
+@functools.cache
+def run_config_header() -> str:
+    """How a run's config.yaml begins: the bertpre version and a fingerprint of every key its
+    sections take. A file headed so was written with all of today's keys (one it lacks was cut
+    out); a file headed otherwise comes from a bertpre that knew other keys, whose missing ones
+    take their defaults. (The version alone does not tell: keys are added between releases.)"""
+    names = sorted(f"{section}.{name}" for section in SECTIONS for name in key_names(section))
+    fingerprint = hashlib.sha256("\n".join(names).encode()).hexdigest()[:12]
+    return f"# written by bertpre {bertpre.__version__} (config keys {fingerprint}):"
 
 
 SECTIONS: dict[str, type] = {

@@ -184,9 +184,9 @@ def format_info(info: ModelInfo) -> str:
 def modernbert_shape(config: BertConfig) -> str:
     """A ModernBERT's positions and attention pattern, for the shape line."""
     period = config.global_attn_every_n_layers
-    pattern = ("every layer global" if period == 1 else
-               f"global every {period} layers, a window of {config.local_attention} tokens "
-               f"({config.sliding_window} each way) in the others")
+    pattern = ("global attention in every layer" if period == 1 else
+               f"global attention every {period} layers and a window of {config.local_attention} "
+               f"({config.sliding_window} each way) elsewhere")
     return (f", rotary positions (theta {config.global_rope_theta:g} global, {config.local_rope_theta:g} local), "
             f"{pattern}")
 
@@ -199,14 +199,17 @@ def modernbert_flops_lines(info: ModelInfo) -> list[str]:
     global_layers = global_layer_count(config)
     local_layers = config.num_hidden_layers - global_layers
     keys = min(info.seq_length, 2 * config.sliding_window + 1)
-    parts = [("attention Wqkv, Wo", flops.attention_projections, f"{config.num_hidden_layers} layers"),
-             ("global attention", flops.global_attention, f"{global_layers} layers, {info.seq_length:,} keys a token"),
+    def layers(count: int) -> str:
+        return f"{count} layer" + ("" if count == 1 else "s")
+
+    parts = [("attention Wqkv, Wo", flops.attention_projections, layers(config.num_hidden_layers)),
+             ("global attention", flops.global_attention, f"{layers(global_layers)}, {info.seq_length:,} keys a token"),
              ("local attention", flops.local_attention,
-              f"{local_layers} layers, at most {keys:,} keys a token" if local_layers else "no local layer"),
+              f"{layers(local_layers)}, at most {keys:,} keys a token" if local_layers else "no local layer"),
              ("feed-forward (GeGLU)", flops.feed_forward, f"Wi to 2 x {config.intermediate_size}, Wo"),
              ("MLM head dense", flops.head, "the predicted rows"),
              ("decoder", flops.decoder, f"the predicted rows, {config.vocab_size:,} tokens")]
-    return [f"  {name:<22}{figure(value / 1e6, 1):>10} MFLOP  {100 * value / flops.total:5.1f}%  {what}"
+    return [f"  {name:<22}{figure(value / 1e6, 3):>10} MFLOP  {100 * value / flops.total:5.1f}%  {what}"
             for name, value, what in parts]
 
 

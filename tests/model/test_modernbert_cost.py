@@ -290,13 +290,24 @@ def test_info_for_modernbert_base_prints_flops_by_part(tmp_path: Path) -> None:
         info = model_info(config.model, seq_length=length, predicted_share=0.3)
         assert info.parameters.total == 149_655_232 and "149,655,232" in result.output
         assert "total (ModernBertForMaskedLM)" in result.output
-        assert "global every 3 layers, a window of 128 tokens (64 each way)" in result.output
+        assert "global attention every 3 layers and a window of 128 (64 each way) elsewhere" in result.output
         flops = info.modernbert_flops
         assert info.flops_per_token == flops.total and f"{flops.total / 1e6:.1f} MFLOP" in result.output
         for name, part in (("global attention", flops.global_attention), ("local attention", flops.local_attention),
                            ("feed-forward (GeGLU)", flops.feed_forward), ("decoder", flops.decoder)):
             line = next(line for line in result.output.splitlines() if line.strip().startswith(name))
-            assert f"{part / 1e6:.1f} MFLOP" in line and f"{100 * part / flops.total:5.1f}%" in line
+            assert f"{part / 1e6:.3f} MFLOP" in line and f"{100 * part / flops.total:5.1f}%" in line
         assert "8 layers, " in result.output and "14 layers, at most 129 keys a token" in result.output
     # at 8,192 tokens the global layers are most of the step; the local ones barely grew
     assert flops.global_attention > flops.feed_forward > 20 * flops.local_attention
+
+
+def test_info_on_the_tiny_modernbert_preset() -> None:
+    """The shipped preset: 64 tokens, the two local layers reading 17 keys (8 each way)."""
+    result = CliRunner().invoke(app, ["info", "--config", str(CONFIGS / "tiny-modernbert.yaml")])
+    assert result.exit_code == 0, result.output
+    config = load_config(CONFIGS / "tiny-modernbert.yaml")
+    info = model_info(config.model, seq_length=64, predicted_share=config.data.predicted_share)
+    assert "1 layer, 64 keys a token" in result.output and "2 layers, at most 17 keys a token" in result.output
+    assert f"{info.flops_per_token / 1e6:.1f} MFLOP" in result.output
+    assert info.modernbert_flops.local_attention == 12 * 64 * 2 * window_pairs(64, 16) / 64
