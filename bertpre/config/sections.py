@@ -134,9 +134,12 @@ class TrainConfig:
 
 
 # The keys a phase may change, by section; anything else stays one value for the whole run.
+# model: ModernBERT's rotary thetas, which a context extension raises with the length (the
+# weights do not depend on them; the model reads them at each forward).
 PHASE_KEYS = {"data": ("max_seq_length", "max_predictions_per_seq"),
               "train": ("batch_size", "micro_batch_size"),
-              "optim": ("lr", "warmup_steps")}
+              "optim": ("lr", "warmup_steps"),
+              "model": ("global_rope_theta", "local_rope_theta")}
 LR_SCHEDULES = ("restart", "continue")
 
 
@@ -154,6 +157,7 @@ class PhaseConfig:
     data: dict[str, Any] = field(default_factory=dict)
     train: dict[str, Any] = field(default_factory=dict)
     optim: dict[str, Any] = field(default_factory=dict)
+    model: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """The phase as written in YAML (sections it leaves alone omitted)."""
