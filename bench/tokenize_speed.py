@@ -27,7 +27,9 @@ fastest rounds). Target: bertpre's overhead at most 20% (ratio <= 1.2).
 way: bertpre's `train_bpe_or_unigram` (reading the spooled documents) next to a byte-level BPE
 (`BpeTrainer`, ByteLevel pre-tokenizer and alphabet) or Unigram (`UnigramTrainer`, NFKC, `▁`
 Metaspace) pipeline built and trained with `tokenizers` directly, with the same options and
-special tokens; encode+write and end to end as above. Several kinds are written to
+special tokens; encode+write and end to end as above. bertpre trains Unigram with SentencePiece's
+trainer (deterministic; `tokenizers`' UnigramTrainer is not), so its Unigram training ratio is
+what that determinism costs against the trainer bertpre used before. Several kinds are written to
 tokenize-kinds-DATE.json, one figures table a kind; the kinds' rounds interleave.
 """
 from __future__ import annotations
@@ -67,7 +69,7 @@ def train_with_tokenizers(batches: list[list[str]], vocab_size: int, kind: str =
         tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
         trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=2, special_tokens=ROBERTA_SPECIAL_TOKENS,
                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
-    elif kind == "unigram":  # XLM-R's SentencePiece-style Unigram, as `--tokenizer-type unigram`
+    elif kind == "unigram":  # XLM-R's pipeline, as `--tokenizer-type unigram`, with tokenizers' own trainer
         tokenizer = Tokenizer(models.Unigram())
         tokenizer.normalizer = normalizers.NFKC()
         tokenizer.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")
@@ -244,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
         "figures": figures,
         "seconds": times,
         "target": "bertpre time / tokenizers time <= 1.2 for vocab training and encode+write",
-    }, args.results, argv, versions=("tokenizers", "datasets"))
+    }, args.results, argv, versions=("tokenizers", "datasets", "sentencepiece"))
     print(f"wrote {path}")
     return 0
 

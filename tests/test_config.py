@@ -216,7 +216,7 @@ def test_presets_resolve_by_name_and_a_file_wins(tmp_path, monkeypatch):
     (tmp_path / "base.yaml").write_text("train:\n  max_steps: 7\n")
     assert resolve_config_path("base.yaml") == Path("base.yaml")
     assert load_config("base.yaml").train.max_steps == 7
-    with pytest.raises(UserError, match="a preset \\(albert-base, base, large, large-batch, mini, tiny, tiny-modernbert\\)"):
+    with pytest.raises(UserError, match="a preset \\(albert-base, base, large, large-batch, mini, modernbert-base, tiny, tiny-modernbert\\)"):
         load_config("nope")
 
 

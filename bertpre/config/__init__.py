@@ -11,9 +11,16 @@ from bertpre.config.rules import (
     integers,
     numbers,
 )
-from bertpre.config.run import check_world_size, load_config, no_pair_head, resolve
+from bertpre.config.run import (
+    check_world_size,
+    load_config,
+    no_pair_head,
+    refuse_phase_model_keys,
+    resolve,
+)
 from bertpre.config.sections import (
     DEVICES,
+    PHASE_KEYS,
     SECTIONS,
     WSD_DEFAULTS,
     Config,
@@ -25,7 +32,7 @@ from bertpre.config.sections import (
 from bertpre.configs import preset_names
 
 __all__ = [
-    "DEVICES", "MAX_BATCH", "MAX_SEED", "MAX_SEQ_LENGTH", "RULES", "SECTIONS", "WSD_DEFAULTS", "Config",
+    "DEVICES", "MAX_BATCH", "MAX_SEED", "MAX_SEQ_LENGTH", "PHASE_KEYS", "RULES", "SECTIONS", "WSD_DEFAULTS", "Config",
     "DataConfig", "OptimConfig", "PhaseConfig", "Range", "TrainConfig", "check_number", "check_world_size",
-    "integers", "load_config", "no_pair_head", "numbers", "preset_names", "resolve", "resolve_config_path",
+    "integers", "load_config", "no_pair_head", "numbers", "preset_names", "refuse_phase_model_keys", "resolve", "resolve_config_path",
 ]

@@ -227,6 +227,8 @@ def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] 
         train_raw = raw.get("train") if isinstance(raw.get("train"), dict) else {}
         _set_phases(config, raw["phases"], max_steps_given="max_steps" in train_raw,
                     ratio_given=ratio_given)
+        if config.init_from is None:  # else the source's architecture decides (`settle_model`)
+            refuse_phase_model_keys(config)
     _validate(config, warmup_given, ratio_given)
     for index in range(len(config.phases)):
         try:
@@ -234,6 +236,15 @@ def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] 
         except UserError as error:
             raise UserError(f"phases[{index}]: {error}") from None
     return config
+
+
+def refuse_phase_model_keys(config: Config) -> None:
+    """Refuse a phase's model key that `config.model`'s architecture does not have."""
+    for index, phase in enumerate(config.phases):
+        try:
+            refuse_keys_of_other_layouts(config.model, set(phase.model))
+        except UserError as error:
+            raise UserError(f"phases[{index}]: {error}") from None
 
 
 def _build_phase(index: int, values: Any) -> PhaseConfig:

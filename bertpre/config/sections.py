@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import functools
+import hashlib
 import types
 import typing
 from dataclasses import dataclass, field
@@ -133,9 +134,12 @@ class TrainConfig:
 
 
 # The keys a phase may change, by section; anything else stays one value for the whole run.
+# model: ModernBERT's rotary thetas, which a context extension raises with the length (the
+# weights do not depend on them; the model reads them at each forward).
 PHASE_KEYS = {"data": ("max_seq_length", "max_predictions_per_seq"),
               "train": ("batch_size", "micro_batch_size"),
-              "optim": ("lr", "warmup_steps")}
+              "optim": ("lr", "warmup_steps"),
+              "model": ("global_rope_theta", "local_rope_theta")}
 LR_SCHEDULES = ("restart", "continue")
 
 
@@ -153,6 +157,7 @@ class PhaseConfig:
     data: dict[str, Any] = field(default_factory=dict)
     train: dict[str, Any] = field(default_factory=dict)
     optim: dict[str, Any] = field(default_factory=dict)
+    model: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """The phase as written in YAML (sections it leaves alone omitted)."""
@@ -256,9 +261,21 @@ class Config:
         return said
 
     def save(self, path: Path) -> None:
-        """Write the config as YAML (the run's `config.yaml`), headed by the bertpre version."""
-        header = f"# written by bertpre {bertpre.__version__}: this run's config, every key resolved\n"
+        """Write the config as YAML (the run's `config.yaml`), headed by the bertpre version and the
+        fingerprint of the keys it knows (`run_config_header`)."""
+        header = f"{run_config_header()} this run's config, every key resolved\n"
         path.write_text(header + yaml.safe_dump(self.to_dict(), sort_keys=False), encoding="utf-8")
+
+
+@functools.cache
+def run_config_header() -> str:
+    """How a run's config.yaml begins: the bertpre version and a fingerprint of every key its
+    sections take. A file headed so was written with all of today's keys (one it lacks was cut
+    out); a file headed otherwise comes from a bertpre that knew other keys, whose missing ones
+    take their defaults. (The version alone does not tell: keys are added between releases.)"""
+    names = sorted(f"{section}.{name}" for section in SECTIONS for name in key_names(section))
+    fingerprint = hashlib.sha256("\n".join(names).encode()).hexdigest()[:12]
+    return f"# written by bertpre {bertpre.__version__} (config keys {fingerprint}):"
 
 
 SECTIONS: dict[str, type] = {

@@ -96,10 +96,6 @@ def train_vocabulary(texts, options: TokenizeOptions, *, length: int, character_
                                lowercase=True if options.lowercase is None else options.lowercase,
                                min_frequency=options.min_frequency, limit_alphabet=options.limit_alphabet,
                                length=length, character_counts=character_counts)
-    if options.tokenizer_type == "unigram":  # said before the work, not hidden in the README
-        print("note: tokenizers' Unigram trainer is not deterministic (its rarest pieces change from run to "
-              "run); to rebuild DATA byte for byte, keep this vocab (--vocab-only) and encode with "
-              "--tokenizer VOCAB", file=sys.stderr)
     return train_bpe_or_unigram(texts, options.tokenizer_type, options.vocab_size,
                                 lowercase=bool(options.lowercase), min_frequency=options.min_frequency,
                                 show_progress=show_progress, length=length)

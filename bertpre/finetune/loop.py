@@ -109,8 +109,8 @@ def train_full(encoder: Encoder, train: Encoded, *, task: str, num_labels: int, 
     """The task model (encoder and head) trained together from `seed` for `hp.epochs` passes;
     `after_epoch(epoch, model)` is called after each (from 1), e.g. to score it on dev."""
     torch.manual_seed(seed)
-    model = build_task_model(encoder.config, encoder.state, num_labels,
-                             tagging=task == "tagging").to(runtime.device)
+    model = build_task_model(encoder.config, encoder.state, num_labels, tagging=task == "tagging",
+                             head_state=encoder.head_state).to(runtime.device)
     # Fused AdamW (one kernel over all parameters, CPU or GPU) is the same update as the
     # per-tensor loop torch picks on a CPU, several times faster than it for a small model.
     optimizer = torch.optim.AdamW(parameter_groups(model, hp.weight_decay), lr=hp.lr,

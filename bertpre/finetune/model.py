@@ -16,7 +16,8 @@ POOLING_HEADS = ("modernbert",)
 
 
 def build_task_model(config: BertConfig, encoder_state: dict[str, torch.Tensor], num_labels: int,
-                     *, tagging: bool, question_answering: bool = False) -> nn.Module:
+                     *, tagging: bool, question_answering: bool = False,
+                     head_state: dict[str, torch.Tensor] | None = None) -> nn.Module:
     """A task model on the CPU whose encoder holds a copy of `encoder_state` (the encoder's own
     names: BertModel's without `bert.`, XLNetModel's without `transformer.`); the head is freshly
     drawn from the current torch seed. The head tags tokens (`tagging`), gives each token a start
@@ -25,7 +26,9 @@ def build_task_model(config: BertConfig, encoder_state: dict[str, torch.Tensor],
     The encoder is never randomly initialized (its weights would be overwritten): the model is
     laid out without values, filled from the state, and the head drawn first thing after the
     seed, so that a seed gives the same initial head (and dropout stream) as transformers'
-    `set_seed(seed)` + `from_pretrained` of the same export."""
+    `set_seed(seed)` + `from_pretrained` of the same export. `head_state` (the source's parts the
+    head shares by name with the pretraining model: ModernBERT's `head.`) then replaces the drawn
+    values of those parts, as transformers' from_pretrained loads them; the rest stays drawn."""
     row = family(config)
     with torch.device("meta"):
         head = row.question_answering_head if question_answering else row.token_head if tagging else row.sequence_head
@@ -33,6 +36,11 @@ def build_task_model(config: BertConfig, encoder_state: dict[str, torch.Tensor],
     model.to_empty(device="cpu")
     encoder_of(model, config).load_state_dict(encoder_state, strict=True)
     model.reset_head()
+    if head_state:
+        with torch.no_grad():
+            _, unexpected = model.load_state_dict(head_state, strict=False)
+        if unexpected:  # a bug, not a user's mistake: the family's row names parts its heads lack
+            raise ValueError(f"the task model has no {', '.join(unexpected)}")
     return model
 
 

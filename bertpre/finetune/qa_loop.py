@@ -70,8 +70,8 @@ def train_question_answering(encoder: Encoder, windows: QAWindows, *, hp: Hyperp
     (`qa_outputs`; ModernBERT's `head` and `classifier`).
     `after_epoch(epoch, model)` is called after each (from 1), e.g. to answer dev's questions."""
     torch.manual_seed(seed)
-    model = build_task_model(encoder.config, encoder.state, 2, tagging=False,
-                             question_answering=True).to(runtime.device)
+    model = build_task_model(encoder.config, encoder.state, 2, tagging=False, question_answering=True,
+                             head_state=encoder.head_state).to(runtime.device)
     probe = hp.mode == "probe"
     if probe:
         encoder_of(model, encoder.config).requires_grad_(False)

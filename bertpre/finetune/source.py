@@ -7,7 +7,7 @@ import hashlib
 import json
 import re
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -15,7 +15,7 @@ from tokenizers import Tokenizer
 
 from bertpre.errors import UserError
 from bertpre.model import BertConfig
-from bertpre.model.families import family, load_encoder_weights
+from bertpre.model.families import family, load_task_start
 from bertpre.model.hf_format import read_config
 from bertpre.train.checkpoint import MEMORY_FILES
 from bertpre.train.model_folders import ModelFolder, resolve_model_folder
@@ -36,6 +36,9 @@ class Encoder:
     tokenizer: Tokenizer  # in the family's layout (XLNet's: `A [SEP] B [SEP] [CLS]`)
     step: int | None  # the pretraining step of a checkpoint; None for an export or a foreign folder
     weights_sha256: str
+    # the pretrained parts the family's task heads share by name (ModernBERT's `head.`), where
+    # the source has them: fine-tuning starts from them, as transformers' from_pretrained does
+    head_state: dict[str, torch.Tensor] = field(default_factory=dict)
 
     @property
     def padding_side(self) -> str:
@@ -49,7 +52,7 @@ def load_encoder(source: str | Path) -> Encoder:
     belong together."""
     found = resolve_model_folder(source)
     config = read_config(found.model_folder)
-    state, fresh = load_encoder_weights(found.model_folder, config)
+    state, head_state, fresh = load_task_start(found.model_folder, config)
     if fresh:
         print(f"note: {found.model_folder} has no weights for {', '.join(fresh)}; they are newly initialized",
               file=sys.stderr)
@@ -58,7 +61,8 @@ def load_encoder(source: str | Path) -> Encoder:
     return Encoder(source=Path(source), model_folder=found.model_folder,
                    tokenizer_folder=found.tokenizer_folder, config=config, state=state,
                    tokenizer=family(config).tokenizer_layout(tokenizer),
-                   step=pretraining_step(found.model_folder), weights_sha256=weights_hash(found.model_folder))
+                   step=pretraining_step(found.model_folder), weights_sha256=weights_hash(found.model_folder),
+                   head_state=head_state)
 
 
 def check_vocabulary(tokenizer: Tokenizer, config: BertConfig, found: ModelFolder) -> None:

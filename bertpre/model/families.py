@@ -138,6 +138,9 @@ class Family:
     # model keys whose default is the family's own (RoBERTa's one token type), where a config
     # leaves them out; a key the config gives, or a source's config.json, wins
     model_defaults: dict[str, Any] = field(default_factory=dict)
+    # pretraining-model parts a task model has under the same names, which fine-tuning starts from
+    # where the source has them (ModernBERT's `head.`, as transformers' ModernBertFor* load it)
+    task_head_parts: tuple[str, ...] = ()
 
 
 # Model keys a run may set whatever the source says: they shape training, not the weights.
@@ -218,7 +221,7 @@ MODERNBERT = Family(
     source_fields=MODERNBERT_SOURCE_FIELDS,
     grow_vocabulary=partial(grow_vocab_rows, word_embeddings="model.embeddings.tok_embeddings.weight",
                             head_rows=("decoder.bias",)),
-    mask_logits=modernbert_mask_logits, model_defaults=MODERNBERT_MODEL_DEFAULTS)
+    mask_logits=modernbert_mask_logits, model_defaults=MODERNBERT_MODEL_DEFAULTS, task_head_parts=("head.",))
 
 FAMILIES: dict[str, Family] = {
     "bert": Family(
@@ -303,8 +306,24 @@ def load_encoder_weights(folder: Path, config: BertConfig) -> tuple[dict[str, to
     Returns:
         (the encoder's state, the names of the parts drawn fresh).
     """
+    state, _, missing = load_task_start(folder, config)
+    return state, missing
+
+
+def load_task_start(folder: Path, config: BertConfig) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor],
+                                                                 list[str]]:
+    """What a fine-tuning starts from in `folder`: the encoder's tensors (`load_encoder_weights`)
+    and the pretrained parts the family's task models share by name (`Family.task_head_parts`:
+    ModernBERT's `head.…`, under the task model's names), those the folder has.
+
+    Returns:
+        (the encoder's state, the shared head's state (often empty), the names of the encoder's
+        parts drawn fresh).
+    """
     row = family(config)
     weights = row.read_weights(folder)
+    head = {name: tensor for name, tensor in weights.items() if name.startswith(row.task_head_parts)} \
+        if row.task_head_parts else {}
     prefix = row.encoder_attribute + "."
     state = {name.removeprefix(prefix): tensor for name, tensor in weights.items()
              if name.startswith(prefix)} or weights  # a bare encoder's names have no prefix
@@ -313,8 +332,8 @@ def load_encoder_weights(folder: Path, config: BertConfig) -> tuple[dict[str, to
     missing, _ = hf_format.match_state_dict(expected, state, folder, layout=row.display_name,
                                             optional=row.optional_encoder_parts)
     if not missing:
-        return {name: state[name] for name in expected}, missing
+        return {name: state[name] for name in expected}, head, missing
     encoder = row.build_encoder(config)  # the missing parts drawn from the seed
     with torch.no_grad():
         encoder.load_state_dict({name: tensor for name, tensor in state.items() if name in expected}, strict=False)
-    return encoder.state_dict(), missing
+    return encoder.state_dict(), head, missing

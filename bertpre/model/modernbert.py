@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -33,10 +34,10 @@ from bertpre.model.bert import (
     bert_mask_logits,
     masked_lm_predictions,
 )
-from bertpre.model.bert_cost import ForwardShape, ParameterCounts
+from bertpre.model.bert_cost import ForwardShape
 from bertpre.model.config import BertConfig
 from bertpre.model.positions import rotary_angles
-from bertpre.model.roberta import copy_tokenizer_files
+from bertpre.model.roberta import TOKENIZER_FILES
 from bertpre.tokenizer import load_tokenizer
 from bertpre.tokenizer.roles import token_roles
 
@@ -97,7 +98,8 @@ def _window_block_mask(keys: torch.Tensor | None, length: int, window: int, devi
         def rule(batch, head, query, key):
             return (((query - key).abs() <= window) & keys[batch, key]) | (query == key)
         batches = keys.shape[0]
-    return create_block_mask(rule, batches, None, length, length, device=device)
+    # compiled on a GPU: uncompiled it would build the whole (B, T, T) mask to find the blocks
+    return create_block_mask(rule, batches, None, length, length, device=device, _compile=device.type == "cuda")
 
 
 _compiled_flex: Callable | None = None
@@ -111,7 +113,7 @@ def _flex_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
     if query.device.type != "cuda":
         return flex_attention(query, key, value, block_mask=block_mask)
     if _compiled_flex is None:
-        _compiled_flex = torch.compile(flex_attention, dynamic=False)
+        _compiled_flex = torch.compile(flex_attention)
     return _compiled_flex(query, key, value, block_mask=block_mask)
 
 
@@ -389,25 +391,6 @@ def build_modernbert(config: BertConfig, tokenizer: Tokenizer | None = None) -> 
     return ModernBertForMaskedLM(config)
 
 
-def count_modernbert_parameters(config: BertConfig) -> ParameterCounts:
-    """Parameters of `ModernBertForMaskedLM(config)` by part, from the shapes (the decoder's
-    weight is the token embeddings, counted once; `pooler` 0, there is none)."""
-    d, i, v, layers = config.hidden_size, config.intermediate_size, config.vocab_size, config.num_hidden_layers
-    norm = d * (2 if config.norm_bias else 1)
-    attention = 4 * d * d + (4 * d if config.attention_bias else 0)  # Wqkv, Wo
-    feed_forward = 3 * d * i + ((2 * i + d) if config.mlp_bias else 0)  # Wi (d → 2i), Wo
-    return ParameterCounts(
-        embeddings=v * d,
-        attention=layers * attention,
-        feed_forward=layers * feed_forward,
-        # the embeddings' norm, each layer's two (layer 0 has no attn_norm), the final norm
-        layer_norms=norm * (1 + 2 * layers - 1 + 1),
-        pooler=0,
-        heads=d * d + (d if config.classifier_bias else 0) + norm + (v if config.decoder_bias else 0),
-        matrices=v * d + layers * (4 * d * d + 3 * d * i),
-    )
-
-
 # --- Hugging Face folders --------------------------------------------------------------------
 
 
@@ -447,6 +430,18 @@ def special_token_ids(tokenizer_folder: Path) -> dict[str, int | None]:
             "sep_token_id": roles.sep_token_id, "eos_token_id": roles.sep_token_id}
 
 
+def copy_tokenizer_files(tokenizer_folder: Path, folder: Path) -> list[str]:
+    """The tokenizer folder's files (whichever of `TOKENIZER_FILES` it holds), copied as they are:
+    ModernBERT reads a pair as the tokenizer lays it out ([CLS] A [SEP] B [SEP] for a WordPiece
+    vocabulary or ModernBERT's own), with no token types to write."""
+    copied = []
+    for name in TOKENIZER_FILES:
+        if (tokenizer_folder / name).is_file():
+            shutil.copyfile(tokenizer_folder / name, folder / name)
+            copied.append(name)
+    return copied
+
+
 def modernbert_export_writer(model: ModernBertForMaskedLM,
                              tokenizer_folder: Path) -> tuple[str, hf_format.ExportWriter]:
     """Hugging Face's native `ModernBertForMaskedLM` folder and the run's tokenizer files as they
@@ -472,19 +467,3 @@ def modernbert_mask_logits(model: ModernBertForMaskedLM, tokenizer: Tokenizer, t
     """The MLM head's logits (M, V) at each mask of `text` (the tokenizer's own, by role), read
     as one segment as the tokenizer lays it out; rotary positions read any length."""
     return bert_mask_logits(model, tokenizer, text, fits, mask_token=token_roles(tokenizer).mask_token)
-
-
-# --- what ModernBERT does not have yet -------------------------------------------------------
-
-
-class ModernBertTaskModelNotBuilt(nn.Module):
-    """Fine-tuning heads for ModernBERT are not built yet (`bertpre.model.modernbert_heads`)."""
-
-    def __init__(self, *args, **kwargs) -> None:
-        raise UserError("fine-tuning a ModernBERT (model.architecture modernbert) is not built yet; "
-                        "export it (`bertpre export`) and fine-tune it with transformers' ModernBertFor* classes")
-
-
-def write_task_folder_not_built(*args, **kwargs) -> dict:
-    raise UserError("fine-tuning a ModernBERT (model.architecture modernbert) is not built yet")
-

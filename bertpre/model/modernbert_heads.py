@@ -1,6 +1,8 @@
 """Fine-tuning heads on ModernBERT, with transformers' `ModernBertFor*` names and math: the encoder
 under `model`, then `head` (dense → classifier_activation → LayerNorm, the MLM head's layout),
-`drop` (classifier_dropout) and a linear `classifier`. A sequence is read at its first token
+`drop` (classifier_dropout) and a linear `classifier`. Sharing the MLM head's names, `head` starts
+from a source's MLM head where it has one, as transformers' from_pretrained loads it
+(`Family.task_head_parts`); `classifier` is drawn. A sequence is read at its first token
 (`classifier_pooling` "cls") or as the mean of its real tokens' outputs ("mean", padding left out);
 a tagger and a question-answering model read every token (the latter's `classifier` gives a start
 and an end logit, transformers' name, where BERT's head is `qa_outputs`).
@@ -20,12 +22,12 @@ from bertpre.model.config import BertConfig
 from bertpre.model.modernbert import (
     ModernBertModel,
     ModernBertPredictionHead,
+    copy_tokenizer_files,
     init_std,
     special_token_ids,
     trunc_normal,
     write_modernbert_folder,
 )
-from bertpre.model.roberta import copy_tokenizer_files
 
 
 class ModernBertTaskModel(nn.Module):
@@ -106,8 +108,11 @@ class ModernBertForQuestionAnswering(ModernBertTaskModel):
 def write_modernbert_task_folder(folder: Path, state: dict[str, torch.Tensor], config: BertConfig,
                                  tokenizer_folder: Path, *, pooler: bool) -> dict:
     """A fine-tuned ModernBERT's weights (its names are transformers' already) and its tokenizer
-    files; returns config.json's content, with the tokenizer's special ids and the
-    `classifier_pooling` it was trained with (`pooler` is BERT's: ModernBERT has none)."""
+    files as they are: ModernBERT reads the tokenizer's own layout (`same_layout`), so a pair is
+    what the tokenizer's template makes of it in transformers as it was in fine-tuning (token
+    types, where a WordPiece tokenizer gives them, are taken and not read). Returns config.json's
+    content, with the tokenizer's special ids and the `classifier_pooling` it was trained with
+    (`pooler` is BERT's: ModernBERT has none)."""
     ids = special_token_ids(tokenizer_folder)
     write_modernbert_folder(folder, config, state, **ids)
     copy_tokenizer_files(tokenizer_folder, folder)

@@ -1,17 +1,15 @@
-"""Byte-level BPE (RoBERTa's) and Unigram (XLM-R's) tokenizers: train one with `tokenizers`' own
-trainers, save one, or keep a released one's files as they are.
+"""Byte-level BPE (RoBERTa's) and Unigram (XLM-R's) tokenizers: train one, save one, or keep a
+released one's files as they are.
 
 Trained ones take their family's special tokens and layout: `<s>=0 <pad>=1 </s>=2 <unk>=3
 <mask>=4` (as Hugging Face's own RoBERTa-from-scratch recipe numbers them), `<s> A </s>` for one
 segment and `<s> A </s></s> B </s>` for two. Byte-level BPE reads every byte, so it has no
 unknown text; Unigram normalizes with NFKC and marks word starts with `▁`, as SentencePiece does.
 
-Determinism: the BPE trainer gives the same vocab for the same text in every process. The
-Unigram trainer of `tokenizers` (0.23) does not: it sums and breaks ties in hash-map order,
-which changes from run to run, so two trainings on the same text differ in their rarest pieces'
-scores (and so in some ids). Encoding is deterministic once the vocab is fixed: for DATA that
-must be rebuilt byte for byte, train a Unigram VOCAB once (`--vocab-only`) and encode with
-`--tokenizer VOCAB`, as shards do.
+Determinism: both give the same vocab, byte for byte, for the same text and options in every
+process on every machine. BPE with `tokenizers`' BpeTrainer; Unigram with SentencePiece's trainer
+(`bertpre.tokenizer.unigram_training`), since `tokenizers`' UnigramTrainer (0.23) sums and breaks
+ties in hash-map order and keeps other rare pieces from run to run.
 """
 from __future__ import annotations
 
@@ -38,6 +36,7 @@ from bertpre.tokenizer.roles import (
     TokenRoles,
     token_roles,
 )
+from bertpre.tokenizer.unigram_training import train_sentencepiece, unigram_from_sentencepiece
 
 TOKENIZER_FILE = "tokenizer.json"
 TOKENIZER_TYPES = ("wordpiece", "bpe", "unigram")
@@ -50,21 +49,21 @@ MODEL_MAX_LENGTH = 512
 MAX_PIECE_LENGTH = 16  # Unigram's longest piece (SentencePiece's and tokenizers' default)
 
 
-def build_bpe_or_unigram(kind: str, lowercase: bool) -> tuple[Tokenizer, trainers.Trainer]:
-    """An untrained pipeline of `kind` ("bpe" or "unigram") and the trainer that fills it."""
+def build_bpe_or_unigram(kind: str, lowercase: bool) -> Tokenizer:
+    """An untrained pipeline of `kind` ("bpe" or "unigram"): normalizer, pre-tokenizer, decoder."""
     if kind == "bpe":
         tokenizer = Tokenizer(models.BPE())
         if lowercase:
             tokenizer.normalizer = normalizers.Lowercase()
         tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
         tokenizer.decoder = decoders.ByteLevel()
-        return tokenizer, dict(cls=trainers.BpeTrainer, initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+        return tokenizer
     tokenizer = Tokenizer(models.Unigram())
     tokenizer.normalizer = normalizers.Sequence(
         [normalizers.NFKC(), *([normalizers.Lowercase()] if lowercase else [])])
     tokenizer.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")
     tokenizer.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always")
-    return tokenizer, dict(cls=trainers.UnigramTrainer, unk_token="<unk>", max_piece_length=MAX_PIECE_LENGTH)
+    return tokenizer
 
 
 def train_bpe_or_unigram(
@@ -79,36 +78,39 @@ def train_bpe_or_unigram(
     """Train a byte-level BPE or a Unigram vocab of `vocab_size` on batches of texts (re-iterable).
 
     Raises:
-        UserError: `vocab_size` cannot hold the special tokens (and, for BPE, the 256 bytes).
+        UserError: `vocab_size` cannot hold the special tokens (and, for BPE, the 256 bytes; for
+            Unigram, every character of the text), or there is no text.
     """
     floor = len(ROBERTA_SPECIAL_TOKENS) + (256 if kind == "bpe" else 1)
     if vocab_size < floor:
         raise UserError(f"--vocab-size {vocab_size} is too small for a {kind} vocab: its special tokens"
                         f"{' and the 256 bytes' if kind == 'bpe' else ''} take {floor - 1}; use at least "
                         f"{floor} (RoBERTa uses 50,265, XLM-R 250,002)")
-    tokenizer, options = build_bpe_or_unigram(kind, lowercase)
-    trainer_class = options.pop("cls")
-    if kind == "bpe":
-        options["min_frequency"] = min_frequency
-    trainer = trainer_class(vocab_size=vocab_size, special_tokens=ROBERTA_SPECIAL_TOKENS,
-                            show_progress=show_progress, **options)
+    tokenizer = build_bpe_or_unigram(kind, lowercase)
     stopping = threading.Event()
+    if kind == "bpe":
+        trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=ROBERTA_SPECIAL_TOKENS,
+                                      min_frequency=min_frequency, show_progress=show_progress,
+                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
 
-    def until_stopped() -> Iterator[list[str]]:
-        for batch in texts:
-            if stopping.is_set():
-                return
-            yield batch
+        def until_stopped() -> Iterator[list[str]]:
+            for batch in texts:
+                if stopping.is_set():
+                    return
+                yield batch
 
-    # As for WordPiece: wait in Python, so that SIGINT/SIGTERM stop training at once.
-    try:
-        interruptible(lambda: tokenizer.train_from_iterator(until_stopped(), trainer, length=length),
-                      stopping.set)
-    except Exception as error:  # tokenizers raises a bare Exception
-        if "not large enough to contain all chars" not in str(error):
-            raise
-        raise UserError(f"--vocab-size {vocab_size} is too small for a unigram vocab of this corpus: "
-                        "it must hold every character of the text; raise --vocab-size") from None
+        def train() -> None:
+            tokenizer.train_from_iterator(until_stopped(), trainer, length=length)
+    else:
+        def train() -> None:
+            proto = train_sentencepiece(texts, tokenizer, vocab_size, MAX_PIECE_LENGTH, stopping)
+            if proto is None:
+                return  # stopped: `interruptible` raises the signal's exception
+            tokenizer.model = unigram_from_sentencepiece(proto)
+            tokenizer.add_special_tokens(ROBERTA_SPECIAL_TOKENS)
+
+    # As for WordPiece: wait in Python, so that SIGINT/SIGTERM stop reading the text at once.
+    interruptible(train, stopping.set)
     if tokenizer.get_vocab_size() <= len(ROBERTA_SPECIAL_TOKENS):
         raise UserError("the corpus has no text to train a vocab on; check the corpus files")
     add_roberta_layout(tokenizer)

@@ -1,9 +1,10 @@
 """RUN/config.yaml read back: the run's own config, whole, or refused naming the file.
 
-`pretrain` writes it with every key resolved, so a key that a file written by this version of
-bertpre lacks means the file was cut short or edited, not that the default applies: a resume or
-an evaluation must not quietly take defaults. (A file from another version may lack keys added
-since; it must still hold every section.)
+`pretrain` writes it with every key resolved, so a key that a file written with today's keys
+(`run_config_header`: the version and a fingerprint of the keys) lacks means the file was cut
+short or edited, not that the default applies: a resume or an evaluation must not quietly take
+defaults. (A file from a bertpre that knew other keys may lack keys added since, which take
+their defaults; it must still hold every section.)
 """
 from __future__ import annotations
 
@@ -12,12 +13,11 @@ from typing import Any
 
 import yaml
 
-import bertpre
 from bertpre.config import SECTIONS, Config, load_config
+from bertpre.config.sections import run_config_header
 from bertpre.errors import UserError
 
 RESTORE = "restore it from the run's --config and --set values, or start a new run with another --out"
-HEADER = f"# written by bertpre {bertpre.__version__}:"  # how Config.save begins the file
 
 
 def flatten(sections: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -44,7 +44,7 @@ def read_run_config(path: Path) -> Config:
     text = path.read_text(encoding="utf-8")
     raw = yaml.safe_load(text) or {}
     given = flatten({name: values for name, values in raw.items() if isinstance(values, dict) or name == "phases"})
-    expected = flatten(config.to_dict()) if text.startswith(HEADER) else {f"{name}.": None for name in SECTIONS}
+    expected = flatten(config.to_dict()) if text.startswith(run_config_header()) else {f"{name}.": None for name in SECTIONS}
     missing = [key for key in expected if key != "phases" and not any(
         name == key or (key.endswith(".") and name.startswith(key)) for name in given)]
     if missing:

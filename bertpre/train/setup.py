@@ -12,9 +12,10 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from bertpre.config import Config, check_world_size, resolve
+from bertpre.config import Config, check_world_size, refuse_phase_model_keys, resolve
 from bertpre.data import DataFolder, DataMixture, load_mixture
 from bertpre.errors import UserError
+from bertpre.model.config import BertConfig
 from bertpre.model.cost import memory_shortfall, training_flops_per_token
 from bertpre.model.families import family
 from bertpre.model.hf_format import read_config
@@ -25,6 +26,7 @@ from bertpre.train.init_from import adopt_shape, load_source_weights, source_voc
 from bertpre.train.memory import device_memory
 from bertpre.train.model_folders import ModelFolder, resolve_model_folder
 from bertpre.train.objectives import objective_for
+from bertpre.train.run_config import read_run_config
 from bertpre.train.run_folder import check_run_out
 
 
@@ -89,14 +91,29 @@ def settle_model(config: Config, data: DataFolder | None, latest: Path | None = 
     new_pieces: list[list[int]] = []
     if source is not None:
         adopt_shape(config, source.model_config(), source.path)
+        refuse_phase_model_keys(config)
         if data is not None:
             new_pieces = source_vocab_growth(source, data.tokenizer, data.path, config.model.vocab_size)
             config.model.vocab_size += len(new_pieces)
     elif config.init_from and latest is not None:
-        adopt_shape(config, read_config(latest), latest)
+        adopt_shape(config, checkpoint_shape(config, latest), latest)
     if data is not None:
         resolve(config, data.tokenizer)
     return source, new_pieces
+
+
+def checkpoint_shape(config: Config, checkpoint: Path) -> BertConfig:
+    """The shape a run resumed from `checkpoint` (RUN/checkpoints/step-N) started with: its
+    config.json, but for the model keys a phase sets (ModernBERT's thetas), which config.json has
+    at that phase's values: those are the run's own, from RUN/config.yaml."""
+    shape = read_config(checkpoint)
+    phased = {name for phase in config.phases for name in phase.model}
+    saved = checkpoint.parent.parent / "config.yaml"
+    if phased and saved.is_file():
+        started = read_run_config(saved).model
+        for name in phased:
+            setattr(shape, name, getattr(started, name))
+    return shape
 
 
 def resolved_config(given: Config, data: DataFolder | None = None) -> Config:
@@ -150,7 +167,8 @@ def check_tokenizer_matches(run_dir: Path, data: DataFolder) -> None:
 def build_model(run: ResolvedRun, say: Callable[[str], None]) -> nn.Module:
     """The run's pretraining model, drawn from the current seed, its family's as the table says;
     a new run from `model.init_from` takes the source's weights (each thing to know said)."""
-    model = family(run.config.model).build_pretraining(run.config.model, run.data.tokenizer)
+    # A copy: a phase changes the model's own (`Trainer.fit_model`), never the run's config.
+    model = family(run.config.model).build_pretraining(copy.copy(run.config.model), run.data.tokenizer)
     if run.source is not None:
         say(f"starting from the weights of {run.source.path}")
         for line in load_source_weights(model, run.source, run.new_pieces):

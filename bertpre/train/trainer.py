@@ -13,7 +13,7 @@ import torch
 from safetensors import SafetensorError
 from torch.nn.parallel import DistributedDataParallel
 
-from bertpre.config import Config, check_world_size
+from bertpre.config import PHASE_KEYS, Config, check_world_size
 from bertpre.errors import WRITE_ERRNOS, UserError
 from bertpre.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from bertpre.train.evaluation import build_evaluator
@@ -185,6 +185,7 @@ class Trainer:
         self.phase_end = self.config.phase_ends()[index]
         self.accumulation = check_world_size(config, runtime.world_size)
         seed = config.train.seed
+        self.fit_model(config)
         self.objective.prepare_model(self.model, config)
         self.stream = self.objective.stream(self.mixture, config, accumulation=self.accumulation,
                                             rank=runtime.rank, world_size=runtime.world_size,
@@ -196,6 +197,14 @@ class Trainer:
                                          rank=runtime.rank, world_size=runtime.world_size)
         self.token_flops = token_flops(config)
 
+    def fit_model(self, config: Config) -> None:
+        """Give the model a phase's model keys (PHASE_KEYS: ModernBERT's rotary thetas), which it
+        reads at each forward, so a checkpoint's config.json says the phase's values. The model's
+        config is its own copy (`build_model`): the run's config keeps the values it was given."""
+        for name in PHASE_KEYS["model"]:
+            if hasattr(self.model.config, name):
+                setattr(self.model.config, name, getattr(config.model, name))
+
     def next_phase(self) -> None:
         """Cross into the next phase; its data continues from the next epoch, so that its
         pairs and masks are not the previous phase's first epoch again."""
@@ -206,10 +215,12 @@ class Trainer:
 
     def describe_phase(self) -> str:
         config = self.phase_config
+        phased = [name for name in PHASE_KEYS["model"] if any(name in phase.model for phase in self.config.phases)]
         return (f"max_seq_length {config.data.max_seq_length}, {self.objective.describe(config.data)}, "
                 f"batch {config.train.batch_size} "
                 f"(micro-batch {config.train.micro_batch_size}), lr {config.optim.lr:g}, "
-                f"until step {self.phase_end}")
+                + "".join(f"{name} {getattr(config.model, name):g}, " for name in phased)
+                + f"until step {self.phase_end}")
 
     def phase_at(self, step: int) -> int:
         """The phase that runs the update at 0-based `step` (the last one past the end)."""

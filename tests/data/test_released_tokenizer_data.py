@@ -154,39 +154,44 @@ def test_trained_bpe_and_unigram_are_read_back_by_autotokenizer_with_the_same_id
     assert auto.mask_token == "<mask>" and auto.pad_token_id == 1
 
 
-def test_a_trained_bpe_vocab_and_its_data_are_byte_identical_from_run_to_run(tmp_path):
+@pytest.mark.parametrize("kind, options", [("bpe", {"vocab_size": 600}), ("unigram", {"vocab_size": 390}),
+                                           ("unigram", {"vocab_size": 300, "vocab_sample_bytes": 4000})],
+                         ids=["bpe", "unigram", "unigram-sampled"])
+def test_a_trained_vocab_and_its_data_are_byte_identical_from_run_to_run(kind, options, tmp_path):
     corpus = write_lines_corpus(tmp_path / "corpus.txt", sample_lines(fuzzed=10))
     for out in ("one", "two"):
-        run(corpus, tmp_path / out, tokenizer_type="bpe", vocab_size=600, split_sentences=False)
+        run(corpus, tmp_path / out, tokenizer_type=kind, split_sentences=False, **options)
     assert folder_bytes(tmp_path / "one") == folder_bytes(tmp_path / "two")
+    assert json.loads((tmp_path / "one" / "manifest.json").read_text())["tokenizer"]["vocab_size"] == options["vocab_size"]
 
 
-def test_data_encoded_with_a_unigram_vocab_is_byte_identical_from_run_to_run(tmp_path):
-    """tokenizers' Unigram trainer is not deterministic (bpe_unigram's docstring): the VOCAB is
-    trained once, and encoding with it is."""
+def test_a_unigram_vocab_only_is_the_vocab_tokenize_trains_and_encodes_the_same_data(tmp_path):
     from bertpre.data.vocab import train_vocab
 
     corpus = write_lines_corpus(tmp_path / "corpus.txt", sample_lines(fuzzed=10))
     train_vocab([corpus], tmp_path / "vocab", vocab_size=390, tokenizer_type="unigram",
                 split_sentences=False, show_progress=False)
-    for out in ("one", "two"):
-        manifest = run(corpus, tmp_path / out, tokenizer_path=tmp_path / "vocab", split_sentences=False)
-    assert manifest["tokenizer"]["kind"] == "unigram"
-    assert folder_bytes(tmp_path / "one") == folder_bytes(tmp_path / "two")
+    trained = run(corpus, tmp_path / "trained", tokenizer_type="unigram", vocab_size=390, split_sentences=False)
+    reused = run(corpus, tmp_path / "reused", tokenizer_path=tmp_path / "vocab", split_sentences=False)
+    assert reused["tokenizer"]["kind"] == trained["tokenizer"]["kind"] == "unigram"
+    assert (tmp_path / "vocab" / "tokenizer.json").read_bytes() == (
+        tmp_path / "trained" / "tokenizer" / "tokenizer.json").read_bytes()
+    assert data_documents(tmp_path / "reused") == data_documents(tmp_path / "trained")
 
 
-def test_a_bpe_vocab_trained_once_encodes_shards(tmp_path):
+@pytest.mark.parametrize("kind, vocab_size", [("bpe", 500), ("unigram", 250)])
+def test_a_vocab_trained_once_encodes_shards(kind, vocab_size, tmp_path):
     from bertpre.data.vocab import train_vocab
 
     corpus = write_lines_corpus(tmp_path / "corpus.txt", sample_lines(fuzzed=0) * 2)
-    manifest = train_vocab([corpus], tmp_path / "vocab", vocab_size=500, tokenizer_type="bpe", min_frequency=1,
-                           split_sentences=False, show_progress=False)
-    assert manifest["options"]["tokenizer_type"] == "bpe" and manifest["tokenizer"]["kind"] == "bpe"
+    manifest = train_vocab([corpus], tmp_path / "vocab", vocab_size=vocab_size, tokenizer_type=kind,
+                           min_frequency=1, split_sentences=False, show_progress=False)
+    assert manifest["options"]["tokenizer_type"] == kind and manifest["tokenizer"]["kind"] == kind
     from data_prep import Shard
 
     shard = run(corpus, tmp_path / "shard-0", tokenizer_path=tmp_path / "vocab", split_sentences=False,
                 shard=Shard(0, 2))
-    assert shard["tokenizer"]["kind"] == "bpe"
+    assert shard["tokenizer"]["kind"] == kind
     assert (tmp_path / "shard-0" / "tokenizer" / "tokenizer.json").read_bytes() == (
         tmp_path / "vocab" / "tokenizer.json").read_bytes()
 
@@ -251,17 +256,22 @@ def test_data_ids_are_autotokenizers_on_every_sentence_of_the_shared_corpora(mak
     assert sorted(data_documents(tmp_path / "data")) == sorted(auto_documents(source, files, split_sentences=True))
 
 
-def test_training_a_unigram_vocab_says_it_is_not_deterministic_and_how_to_rebuild(tmp_path, capsys):
-    from bertpre.data.vocab import train_vocab
-
+def test_the_cli_trains_unigram_without_a_note_and_says_when_the_corpus_gives_fewer_pieces(tmp_path, monkeypatch,
+                                                                                          capsys):
     corpus = write_lines_corpus(tmp_path / "corpus.txt", sample_lines(fuzzed=0))
-    train_vocab([corpus], tmp_path / "vocab", vocab_size=390, tokenizer_type="unigram",
-                split_sentences=False, show_progress=False)
-    said = capsys.readouterr().err
-    assert "Unigram trainer is not deterministic" in said and "--tokenizer VOCAB" in said
-    train_vocab([corpus], tmp_path / "bpe", vocab_size=500, tokenizer_type="bpe",
-                split_sentences=False, show_progress=False)
-    assert "not deterministic" not in capsys.readouterr().err
+    code, out, err = run_main(["tokenize", corpus, "--out", tmp_path / "data", "--tokenizer-type", "unigram",
+                               "--vocab-size", "250", "--no-sentence-split"], monkeypatch, capsys)
+    assert code == 0, err
+    assert "250 tokens, unigram, cased, trained" in out and "note:" not in err
+    code, out, err = run_main(["tokenize", corpus, "--out", tmp_path / "big", "--tokenizer-type", "unigram",
+                               "--no-sentence-split"], monkeypatch, capsys)
+    assert code == 0, err
+    assert "267 tokens (asked 30,522: the corpus has too few subwords), unigram, cased, trained" in out
+    code, _, err = run_main(["tokenize", corpus, "--out", tmp_path / "small", "--tokenizer-type", "unigram",
+                             "--vocab-size", "100", "--no-sentence-split"], monkeypatch, capsys)
+    assert code == 2 and err.strip() == ("error: --vocab-size 100 is too small for a unigram vocab of this corpus: it "
+                                         "must hold every character of the text and the 5 special tokens, 112 in "
+                                         "all; raise --vocab-size")
 
 
 def test_the_summary_names_the_tokenizers_own_unknown_token(tmp_path):

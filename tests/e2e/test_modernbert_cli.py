@@ -28,6 +28,9 @@ def test_pretrain_export_fill_mask_and_evaluate_a_modernbert(tiny_data, tmp_path
     assert "as ModernBertForMaskedLM" in out + err
     assert json.loads((tmp_path / "export" / "config.json").read_text())["layer_types"] == \
         ["full_attention", "sliding_attention", "sliding_attention"]
+    # the run's tokenizer as it is, transformers told the length the model is made for
+    assert (tmp_path / "export" / "tokenizer.json").read_bytes() == (run / "tokenizer" / "tokenizer.json").read_bytes()
+    assert json.loads((tmp_path / "export" / "tokenizer_config.json").read_text())["model_max_length"] == 128
     exported, info = transformers.AutoModelForMaskedLM.from_pretrained(tmp_path / "export", output_loading_info=True)
     assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"]
     ours = load_pretraining_model(run / "checkpoints" / "step-00000004", strict=True).eval()
@@ -57,3 +60,23 @@ def test_berts_keys_with_architecture_modernbert_are_one_line_and_exit_2(tiny_da
     assert len(err.strip().splitlines()) == 1
     assert "model.hidden_act is BERT's, which model.architecture modernbert does not read" in err
     assert "model.hidden_activation" in err
+
+
+@pytest.mark.slow
+def test_a_resumed_modernbert_run_trains_as_the_straight_one(tiny_data, tmp_path):
+    from bertpre.config import load_config
+    from bertpre.train.trainer import pretrain
+
+    def config(out: str, steps: int):
+        # in warmup the learning rate does not depend on max_steps: 3 + 3 steps are the 6 straight ones
+        return load_config("tiny-modernbert", [f"data.path={tiny_data}", f"train.out={tmp_path / out}",
+                                               f"train.max_steps={steps}", "train.save_every=3",
+                                               "train.batch_size=16", "train.micro_batch_size=8"])
+
+    straight = pretrain(config("straight", 6))
+    pretrain(config("resumed", 3))
+    resumed = pretrain(config("resumed", 6))
+    assert resumed.step == 6
+    a = (straight.run_dir / "checkpoints" / "step-00000006" / "model.safetensors").read_bytes()
+    b = (resumed.run_dir / "checkpoints" / "step-00000006" / "model.safetensors").read_bytes()
+    assert a == b

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 from dataclasses import asdict
 from pathlib import Path
 from types import SimpleNamespace
@@ -21,7 +22,9 @@ from test_finetune import write_conll, write_task
 
 from bertpre.config.finetune import Hyperparameters, load_hyperparameters
 from bertpre.errors import UserError
-from bertpre.finetune.model import task_config
+from bertpre.finetune.encoding import encode_texts
+from bertpre.finetune.model import build_task_model, task_config
+from bertpre.finetune.source import load_encoder
 from bertpre.model.config import BertConfig
 from bertpre.model.hf_format import read_config
 from bertpre.model.modernbert_heads import (
@@ -222,3 +225,64 @@ def test_the_work_key_is_as_before_where_classifier_pooling_is_unset():
     unset = work_key(encoder, data, files, Hyperparameters(), [1])
     assert unset == hashlib.sha256(json.dumps(described, sort_keys=True).encode()).hexdigest()
     assert unset != work_key(encoder, data, files, Hyperparameters(classifier_pooling="cls"), [1])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["ModernBertForMaskedLM", "ModernBertModel"])
+def test_fine_tuning_starts_from_the_sources_mlm_head_as_transformers_does(kind, modernbert_source, tmp_path):
+    """transformers' ModernBertFor* has the MLM head's `head` by name: from_pretrained of an MLM
+    folder loads it, and only `classifier` is drawn; so does bertpre. A ModernBertModel folder has
+    no head: both draw it."""
+    source = modernbert_source
+    if kind == "ModernBertModel":
+        source = tmp_path / "bare"
+        transformers.ModernBertModel.from_pretrained(modernbert_source).save_pretrained(source)
+        for file in modernbert_source.glob("tokenizer*"):
+            shutil.copy(file, source / file.name)
+    encoder = load_encoder(source)
+    torch.manual_seed(0)
+    ours = build_task_model(encoder.config, encoder.state, 3, tagging=False, head_state=encoder.head_state)
+    theirs = transformers.AutoModelForSequenceClassification.from_pretrained(source, num_labels=3)
+    mine, reference = ours.state_dict(), theirs.state_dict()
+    assert set(mine) == set(reference)
+    head = {name for name in mine if name.startswith("head.")}
+    assert head == {"head.dense.weight", "head.norm.weight"}
+    for name in mine:
+        if name.startswith("model.") or (kind == "ModernBertForMaskedLM" and name in head):
+            assert torch.equal(mine[name], reference[name]), name
+    assert bool(encoder.head_state) == (kind == "ModernBertForMaskedLM")
+    assert torch.equal(mine["head.dense.weight"], reference["head.dense.weight"]) == (kind == "ModernBertForMaskedLM")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tokenizer", ["wordpiece", "bpe"])
+def test_a_saved_modernbert_pair_classifier_reads_pairs_in_transformers_as_it_was_fine_tuned(
+        tokenizer, modernbert_source, tiny_data, tmp_path, monkeypatch, capsys):
+    """A pair is what the source tokenizer's own template makes of it (WordPiece's `[CLS] a [SEP]
+    b [SEP]`, the BPE's `<s> a </s></s> b </s>`), in bertpre's fine-tuning and in transformers on
+    the saved folder alike."""
+    source = modernbert_source
+    if tokenizer == "wordpiece":  # the tiny DATA's BERT tokenizer beside a ModernBERT of its vocabulary
+        source = tmp_path / "wordpiece"
+        shutil.copytree(tiny_data / "tokenizer", source)
+        torch.manual_seed(7)
+        config = transformers.ModernBertConfig(vocab_size=load_tokenizer(source).get_vocab_size(), pad_token_id=0,
+                                               bos_token_id=None, eos_token_id=None, cls_token_id=None,
+                                               sep_token_id=None, **SHAPE)
+        transformers.ModernBertForMaskedLM(config).save_pretrained(source)
+    files = ["--train", write_task(tmp_path, 40, 0, "train.jsonl", pair=True), "--validation",
+             write_task(tmp_path, 16, 1, "dev.jsonl", pair=True), "--text-pair-column", "other"]
+    saved = saved_folder(run_finetune(source, tmp_path, files, monkeypatch, capsys, "--save-model",
+                                      "--set", "classifier_pooling=mean"))
+    hf = check_loads(saved, transformers.AutoModelForSequenceClassification, "ModernBertForSequenceClassification")
+    model = ModernBertForSequenceClassification(read_config(saved), 2)
+    model.load_state_dict(load_file(saved / "model.safetensors"), strict=True)
+    pairs = ["a dog finds the door .", "the farmer ."]
+    batch = transformers.AutoTokenizer.from_pretrained(saved)(TEXTS, pairs, padding=True, return_tensors="pt")
+    trained = encode_texts(load_encoder(source).tokenizer, TEXTS, pairs, [0, 1], 64).input_ids
+    assert [row[mask.bool()].tolist() for row, mask in zip(batch["input_ids"], batch["attention_mask"],
+                                                           strict=True)] == trained
+    with torch.no_grad():
+        expected = hf(**batch).logits
+        logits = model.eval()(batch["input_ids"], batch["attention_mask"])
+    torch.testing.assert_close(logits, expected, rtol=0, atol=1e-5)

@@ -130,7 +130,7 @@ def test_version_is_the_package_version(tmp_path):
 def test_the_version_is_in_the_run_config_and_the_checkpoint(run):
     out, _ = run
     version = importlib.metadata.version("bertpre")
-    assert (out / "config.yaml").read_text().startswith(f"# written by bertpre {version}:")
+    assert (out / "config.yaml").read_text().startswith(f"# written by bertpre {version} (config keys ")
     config = json.loads((out / "checkpoints" / "step-00000012" / "config.json").read_text())
     assert config["bertpre_version"] == version
 
