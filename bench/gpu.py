@@ -5,6 +5,7 @@
     .venv/bin/python -m bench.gpu throughput --seq-length 512 --micro-batch-size 64   # base at 512
     .venv/bin/python -m bench.gpu throughput --compile             # the objective compiled (train.compile)
     .venv/bin/python -m bench.gpu throughput --precision fp16      # fp16 autocast + GradScaler (old GPUs)
+    .venv/bin/python -m bench.gpu throughput --architecture modernbert   # ModernBERT-base, length 1024, batch 32
     .venv/bin/python -m bench.gpu checkpointing                    # memory saving, cost, largest batch
     .venv/bin/python -m bench.gpu matmul                           # the dense fp16/bf16 rate only
 
@@ -30,6 +31,18 @@ n tokens (capped at 20 for s=128, 76 for s=512, as Google's recipe), random pair
 Tokens/s count non-padding tokens.
 The checkpointing measurements use bertpre's side only, on full rows, the worst case for memory.
 
+`--architecture modernbert` times ModernBERT instead (`--model` then names ModernBERT's sizes:
+base is 22 layers, hidden 768, GeGLU 1152, window 128, vocabulary 50,368; length 1024 and a
+global batch of 32 by default, the same 32,768 tokens a step as BERT's default). bertpre's side
+is the same trainer step (`PretrainingObjective`, no pair labels: `pair_task: none`), local layers
+on FlexAttention's block mask where `ModernBertModel.uses_flex` says so (recorded); the peer is
+transformers' `ModernBertForMaskedLM` loaded from bertpre's export of the same weights, with
+`sparse_prediction: true` (its head and decoder on the predicted rows alone, as bertpre's), its
+default attention. Rows mask 30% (ModernBERT's recipe), uncapped. MFU uses
+`bertpre.model.modernbert_cost.modernbert_training_flops`: local layers counted at their window,
+although FlexAttention computes every block the window crosses (more work than counted).
+Results are named gpu-throughput-modernbert-MODEL-LENGTH.
+
 Without a CUDA device every subcommand prints "no CUDA device: skipping" and exits 0 (with the
 hidden --allow-cpu, throughput runs on the CPU as a code check and writes nothing).
 """
@@ -38,6 +51,7 @@ from __future__ import annotations
 import argparse
 import gc
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -63,6 +77,24 @@ SHAPES = {
     "base": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072),
     "large": dict(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16, intermediate_size=4096),
 }
+# ModernBERT's sizes (Warner et al. 2024; transformers' ModernBertConfig defaults are base's).
+MODERNBERT_SHAPES = {
+    "tiny": dict(hidden_size=64, num_hidden_layers=3, num_attention_heads=4, intermediate_size=96,
+                 local_attention=16),
+    "base": dict(hidden_size=768, num_hidden_layers=22, num_attention_heads=12, intermediate_size=1152,
+                 local_attention=128),
+    "large": dict(hidden_size=1024, num_hidden_layers=28, num_attention_heads=16, intermediate_size=2624,
+                  local_attention=128),
+}
+MODERNBERT_VOCAB_SIZE = 50368
+MODERNBERT_MASKING = 0.3  # the share of tokens ModernBERT's recipe predicts
+# --seq-length and --batch-size when not given: ModernBERT's 1024 tokens a row (so that local
+# layers matter), and as many tokens a step as BERT's default.
+DEFAULTS = {"bert": {"seq_length": 128, "batch_size": 256}, "modernbert": {"seq_length": 1024, "batch_size": 32}}
+# What transformers' ModernBertForMaskedLM reads of a batch (no token types, no pair labels).
+MODERNBERT_PEER_INPUTS = ("input_ids", "attention_mask", "labels")
+MODERNBERT_FLOPS_NOTE = ("local layers counted at their window (window_pairs); FlexAttention still "
+                         "computes every block the window crosses, so it does more work than counted")
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 PRECISIONS = {"bf16": "bf16 autocast", "fp16": "fp16 autocast + GradScaler"}
 IGNORE_INDEX = -100  # bertpre.labels.IGNORE_INDEX and transformers' ignored label
@@ -75,6 +107,33 @@ Loss = Callable[[dict[str, torch.Tensor]], torch.Tensor]
 def model_config(shape: str, seq_length: int) -> dict:
     """HF BertConfig fields shared by both models."""
     return dict(vocab_size=VOCAB_SIZE, max_position_embeddings=max(512, seq_length), **SHAPES[shape])
+
+
+def modernbert_config(shape: str, seq_length: int):
+    """bertpre's BertConfig of a ModernBERT of this size (no dropout, as ModernBERT trains)."""
+    from bertpre.model.config import BertConfig
+
+    return BertConfig(architecture="modernbert", vocab_size=MODERNBERT_VOCAB_SIZE, pad_token_id=0,
+                      max_position_embeddings=max(8192, seq_length), **MODERNBERT_SHAPES[shape])
+
+
+def build_modernbert_models(shape: str, seq_length: int, device: torch.device, peer: bool
+                            ) -> dict[str, torch.nn.Module]:
+    """bertpre's ModernBERT and, with `peer`, transformers' loaded from bertpre's export of the same
+    weights with `sparse_prediction: true`, in train mode."""
+    from bertpre.model.modernbert import ModernBertForMaskedLM
+
+    torch.manual_seed(0)
+    ours = ModernBertForMaskedLM(modernbert_config(shape, seq_length))
+    models = {"bertpre": ours.to(device).train()}
+    if peer:
+        import transformers
+
+        with tempfile.TemporaryDirectory(prefix="bertpre-gpu-modernbert-") as folder:
+            ours.save_pretrained(folder)
+            theirs = transformers.AutoModelForMaskedLM.from_pretrained(folder, sparse_prediction=True)
+        models["transformers"] = theirs.to(device).train()
+    return models
 
 
 def build_models(shape: str, seq_length: int, device: torch.device, peer: bool,
@@ -97,11 +156,12 @@ def build_models(shape: str, seq_length: int, device: torch.device, peer: bool,
     return models
 
 
-def prediction_slots(seq_length: int, batches: list[dict[str, torch.Tensor]]) -> int:
+def prediction_slots(seq_length: int, batches: list[dict[str, torch.Tensor]], capped: bool = True) -> int:
     """P of the (B, P) layout: Google's cap that `make_batch` applies at this length (20 at 128,
-    76 at 512), as `data.max_predictions_per_seq`; at other lengths the most predictions of a row."""
+    76 at 512), as `data.max_predictions_per_seq`; at other lengths, or uncapped, the most
+    predictions of a row."""
     most = max(int((batch["labels"] != IGNORE_INDEX).sum(dim=1).max()) for batch in batches)
-    return MAX_PREDICTIONS.get(seq_length) or max(most, 1)
+    return (MAX_PREDICTIONS.get(seq_length) if capped else None) or max(most, 1)
 
 
 def fixed_size_predictions(labels: torch.Tensor, slots: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -188,12 +248,12 @@ class Stepper:
 
 
 def bertpre_stepper(model: torch.nn.Module, batches: list[dict[str, torch.Tensor]], device: torch.device,
-                    fused: bool, precision: str, compile_model: bool = False
+                    fused: bool, precision: str, compile_model: bool = False, capped: bool = True
                     ) -> tuple[Stepper, list[dict[str, torch.Tensor]], dict]:
     """bertpre's side as the trainer runs it, its device micro-batches and what describes them."""
     from bertpre.train.objectives.mlm import PretrainingObjective
 
-    slots = prediction_slots(batches[0]["input_ids"].shape[1], batches)
+    slots = prediction_slots(batches[0]["input_ids"].shape[1], batches, capped)
     # A compiled step keeps the mask, as the trainer does: one graph for every batch.
     inputs, totals = trainer_batches(batches, slots, device, keep_attention_mask=compile_model)
     objective = PretrainingObjective(model)
@@ -239,21 +299,32 @@ def matmul_rate(dtype: torch.dtype, size: int = 8192, repeats: int = 20) -> floa
 def measure_step_rate(shape: str, seq_length: int, micro_batch_size: int, steps: int, peer: bool,
                       batch_size: int | None = None, warmup: int = 5, round_steps: int = 5,
                       fused: bool = True, compile_model: bool = False, short_rows: float = 0.1,
-                      device: torch.device | None = None, precision: str = "bf16") -> dict:
+                      device: torch.device | None = None, precision: str = "bf16",
+                      architecture: str = "bert") -> dict:
     """Median step time and sequences/s for bertpre (and the peer), rounds alternating."""
     device = device or torch.device("cuda")
     batch_size = batch_size or micro_batch_size
     if batch_size % micro_batch_size:
         raise SystemExit(f"--batch-size {batch_size} is not a multiple of --micro-batch-size {micro_batch_size}")
-    models = build_models(shape, seq_length, device, peer)
+    modernbert = architecture == "modernbert"
+    models = (build_modernbert_models if modernbert else build_models)(shape, seq_length, device, peer)
     # Made on the CPU: the trainer's counts and mask decisions are taken there, once, at set-up.
-    batches = [make_batch(micro_batch_size, seq_length, "cpu", seed, short_rows)
-               for seed in range(batch_size // micro_batch_size)]
+    if modernbert:  # no pair labels (pair_task: none), ModernBERT's vocabulary and masking
+        batches = [make_batch(micro_batch_size, seq_length, "cpu", seed, short_rows, MODERNBERT_MASKING,
+                              capped=False, vocab_size=MODERNBERT_VOCAB_SIZE)
+                   for seed in range(batch_size // micro_batch_size)]
+        for batch in batches:
+            del batch["next_sentence_label"]
+    else:
+        batches = [make_batch(micro_batch_size, seq_length, "cpu", seed, short_rows)
+                   for seed in range(batch_size // micro_batch_size)]
     ours, ours_inputs, described = bertpre_stepper(models["bertpre"], batches, device, fused, precision,
-                                                   compile_model)
+                                                   compile_model, capped=not modernbert)
     steppers, inputs = {"bertpre": ours}, {"bertpre": ours_inputs}
     if peer:
-        steppers["transformers"], inputs["transformers"] = peer_stepper(models["transformers"], batches,
+        peer_batches = [{name: batch[name] for name in MODERNBERT_PEER_INPUTS} for batch in batches] \
+            if modernbert else batches
+        steppers["transformers"], inputs["transformers"] = peer_stepper(models["transformers"], peer_batches,
                                                                         device, fused, precision)
     tokens, predicted = described["tokens"], described["predictions"]  # not padding
     times: dict[str, list[float]] = {name: [] for name in models}
@@ -288,33 +359,62 @@ def measure_step_rate(shape: str, seq_length: int, micro_batch_size: int, steps:
                         "peak_memory_gib_both_models_resident": peaks.get(name)}
     if peer:
         result["transformers"]["attention"] = models["transformers"].config._attn_implementation
+    if modernbert:
+        settings = result["settings"]
+        settings["architecture"] = "modernbert"
+        settings["bertpre_step"] = settings["bertpre_step"].replace(
+            "PretrainingObjective", "PretrainingObjective (no pair labels)")
+        settings["masking"] = MODERNBERT_MASKING
+        settings["vocab_size"] = MODERNBERT_VOCAB_SIZE
+        settings["local_attention"] = MODERNBERT_SHAPES[shape]["local_attention"]
+        encoder = models["bertpre"].model
+        # Whether local layers took FlexAttention's block mask (else SDPA with a dense window mask).
+        settings["bertpre_local_attention"] = "FlexAttention block mask" if encoder.uses_flex(device) \
+            else "SDPA, window mask (dense)"
+        settings["bertpre_flex_attention"] = encoder.uses_flex(device)
+        if peer:
+            settings["peer_step"] += ", sparse_prediction true (head and decoder on predicted rows)"
+            settings["peer_sparse_prediction"] = models["transformers"].config.sparse_prediction
     return result
 
 
 def run_throughput(args: argparse.Namespace, device: torch.device) -> dict:
     from bertpre.model import BertConfig
     from bertpre.model.cost import training_flops_per_token
+    from bertpre.model.modernbert_cost import modernbert_flops_by_part
 
+    modernbert = args.architecture == "modernbert"
     result = measure_step_rate(args.model, args.seq_length, args.micro_batch_size or args.batch_size,
                                args.steps, peer=not args.no_peer, batch_size=args.batch_size,
                                fused=not args.no_fused, compile_model=args.compile,
-                               short_rows=args.short_rows, device=device, precision=args.precision)
+                               short_rows=args.short_rows, device=device, precision=args.precision,
+                               architecture=args.architecture)
     share = result["settings"]["predicted_share"]
-    flops = training_flops_per_token(BertConfig(**model_config(args.model, args.seq_length)),
-                                     args.seq_length, share)
+    if modernbert:
+        parts = modernbert_flops_by_part(modernbert_config(args.model, args.seq_length), args.seq_length, share)
+        flops = parts.total
+    else:
+        flops = training_flops_per_token(BertConfig(**model_config(args.model, args.seq_length)),
+                                         args.seq_length, share)
     peak = {"fp16": matmul_rate(torch.float16), "bf16": matmul_rate(torch.bfloat16)} \
         if device.type == "cuda" else {"fp16": float("nan"), "bf16": float("nan")}
     # MFU is against the rate of the dtype the matmuls run in.
     result["mfu"] = {"flops_per_token": flops, "predicted_share": share,
                      "matmul_flops_per_s": peak, "against": args.precision}
+    if modernbert:
+        result["mfu"]["flops_per_token_by_part"] = vars(parts)
+        result["mfu"]["attention_flops"] = MODERNBERT_FLOPS_NOTE
     rows = [("tokens/s", result["bertpre"]["tokens_per_s"],
              result["transformers"]["tokens_per_s"] if "transformers" in result else None)]
     for name in ("bertpre", "transformers"):
         if name in result:
             result[name]["mfu"] = result[name]["tokens_per_s"] * flops / peak[args.precision]
-    print(f"BERT-{args.model}, length {args.seq_length}, batch {args.batch_size}, "
+    print(f"{'ModernBERT' if modernbert else 'BERT'}-{args.model}, length {args.seq_length}, batch {args.batch_size}, "
           f"{PRECISIONS[args.precision]}, {'fused' if not args.no_fused else 'foreach'} AdamW"
           f"{', torch.compile' if args.compile else ''}; (B, {result['settings']['prediction_slots']}) predictions")
+    if modernbert:
+        print(f"bertpre's local layers: {result['settings']['bertpre_local_attention']}; transformers: "
+              f"{result.get('transformers', {}).get('attention', '-')} attention, sparse prediction")
     print(f"dense matmul: fp16 {peak['fp16'] / 1e12:.0f} TFLOP/s, bf16 {peak['bf16'] / 1e12:.0f} TFLOP/s; "
           f"{flops / 1e6:.1f} MFLOP per token (f = {share:.3f})")
     print_table(rows + [(f"MFU % ({args.precision})", 100 * result["bertpre"]["mfu"],
@@ -418,13 +518,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     matmul.add_argument("--size", type=int, default=8192)
     for command in (throughput, checkpointing):
         command.add_argument("--model", choices=sorted(SHAPES), default="base")
-        command.add_argument("--seq-length", type=int, default=128)
+        command.add_argument("--seq-length", type=int, default=None,
+                             help="default 128 (BERT), 1024 (--architecture modernbert)")
         command.add_argument("--no-fused", action="store_true", help="foreach AdamW instead of fused")
         command.add_argument("--precision", choices=sorted(DTYPES), default="bf16",
                              help="autocast dtype of both models; fp16 adds a GradScaler (default bf16)")
     throughput.add_argument("--short-rows", type=float, default=0.1,
                             help="share of rows shorter than --seq-length, padded (0: no padding)")
-    throughput.add_argument("--batch-size", type=int, default=256, help="global batch, sequences")
+    throughput.add_argument("--architecture", choices=sorted(DEFAULTS), default="bert",
+                            help="bert (peer BertForPreTraining) or modernbert (peer ModernBertForMaskedLM); "
+                                 "--model then names that family's size")
+    throughput.add_argument("--batch-size", type=int, default=None,
+                            help="global batch, sequences (default 256 for BERT, 32 for ModernBERT)")
     throughput.add_argument("--micro-batch-size", type=int, default=None, help="default: the batch")
     throughput.add_argument("--steps", type=int, default=20, help="timed steps per model")
     throughput.add_argument("--compile", action="store_true",
@@ -435,7 +540,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     checkpointing.add_argument("--granularity", type=int, default=8, help="search step, sequences")
     checkpointing.add_argument("--limit", type=int, default=8192, help="largest batch tried")
     checkpointing.add_argument("--no-search", action="store_true", help="skip the largest-batch search")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    defaults = DEFAULTS[getattr(args, "architecture", "bert")]
+    for name in ("seq_length", "batch_size"):
+        if getattr(args, name, 0) is None:
+            setattr(args, name, defaults[name])
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -455,6 +565,8 @@ def main(argv: list[str] | None = None) -> int:
     if device.type != "cuda":
         return 0  # a code check: CPU figures are not GPU results
     suffix = "" if args.command == "matmul" else f"-{args.model}-{args.seq_length}"
+    if getattr(args, "architecture", "bert") == "modernbert":
+        suffix = f"-modernbert{suffix}"
     if getattr(args, "precision", "bf16") == "fp16":
         suffix += "-fp16"  # bf16, the default, keeps the plain name
     if args.command == "throughput" and args.compile:

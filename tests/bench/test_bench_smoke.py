@@ -69,6 +69,56 @@ def test_gpu_throughput_runs_on_cpu_as_a_code_check(precision, batching, tmp_pat
     assert list(tmp_path.iterdir()) == []  # CPU figures are not GPU results
 
 
+def test_gpu_modernbert_arguments_default_to_its_length_and_batch():
+    args = gpu.parse_args(["throughput", "--architecture", "modernbert"])
+    assert (args.architecture, args.model, args.seq_length, args.batch_size) == ("modernbert", "base", 1024, 32)
+    args = gpu.parse_args(["throughput", "--architecture", "modernbert", "--seq-length", "512", "--batch-size", "64"])
+    assert (args.seq_length, args.batch_size) == (512, 64)
+    args = gpu.parse_args(["throughput"])
+    assert (args.architecture, args.seq_length, args.batch_size) == ("bert", 128, 256)
+    config = gpu.modernbert_config("base", 1024)
+    assert (config.num_hidden_layers, config.intermediate_size, config.local_attention, config.vocab_size) == \
+        (22, 1152, 128, 50368)
+
+
+def test_gpu_modernbert_throughput_runs_on_cpu_as_a_code_check(tmp_path, capsys):
+    """bertpre's ModernBERT step beside transformers' (sparse prediction), accumulated over two
+    micro-batches; on the CPU local layers take SDPA's dense window mask, and nothing is written."""
+    pytest.importorskip("transformers")
+    assert gpu.main(["--allow-cpu", "--out", str(tmp_path), "throughput", "--architecture", "modernbert",
+                     "--model", "tiny", "--seq-length", "48", "--batch-size", "4", "--micro-batch-size", "2",
+                     "--steps", "2", "--short-rows", "0.5"]) == 0
+    out = capsys.readouterr().out
+    assert "ModernBERT-tiny, length 48, batch 4, bf16 autocast, fused AdamW" in out
+    assert "bertpre's local layers: SDPA, window mask (dense); transformers: sdpa attention" in out
+    assert "ratio bertpre / transformers:" in out
+    assert list(tmp_path.iterdir()) == []  # CPU figures are not GPU results
+
+
+def test_gpu_modernbert_record_and_loss_equal_the_peer():
+    """Same weights, same batch: bertpre's trainer loss is transformers' sparse-prediction loss; the
+    record says which attention each side took."""
+    pytest.importorskip("transformers")
+    device = torch.device("cpu")
+    models = gpu.build_modernbert_models("tiny", 48, device, peer=True)
+    assert models["transformers"].config.sparse_prediction is True
+    batch = common.make_batch(4, 48, "cpu", seed=1, short_rows=0.5, predicted_share=gpu.MODERNBERT_MASKING,
+                              capped=False, vocab_size=gpu.MODERNBERT_VOCAB_SIZE)
+    del batch["next_sentence_label"]
+    stepper, inputs, described = gpu.bertpre_stepper(models["bertpre"], [batch], device, True, "bf16", capped=False)
+    assert described["pairs"] == 0 and described["prediction_slots"] == 14  # round(0.3 · 45), uncapped
+    with torch.no_grad():
+        ours = float(stepper.loss(inputs[0]))
+        theirs = models["transformers"](**{name: batch[name] for name in gpu.MODERNBERT_PEER_INPUTS}).loss
+    assert ours == pytest.approx(float(theirs), rel=1e-5)
+    result = gpu.measure_step_rate("tiny", 48, 4, steps=1, peer=True, warmup=1, round_steps=1,
+                                   device=device, architecture="modernbert")
+    settings = result["settings"]
+    assert (settings["architecture"], settings["bertpre_flex_attention"], settings["peer_sparse_prediction"]) == \
+        ("modernbert", False, True)
+    assert settings["predicted_share"] > 0.25 and result["transformers"]["attention"] == "sdpa"
+
+
 def test_gpu_fixed_size_predictions():
     labels = torch.full((3, 8), -100)
     labels[0, [6, 1, 4]] = torch.tensor([70, 10, 40])
