@@ -1,6 +1,9 @@
 """bench/ scripts: argument parsing, their exact helpers, and a tiny run of each CPU bench."""
 import json
+import os
+import subprocess
 import sys
+import tarfile
 import tempfile
 from pathlib import Path
 
@@ -117,6 +120,25 @@ def test_gpu_modernbert_record_and_loss_equal_the_peer():
     assert (settings["architecture"], settings["bertpre_flex_attention"], settings["peer_sparse_prediction"]) == \
         ("modernbert", False, True)
     assert settings["predicted_share"] > 0.25 and result["transformers"]["attention"] == "sdpa"
+
+
+def test_gpu_session_script_parses():
+    assert subprocess.run(["bash", "-n", str(ROOT / "bench" / "gpu_session.sh")]).returncode == 0
+
+
+@pytest.mark.slow
+def test_gpu_session_dry_run_runs_the_modernbert_step_and_packs_its_log(tmp_path):
+    """The device script's ModernBERT step on the CPU (--dry-run), alone (ONLY), its log packed for $OUT."""
+    pytest.importorskip("transformers")
+    env = {**os.environ, "ONLY": "^throughput-modernbert$", "OUT": str(tmp_path), "PYTHON_DRY": sys.executable}
+    run = subprocess.run(["bash", str(ROOT / "bench" / "gpu_session.sh"), "--dry-run"], env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    log = (tmp_path / "session.log").read_text()
+    assert "step throughput-modernbert: rc 0" in log and "1 of 1 steps exited 0" in log
+    assert "step throughput-bert:" not in log  # ONLY kept the others out
+    with tarfile.open(tmp_path / "gpu-session.tgz") as packed:
+        assert "./throughput-modernbert.log" in packed.getnames()
 
 
 def test_gpu_fixed_size_predictions():
