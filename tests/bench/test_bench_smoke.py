@@ -84,6 +84,7 @@ def test_gpu_modernbert_arguments_default_to_its_length_and_batch():
         (22, 1152, 128, 50368)
 
 
+@pytest.mark.slow  # about 30 s on 2 cores
 def test_gpu_modernbert_throughput_runs_on_cpu_as_a_code_check(tmp_path, capsys):
     """bertpre's ModernBERT step beside transformers' (sparse prediction), accumulated over two
     micro-batches; on the CPU local layers take SDPA's dense window mask, and nothing is written."""
