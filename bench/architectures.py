@@ -26,8 +26,9 @@ ModernBERT's WSD schedule beside linear decay at equal steps.
   architectures, every final model).
 - downstream (`--downstream DIR`, default data/wordnet-supersenses-4000): every final model
   through `bertpre finetune`'s linear probe (`--probe-seeds` seeds, pooling mean); where
-  finetune refuses an architecture (ModernBERT's heads not built yet) the probe is recorded as
-  not run, with the reason.
+  finetune refuses an architecture the probe is recorded as not run, with the reason; with
+  `--full-seeds N`, also full fine-tuning (`bertpre finetune --mode full`, the `bert` preset at
+  lr 1e-4 and 3 epochs, N seeds), its test accuracy compared the same way.
 
 Writes bench/results/architectures-DATE.json: per corpus, per run the scores, FLOPs, steps,
 seconds and tokens/s; per variant mean and std over seeds; modernbert − bert and
@@ -37,6 +38,7 @@ modernbert-wsd − modernbert with 95% Welch intervals. Prints a table.
     .venv/bin/python -m bench.architectures --quick           # a minute: tiny model, few steps
     .venv/bin/python -m bench.architectures --corpus sample=FILE --steps 2 --no-downstream
     .venv/bin/python -m bench.architectures --corpus wikitext --variants modernbert-wsd --name arch-wsd  # beside another
+    .venv/bin/python -m bench.architectures --corpus wikitext --variants bert modernbert --full-seeds 2  # + full fine-tuning
     .venv/bin/python -m bench.architectures --merge results/A.json results/B.json --name architectures-both
 """
 from __future__ import annotations
@@ -72,12 +74,16 @@ MEASURES = {
     "mlm_loss": (("held_out", "mlm_loss"), False),
     "mlm_acc": (("held_out", "mlm_acc"), True),
     "probe_acc": (("probe", "probe_acc"), True),
+    "full_acc": (("full", "full_acc"), True),
     "train_s": (("train_s",), None),
     "tokens_per_s": (("tokens_per_s_median",), None),
     "flops": (("flops",), None),
     "steps": (("steps",), None),
 }
-COMPARED = ("mlm_loss", "mlm_acc", "probe_acc")
+COMPARED = ("mlm_loss", "mlm_acc", "probe_acc", "full_acc")
+# Full fine-tuning of a tiny model (bench.finetune's small-model variant of BERT's recipe): BERT's
+# 2e-5 barely moves a hidden-128 encoder in 3 epochs.
+FULL_SETTINGS = ("lr=1e-4", "epochs=3")
 PAIRS = (("modernbert", "bert"), ("modernbert-wsd", "modernbert"), ("modernbert-wsd", "bert"))
 
 
@@ -174,6 +180,22 @@ def downstream(run_dir: Path, task, args, out: Path) -> dict:
         return {"not_run": str(error)}
 
 
+def full_finetune(run_dir: Path, task, args, out: Path) -> dict:
+    """Test accuracy of `bertpre finetune --mode full` (the `bert` preset at FULL_SETTINGS, examples
+    cut at the pretraining length) over `--full-seeds` seeds, or why it did not run."""
+    from bertpre.errors import UserError
+    from bertpre.finetune import finetune, load_hyperparameters
+
+    hp = load_hyperparameters("bert", None, [f"max_seq_length={args.length}", *FULL_SETTINGS])
+    try:
+        result = finetune(run_dir, task, out, hp=hp, seeds=list(range(args.full_seeds)), precision="fp32",
+                          device="cpu", say=lambda line: None)[-1]
+    except UserError as error:
+        return {"not_run": str(error)}
+    accuracy = result["metrics"]["accuracy"]
+    return {"full_acc": accuracy["mean"], "full_acc_per_seed": accuracy["per_seed"], "split": result["split"]}
+
+
 def summarise(runs: list[dict], variants: list[str]) -> tuple[dict, dict]:
     """Per variant each measure's mean and std over seeds; each pair's difference with its 95% Welch interval."""
     by_variant = {variant: [run for run in runs if run["variant"] == variant] for variant in variants}
@@ -224,6 +246,10 @@ def run_corpus(args, spec: str, task, scratch: Path, progress=lambda partial: No
                 began = time.perf_counter()
                 record["probe"] = downstream(run_dir, task, args, folder / f"probe-{variant}-{seed}")
                 record["probe_s"] = round(time.perf_counter() - began, 1)
+                if args.full_seeds:
+                    began = time.perf_counter()
+                    record["full"] = full_finetune(run_dir, task, args, folder / f"full-{variant}-{seed}")
+                    record["full_s"] = round(time.perf_counter() - began, 1)
             runs.append(record)
             progress({"steps": steps, "per_run": runs})
             shown = record.get("probe", {})
@@ -231,7 +257,9 @@ def run_corpus(args, spec: str, task, scratch: Path, progress=lambda partial: No
                   f"{record['train_s']:.0f} s, held-out loss {record['held_out']['mlm_loss']:.3f} "
                   f"(acc {record['held_out']['mlm_acc']:.3f})"
                   + (f", probe {shown['probe_acc']:.3f}" if "probe_acc" in shown else
-                     ", probe not run" if shown else ""), flush=True)
+                     ", probe not run" if shown else "")
+                  + (f", full fine-tuning {record['full']['full_acc']:.3f}" if "full_acc" in record.get("full", {})
+                     else ""), flush=True)
     summary, differences = summarise(runs, args.variants)
     return {"documents": {"train": len(data.train), "validation": len(data.validation)},
             "tokens_train": int(sum(len(sentence) for document in data.train["input_ids"] for sentence in document)),
@@ -276,7 +304,7 @@ def merge(paths: list[Path], name: str, out: Path, argv: list[str] | None) -> Pa
 
 def print_table(results: dict) -> None:
     shown = [("mlm_loss", "held-out loss", "{:.3f}"), ("mlm_acc", "held-out acc", "{:.3f}"),
-             ("probe_acc", "probe acc", "{:.3f}"), ("train_s", "train s", "{:.0f}"),
+             ("probe_acc", "probe acc", "{:.3f}"), ("full_acc", "full acc", "{:.3f}"), ("train_s", "train s", "{:.0f}"),
              ("tokens_per_s", "tokens/s", "{:.0f}"), ("flops", "FLOPs", "{:.3g}")]
     for corpus, result in results.items():
         print(f"\n{corpus}: mean ± std over seeds (steps {result['steps']}, parameters {result['parameters']}, "
@@ -315,6 +343,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="train/validation/test CSV (text,label) for the linear probe")
     parser.add_argument("--no-downstream", action="store_true")
     parser.add_argument("--probe-seeds", type=int, default=3)
+    parser.add_argument("--full-seeds", type=int, default=0,
+                        help="also fully fine-tune every final model with this many seeds (0: the probe only)")
     parser.add_argument("--quick", action="store_true",
                         help="about a minute: hidden 64, 20 BERT steps, 2 seeds, 60 documents a corpus, 1 probe seed")
     parser.add_argument("--threads", type=int, default=1,
@@ -356,7 +386,9 @@ def main(argv: list[str] | None = None) -> int:
                         "once at 15% (seed 1234), the same batches and code for every model",
             **({"downstream": {"folder": str(args.downstream), "identity": downstream_identity(argparse.Namespace(
                 downstream=args.downstream, probe_seeds=args.probe_seeds, probe_set=["pooling=mean"])),
-                               "probe": "bertpre finetune --mode probe --preset probe, pooling mean, test accuracy"}}
+                               "probe": "bertpre finetune --mode probe --preset probe, pooling mean, test accuracy",
+                               **({"full": f"bertpre finetune --mode full --preset bert, {', '.join(FULL_SETTINGS)}, "
+                                           f"{args.full_seeds} seeds, test accuracy"} if args.full_seeds else {})}}
                if task is not None else {}),
             "wall_s": round(time.perf_counter() - started, 1),
             "corpora": results,

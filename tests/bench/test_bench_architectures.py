@@ -82,3 +82,21 @@ def test_records_of_parallel_runs_merge_into_one_comparison(tmp_path, one_thread
     assert merged["steps"]["bert"] == 2 and set(merged["summary"]) == {"bert", "modernbert-wsd"}
     with pytest.raises(SystemExit, match="in two records"):
         architectures.main(["--merge", str(files[0]), str(files[0]), "--out", str(tmp_path / "twice")])
+
+
+@pytest.mark.slow
+def test_full_fine_tuning_is_scored_and_compared_beside_the_probe(tmp_path, one_thread):
+    corpus = write_sample_corpus(tmp_path / "corpus", target_bytes=60_000)
+    out = tmp_path / "results"
+    assert architectures.main(["--corpus", f"sample={corpus}", "--variants", "bert", "modernbert", "--seeds", "2",
+                               "--steps", "2", "--hidden", "64", "--layers", "2", "--length", "32", "--window", "8",
+                               "--batch-size", "4", "--vocab-size", "300", "--probe-seeds", "1", "--full-seeds", "1",
+                               "--downstream", str(write_task(tmp_path / "task")), "--out", str(out)]) == 0
+    (path,) = out.iterdir()
+    record = json.loads(path.read_text())
+    assert "--mode full" in record["downstream"]["full"]
+    result = record["corpora"]["sample"]
+    for run in result["per_run"]:
+        assert run["full"]["split"] == "test" and 0 <= run["full"]["full_acc"] <= 1
+        assert len(run["full"]["full_acc_per_seed"]) == 1
+    assert "full_acc" in result["summary"]["modernbert"] and "full_acc" in result["differences"]["modernbert - bert"]
