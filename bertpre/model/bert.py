@@ -566,6 +566,95 @@ def masked_lm_predictions(
     return prediction_logits, mlm_loss, mlm_loss_sum
 
 
+class MaskedLMOnly(nn.Module):
+    """A pretraining model with a masked-LM head alone (no pair head), taking
+    `BertForPreTraining.forward`'s inputs and giving its outputs: RoBERTa's and ModernBERT's.
+
+    A subclass gives `encode` (the encoder's states), `predict` (the MLM logits of states),
+    `tie_weights`, `save_pretrained`, `read_folder` (a folder's tensors under its names), `layout`
+    (its name in messages), `tied_keys` (tensors a folder holds under a second name) and
+    `optional_parts` (the head's, which a bare encoder's folder lacks).
+    """
+
+    config: BertConfig
+    tied_keys: tuple[str, ...] = ()
+    optional_parts: tuple[str, ...] = ()
+
+    def layout(self) -> str:
+        raise NotImplementedError
+
+    def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
+               token_type_ids: torch.Tensor | None) -> torch.Tensor:
+        raise NotImplementedError
+
+    def predict(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def tie_weights(self) -> None:
+        raise NotImplementedError
+
+    @staticmethod
+    def read_folder(folder: Path) -> dict[str, torch.Tensor]:
+        raise NotImplementedError
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        next_sentence_label: torch.Tensor | None = None,
+        label_smoothing: float = 0.0,
+        masked_lm_positions: torch.Tensor | None = None,
+        masked_lm_ids: torch.Tensor | None = None,
+    ) -> PreTrainingOutput:
+        """`BertForPreTraining.forward`'s inputs and outputs (the pair's are None: there is no pair head)."""
+        if next_sentence_label is not None:
+            raise ValueError(f"{self.layout()} has no pair head: pretrain it with data.pair_task none")
+        hidden_states = self.encode(input_ids, attention_mask, token_type_ids)  # (B, T, C)
+        prediction_logits, mlm_loss, mlm_loss_sum = masked_lm_predictions(
+            self.predict, hidden_states, labels=labels, label_smoothing=label_smoothing,
+            masked_lm_positions=masked_lm_positions, masked_lm_ids=masked_lm_ids)
+        return PreTrainingOutput(loss=mlm_loss, mlm_loss=mlm_loss, pair_loss=None,
+                                 prediction_logits=prediction_logits, seq_relationship_logits=None,
+                                 mlm_loss_sum=mlm_loss_sum)
+
+    def num_parameters(self) -> int:
+        """Trainable parameters, tied ones counted once."""
+        return sum(p.numel() for p in self.parameters())
+
+    def load_weights(self, state_dict: dict[str, torch.Tensor], folder: Path, *,
+                     strict: bool = False) -> tuple[list[str], list[str]]:
+        """Copy a folder's tensors (`read_folder`'s names) into this model, keeping the fresh
+        initialization of the MLM head where a bare encoder's folder lacks it (unless `strict`).
+
+        Returns:
+            (missing names, unexpected names).
+        """
+        expected = {name: tensor.shape for name, tensor in self.state_dict().items() if name not in self.tied_keys}
+        missing, unexpected = hf_format.match_state_dict(
+            expected, state_dict, folder, layout=self.layout(), optional=self.optional_parts, strict=strict)
+        with torch.no_grad():
+            self.load_state_dict({k: v for k, v in state_dict.items() if k in expected}, strict=False)
+        self.tie_weights()
+        return missing, unexpected
+
+    @classmethod
+    def from_pretrained(cls, folder: str | Path, *, strict: bool = False):
+        """Load a Hugging Face folder of this family (its MLM model or its bare encoder); a head the
+        folder lacks is initialized and named in a warning, or refused with `strict`. Never
+        downloads anything."""
+        path = hf_format.check_folder(folder)
+        model = cls(hf_format.read_config(path))
+        missing, unexpected = model.load_weights(cls.read_folder(path), path, strict=strict)
+        if missing:
+            warnings.warn(f"{folder} has no weights for {', '.join(missing)}; they are newly "
+                          "initialized", stacklevel=2)
+        if unexpected:
+            warnings.warn(f"{folder}: ignored weights {', '.join(unexpected)}", stacklevel=2)
+        return model
+
+
 @torch.no_grad()
 def bert_mask_logits(model: nn.Module, tokenizer: Tokenizer, text: str,
                      fits: Callable[[ForwardShape], None] = lambda shape: None,

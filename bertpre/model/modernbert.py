@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import math
 import shutil
-import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -29,10 +28,9 @@ from torch.utils.checkpoint import checkpoint
 from bertpre.errors import UserError
 from bertpre.model import hf_format
 from bertpre.model.bert import (
-    PreTrainingOutput,
+    MaskedLMOnly,
     activation,
     bert_mask_logits,
-    masked_lm_predictions,
 )
 from bertpre.model.bert_cost import ForwardShape
 from bertpre.model.config import BertConfig
@@ -295,9 +293,12 @@ class ModernBertPredictionHead(nn.Module):
         return self.norm(self.act(self.dense(hidden_states)))
 
 
-class ModernBertForMaskedLM(nn.Module):
+class ModernBertForMaskedLM(MaskedLMOnly):
     """ModernBERT with its MLM head; parameter names are Hugging Face's `ModernBertForMaskedLM`
     (`model.…`, `head.…`, `decoder.bias`), so a checkpoint is an export's model as it is."""
+
+    tied_keys = TIED_KEYS
+    optional_parts = ("head.", "decoder.")
 
     def __init__(self, config: BertConfig) -> None:
         super().__init__()
@@ -323,68 +324,22 @@ class ModernBertForMaskedLM(nn.Module):
         """The MLM logits (..., V) of encoder states (..., C)."""
         return self.decoder(self.head(hidden_states))
 
-    def forward(
-        self,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor | None = None,
-        token_type_ids: torch.Tensor | None = None,
-        labels: torch.Tensor | None = None,
-        next_sentence_label: torch.Tensor | None = None,
-        label_smoothing: float = 0.0,
-        masked_lm_positions: torch.Tensor | None = None,
-        masked_lm_ids: torch.Tensor | None = None,
-    ) -> PreTrainingOutput:
-        """`BertForPreTraining.forward`'s inputs and outputs (the pair's are None: there is no pair
-        head; `token_type_ids` is not read)."""
-        if next_sentence_label is not None:
-            raise ValueError("ModernBERT has no pair head: pretrain it with data.pair_task none")
-        hidden_states = self.model(input_ids, attention_mask)  # (B, T, C)
-        prediction_logits, mlm_loss, mlm_loss_sum = masked_lm_predictions(
-            self.predict, hidden_states, labels=labels, label_smoothing=label_smoothing,
-            masked_lm_positions=masked_lm_positions, masked_lm_ids=masked_lm_ids)
-        return PreTrainingOutput(loss=mlm_loss, mlm_loss=mlm_loss, pair_loss=None,
-                                 prediction_logits=prediction_logits, seq_relationship_logits=None,
-                                 mlm_loss_sum=mlm_loss_sum)
+    def layout(self) -> str:
+        return "ModernBERT"
 
-    def num_parameters(self) -> int:
-        """Trainable parameters, tied ones counted once."""
-        return sum(p.numel() for p in self.parameters())
+    def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
+               token_type_ids: torch.Tensor | None) -> torch.Tensor:
+        """The encoder's states (B, T, C); `token_type_ids` is not read (no token types)."""
+        return self.model(input_ids, attention_mask)
 
     def save_pretrained(self, folder: str | Path) -> None:
         """Write `config.json` and `model.safetensors` as Hugging Face's ModernBertForMaskedLM has them."""
         write_modernbert_folder(folder, self.config, self.state_dict())
 
-    def load_weights(self, state_dict: dict[str, torch.Tensor], folder: Path, *,
-                     strict: bool = False) -> tuple[list[str], list[str]]:
-        """Copy a folder's tensors (`read_modernbert_weights`' names) into this model, keeping the
-        fresh initialization of the MLM head where a ModernBertModel-only folder lacks it (unless
-        `strict`).
-
-        Returns:
-            (missing names, unexpected names).
-        """
-        expected = {name: tensor.shape for name, tensor in self.state_dict().items() if name not in TIED_KEYS}
-        missing, unexpected = hf_format.match_state_dict(
-            expected, state_dict, folder, layout="ModernBERT", optional=("head.", "decoder."), strict=strict)
-        with torch.no_grad():
-            self.load_state_dict({k: v for k, v in state_dict.items() if k in expected}, strict=False)
-        self.tie_weights()
-        return missing, unexpected
-
-    @classmethod
-    def from_pretrained(cls, folder: str | Path, *, strict: bool = False) -> ModernBertForMaskedLM:
-        """Load a Hugging Face ModernBERT folder (ModernBertForMaskedLM or ModernBertModel); a
-        head the folder lacks is initialized and named in a warning, or refused with `strict`.
-        Never downloads anything."""
-        path = hf_format.check_folder(folder)
-        model = cls(hf_format.read_config(path))
-        missing, unexpected = model.load_weights(read_modernbert_weights(path), path, strict=strict)
-        if missing:
-            warnings.warn(f"{folder} has no weights for {', '.join(missing)}; they are newly "
-                          "initialized", stacklevel=2)
-        if unexpected:
-            warnings.warn(f"{folder}: ignored weights {', '.join(unexpected)}", stacklevel=2)
-        return model
+    @staticmethod
+    def read_folder(folder: Path) -> dict[str, torch.Tensor]:
+        """A ModernBertForMaskedLM or ModernBertModel folder's tensors."""
+        return read_modernbert_weights(folder)
 
 
 def build_modernbert(config: BertConfig, tokenizer: Tokenizer | None = None) -> ModernBertForMaskedLM:

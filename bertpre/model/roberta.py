@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
-import warnings
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -30,10 +29,9 @@ from bertpre.model import hf_format
 from bertpre.model.bert import (
     BertEmbeddings,
     BertModel,
-    PreTrainingOutput,
+    MaskedLMOnly,
     bert_mask_logits,
     init_weights,
-    masked_lm_predictions,
 )
 from bertpre.model.bert_cost import ForwardShape
 from bertpre.model.config import ROBERTA_CLASS_PREFIXES, BertConfig
@@ -98,9 +96,12 @@ class RobertaLMHead(nn.Module):
         return self.decoder(self.layer_norm(F.gelu(self.dense(features))))  # (..., V)
 
 
-class RobertaForMaskedLM(nn.Module):
+class RobertaForMaskedLM(MaskedLMOnly):
     """RoBERTa with its MLM head; parameter names are Hugging Face's `RobertaForMaskedLM` (and
     `XLMRobertaForMaskedLM`'s, the same), so a checkpoint is an export's model as it is."""
+
+    tied_keys = TIED_KEYS
+    optional_parts = ("lm_head.",)
 
     def __init__(self, config: BertConfig) -> None:
         super().__init__()
@@ -120,67 +121,25 @@ class RobertaForMaskedLM(nn.Module):
         """Recompute each layer's activations in the backward pass (training mode only)."""
         self.roberta.encoder.gradient_checkpointing = enabled
 
-    def forward(
-        self,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor | None = None,
-        token_type_ids: torch.Tensor | None = None,
-        labels: torch.Tensor | None = None,
-        next_sentence_label: torch.Tensor | None = None,
-        label_smoothing: float = 0.0,
-        masked_lm_positions: torch.Tensor | None = None,
-        masked_lm_ids: torch.Tensor | None = None,
-    ) -> PreTrainingOutput:
-        """`BertForPreTraining.forward`'s inputs and outputs (the pair's are None: there is no pair head)."""
-        if next_sentence_label is not None:
-            raise ValueError("RoBERTa has no pair head: pretrain it with data.pair_task none")
-        hidden_states = self.roberta(input_ids, attention_mask, token_type_ids).last_hidden_state  # (B, T, C)
-        prediction_logits, mlm_loss, mlm_loss_sum = masked_lm_predictions(
-            self.lm_head, hidden_states, labels=labels, label_smoothing=label_smoothing,
-            masked_lm_positions=masked_lm_positions, masked_lm_ids=masked_lm_ids)
-        return PreTrainingOutput(loss=mlm_loss, mlm_loss=mlm_loss, pair_loss=None,
-                                 prediction_logits=prediction_logits, seq_relationship_logits=None,
-                                 mlm_loss_sum=mlm_loss_sum)
+    def layout(self) -> str:
+        return display_name(self.config)
 
-    def num_parameters(self) -> int:
-        """Trainable parameters, tied ones counted once."""
-        return sum(p.numel() for p in self.parameters())
+    def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
+               token_type_ids: torch.Tensor | None) -> torch.Tensor:
+        return self.roberta(input_ids, attention_mask, token_type_ids).last_hidden_state  # (B, T, C)
+
+    def predict(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        """The MLM logits (..., V) of encoder states (..., C)."""
+        return self.lm_head(hidden_states)
 
     def save_pretrained(self, folder: str | Path) -> None:
         """Write `config.json` and `model.safetensors` as Hugging Face's RobertaForMaskedLM has them."""
         write_roberta_folder(folder, self.config, self.state_dict())
 
-    def load_weights(self, state_dict: dict[str, torch.Tensor], folder: Path, *,
-                     strict: bool = False) -> tuple[list[str], list[str]]:
-        """Copy a folder's tensors (`read_roberta_weights`' names) into this model, keeping the
-        fresh initialization of the MLM head where a RobertaModel-only folder lacks it (unless
-        `strict`).
-
-        Returns:
-            (missing names, unexpected names).
-        """
-        expected = {name: tensor.shape for name, tensor in self.state_dict().items() if name not in TIED_KEYS}
-        missing, unexpected = hf_format.match_state_dict(
-            expected, state_dict, folder, layout=display_name(self.config), optional=("lm_head.",), strict=strict)
-        with torch.no_grad():
-            self.load_state_dict({k: v for k, v in state_dict.items() if k in expected}, strict=False)
-        self.tie_weights()
-        return missing, unexpected
-
-    @classmethod
-    def from_pretrained(cls, folder: str | Path, *, strict: bool = False) -> RobertaForMaskedLM:
-        """Load a Hugging Face RoBERTa or XLM-R folder (RobertaForMaskedLM, RobertaModel,
-        XLMRobertaForMaskedLM …); a head the folder lacks is initialized and named in a warning,
-        or refused with `strict`. Never downloads anything."""
-        path = hf_format.check_folder(folder)
-        model = cls(hf_format.read_config(path))
-        missing, unexpected = model.load_weights(read_roberta_weights(path), path, strict=strict)
-        if missing:
-            warnings.warn(f"{folder} has no weights for {', '.join(missing)}; they are newly "
-                          "initialized", stacklevel=2)
-        if unexpected:
-            warnings.warn(f"{folder}: ignored weights {', '.join(unexpected)}", stacklevel=2)
-        return model
+    @staticmethod
+    def read_folder(folder: Path) -> dict[str, torch.Tensor]:
+        """A RobertaForMaskedLM, RobertaModel or XLMRobertaForMaskedLM folder's tensors."""
+        return read_roberta_weights(folder)
 
 
 def build_roberta(config: BertConfig, tokenizer: Tokenizer | None = None) -> RobertaForMaskedLM:
