@@ -15,7 +15,14 @@ except ImportError:  # older typer runs on Click itself
     from click.exceptions import NoArgsIsHelpError, UsageError
 
 from bertpre.configs import preset_names
-from bertpre.errors import WRITE_ERRNOS, Stopped, UserError, handle_stop_signals, stop_signal
+from bertpre.errors import (
+    WRITE_ERRNOS,
+    Stopped,
+    UserError,
+    handle_stop_signals,
+    nondeterministic_op,
+    stop_signal,
+)
 from data_prep.errors import CorpusError
 
 if TYPE_CHECKING:  # imported where used: `bertpre --help` loads no torch
@@ -573,6 +580,9 @@ def report_error(error: BaseException) -> int:
         return EXIT_BAD_INPUT
     if isinstance(error, (UserError, CorpusError)):
         typer.echo(f"error: {one_line(str(error))}", err=True)
+        return EXIT_BAD_INPUT
+    if (message := nondeterministic_op(error)) is not None:
+        typer.echo(f"error: {message}", err=True)
         return EXIT_BAD_INPUT
     if isinstance(error, OSError):  # a full or read-only disk, a path that cannot be written
         if error.errno in WRITE_ERRNOS:

@@ -24,6 +24,20 @@ class UserError(Exception):
     """Bad input or configuration. The CLI prints its message as one line and exits with code 2."""
 
 
+def nondeterministic_op(error: BaseException) -> str | None:
+    """What to tell the user when `error` is PyTorch refusing, under train.deterministic, an op
+    that has no deterministic CUDA kernel; None for any other error."""
+    text = str(error)
+    if not isinstance(error, RuntimeError) or " does not have a deterministic implementation" not in text:
+        return None
+    op = text.split(" does not have", 1)[0].split()[-1]
+    torch = sys.modules.get("torch")
+    version = f" in torch {torch.__version__}" if torch is not None else ""
+    return (f"train.deterministic is true, but {op} has no deterministic CUDA kernel{version}; "
+            "set train.deterministic=false to train with it (the run then resumes exactly but "
+            "does not repeat bit for bit)")
+
+
 class Stopped(BaseException):
     """SIGINT or SIGTERM arrived: unwind (temporary folders are removed on the way), then exit.
 

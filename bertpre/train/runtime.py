@@ -130,8 +130,12 @@ def make_deterministic() -> None:
     """Make CUDA kernels bitwise repeatable, at some cost in speed."""
     # cuBLAS is deterministic only with a fixed workspace; it reads this at its first matmul.
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-    # warn_only: an op without a deterministic kernel is named in a warning, not a crash mid-run.
-    torch.use_deterministic_algorithms(True, warn_only=True)
+    # Not warn_only: under it PyTorch keeps the non-deterministic backward of its attention
+    # kernels (flash, memory-efficient, cuDNN) and only warns, as the first H100 run showed.
+    # Strict, flash and memory-efficient attention take their deterministic backward and cuDNN's
+    # is never chosen; an op with no deterministic kernel stops the run at its first step
+    # (`bertpre.errors.nondeterministic_op` says why), not silently later.
+    torch.use_deterministic_algorithms(True)
     torch.backends.cudnn.deterministic = True
     torch.backends.cudnn.benchmark = False
     torch.backends.cuda.matmul.allow_tf32 = False
