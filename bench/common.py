@@ -168,14 +168,15 @@ def write_result(name: str, result: dict, out: Path, argv: list[str] | None,
     return path
 
 
-def print_table(rows: list[tuple[str, float, float | None]], unit: str, peer_name: str) -> None:
-    """Rows of (what, bertpre, peer): the figures and their ratio, aligned."""
+def print_table(rows: list[tuple[str, float | None, float | None]], unit: str, peer_name: str) -> None:
+    """Rows of (what, bertpre, peer): the figures and their ratio, aligned; None prints as -."""
     width = max(len(row[0]) for row in rows) + 2
     print(f"{unit:<{width}}{'bertpre':>14}{peer_name:>16}{'ratio':>8}")
     for what, ours, peer in rows:
+        ours_text = f"{ours:>14,.1f}" if ours is not None else f"{'-':>14}"
         peer_text = f"{peer:>16,.1f}" if peer is not None else f"{'-':>16}"
-        ratio = f"{ours / peer:>8.2f}" if peer else f"{'-':>8}"
-        print(f"{what:<{width}}{ours:>14,.1f}{peer_text}{ratio}")
+        ratio = f"{ours / peer:>8.2f}" if peer and ours is not None else f"{'-':>8}"
+        print(f"{what:<{width}}{ours_text}{peer_text}{ratio}")
 
 
 def transformers_bert_tokenizer(vocab_file: Path, lowercase: bool):

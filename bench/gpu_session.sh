@@ -136,7 +136,8 @@ step throughput-bert-compile 100 $GPU throughput --compile --no-peer "${SMALL[@]
 # 2. gradient checkpointing (no largest-batch search)
 step checkpointing 45 $GPU checkpointing --no-search
 # 3. the CUDA-marked tests
-step pytest-gpu 70 "$PYTHON" -m pytest "${PYTEST_ARGS[@]}" -m gpu -p no:cacheprovider tests
+# (the first H100 run: 20 s to collect, 47 s for the four tests then, over its 70 s limit)
+step pytest-gpu 150 "$PYTHON" -m pytest "${PYTEST_ARGS[@]}" -m gpu -p no:cacheprovider tests
 # 4. a real run: bf16, fp16, kill -9 and resume
 step pretrain-bf16 50 pretrain run-bf16 bf16
 step pretrain-fp16 45 pretrain run-fp16 fp16

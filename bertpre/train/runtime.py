@@ -24,9 +24,13 @@ FP16_ON_CPU = "precision fp16 needs a CUDA GPU; training in fp32 on this CPU ins
 # does while the other ranks wait at a barrier; a real hang still ends, an hour later.
 PROCESS_GROUP_TIMEOUT = datetime.timedelta(minutes=60)
 
-# Dense bf16/fp16 tensor-core peaks (FLOP/s) for MFU; matched against the device name.
+# Dense bf16/fp16 tensor-core peaks (FLOP/s) from the makers' data sheets, for MFU; matched
+# against the device name in this order, so a PCIe or NVL card is not taken for an SXM one.
 PEAK_FLOPS = {
+    "H200 NVL": 835e12,
     "H200": 989e12,
+    "H100 PCIe": 756e12,
+    "H100 NVL": 835e12,
     "H100": 989e12,
     "A100": 312e12,
     "A10G": 125e12,
@@ -75,11 +79,15 @@ class Runtime:
         """The device's peak FLOP/s for MFU, when it is a known GPU."""
         if self.device.type != "cuda":
             return None
-        name = torch.cuda.get_device_name(self.device)
-        for key, flops in PEAK_FLOPS.items():
-            if key in name:
-                return flops
-        return None
+        return peak_flops_of(torch.cuda.get_device_name(self.device))
+
+
+def peak_flops_of(device_name: str) -> float | None:
+    """The data-sheet dense bf16 peak of a GPU named `device_name` (as CUDA names it), or None."""
+    for key, flops in PEAK_FLOPS.items():
+        if key in device_name:
+            return flops
+    return None
 
 
 def choose_device(requested: str, cuda_available: bool) -> str:

@@ -282,3 +282,11 @@ def test_auto_on_a_real_gpu_is_bf16_where_it_has_bf16(global_flags):
     assert runtime.precision == ("bf16" if native_bf16 else "fp16")
     if native_bf16:
         assert runtime.precision_line == "precision bf16 (auto: this GPU supports bf16)"
+
+
+@pytest.mark.parametrize("name, peak", [
+    ("NVIDIA H100 80GB HBM3", 989e12), ("NVIDIA H100 PCIe", 756e12), ("NVIDIA H100 NVL", 835e12),
+    ("NVIDIA H200", 989e12), ("NVIDIA H200 NVL", 835e12), ("NVIDIA A100-SXM4-80GB", 312e12),
+    ("NVIDIA L4", 121e12), ("NVIDIA L40S", 362e12), ("NVIDIA GeForce RTX 4090", None)])
+def test_mfu_is_against_the_data_sheet_peak_of_the_very_card(name, peak):
+    assert runtime_module.peak_flops_of(name) == peak
