@@ -36,7 +36,8 @@ The checkpointing measurements use bertpre's side only, on full rows, the worst 
 base is 22 layers, hidden 768, GeGLU 1152, window 128, vocabulary 50,368; length 1024 and a
 global batch of 32 by default, the same 32,768 tokens a step as BERT's default). bertpre's side
 is the same trainer step (`PretrainingObjective`, no pair labels: `pair_task: none`), local layers
-on FlexAttention's block mask where `ModernBertModel.uses_flex` says so (recorded); the peer is
+on SDPA with a dense window mask or FlexAttention's block mask as `ModernBertModel.uses_flex` says
+(recorded; FlexAttention above 1024 tokens; --local-attention forces one); the peer is
 transformers' `ModernBertForMaskedLM` loaded from bertpre's export of the same weights, with
 `sparse_prediction: true` (its head and decoder on the predicted rows alone, as bertpre's), its
 default attention. Rows mask 30% (ModernBERT's recipe), uncapped. MFU uses
@@ -393,9 +394,9 @@ def measure_step_rate(shape: str, seq_length: int, micro_batch_size: int, steps:
         settings["local_attention"] = MODERNBERT_SHAPES[shape]["local_attention"]
         encoder = models["bertpre"].model
         # Whether local layers took FlexAttention's block mask (else SDPA with a dense window mask).
-        settings["bertpre_local_attention"] = "FlexAttention block mask" if encoder.uses_flex(device) \
+        settings["bertpre_local_attention"] = "FlexAttention block mask" if encoder.uses_flex(device, seq_length) \
             else "SDPA, window mask (dense)"
-        settings["bertpre_flex_attention"] = encoder.uses_flex(device)
+        settings["bertpre_flex_attention"] = encoder.uses_flex(device, seq_length)
         if peer:
             settings["peer_step"] += ", sparse_prediction true (head and decoder on predicted rows)"
             settings["peer_sparse_prediction"] = models["transformers"].config.sparse_prediction

@@ -43,6 +43,13 @@ from bertpre.tokenizer.roles import token_roles
 TIED_KEYS = ("decoder.weight",)
 # Head sizes FlexAttention's GPU kernels take.
 FLEX_HEAD_SIZES = (16, 32, 64, 128, 256)
+# Up to this length local layers run SDPA with the dense window mask on a GPU too: on one H100
+# (2026-11-26, torch 2.11, ModernBERT-base at 1024, batch 32, bf16) it trained at 154,678
+# tokens/s and FlexAttention's block mask at 125,030, its forward kernel taking 4.0 ms a local
+# layer, seven times its backward (bench.gpu throughput --local-attention, --profile). Longer
+# rows keep FlexAttention, unmeasured: there the dense mask's work and memory grow as T², the
+# window's as T.
+SDPA_UP_TO_LENGTH = 1024
 
 
 # --- attention masks -------------------------------------------------------------------------
@@ -221,7 +228,8 @@ class ModernBertModel(nn.Module):
     """The encoder: embeddings, layers, final_norm (Hugging Face's `ModernBertModel`).
 
     `flex_attention`: None (default) uses FlexAttention for local layers on a CUDA device where
-    torch has it; True or False forces the choice (tests compare the two).
+    torch has it and rows are longer than SDPA_UP_TO_LENGTH; True or False forces the choice
+    (tests and bench.gpu compare the two).
     """
 
     def __init__(self, config: BertConfig) -> None:
@@ -249,15 +257,15 @@ class ModernBertModel(nn.Module):
             if isinstance(module, nn.LayerNorm):
                 module.reset_parameters()
 
-    def uses_flex(self, device: torch.device) -> bool:
-        """Whether local layers run FlexAttention's block mask on `device` (attention dropout,
-        which FlexAttention lacks, keeps SDPA while training)."""
+    def uses_flex(self, device: torch.device, length: int) -> bool:
+        """Whether local layers run FlexAttention's block mask on `device` for rows of `length`
+        tokens (attention dropout, which FlexAttention lacks, keeps SDPA while training)."""
         if self.flex_attention is not None:
             return self.flex_attention
         head_size = self.config.hidden_size // self.config.num_attention_heads
         dropout = self.training and self.config.attention_dropout > 0
-        return (device.type == "cuda" and head_size in FLEX_HEAD_SIZES and not dropout
-                and flex_attention_available())
+        return (device.type == "cuda" and length > SDPA_UP_TO_LENGTH and head_size in FLEX_HEAD_SIZES
+                and not dropout and flex_attention_available())
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
@@ -266,7 +274,7 @@ class ModernBertModel(nn.Module):
         has no token types)."""
         hidden_states = self.embeddings(input_ids)  # (B, T, C)
         length, device = input_ids.shape[1], input_ids.device
-        masks = AttentionMasks(attention_mask, length, self.config.sliding_window, device, self.uses_flex(device))
+        masks = AttentionMasks(attention_mask, length, self.config.sliding_window, device, self.uses_flex(device, length))
         positions = torch.arange(length, device=device)
         head_size = self.config.hidden_size // self.config.num_attention_heads
         rotations = {True: rotary_angles(positions, head_size, self.config.global_rope_theta),

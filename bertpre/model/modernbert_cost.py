@@ -13,7 +13,7 @@ from bertpre.model.bert_cost import (
     logit_bytes,
 )
 from bertpre.model.config import BertConfig
-from bertpre.model.modernbert import FLEX_HEAD_SIZES
+from bertpre.model.modernbert import FLEX_HEAD_SIZES, SDPA_UP_TO_LENGTH
 
 
 def count_modernbert_parameters(config: BertConfig) -> ParameterCounts:
@@ -113,11 +113,13 @@ def modernbert_training_flops(config: BertConfig, seq_length: int, predicted_sha
     return modernbert_flops_by_part(config, seq_length, predicted_share).total
 
 
-def flex_attention_on_gpu(config: BertConfig) -> bool:
-    """Whether local layers train with FlexAttention's block mask on a CUDA GPU
-    (`ModernBertModel.uses_flex`: a head size it compiles for, no attention dropout)."""
+def flex_attention_on_gpu(config: BertConfig, seq_length: int) -> bool:
+    """Whether local layers train with FlexAttention's block mask on a CUDA GPU at `seq_length`
+    (`ModernBertModel.uses_flex`: rows longer than SDPA_UP_TO_LENGTH, a head size it compiles
+    for, no attention dropout)."""
     head_size = config.hidden_size // config.num_attention_heads
-    return head_size in FLEX_HEAD_SIZES and not config.attention_dropout > 0
+    return (seq_length > SDPA_UP_TO_LENGTH and head_size in FLEX_HEAD_SIZES
+            and not config.attention_dropout > 0)
 
 
 def modernbert_activations(config: BertConfig, seq_length: int, predicted_share: float, precision: str = "fp32",
@@ -177,7 +179,7 @@ def estimate_modernbert_memory(config: BertConfig, seq_length: int, predicted_sh
     """
     parameters = count_modernbert_parameters(config).total
     full, checkpointed = modernbert_activations(config, seq_length, predicted_share, precision,
-                                                flex_attention=flex_attention_on_gpu(config))
+                                                flex_attention=flex_attention_on_gpu(config, seq_length))
     p = BYTES_PER_ELEMENT[precision]
     probability = p + (p + 1 if config.attention_dropout > 0 else 0)
     return MemoryEstimate(
@@ -211,7 +213,7 @@ def estimate_modernbert_inference_memory(config: BertConfig, shape: ForwardShape
     d, i, v = config.hidden_size, config.intermediate_size, config.vocab_size
     head_size = d // config.num_attention_heads
     B, T, P = shape.batch_size, shape.seq_length, shape.predicted_rows
-    flex = flex_attention_on_gpu(config) if flex_attention is None else flex_attention
+    flex = flex_attention_on_gpu(config, shape.seq_length) if flex_attention is None else flex_attention
     local = global_layer_count(config) < config.num_hidden_layers and not flex
     residual = 4 * T * d
     normed = 4 * T * d  # LayerNorm's output: float32, also under autocast

@@ -313,7 +313,9 @@ def test_flex_attention_on_cuda_equals_sdpa_forward_and_backward():
         logits[attention_mask.bool()].float().pow(2).mean().backward()
         results[flex] = (logits[attention_mask.bool()].detach(), model.model.layers[1].attn.Wqkv.weight.grad.clone())
     model.model.flex_attention = None
-    assert model.model.uses_flex(torch.device("cuda"))  # the default on a GPU
+    # the default on a GPU: SDPA up to 1024 tokens (measured faster there), FlexAttention beyond
+    assert not model.model.uses_flex(torch.device("cuda"), 1024)
+    assert model.model.uses_flex(torch.device("cuda"), 1025)
     torch.testing.assert_close(results[True][0], results[False][0], rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(results[True][1], results[False][1], rtol=1e-3, atol=1e-5)
 
