@@ -127,6 +127,24 @@ def test_gpu_session_script_parses():
     assert subprocess.run(["bash", "-n", str(ROOT / "bench" / "gpu_session.sh")]).returncode == 0
 
 
+def test_gpu_session_counts_a_failed_step_whose_log_ends_mid_line(tmp_path):
+    """pytest killed mid-run leaves dots with no newline: the step's status line still starts a
+    line, so the summary counts the step (the first H100 run's said 8 of 8 for 8 of 9)."""
+    fake = tmp_path / "python"
+    fake.write_text("#!/bin/sh\nprintf '....'\nexit 3\n")
+    fake.chmod(0o755)
+    out = tmp_path / "out"
+    out.mkdir()
+    env = {**os.environ, "ONLY": "^checkpointing$", "OUT": str(out), "PYTHON_DRY": str(fake)}
+    run = subprocess.run(["bash", str(ROOT / "bench" / "gpu_session.sh"), "--dry-run"], env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    lines = (out / "session.log").read_text().splitlines()
+    assert "....step checkpointing: rc 3 (0 s)" not in lines
+    assert "step checkpointing: rc 3 (0 s)" in lines or "step checkpointing: rc 3 (1 s)" in lines
+    assert any(line.endswith("0 of 1 steps exited 0") for line in lines)
+
+
 @pytest.mark.slow
 def test_gpu_session_dry_run_runs_the_modernbert_step_and_packs_its_log(tmp_path):
     """The device script's ModernBERT step on the CPU (--dry-run), alone (ONLY), its log packed for $OUT."""
