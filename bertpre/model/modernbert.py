@@ -72,6 +72,10 @@ class AttentionMasks:
     block mask of the same rule. A query always reads itself, so that a padding query far from
     every real token still has a key (the result there is never read; without it SDPA gives NaN,
     whose gradient would reach the weights).
+
+    `sdpa_mask` gives SDPA these masks, made additive once a forward and shared by the layers
+    while gradients are kept: handed a boolean mask, SDPA makes its own additive copy in every
+    layer, and autograd keeps each one for backward (a local layer's is T²·p bytes a row).
     """
 
     def __init__(self, attention_mask: torch.Tensor | None, length: int, window: int,
@@ -79,6 +83,7 @@ class AttentionMasks:
         keys = None if attention_mask is None else attention_mask.to(device=device, dtype=torch.bool)  # (B, T)
         self.global_mask = None if keys is None else keys[:, None, None, :]  # (B, 1, 1, T)
         self.flex = flex
+        self._additive: dict[tuple[bool, torch.dtype], torch.Tensor] = {}
         if flex:
             self.local_mask = _window_block_mask(keys, length, window, device)
             return
@@ -88,6 +93,20 @@ class AttentionMasks:
         if keys is not None:
             local = (local & keys[:, None, None, :]) | torch.eye(length, dtype=torch.bool, device=device)
         self.local_mask = local
+
+    def sdpa_mask(self, is_global: bool, dtype: torch.dtype) -> torch.Tensor | None:
+        """The mask a global or local layer hands SDPA for a query of `dtype`: additive (0 where
+        a key is read, -inf elsewhere, as SDPA itself would make it), one tensor for every layer
+        while gradients are kept; the boolean mask without gradients, where SDPA's copy is freed
+        after each layer."""
+        mask = self.global_mask if is_global else self.local_mask
+        if mask is None or not torch.is_grad_enabled():
+            return mask
+        key = (is_global, dtype)
+        if key not in self._additive:
+            self._additive[key] = torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(
+                ~mask, float("-inf"))
+        return self._additive[key]
 
 
 def _window_block_mask(keys: torch.Tensor | None, length: int, window: int, device: torch.device):
@@ -169,7 +188,7 @@ class ModernBertAttention(nn.Module):
         if not self.is_global and masks.flex:
             out = _flex_attention(query, key, value, masks.local_mask)  # (B, nh, T, hs)
         else:
-            mask = masks.global_mask if self.is_global else masks.local_mask
+            mask = masks.sdpa_mask(self.is_global, query.dtype)
             out = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout)
         out = out.transpose(1, 2).reshape(B, T, C)
         return self.out_drop(self.Wo(out))

@@ -138,10 +138,10 @@ def modernbert_activations(config: BertConfig, seq_length: int, predicted_share:
     head's dense, activation, LayerNorm and decoder inputs (4·p·d), the LayerNorm's statistics,
     the row's index (int64), the logits and their float32 log-softmax ((p + 4)·V).
 
-    Masks, counted for a batch with padding: SDPA keeps its boolean mask as an additive one in
-    the query's dtype, a global layer's T·p a row (the padding), a local layer's T²·p (the
-    window); with `flex_attention` (on a GPU, `flex_attention_on_gpu`) local layers keep a block
-    mask instead, a few bytes. With dropout, a mask of `dropout_mask_bytes` an element (1 on
+    Masks, counted for a batch with padding: SDPA is handed additive masks in the query's dtype,
+    made once a forward and kept once for every layer (`AttentionMasks.sdpa_mask`), the global
+    layers' T·p a row (the padding), the local layers' T²·p (the window); with `flex_attention`
+    (on a GPU, `flex_attention_on_gpu`) local layers keep a block mask instead, a few bytes. With dropout, a mask of `dropout_mask_bytes` an element (1 on
     CUDA; CPU keeps the input's dtype) for the embeddings (d), the attention output (d, with
     attention_dropout) and the GeGLU product (I). Fused SDPA keeps no T×T probabilities
     (`estimate_modernbert_memory` says what the unfused kernel adds). With checkpointing, each
@@ -159,11 +159,11 @@ def modernbert_activations(config: BertConfig, seq_length: int, predicted_share:
     first_layer_less = 4 * d + 8  # no attention norm before the first layer
     once = T * (8 + 2 * (4 * d + 8) + 1 + (dropout * d if config.embedding_dropout > 0 else 0))
     global_mask, local_mask = T * p, (0 if flex_attention else T * T * p)
-    masks = global_layers * global_mask + local_layers * local_mask
+    masks = (global_mask if global_layers else 0) + (local_mask if local_layers else 0)
     head = int(predicted * (4 * p * d + 8 + 8 + (p + 4) * v))
     full = layers * T * per_token_layer - T * first_layer_less + once + masks + head
-    one_layer = T * per_token_layer + max(global_mask, local_mask if local_layers else 0)
-    checkpointed = layers * T * 4 * d + one_layer + once + head
+    # checkpointing keeps each layer's input; the masks live on in the forward's AttentionMasks
+    checkpointed = layers * T * 4 * d + T * per_token_layer + masks + once + head
     return full, checkpointed
 
 

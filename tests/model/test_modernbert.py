@@ -17,6 +17,7 @@ from bertpre.errors import UserError
 from bertpre.model.config import MODERNBERT_FIELDS, BertConfig
 from bertpre.model.families import FAMILIES, load_encoder_weights
 from bertpre.model.modernbert import (
+    AttentionMasks,
     ModernBertForMaskedLM,
     flex_attention_available,
     read_modernbert_weights,
@@ -337,3 +338,18 @@ def test_a_grown_vocabulary_adds_embedding_rows_and_decoder_biases_as_the_pieces
 def read_state(model: ModernBertForMaskedLM) -> dict[str, torch.Tensor]:
     """The model's tensors as a folder gives them (the tied decoder weight left out)."""
     return {name: tensor.clone() for name, tensor in model.state_dict().items() if name != "decoder.weight"}
+
+
+def test_sdpa_gets_one_additive_mask_for_every_layer_while_gradients_are_kept():
+    """What SDPA would make of the boolean mask (0 or -inf), made once and handed to every layer;
+    without gradients the boolean mask itself (SDPA's copy is freed after each layer)."""
+    attention_mask = torch.tensor([[1, 1, 1, 1, 1, 0], [1, 1, 1, 0, 0, 0]])
+    masks = AttentionMasks(attention_mask, 6, 2, torch.device("cpu"), flex=False)
+    for is_global, boolean in ((True, masks.global_mask), (False, masks.local_mask)):
+        additive = masks.sdpa_mask(is_global, torch.bfloat16)
+        assert additive is masks.sdpa_mask(is_global, torch.bfloat16) and additive.dtype == torch.bfloat16
+        assert torch.equal(additive == 0, boolean) and torch.isneginf(additive[~boolean.expand_as(additive)]).all()
+        with torch.no_grad():
+            assert masks.sdpa_mask(is_global, torch.bfloat16) is boolean
+    assert masks.sdpa_mask(False, torch.float32).dtype == torch.float32
+    assert AttentionMasks(None, 6, 2, torch.device("cpu"), flex=False).sdpa_mask(True, torch.float32) is None

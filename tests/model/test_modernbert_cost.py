@@ -194,10 +194,11 @@ def test_activation_estimate_matches_the_kept_tensors(changes: dict, autocast: b
     precision = "bf16" if autocast else "fp32"
     full, checkpointed = modernbert_activations(config, length, predicted / length, precision,
                                                 dropout_mask_bytes=2 if autocast else 4)
-    # transformers' (B, 1, T, T) masks, left out of its count, where bertpre's SDPA keeps a global
-    # layer's padding mask (T a row) and a local layer's window (T²), in the query's dtype
+    # transformers' (B, 1, T, T) masks, left out of its count (it makes one for every layer),
+    # where bertpre keeps one additive padding mask (T a row) for the global layers and one
+    # window (T²) for the local ones, in the query's dtype
     local_layers = config.num_hidden_layers - global_layer_count(config)
-    masks = (2 if autocast else 4) * (global_layer_count(config) * length + local_layers * length * length)
+    masks = (2 if autocast else 4) * (length + (length * length if local_layers else 0))
     torch.manual_seed(0)
     for model, keep_masks, expected in ((transformers_model(config).train(), False, full - masks),
                                         (ModernBertForMaskedLM(config).train(), True, full)):
@@ -271,7 +272,8 @@ def test_flex_attention_keeps_the_forward_linear_in_the_length() -> None:
     assert 3.5 < activations(8192, False) / activations(4096, False) < 4.0
     assert estimate_inference_memory(config, ForwardShape(1, 8192, 1)).activations == activations(8192, True)
     memory, sdpa = estimate_memory(config, 8192, 0.3, "bf16"), modernbert_activations(config, 8192, 0.3, "bf16")
-    assert memory.activations_per_sequence < sdpa[0] == memory.activations_per_sequence + 14 * 8192 * 8192 * 2
+    # SDPA's one additive window, shared by the 14 local layers
+    assert memory.activations_per_sequence < sdpa[0] == memory.activations_per_sequence + 8192 * 8192 * 2
 
 
 def test_info_for_modernbert_base_prints_flops_by_part(tmp_path: Path) -> None:
