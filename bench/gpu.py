@@ -577,7 +577,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     throughput.add_argument("--no-peer", action="store_true", help="bertpre only")
     throughput.add_argument("--local-attention", choices=("auto", "flex", "sdpa"), default="auto",
                             help="ModernBERT: bertpre's local layers on FlexAttention or SDPA with a dense "
-                                 "window mask (auto: FlexAttention on CUDA)")
+                                 "window mask (auto: FlexAttention on CUDA above 1024 tokens)")
     throughput.add_argument("--profile", type=int, default=0, metavar="STEPS",
                             help="then profile this many steps of each side: the costliest kernels")
     checkpointing.add_argument("--micro-batch-size", type=int, default=64)

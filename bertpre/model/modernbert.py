@@ -55,6 +55,15 @@ SDPA_UP_TO_LENGTH = 1024
 # --- attention masks -------------------------------------------------------------------------
 
 
+def flex_suits(config: BertConfig, length: int, training: bool = True) -> bool:
+    """Whether local layers of rows of `length` tokens take FlexAttention's block mask on a GPU
+    that has it: rows longer than SDPA_UP_TO_LENGTH, a head size its kernels take, and no
+    attention dropout while training (FlexAttention has none)."""
+    head_size = config.hidden_size // config.num_attention_heads
+    dropout = training and config.attention_dropout > 0
+    return length > SDPA_UP_TO_LENGTH and head_size in FLEX_HEAD_SIZES and not dropout
+
+
 def flex_attention_available() -> bool:
     """Whether this torch has FlexAttention (torch >= 2.5)."""
     try:
@@ -281,10 +290,8 @@ class ModernBertModel(nn.Module):
         tokens (attention dropout, which FlexAttention lacks, keeps SDPA while training)."""
         if self.flex_attention is not None:
             return self.flex_attention
-        head_size = self.config.hidden_size // self.config.num_attention_heads
-        dropout = self.training and self.config.attention_dropout > 0
-        return (device.type == "cuda" and length > SDPA_UP_TO_LENGTH and head_size in FLEX_HEAD_SIZES
-                and not dropout and flex_attention_available())
+        return (device.type == "cuda" and flex_suits(self.config, length, self.training)
+                and flex_attention_available())
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None) -> torch.Tensor:

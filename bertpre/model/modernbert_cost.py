@@ -13,7 +13,7 @@ from bertpre.model.bert_cost import (
     logit_bytes,
 )
 from bertpre.model.config import BertConfig
-from bertpre.model.modernbert import FLEX_HEAD_SIZES, SDPA_UP_TO_LENGTH
+from bertpre.model.modernbert import flex_suits
 
 
 def count_modernbert_parameters(config: BertConfig) -> ParameterCounts:
@@ -115,11 +115,8 @@ def modernbert_training_flops(config: BertConfig, seq_length: int, predicted_sha
 
 def flex_attention_on_gpu(config: BertConfig, seq_length: int) -> bool:
     """Whether local layers train with FlexAttention's block mask on a CUDA GPU at `seq_length`
-    (`ModernBertModel.uses_flex`: rows longer than SDPA_UP_TO_LENGTH, a head size it compiles
-    for, no attention dropout)."""
-    head_size = config.hidden_size // config.num_attention_heads
-    return (seq_length > SDPA_UP_TO_LENGTH and head_size in FLEX_HEAD_SIZES
-            and not config.attention_dropout > 0)
+    (`ModernBertModel.uses_flex`'s rule, `flex_suits`)."""
+    return flex_suits(config, seq_length)
 
 
 def modernbert_activations(config: BertConfig, seq_length: int, predicted_share: float, precision: str = "fp32",
