@@ -3,6 +3,10 @@ file (`_tiny_data`, `_tokenize_helpers`, `_hf_models`) import by name from any t
 
 Tests assert CPU-exact values, so on a machine with a GPU every test runs on the CPU except
 those marked `gpu`, which are skipped where there is no GPU.
+
+No test sees the checkout as its working directory: a user who followed the README inside the
+clone has `data/corpus`, `runs/`, `my-bert/` there, and a preset's relative `data.path` would read
+them. Collection runs in one scratch folder, and every test in a fresh one of its own.
 """
 from __future__ import annotations
 
@@ -29,6 +33,23 @@ if "HF_MODULES_CACHE" not in os.environ:
     os.environ["HF_MODULES_CACHE"] = tempfile.mkdtemp(prefix="bertpre-tests-hf-modules-")
     atexit.register(shutil.rmtree, os.environ["HF_MODULES_CACHE"], ignore_errors=True)
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Before collection, so module-level code and module fixtures resolve relative paths there too.
+    # pytest resolves its own arguments against `invocation_params.dir`, not the working directory.
+    scratch = tempfile.mkdtemp(prefix="bertpre-tests-cwd-")
+    os.chdir(scratch)
+    atexit.register(shutil.rmtree, scratch, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_working_directory(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Each test starts in an empty folder of its own: what it reads or writes by a relative path
+    is its own, whatever the checkout or an earlier test left in the working directory."""
+    folder = tmp_path_factory.mktemp("cwd")
+    monkeypatch.chdir(folder)
+    return folder
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
