@@ -64,6 +64,13 @@ def flex_suits(config: BertConfig, length: int, training: bool = True) -> bool:
     return length > SDPA_UP_TO_LENGTH and head_size in FLEX_HEAD_SIZES and not dropout
 
 
+def flex_runs(config: BertConfig, device_type: str, length: int, training: bool = True) -> bool:
+    """Whether local layers of rows of `length` tokens run FlexAttention's block mask on a device
+    of `device_type` ("cuda", "cpu"): a GPU whose torch has it, rows it suits (`flex_suits`).
+    Elsewhere SDPA reads the dense T×T window mask, whose memory the cost model counts."""
+    return device_type == "cuda" and flex_suits(config, length, training) and flex_attention_available()
+
+
 def flex_attention_available() -> bool:
     """Whether this torch has FlexAttention (torch >= 2.5)."""
     try:
@@ -290,8 +297,7 @@ class ModernBertModel(nn.Module):
         tokens (attention dropout, which FlexAttention lacks, keeps SDPA while training)."""
         if self.flex_attention is not None:
             return self.flex_attention
-        return (device.type == "cuda" and flex_suits(self.config, length, self.training)
-                and flex_attention_available())
+        return flex_runs(self.config, device.type, length, self.training)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
