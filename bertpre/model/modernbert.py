@@ -456,6 +456,15 @@ def modernbert_export_writer(model: ModernBertForMaskedLM,
 # --- fill-mask -------------------------------------------------------------------------------
 
 
+def modernbert_max_input_tokens(config: BertConfig) -> int:
+    """The length ModernBERT was trained to read, `max_position_embeddings` (8,192 in the released
+    checkpoints): rotary positions compute any length, but past it the model meets distances it
+    never saw, and the dense window's T×T mask (on a CPU) grows as the square (a 17,000-word
+    text took over 6 GB in 20 s)."""
+    return config.max_position_embeddings
+
+
+
 @torch.no_grad()
 def modernbert_mask_logits(model: ModernBertForMaskedLM, tokenizer: Tokenizer, text: str,
                            fits: Callable[[ForwardShape], None] = lambda shape: None) -> torch.Tensor:
