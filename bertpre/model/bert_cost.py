@@ -106,16 +106,15 @@ class MemoryEstimate:
     memory_states_per_sequence: int = 0
     # Dense T×T masks a forward builds and holds beside what autograd keeps (ModernBERT's window
     # where SDPA reads it; none for BERT's layout): alive until the forward ends, a row's share,
-    # and while they are built, a batch's (int64 distances) and a row's (boolean masks)
+    # and the most that building them holds at once, a batch's
     forward_masks_per_sequence: int = 0
-    mask_building_per_batch: int = 0
-    mask_building_per_sequence: int = 0
+    mask_building: int = 0
 
     def activation_peak(self, batch_size: int) -> int:
         """The activations of a training forward of `batch_size` rows at their most, without
         gradient checkpointing: at the forward's end, or while its masks are built."""
         end = batch_size * (self.activations_per_sequence + self.forward_masks_per_sequence)
-        return max(end, self.mask_building_per_batch + batch_size * self.mask_building_per_sequence)
+        return max(end, self.mask_building)
 
 
 def estimate_bert_memory(
