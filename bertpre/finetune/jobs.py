@@ -32,6 +32,7 @@ from bertpre.finetune.seeds import run_seeds, scored_splits
 from bertpre.finetune.source import Encoder, load_encoder
 from bertpre.finetune.sweep import log_to_tensorboard
 from bertpre.finetune.tasks import TaskData
+from bertpre.model.families import max_input_tokens
 from bertpre.train.runtime import Runtime, init_runtime
 
 if TYPE_CHECKING:  # what the user named; `finetune` builds the jobs from it
@@ -104,13 +105,16 @@ class Job:
 
 
 def fitted_hyperparameters(hp: Hyperparameters, encoder: Encoder, say: Callable[[str], None]) -> Hyperparameters:
-    """`hp` with max_seq_length cut to the tokens the model's positions read (a table of absolute
-    positions has no row past its last; RoBERTa's 514 rows read 512 tokens, `max_tokens`), with a
-    note; relative positions have no such limit."""
+    """`hp` with max_seq_length cut, with a note, to the tokens the family reads at once
+    (`Family.max_input_tokens`: a table of absolute positions has no row past its last, RoBERTa's
+    514 rows read 512 tokens; ModernBERT reads the length it was trained to); BERT's relative
+    positions and XLNet have no such limit. Cut rather than refused, as fine-tuning truncates
+    every longer example to max_seq_length anyway (QA reads the rest in further windows)."""
     config = encoder.config
-    if config.relative_positions or hp.max_seq_length <= config.max_tokens:
+    limit = max_input_tokens(config)
+    if limit is None or hp.max_seq_length <= limit:
         return hp
-    positions, limit = config.max_position_embeddings, config.max_tokens
+    positions = config.max_position_embeddings
     reads = "" if limit == positions else f" (which read {limit} tokens)"
     say(f"note: max_seq_length {hp.max_seq_length} is longer than the model's {positions} positions{reads}; "
         f"examples are cut at {limit}")

@@ -38,6 +38,7 @@ from bertpre.finetune.saved_model import save_task_model
 from bertpre.finetune.source import Encoder
 from bertpre.finetune.tasks import Examples, TaskData, majority_label, metric_name
 from bertpre.model.cost import ForwardShape
+from bertpre.model.families import max_input_tokens
 from bertpre.train.memory import check_finetuning_fits, check_forward_fits
 from bertpre.train.runtime import Runtime
 
@@ -121,7 +122,7 @@ def run_seeds(encoder: Encoder, data: TaskData, files: TaskFiles, hp: Hyperparam
     check_fits(encoder, hp, train, scored, runtime)
     reported_parts = parts[:len(data.scored)]  # the notes count the reported splits, as before dev was scored
     for note in encoding_notes(data, train, reported_parts, hp.max_seq_length,
-                               None if encoder.config.relative_positions else encoder.config.max_tokens):
+                               max_input_tokens(encoder.config)):
         say(note)
     num_labels = 1 if task == "regression" else len(data.label_names)
     features = None

@@ -668,7 +668,7 @@ def bert_mask_logits(model: nn.Module, tokenizer: Tokenizer, text: str,
     ids = tokenizer.encode(text).ids  # [CLS] ... [SEP]
     limit = model.config.max_tokens
     if len(ids) > limit and not model.config.relative_positions:
-        raise UserError(f"the text is {len(ids)} tokens long; this model reads at most {limit}")
+        raise UserError(f"the text is {len(ids):,} tokens long; this model reads at most {limit:,}; shorten the text")
     input_ids = torch.tensor([ids])  # (1, T)
     positions = (input_ids[0] == tokenizer.token_to_id(mask_token)).nonzero().flatten()
     if positions.numel() == 0:

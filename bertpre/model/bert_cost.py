@@ -104,14 +104,26 @@ class MemoryEstimate:
     attention_probs_per_sequence: int  # extra when SDPA falls back to its unfused (math) kernel
     # XLNet: the memory states a row keeps from one step to the next (none for BERT's layout)
     memory_states_per_sequence: int = 0
+    # Dense T×T masks a forward builds and holds beside what autograd keeps (ModernBERT's window
+    # where SDPA reads it; none for BERT's layout): alive until the forward ends, a row's share,
+    # and the most that building them holds at once, a batch's
+    forward_masks_per_sequence: int = 0
+    mask_building: int = 0
+
+    def activation_peak(self, batch_size: int) -> int:
+        """The activations of a training forward of `batch_size` rows at their most, without
+        gradient checkpointing: at the forward's end, or while its masks are built."""
+        end = batch_size * (self.activations_per_sequence + self.forward_masks_per_sequence)
+        return max(end, self.mask_building)
 
 
 def estimate_bert_memory(
     config: BertConfig, seq_length: int, predicted_share: float, precision: str = "fp32", *,
-    memory_length: int | None = None, query_rows: int | None = None,
+    memory_length: int | None = None, query_rows: int | None = None, device_type: str = "cuda",
 ) -> MemoryEstimate:
     """Training memory, following Korthikanti et al. 2022 ("Reducing Activation Recomputation").
-    `memory_length` and `query_rows` are XLNet's (`xlnet_cost`); BERT's layout ignores them.
+    `memory_length` and `query_rows` are XLNet's (`xlnet_cost`), `device_type` ModernBERT's
+    (whether FlexAttention runs); BERT's layout ignores them (fused SDPA on either device).
 
     Per token and layer, the tensors kept for backward are p·(9d + 2I) + 2d bytes (p bytes per
     activation element, 1-byte dropout masks): QKV input, Q, K, V, attention output (kept by
@@ -180,10 +192,10 @@ def logit_bytes(precision: str) -> int:
     return p + 4 + (4 if p != 4 else 0)
 
 
-def estimate_bert_inference_memory(config: BertConfig, shape: ForwardShape,
-                                   precision: str = "fp32") -> InferenceMemory:
+def estimate_bert_inference_memory(config: BertConfig, shape: ForwardShape, precision: str = "fp32", *,
+                                   device_type: str = "cuda") -> InferenceMemory:
     """The peak of a BERT forward without gradients (`torch.no_grad`, eval mode), for a batch
-    of `shape` (`memory_length` and `permutation` are XLNet's).
+    of `shape` (`memory_length` and `permutation` are XLNet's; `device_type` ModernBERT's).
 
     Without autograd each layer's tensors are freed as the next is computed, so the peak is
     the residual stream (float32: LayerNorm's output, also under autocast) plus the largest

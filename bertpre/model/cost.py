@@ -46,16 +46,21 @@ def training_flops_per_token(config: BertConfig, seq_length: int, predicted_shar
 
 
 def estimate_memory(config: BertConfig, seq_length: int, predicted_share: float, precision: str = "fp32", *,
-                    memory_length: int | None = None, query_rows: int | None = None) -> MemoryEstimate:
-    """Training memory (see `bert_cost.estimate_bert_memory`, `xlnet_cost.estimate_xlnet_memory`)."""
+                    memory_length: int | None = None, query_rows: int | None = None,
+                    device_type: str = "cuda") -> MemoryEstimate:
+    """Training memory on a device of `device_type` (see `bert_cost.estimate_bert_memory`,
+    `xlnet_cost.estimate_xlnet_memory`, `modernbert_cost.estimate_modernbert_memory`)."""
     return family(config).estimate_memory(config, seq_length, predicted_share, precision,
-                                          memory_length=memory_length, query_rows=query_rows)
+                                          memory_length=memory_length, query_rows=query_rows,
+                                          device_type=device_type)
 
 
-def estimate_inference_memory(config: BertConfig, shape: ForwardShape, precision: str = "fp32") -> InferenceMemory:
-    """The peak of a forward pass without gradients (see `bert_cost.estimate_bert_inference_memory`,
-    `xlnet_cost.estimate_xlnet_inference_memory`)."""
-    return family(config).estimate_inference_memory(config, shape, precision)
+def estimate_inference_memory(config: BertConfig, shape: ForwardShape, precision: str = "fp32", *,
+                              device_type: str = "cuda") -> InferenceMemory:
+    """The peak of a forward pass without gradients on a device of `device_type` (see
+    `bert_cost.estimate_bert_inference_memory`, `xlnet_cost.estimate_xlnet_inference_memory`,
+    `modernbert_cost.estimate_modernbert_inference_memory`)."""
+    return family(config).estimate_inference_memory(config, shape, precision, device_type=device_type)
 
 
 def inference_shortfall(need: InferenceMemory, available: int, where: str) -> str | None:

@@ -49,6 +49,7 @@ from bertpre.model.modernbert import (
     build_modernbert,
     modernbert_export_writer,
     modernbert_mask_logits,
+    modernbert_max_input_tokens,
     read_modernbert_weights,
 )
 from bertpre.model.modernbert_cost import (
@@ -128,8 +129,15 @@ class Family:
     optional_parts: dict[str, str]  # pretraining-model parts a folder may lack, as users know them
     count_parameters: Callable[[BertConfig], Any]  # -> ParameterCounts
     training_flops: Callable[..., float]  # (config, seq_length, predicted_share, **options)
-    estimate_memory: Callable[..., Any]  # (config, seq_length, predicted_share, precision, **options)
-    estimate_inference_memory: Callable[..., Any]  # (config, ForwardShape, precision) -> InferenceMemory
+    # (config, seq_length, predicted_share, precision, *, memory_length, query_rows, device_type)
+    estimate_memory: Callable[..., Any]
+    # (config, ForwardShape, precision, *, device_type) -> InferenceMemory
+    estimate_inference_memory: Callable[..., Any]
+    # The most tokens one forward may read (fill-mask's text, evaluate's and fine-tuning's rows,
+    # a QA window), or None where any length reads and only the memory check bounds it. Every
+    # command asks it: fill-mask refuses a longer text in one line (XLNet's windows never meet
+    # it), evaluate a longer --max-seq-length, fine-tuning and QA cut their rows to it.
+    max_input_tokens: Callable[[BertConfig], int | None]
     shape_words: Callable[[BertConfig], str]  # the shape in words: "12 layers, hidden 768, ..."
     source_fields: tuple[str, ...]  # what a run started from a released model takes from its config
     grow_vocabulary: Callable[..., dict] | None  # (state, new pieces) -> state with the rows added
@@ -166,6 +174,16 @@ def build_xlnet(config: BertConfig, tokenizer: Tokenizer | None = None) -> XLNet
     return XLNetLMHeadModel(config.xlnet_config(**ids))
 
 
+def table_positions(config: BertConfig) -> int:
+    """The tokens an absolute position table reads (RoBERTa's 514 rows read 512: `max_tokens`)."""
+    return config.max_tokens
+
+
+def bert_max_input_tokens(config: BertConfig) -> int | None:
+    """An absolute table's tokens; relative positions (rope, transformer_xl) read any length."""
+    return None if config.relative_positions else table_positions(config)
+
+
 def same_layout(tokenizer: Tokenizer) -> Tokenizer:
     return tokenizer
 
@@ -191,6 +209,7 @@ ROBERTA = Family(
     native_task_models=lambda config: True,
     count_parameters=count_roberta_parameters, training_flops=bert_training_flops,
     estimate_memory=estimate_roberta_memory, estimate_inference_memory=estimate_roberta_inference_memory,
+    max_input_tokens=table_positions,
     shape_words=lambda config: (f"{config.num_hidden_layers} layers, hidden {config.hidden_size}, "
                                 f"absolute positions from pad_token_id + 1"),
     # the padding's id is where positions start: a source's, not the run's to choose
@@ -215,6 +234,7 @@ MODERNBERT = Family(
     native_task_models=lambda config: True,
     count_parameters=count_modernbert_parameters, training_flops=modernbert_training_flops,
     estimate_memory=estimate_modernbert_memory, estimate_inference_memory=estimate_modernbert_inference_memory,
+    max_input_tokens=modernbert_max_input_tokens,
     shape_words=lambda config: (f"{config.num_hidden_layers} layers, hidden {config.hidden_size}, rotary "
                                 f"positions, global attention every {config.global_attn_every_n_layers} "
                                 f"layers, a window of {config.local_attention} elsewhere"),
@@ -239,6 +259,7 @@ FAMILIES: dict[str, Family] = {
         native_task_models=lambda config: True,
         count_parameters=count_bert_parameters, training_flops=bert_training_flops,
         estimate_memory=estimate_bert_memory, estimate_inference_memory=estimate_bert_inference_memory,
+        max_input_tokens=bert_max_input_tokens,
         shape_words=lambda config: (f"{config.num_hidden_layers} layers, hidden {config.hidden_size}, "
                                     f"{config.position_embedding_type} positions"),
         source_fields=BERT_SOURCE_FIELDS, grow_vocabulary=grow_vocab_rows, mask_logits=bert_mask_logits),
@@ -254,6 +275,8 @@ FAMILIES: dict[str, Family] = {
         native_task_models=lambda config: True,
         count_parameters=count_xlnet_parameters, training_flops=xlnet_training_flops_per_token,
         estimate_memory=estimate_xlnet_memory, estimate_inference_memory=estimate_xlnet_inference_memory,
+        # relative positions with recurrent memory: any length, fill-mask in windows (`xlnet_mask_logits`)
+        max_input_tokens=lambda config: None,
         shape_words=lambda config: (f"{config.num_hidden_layers} layers, hidden {config.hidden_size}, "
                                     f"relative positions, memory {config.mem_len}"),
         source_fields=XLNET_SHAPE_FIELDS, grow_vocabulary=None, mask_logits=xlnet_mask_logits),
@@ -271,6 +294,11 @@ def family(config: BertConfig) -> Family:
     except KeyError:
         raise UserError(f"model.architecture {config.architecture!r} is not built; use one of "
                         f"{', '.join(FAMILIES)}") from None
+
+
+def max_input_tokens(config: BertConfig) -> int | None:
+    """The most tokens one forward of `config`'s model may read (`Family.max_input_tokens`)."""
+    return family(config).max_input_tokens(config)
 
 
 def family_of(model: nn.Module) -> Family:

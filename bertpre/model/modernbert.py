@@ -64,6 +64,13 @@ def flex_suits(config: BertConfig, length: int, training: bool = True) -> bool:
     return length > SDPA_UP_TO_LENGTH and head_size in FLEX_HEAD_SIZES and not dropout
 
 
+def flex_runs(config: BertConfig, device_type: str, length: int, training: bool = True) -> bool:
+    """Whether local layers of rows of `length` tokens run FlexAttention's block mask on a device
+    of `device_type` ("cuda", "cpu"): a GPU whose torch has it, rows it suits (`flex_suits`).
+    Elsewhere SDPA reads the dense T×T window mask, whose memory the cost model counts."""
+    return device_type == "cuda" and flex_suits(config, length, training) and flex_attention_available()
+
+
 def flex_attention_available() -> bool:
     """Whether this torch has FlexAttention (torch >= 2.5)."""
     try:
@@ -290,8 +297,7 @@ class ModernBertModel(nn.Module):
         tokens (attention dropout, which FlexAttention lacks, keeps SDPA while training)."""
         if self.flex_attention is not None:
             return self.flex_attention
-        return (device.type == "cuda" and flex_suits(self.config, length, self.training)
-                and flex_attention_available())
+        return flex_runs(self.config, device.type, length, self.training)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
@@ -448,6 +454,15 @@ def modernbert_export_writer(model: ModernBertForMaskedLM,
 
 
 # --- fill-mask -------------------------------------------------------------------------------
+
+
+def modernbert_max_input_tokens(config: BertConfig) -> int:
+    """The length ModernBERT was trained to read, `max_position_embeddings` (8,192 in the released
+    checkpoints): rotary positions compute any length, but past it the model meets distances it
+    never saw, and the dense window's T×T mask (on a CPU) grows as the square (a 17,000-word
+    text, 20,445 tokens, asked for 3.3 GB at once for one int64 T×T tensor)."""
+    return config.max_position_embeddings
+
 
 
 @torch.no_grad()

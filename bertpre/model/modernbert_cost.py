@@ -13,7 +13,7 @@ from bertpre.model.bert_cost import (
     logit_bytes,
 )
 from bertpre.model.config import BertConfig
-from bertpre.model.modernbert import flex_suits
+from bertpre.model.modernbert import flex_runs
 
 
 def count_modernbert_parameters(config: BertConfig) -> ParameterCounts:
@@ -113,10 +113,11 @@ def modernbert_training_flops(config: BertConfig, seq_length: int, predicted_sha
     return modernbert_flops_by_part(config, seq_length, predicted_share).total
 
 
-def flex_attention_on_gpu(config: BertConfig, seq_length: int) -> bool:
-    """Whether local layers train with FlexAttention's block mask on a CUDA GPU at `seq_length`
-    (`ModernBertModel.uses_flex`'s rule, `flex_suits`)."""
-    return flex_suits(config, seq_length)
+def flex_attention_on(config: BertConfig, seq_length: int, device_type: str, training: bool = True) -> bool:
+    """Whether local layers run FlexAttention's block mask at `seq_length` on a device of
+    `device_type` (`ModernBertModel.uses_flex`'s rule, `flex_runs`): on a GPU at long rows; never
+    on a CPU, where SDPA reads the dense T×T window."""
+    return flex_runs(config, device_type, seq_length, training)
 
 
 def modernbert_activations(config: BertConfig, seq_length: int, predicted_share: float, precision: str = "fp32",
@@ -138,7 +139,7 @@ def modernbert_activations(config: BertConfig, seq_length: int, predicted_share:
     Masks, counted for a batch with padding: SDPA is handed additive masks in the query's dtype,
     made once a forward and kept once for every layer (`AttentionMasks.sdpa_mask`), the global
     layers' T·p a row (the padding), the local layers' T²·p (the window); with `flex_attention`
-    (on a GPU, `flex_attention_on_gpu`) local layers keep a block mask instead, a few bytes. With dropout, a mask of `dropout_mask_bytes` an element (1 on
+    (on a GPU, `flex_attention_on`) local layers keep a block mask instead, a few bytes. With dropout, a mask of `dropout_mask_bytes` an element (1 on
     CUDA; CPU keeps the input's dtype) for the embeddings (d), the attention output (d, with
     attention_dropout) and the GeGLU product (I). Fused SDPA keeps no T×T probabilities
     (`estimate_modernbert_memory` says what the unfused kernel adds). With checkpointing, each
@@ -165,29 +166,39 @@ def modernbert_activations(config: BertConfig, seq_length: int, predicted_share:
 
 
 def estimate_modernbert_memory(config: BertConfig, seq_length: int, predicted_share: float, precision: str = "fp32",
-                               **options: int | None) -> MemoryEstimate:
-    """Training memory of a ModernBERT on a GPU: fp32 weights, gradients and AdamW's two moments,
-    and `modernbert_activations` (FlexAttention for local layers where the GPU runs it). The
-    options are XLNet's and ignored.
+                               *, device_type: str = "cuda", **options: int | None) -> MemoryEstimate:
+    """Training memory of a ModernBERT on a device of `device_type`: fp32 weights, gradients and
+    AdamW's two moments, and `modernbert_activations` (FlexAttention for local layers where a GPU
+    runs it; on a CPU SDPA's dense window). The options are XLNet's and ignored.
+
+    Without FlexAttention the forward also holds the boolean window mask (T² a row with padding)
+    until it ends (`forward_masks_per_sequence`), and builds it from two int64 T×T distance
+    tensors a batch (`mask_building`, 16·T²: the boolean masks made after the first is freed,
+    10·T² + 2·B·T², stay below it or below the forward's end), so the estimate grows with the batch
+    and as T² where the window is dense. Within 2% of a CPU step's measured peak at batch 4 and
+    above; the building's figure is the peak at batch 1 and 2.
 
     `attention_probs_per_sequence`: what SDPA's unfused (math) kernel keeps beside, every layer's
     T×T probabilities (a local layer's too: the kernel masks a dense matrix), and with
     attention_dropout their dropped copy and its mask.
     """
     parameters = count_modernbert_parameters(config).total
-    full, checkpointed = modernbert_activations(config, seq_length, predicted_share, precision,
-                                                flex_attention=flex_attention_on_gpu(config, seq_length))
+    flex = flex_attention_on(config, seq_length, device_type)
+    full, checkpointed = modernbert_activations(config, seq_length, predicted_share, precision, flex_attention=flex)
     p = BYTES_PER_ELEMENT[precision]
     probability = p + (p + 1 if config.attention_dropout > 0 else 0)
+    square = 0 if flex else seq_length * seq_length
     return MemoryEstimate(
         weights=4 * parameters, gradients=4 * parameters, adamw_state=8 * parameters,
         activations_per_sequence=full, activations_per_sequence_checkpointed=checkpointed,
         attention_probs_per_sequence=(config.num_hidden_layers * config.num_attention_heads
                                       * seq_length * seq_length * probability),
+        forward_masks_per_sequence=square, mask_building=16 * square,
     )
 
 
 def estimate_modernbert_inference_memory(config: BertConfig, shape: ForwardShape, precision: str = "fp32", *,
+                                         device_type: str = "cuda",
                                          flex_attention: bool | None = None) -> InferenceMemory:
     """The peak of a ModernBERT forward without gradients (`torch.no_grad`, eval mode), for a
     batch of `shape` (`memory_length` and `permutation` are XLNet's), with padding.
@@ -202,15 +213,17 @@ def estimate_modernbert_inference_memory(config: BertConfig, shape: ForwardShape
     `bert_cost.estimate_bert_inference_memory`). Fused SDPA keeps no T×T scores, but its mask
     is T×T for local layers: boolean, T² bytes a row, built before the first layer from two
     int64 T×T distance tensors a batch, and made additive (T²·p) by each local layer's SDPA.
-    `flex_attention` (default: `flex_attention_on_gpu`, what a GPU runs) puts local layers on a
-    block mask instead, and none of these T×T tensors exists. Per batch: the rotary angles of
+    `flex_attention` (default: `flex_attention_on`, what a device of `device_type` runs: a GPU
+    at long rows, never a CPU) puts local layers on a block mask instead, and none of these T×T
+    tensors exists. Per batch: the rotary angles of
     both thetas.
     """
     p = BYTES_PER_ELEMENT[precision]
     d, i, v = config.hidden_size, config.intermediate_size, config.vocab_size
     head_size = d // config.num_attention_heads
     B, T, P = shape.batch_size, shape.seq_length, shape.predicted_rows
-    flex = flex_attention_on_gpu(config, shape.seq_length) if flex_attention is None else flex_attention
+    flex = flex_attention_on(config, shape.seq_length, device_type, training=False) if flex_attention is None \
+        else flex_attention
     local = global_layer_count(config) < config.num_hidden_layers and not flex
     residual = 4 * T * d
     normed = 4 * T * d  # LayerNorm's output: float32, also under autocast

@@ -39,8 +39,8 @@ def estimate_roberta_memory(config: BertConfig, seq_length: int, predicted_share
                    adamw_state=estimate.adamw_state - 8 * fewer)
 
 
-def estimate_roberta_inference_memory(config: BertConfig, shape: ForwardShape,
-                                      precision: str = "fp32") -> InferenceMemory:
+def estimate_roberta_inference_memory(config: BertConfig, shape: ForwardShape, precision: str = "fp32", *,
+                                      device_type: str = "cuda") -> InferenceMemory:
     """BERT's forward peak with RoBERTa's (fewer) fp32 weights."""
-    memory = estimate_bert_inference_memory(config, shape, precision)
+    memory = estimate_bert_inference_memory(config, shape, precision, device_type=device_type)
     return replace(memory, weights=memory.weights - 4 * _bert_weights_less(config))

@@ -179,8 +179,10 @@ def xlnet_training_flops_per_token(config: BertConfig, seq_length: int, predicte
 
 
 def estimate_xlnet_memory(config: BertConfig, seq_length: int, predicted_share: float, precision: str = "fp32",
-                          *, memory_length: int | None = None, query_rows: int | None = None) -> MemoryEstimate:
-    """Training memory of an XLNet: fp32 weights, gradients and AdamW state, `xlnet_activations`."""
+                          *, memory_length: int | None = None, query_rows: int | None = None,
+                          device_type: str = "cuda") -> MemoryEstimate:
+    """Training memory of an XLNet: fp32 weights, gradients and AdamW state, `xlnet_activations`
+    (the same on either device: `device_type` is ModernBERT's)."""
     parameters = count_xlnet_parameters(config).total
     full, checkpointed, kept = xlnet_activations(config, seq_length, predicted_share, precision,
                                                  memory_length=memory_length, query_rows=query_rows)
@@ -189,8 +191,8 @@ def estimate_xlnet_memory(config: BertConfig, seq_length: int, predicted_share: 
                           attention_probs_per_sequence=0, memory_states_per_sequence=kept)
 
 
-def estimate_xlnet_inference_memory(config: BertConfig, shape: ForwardShape,
-                                    precision: str = "fp32") -> InferenceMemory:
+def estimate_xlnet_inference_memory(config: BertConfig, shape: ForwardShape, precision: str = "fp32", *,
+                                    device_type: str = "cuda") -> InferenceMemory:
     """The peak of an XLNet forward without gradients, for a batch of `shape`: T tokens, M
     memory states and P query rows a row (K = M + T keys, R = M + 2T − 1 distances).
 

@@ -50,9 +50,11 @@ def fill_mask(
     """The `top_k` most likely tokens for each mask in `text`, in order of appearance.
 
     The mask is the tokenizer's own (`<mask>` for RoBERTa and XLM-R), and `[MASK]` is taken for
-    it in every family. Special tokens are never proposed: the model is never trained to predict them. A text whose
-    forward pass the cost model says would not fit in the device's memory is refused before it
-    runs (XLNet reads a long text in windows, so only BERT's relative positions meet this).
+    it in every family. Special tokens are never proposed: the model is never trained to predict them. Before
+    any forward runs, a text longer than the family reads at once (`Family.max_input_tokens`: a
+    position table's, ModernBERT's trained length; XLNet reads a long text in windows) is refused,
+    and so is one whose forward pass the cost model says would not fit in the device's memory.
+    A text is refused rather than cut: cutting would drop the masks past the cut.
     """
     text = with_own_mask(tokenizer, text)
     mask = token_roles(tokenizer).mask_token
@@ -61,14 +63,22 @@ def fill_mask(
     if top_k < 1:
         raise UserError(f"--top-k must be at least 1, not {top_k}")
     config, device = pretraining_config(model), next(model.parameters()).device
+    row = family_of(model)
 
     def fits(shape: ForwardShape) -> None:
+        check_text_length(shape.seq_length, row.max_input_tokens(config))
         check_forward_fits(config, shape, device, what=f"reading the text ({shape.seq_length:,} tokens at once)",
                            advice="shorten the text")
 
-    probabilities = family_of(model).mask_logits(model, tokenizer, text, fits).float().softmax(dim=-1)  # (M, V)
+    probabilities = row.mask_logits(model, tokenizer, text, fits).float().softmax(dim=-1)  # (M, V)
     return [[Prediction(token, probability) for token, probability in candidates]
             for candidates in top_tokens(probabilities, tokenizer, top_k)]
+
+
+def check_text_length(length: int, limit: int | None) -> None:
+    """Refuse, in one line, a text of `length` tokens past the `limit` a model reads at once."""
+    if limit is not None and length > limit:
+        raise UserError(f"the text is {length:,} tokens long; this model reads at most {limit:,}; shorten the text")
 
 
 def with_own_mask(tokenizer: Tokenizer, text: str) -> str:
@@ -108,9 +118,10 @@ def evaluate_saved_model(source: str | Path, data: str | Path | None = None, *,
     """`bertpre evaluate`: a saved model's metrics on a DATA folder's validation split.
 
     The pairs and masks follow the `data:` section of `config_path`, else of the run's own
-    config.yaml, else the defaults; sequences are capped at the model's positions (an absolute
-    table's; relative positions read any length). `max_seq_length` scores at another length,
-    the cap on predictions scaled with it; a length past an absolute table is refused. Without
+    config.yaml, else the defaults; sequences are capped at what the family reads at once
+    (`Family.max_input_tokens`: an absolute table's positions, ModernBERT's trained length; BERT's
+    relative positions and XLNet read any length). `max_seq_length` scores at another length,
+    the cap on predictions scaled with it; a length past that limit is refused (the user typed it). Without
     `data`, the config's `data.path` is scored: for a mixture, each source as `<name>/<metric>`
     and overall as the mixture weighs them (see `MixtureEvaluator`). A micro-batch the cost
     model says would not fit in memory is refused before any is read.
@@ -139,22 +150,24 @@ def evaluate_saved_model(source: str | Path, data: str | Path | None = None, *,
         config.data.objective = row.objectives[0]
     if not row.pair_task:  # no pair head to score (XLNet, RoBERTa), whatever a default config says
         config.data.pair_task = "none"
-    positions = shape.max_tokens  # what the table reads: RoBERTa keeps rows before its first token
+    limit = row.max_input_tokens(shape)  # RoBERTa's table keeps rows before its first token
     if max_seq_length is not None:
         if max_seq_length < 8:
             raise UserError(f"--max-seq-length {max_seq_length} must be at least 8")
-        if max_seq_length > positions and not shape.relative_positions:
-            raise UserError(f"--max-seq-length {max_seq_length} is longer than the {positions} positions "
-                            f"of {source} (an absolute position table); models with relative "
-                            "positions (model.position_embedding_type rope or transformer_xl) read any length")
+        if limit is not None and max_seq_length > limit:
+            why = (" (the length it was trained to read)" if shape.relative_positions else
+                   " (an absolute position table); models with relative positions "
+                   "(model.position_embedding_type rope or transformer_xl) read any length")
+            raise UserError(f"--max-seq-length {max_seq_length} is longer than the {limit} positions "
+                            f"of {source}{why}")
         cap = config.data.max_predictions_per_seq
         if cap is not None:
             config.data.max_predictions_per_seq = max(1, round(cap * max_seq_length / config.data.max_seq_length))
         config.data.max_seq_length = max_seq_length
         if config.data.max_seq_length % config.data.segment_step:  # plm, clm: segments restart at the length
             config.data.reuse_length = None
-    elif not shape.relative_positions:
-        config.data.max_seq_length = min(config.data.max_seq_length, positions)
+    elif limit is not None:
+        config.data.max_seq_length = min(config.data.max_seq_length, limit)
     check_forward_fits(shape, evaluation_forward(config.data, micro_batch_size, shape.mem_len),
                        next(model.parameters()).device,
                        what=f"scoring {micro_batch_size:,} sequences of {config.data.max_seq_length:,} tokens at once",

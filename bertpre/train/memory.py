@@ -35,7 +35,8 @@ def check_forward_fits(config: BertConfig, shape: ForwardShape, device: torch.de
         advice: what to make smaller: "shorten the text".
     """
     available, where = device_memory(device)
-    problem = inference_shortfall(estimate_inference_memory(config, shape, precision), available, where)
+    need = estimate_inference_memory(config, shape, precision, device_type=device.type)
+    problem = inference_shortfall(need, available, where)
     if problem:
         raise UserError(f"{what} {problem}; {advice}")
 
@@ -43,12 +44,14 @@ def check_forward_fits(config: BertConfig, shape: ForwardShape, device: torch.de
 def check_finetuning_fits(config: BertConfig, *, batch_size: int, seq_length: int, precision: str,
                           device: torch.device, advice: str, unit: str = "examples") -> None:
     """Refuse, in one line, fine-tuning whose fp32 weights, gradients and AdamW state and one
-    batch's activations (the tensors autograd keeps for backward, a floor of the peak; no head
+    batch's activations (the tensors autograd keeps for backward and the masks the forward holds
+    beside them, on this device: `MemoryEstimate.activation_peak`, a floor of the peak; no head
     over the vocabulary) are more than the device's memory. `unit` names a batch's rows in the
     message (question answering's are "windows")."""
-    memory = estimate_memory(config, seq_length, 0.0, precision, memory_length=0, query_rows=0)
+    memory = estimate_memory(config, seq_length, 0.0, precision, memory_length=0, query_rows=0,
+                             device_type=device.type)
     model = memory.weights + memory.gradients + memory.adamw_state
-    activations = batch_size * memory.activations_per_sequence
+    activations = memory.activation_peak(batch_size)
     available, where = device_memory(device)
     if model + activations > available:
         raise UserError(f"fine-tuning a batch of {batch_size:,} {unit} of {seq_length:,} tokens needs at "

@@ -313,3 +313,32 @@ def test_info_on_the_tiny_modernbert_preset() -> None:
     assert "1 layer, 64 keys a token" in result.output and "2 layers, at most 17 keys a token" in result.output
     assert f"{info.flops_per_token / 1e6:.1f} MFLOP" in result.output
     assert info.modernbert_flops.local_attention == 12 * 64 * 2 * window_pairs(64, 16) / 64
+
+
+@pytest.mark.usefixtures("one_thread")
+@pytest.mark.parametrize("batch_size", [1, 4])
+def test_the_cpu_training_estimate_is_the_peak_of_a_fine_tuning_step_within_three_percent(batch_size) -> None:
+    """Fine-tuning's pre-check on a CPU (`MemoryEstimate.activation_peak`): SDPA's dense window
+    there, the additive copy kept for backward, the boolean one held until the forward ends, and
+    at batch 1 the int64 distances it is built from. The GPU's figure (FlexAttention's block
+    mask) leaves every T×T tensor out: nearly half the step here."""
+    from bertpre.model.modernbert_heads import ModernBertForSequenceClassification
+
+    config = modernbert(vocab_size=120, hidden_size=64, num_hidden_layers=3, intermediate_size=48,
+                        local_attention=16, max_position_embeddings=2048)
+    length = 1536
+    torch.manual_seed(0)
+    model = ModernBertForSequenceClassification(config, 2).train()
+    input_ids = torch.randint(5, 120, (batch_size, length))
+    attention_mask = torch.ones_like(input_ids)
+    attention_mask[0, length // 2:] = 0  # padding: a window mask a row
+
+    def step() -> None:
+        logits = model(input_ids, attention_mask=attention_mask)
+        torch.nn.functional.cross_entropy(logits, torch.zeros(batch_size, dtype=torch.long)).backward()
+
+    measured = peak_of(step)
+    cpu = estimate_memory(config, length, 0.0, "fp32", device_type="cpu").activation_peak(batch_size)
+    gpu = estimate_memory(config, length, 0.0, "fp32", device_type="cuda").activation_peak(batch_size)
+    assert 0.97 * measured <= cpu <= measured, (cpu, measured)
+    assert gpu < 0.6 * measured
