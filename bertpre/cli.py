@@ -115,8 +115,10 @@ def tokenize(
     validation_share: float = typer.Option(
         0.01, "--validation-share", help="Share of documents held out for validation (at least one)."),
     num_proc: int = typer.Option(1, "--num-proc", help="Processes encoding the corpus (raise for large corpora)."),
-    min_frequency: int = typer.Option(
-        2, "--min-frequency", help="Fewest occurrences for a merged subword (with --add-vocab: an appended word)."),
+    min_frequency: int | None = typer.Option(
+        None, "--min-frequency", metavar="N",
+        help="Fewest occurrences for a merged subword (with --add-vocab: an appended word). Default: 2; "
+             "a unigram vocab has no such limit."),
     limit_alphabet: int | None = typer.Option(
         None, "--limit-alphabet", metavar="N",
         help="Keep the N most frequent characters in the vocab. Default: every character seen at "
