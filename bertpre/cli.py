@@ -306,6 +306,9 @@ def inspect_command(
                    "a folder or a mixture)."),
     config: Path | None = typer.Option(
         None, "--config", help="YAML config: its data: settings, train.micro_batch_size and train.seed (default: built-in defaults)."),
+    overrides: list[str] | None = typer.Option(
+        None, "--set", metavar="KEY=VALUE",
+        help="Override a config key, e.g. --set data.mlm_probability=0.3 (repeatable)."),
     batches: int = typer.Option(20, "--batches", help="How many batches to sample."),
     split: str = typer.Option("train", "--split", help="train or validation."),
 ) -> None:
@@ -317,7 +320,7 @@ def inspect_command(
     source's realised share.
 
     \b
-    Example: bertpre inspect data/corpus --config configs/base.yaml
+    Example: bertpre inspect data/corpus --config configs/base.yaml --set data.max_seq_length=512
     """
     from bertpre.config import load_config
     from bertpre.data import DataMixture, load_mixture, open_data
@@ -326,7 +329,7 @@ def inspect_command(
 
     if data is None and config is None:
         raise UserError("give a DATA folder to inspect, or --config CFG to inspect its data.path")
-    given = load_config(config)
+    given = load_config(config, list(overrides or []))
     inspected = open_data(data) if data is not None else load_mixture(given.data.sources)
     cfg = resolved_config(given, inspected.folders[0] if isinstance(inspected, DataMixture) else inspected)
     if cfg.data.recurrent:  # plm / clm: segments and permutation batches
