@@ -356,15 +356,19 @@ def fill_mask_command(
     \b
     Example: bertpre fill-mask my-bert "The capital of France is [MASK]."
     """
-    from bertpre.tools.inference import fill_in, fill_mask, load_model_and_tokenizer
+    from bertpre.tools.inference import (
+        fill_in,
+        fill_mask,
+        format_predictions,
+        load_model_and_tokenizer,
+    )
 
     model, tokenizer = load_model_and_tokenizer(source)
     for text in texts:
         predictions = fill_mask(model, tokenizer, text, top_k=top_k)
         typer.echo(f"{text}\n  → {fill_in(tokenizer, text, predictions)}")
-        for number, candidates in enumerate(predictions, start=1):
-            shown = "  ".join(f"{c.token} ({c.probability:.3f})" for c in candidates)
-            typer.echo(f"  [MASK] {number}: {shown}")
+        for line in format_predictions(tokenizer, predictions):
+            typer.echo(line)
 
 
 # --- evaluate ---

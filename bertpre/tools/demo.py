@@ -198,7 +198,7 @@ def format_result(result: DemoResult) -> str:
         lines.append(f"  {text}")
         lines.append(f"    → {filled}")
         for choices in candidates:
-            shown = ", ".join(f"{c.token} {c.probability:.2f}" for c in choices)
+            shown = ", ".join(f"{c.text} {c.probability:.2f}" for c in choices)
             lines.append(f"    top 5: {shown}")
     lines += [
         "",
