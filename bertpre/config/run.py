@@ -80,8 +80,6 @@ def _validate(config: Config, warmup_given: bool, ratio_given: bool) -> None:
             "lower one or raise the other"
         )
     _check_choice("data.pair_task", data.pair_task, PAIR_TASKS)
-    if data.pair_task != "none" and model.type_vocab_size < 2:
-        raise UserError(f"data.pair_task {data.pair_task!r} needs model.type_vocab_size >= 2")
     _check_choice("data.mask_count", data.mask_count, MASK_COUNTS)
     if data.mask_replace_prob + data.random_replace_prob > 1.0 + 1e-9:
         raise UserError(
@@ -89,7 +87,9 @@ def _validate(config: Config, warmup_given: bool, ratio_given: bool) -> None:
             f"(got {data.mask_replace_prob} + {data.random_replace_prob})"
         )
 
-    _validate_objective(config)
+    _validate_objective(config)  # first: a family with no pair head is the problem, not its token types
+    if data.pair_task != "none" and model.type_vocab_size < 2:
+        raise UserError(f"data.pair_task {data.pair_task!r} needs model.type_vocab_size >= 2")
 
     _check_choice("optim.name", optim.name, OPTIMIZERS)
     _check_choice("optim.schedule", optim.schedule, SCHEDULES)
