@@ -34,7 +34,13 @@ from bertpre.inventory import (
     take_inventory,
 )
 from bertpre.tools.export import export
-from bertpre.tools.inference import Prediction, fill_in, fill_mask, load_model_and_tokenizer
+from bertpre.tools.inference import (
+    Prediction,
+    fill_in,
+    fill_mask,
+    load_model_and_tokenizer,
+    shown_probability,
+)
 from bertpre.train.evaluation import evaluate
 from bertpre.train.trainer import pretrain
 from data_prep.sample_corpus import write_sample_corpus
@@ -198,7 +204,7 @@ def format_result(result: DemoResult) -> str:
         lines.append(f"  {text}")
         lines.append(f"    → {filled}")
         for choices in candidates:
-            shown = ", ".join(f"{c.text} {c.probability:.2f}" for c in choices)
+            shown = ", ".join(f"{c.text} {shown_probability(c.probability)}" for c in choices)
             lines.append(f"    top 5: {shown}")
     lines += [
         "",

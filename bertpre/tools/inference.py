@@ -82,8 +82,14 @@ def format_predictions(tokenizer: Tokenizer, predictions: list[list[Prediction]]
     """One line for each mask, labelled with the model's own mask token (`[MASK] 1:`, `<mask> 1:`),
     its candidates as text with their probabilities."""
     mask = token_roles(tokenizer).mask_token
-    return [f"  {mask} {number}: " + "  ".join(f"{c.text} ({c.probability:.3f})" for c in candidates)
+    return [f"  {mask} {number}: " + "  ".join(f"{c.text} ({shown_probability(c.probability)})" for c in candidates)
             for number, candidates in enumerate(predictions, start=1)]
+
+
+def shown_probability(probability: float) -> str:
+    """Three decimals, or two significant digits below 0.001: a model unsure over a large
+    vocabulary gives its best candidates 1e-4 each, which three decimals show as 0.000."""
+    return f"{probability:.3f}" if probability >= 0.0005 or probability == 0 else f"{probability:.1e}"
 
 
 def with_own_mask(tokenizer: Tokenizer, text: str) -> str:

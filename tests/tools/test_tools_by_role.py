@@ -91,3 +91,12 @@ def test_candidates_are_shown_as_text_under_the_models_own_mask(roberta_data):
     predictions = [[Prediction("Ġdog", 0.5, " dog"), Prediction(piece, 0.25, piece)], [Prediction("Ġcat", 0.125, " cat")]]
     assert format_predictions(tokenizer, predictions) == [
         f"  <mask> 1:  dog (0.500)  {piece} (0.250)", "  <mask> 2:  cat (0.125)"]
+
+
+def test_a_small_probability_is_shown_as_a_number_not_as_zero():
+    """The report: an XLNet's candidates all printed `(0.000)`. A model unsure over thousands of
+    tokens gives its best ones about 1e-4 each: shown in two significant digits, not as zero."""
+    from bertpre.tools.inference import shown_probability
+
+    assert [shown_probability(p) for p in (0.5, 0.0123, 0.0005, 0.00049, 3.2e-05, 0.0)] == [
+        "0.500", "0.012", "0.001", "4.9e-04", "3.2e-05", "0.000"]
