@@ -115,8 +115,10 @@ def tokenize(
     validation_share: float = typer.Option(
         0.01, "--validation-share", help="Share of documents held out for validation (at least one)."),
     num_proc: int = typer.Option(1, "--num-proc", help="Processes encoding the corpus (raise for large corpora)."),
-    min_frequency: int = typer.Option(
-        2, "--min-frequency", help="Fewest occurrences for a merged subword (with --add-vocab: an appended word)."),
+    min_frequency: int | None = typer.Option(
+        None, "--min-frequency", metavar="N",
+        help="Fewest occurrences for a merged subword (with --add-vocab: an appended word). Default: 2; "
+             "a unigram vocab has no such limit."),
     limit_alphabet: int | None = typer.Option(
         None, "--limit-alphabet", metavar="N",
         help="Keep the N most frequent characters in the vocab. Default: every character seen at "
@@ -304,6 +306,9 @@ def inspect_command(
                    "a folder or a mixture)."),
     config: Path | None = typer.Option(
         None, "--config", help="YAML config: its data: settings, train.micro_batch_size and train.seed (default: built-in defaults)."),
+    overrides: list[str] | None = typer.Option(
+        None, "--set", metavar="KEY=VALUE",
+        help="Override a config key, e.g. --set data.mlm_probability=0.3 (repeatable)."),
     batches: int = typer.Option(20, "--batches", help="How many batches to sample."),
     split: str = typer.Option("train", "--split", help="train or validation."),
 ) -> None:
@@ -315,7 +320,7 @@ def inspect_command(
     source's realised share.
 
     \b
-    Example: bertpre inspect data/corpus --config configs/base.yaml
+    Example: bertpre inspect data/corpus --config configs/base.yaml --set data.max_seq_length=512
     """
     from bertpre.config import load_config
     from bertpre.data import DataMixture, load_mixture, open_data
@@ -324,7 +329,7 @@ def inspect_command(
 
     if data is None and config is None:
         raise UserError("give a DATA folder to inspect, or --config CFG to inspect its data.path")
-    given = load_config(config)
+    given = load_config(config, list(overrides or []))
     inspected = open_data(data) if data is not None else load_mixture(given.data.sources)
     cfg = resolved_config(given, inspected.folders[0] if isinstance(inspected, DataMixture) else inspected)
     if cfg.data.recurrent:  # plm / clm: segments and permutation batches
@@ -351,15 +356,19 @@ def fill_mask_command(
     \b
     Example: bertpre fill-mask my-bert "The capital of France is [MASK]."
     """
-    from bertpre.tools.inference import fill_in, fill_mask, load_model_and_tokenizer
+    from bertpre.tools.inference import (
+        fill_in,
+        fill_mask,
+        format_predictions,
+        load_model_and_tokenizer,
+    )
 
     model, tokenizer = load_model_and_tokenizer(source)
     for text in texts:
         predictions = fill_mask(model, tokenizer, text, top_k=top_k)
         typer.echo(f"{text}\n  → {fill_in(tokenizer, text, predictions)}")
-        for number, candidates in enumerate(predictions, start=1):
-            shown = "  ".join(f"{c.token} ({c.probability:.3f})" for c in candidates)
-            typer.echo(f"  [MASK] {number}: {shown}")
+        for line in format_predictions(tokenizer, predictions):
+            typer.echo(line)
 
 
 # --- evaluate ---

@@ -63,6 +63,15 @@ def _is_hidden(path: Path, root: Path) -> bool:
     return any(part.startswith(".") for part in path.relative_to(root).parts)
 
 
+def is_corpus_file(path: Path) -> bool:
+    """Whether the file's name ends in a corpus extension (a pipe always counts: it is text)."""
+    try:
+        split_extension(path)
+    except CorpusError:
+        return False
+    return True
+
+
 def _files_in_folder(folder: Path) -> list[Path]:
     files = sorted(
         path for path in folder.rglob("*") if path.is_file() and not _is_hidden(path, folder)
@@ -72,24 +81,56 @@ def _files_in_folder(folder: Path) -> list[Path]:
     return files
 
 
-def resolve_paths(inputs: Iterable[str | Path]) -> list[Path]:
+def _keep_corpus_files(found: list[Path], where: str, skipped: list[Path]) -> list[Path]:
+    """The corpus files of a folder's or a pattern's files; the others (LICENSE, README.md,
+    ChangeLog, which sit beside corpora) go to `skipped`. A user who names a file means it, so
+    only what a folder or a pattern brought in is skipped; none left is still an error."""
+    kept = [path for path in found if is_corpus_file(path)]
+    if not kept:
+        others = ", ".join(path.name for path in found[:3]) + (", ..." if len(found) > 3 else "")
+        raise CorpusError(
+            f"{where} no corpus files (only {others}); supported: {', '.join(FORMATS)}, "
+            f"each optionally compressed as {', '.join(COMPRESSIONS)}"
+        )
+    skipped.extend(path for path in found if path not in kept)
+    return kept
+
+
+def skipped_note(skipped: list[Path], shown: int = 5) -> str | None:
+    """One line naming the files `resolve_paths` skipped, or None when it skipped none."""
+    if not skipped:
+        return None
+    names = ", ".join(str(path) for path in skipped[:shown])
+    more = f" and {len(skipped) - shown} more" if len(skipped) > shown else ""
+    count = f"{len(skipped)} file{'s' if len(skipped) != 1 else ''}"
+    return (f"note: skipped {count} that {'is' if len(skipped) == 1 else 'are'} not a corpus "
+            f"type ({', '.join(FORMATS)}, also compressed): {names}{more}")
+
+
+def resolve_paths(inputs: Iterable[str | Path], skipped: list[Path] | None = None) -> list[Path]:
     """Expand corpus inputs to the files to read, in the order given.
 
     Folders are read recursively (hidden files and folders skipped) and globs expanded
-    (`**` included), each in sorted order; a file named twice is read once.
+    (`**` included), each in sorted order; a file named twice is read once. Files a folder or a
+    glob brings in whose names are no corpus type (LICENSE, README.md) are left out and added to
+    `skipped` (see `skipped_note`).
 
     Raises:
-        CorpusError: a path does not exist, a glob matches nothing, a folder holds no files,
-            or a file has an extension that is not a corpus format.
+        CorpusError: a path does not exist, a glob matches nothing, a folder holds no corpus
+            files, or a file named as such has an extension that is not a corpus format.
     """
     if isinstance(inputs, (str, Path)):
         inputs = [inputs]
+    skipped = skipped if skipped is not None else []
     files: list[Path] = []
     for item in inputs:
         text = str(item)
         path = Path(text).expanduser()
-        if path.exists():
-            found = _files_in_folder(path) if path.is_dir() else [path]
+        if path.exists() and not path.is_dir():
+            found = [path]
+            split_extension(path)
+        elif path.exists():
+            found = _keep_corpus_files(_files_in_folder(path), f"{path}: folder holds", skipped)
         elif any(character in text for character in "*?["):
             matches = sorted(glob.glob(str(path), recursive=True))
             found = []
@@ -97,11 +138,11 @@ def resolve_paths(inputs: Iterable[str | Path]) -> list[Path]:
                 found.extend(_files_in_folder(match) if match.is_dir() else [match])
             if not found:
                 raise CorpusError(f"{text}: no files match this pattern")
+            found = _keep_corpus_files(found, f"{text}: pattern matches", skipped)
         else:
             raise CorpusError(f"{text}: no such file or folder")
         for file in found:
             _check_readable_kind(file)
-            split_extension(file)
         files.extend(found)
     if not files:
         raise CorpusError("no corpus paths given")

@@ -442,3 +442,16 @@ def test_a_pair_task_written_beside_plm_is_still_refused(tmp_path, pair_task):
         with pytest.raises(UserError) as raised:
             attempt()
         assert str(raised.value) == PAIRS_REFUSED.format(pair_task=pair_task)
+
+
+@pytest.mark.parametrize("architecture", ["roberta", "xlm-roberta"])
+def test_a_pair_task_for_a_family_without_a_pair_head_names_that_first(architecture):
+    """The report: RoBERTa with pair_task nsp was refused for type_vocab_size (RoBERTa's 1) before
+    the real problem, that RoBERTa has no next-sentence task at all."""
+    with pytest.raises(UserError) as raised:
+        load_config(None, [f"model.architecture={architecture}", "data.pair_task=nsp"])
+    assert str(raised.value).startswith(
+        f"data.pair_task nsp trains a sentence-pair head, which model.architecture {architecture} (")
+    assert str(raised.value).endswith("set data.pair_task: none")
+    with pytest.raises(UserError, match=r"data.pair_task 'sop' needs model.type_vocab_size >= 2"):
+        load_config(None, ["model.type_vocab_size=1", "data.pair_task=sop"])  # BERT's own case stays

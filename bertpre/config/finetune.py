@@ -50,19 +50,49 @@ PRESETS: dict[str, Hyperparameters] = {
 # BERT's fine-tuning rates (2e-5 … 5e-5) are set for BERT-base's hidden size 768; a much smaller
 # model barely moves at them in a few epochs (the tests' hidden-32 models learn at 1e-3).
 BERT_BASE_HIDDEN = 768
+BERT_PAPER_LRS = (5e-5, 3e-5, 2e-5)
 SMALL_MODEL_LR = 1e-3
+PROBE_MAX_LR = 1e-1  # a linear head on frozen features: beyond this a larger rate is no remedy
 
 
 def advice_when_stuck(hp: Hyperparameters, hidden_size: int) -> str:
-    """What to try when a seed predicts one class for everything, for these settings and model."""
+    """What to try when a seed predicts one class for everything, for these settings and model.
+
+    Each advice is one step away from the settings just used, and the advice for the settings it
+    suggests is the next step, never the first again: once the rate and the epochs are where
+    they can help, it says plainly that the model or the data is what falls short.
+    """
+    more_epochs = PRESETS["small-data"].epochs
     if hp.mode == "probe":
-        return (f"try a larger --lr than {hp.lr:g} (e.g. --lr {hp.lr * 10:g}) or more --epochs; the probe preset "
-                f"is lr {PRESETS['probe'].lr:g}, {PRESETS['probe'].epochs} epochs")
-    if hidden_size < BERT_BASE_HIDDEN and hp.lr < SMALL_MODEL_LR / 10:
-        return (f"lr {hp.lr:g} is a rate for BERT-base (hidden {BERT_BASE_HIDDEN}) and barely moves a "
-                f"hidden-{hidden_size} model: try --lr {SMALL_MODEL_LR:g}, and more epochs with --preset small-data")
-    return (f"try another --lr than {hp.lr:g} (BERT's paper chose among 5e-5, 3e-5 and 2e-5) or more "
-            f"epochs (--preset small-data: {PRESETS['small-data'].epochs})")
+        if hp.lr < PROBE_MAX_LR:
+            return (f"try a larger --lr than {hp.lr:g} (e.g. --lr {min(hp.lr * 10, PROBE_MAX_LR):g}) or "
+                    f"more --epochs; the probe preset is lr {PRESETS['probe'].lr:g}, {PRESETS['probe'].epochs} epochs")
+        if hp.epochs < more_epochs:
+            return f"try more epochs (--epochs {more_epochs})"
+        return (f"a linear probe at lr {hp.lr:g} for {hp.epochs} epochs still finds one class: the frozen "
+                "features do not tell the classes apart; fine-tune the whole model (--mode full) or "
+                "pretrain it longer")
+    if hidden_size < BERT_BASE_HIDDEN:
+        if hp.lr < SMALL_MODEL_LR / 10:
+            return (f"lr {hp.lr:g} is a rate for BERT-base (hidden {BERT_BASE_HIDDEN}) and barely moves a "
+                    f"hidden-{hidden_size} model: try --lr {SMALL_MODEL_LR:g}, and more epochs with --preset small-data")
+        if hp.lr > SMALL_MODEL_LR * 10:
+            return (f"lr {hp.lr:g} is large enough to collapse a hidden-{hidden_size} model to one class: "
+                    f"try --lr {SMALL_MODEL_LR:g}")
+        if hp.epochs < more_epochs:
+            return f"try more epochs at lr {hp.lr:g} (--epochs {more_epochs})"
+        return (f"a hidden-{hidden_size} model at lr {hp.lr:g} for {hp.epochs} epochs still predicts one "
+                "class: the model is too small or too little pretrained for this task, or the training "
+                "set too small; pretrain a larger model or longer, or give more examples")
+    if hp.lr > 2 * max(BERT_PAPER_LRS):
+        return (f"lr {hp.lr:g} is above BERT's fine-tuning rates ({', '.join(f'{lr:g}' for lr in BERT_PAPER_LRS)}), "
+                f"where a hidden-{hidden_size} model often collapses to one class: try --lr {BERT_PAPER_LRS[-1]:g}")
+    others = ", ".join(f"{lr:g}" for lr in BERT_PAPER_LRS if lr != hp.lr)
+    if hp.epochs < more_epochs:
+        return (f"try another --lr than {hp.lr:g} (BERT's paper chose among 5e-5, 3e-5 and 2e-5) or more "
+                f"epochs (--preset small-data: {more_epochs})")
+    return (f"try another of BERT's rates ({others}); if none moves it off one class in {hp.epochs} "
+            "epochs, the training set is too small or the model too little pretrained for this task")
 
 
 def load_hyperparameters(preset: str | None, config: Path | None, overrides: list[str],

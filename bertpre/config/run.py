@@ -34,6 +34,7 @@ from bertpre.errors import UserError
 from bertpre.labels import MASK_COUNTS, PAIR_TASKS
 from bertpre.model.config import refuse_keys_of_other_layouts
 from bertpre.model.families import FAMILIES, family
+from bertpre.model.hf_format import source_architecture
 from bertpre.tokenizer.roles import token_roles
 
 OVERRIDE_FORM = "section.key=value, e.g. train.max_steps=10"
@@ -80,8 +81,6 @@ def _validate(config: Config, warmup_given: bool, ratio_given: bool) -> None:
             "lower one or raise the other"
         )
     _check_choice("data.pair_task", data.pair_task, PAIR_TASKS)
-    if data.pair_task != "none" and model.type_vocab_size < 2:
-        raise UserError(f"data.pair_task {data.pair_task!r} needs model.type_vocab_size >= 2")
     _check_choice("data.mask_count", data.mask_count, MASK_COUNTS)
     if data.mask_replace_prob + data.random_replace_prob > 1.0 + 1e-9:
         raise UserError(
@@ -89,7 +88,9 @@ def _validate(config: Config, warmup_given: bool, ratio_given: bool) -> None:
             f"(got {data.mask_replace_prob} + {data.random_replace_prob})"
         )
 
-    _validate_objective(config)
+    _validate_objective(config)  # first: a family with no pair head is the problem, not its token types
+    if data.pair_task != "none" and model.type_vocab_size < 2:
+        raise UserError(f"data.pair_task {data.pair_task!r} needs model.type_vocab_size >= 2")
 
     _check_choice("optim.name", optim.name, OPTIMIZERS)
     _check_choice("optim.schedule", optim.schedule, SCHEDULES)
@@ -213,13 +214,15 @@ def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] 
     model_raw = raw.get("model") if isinstance(raw.get("model"), dict) else {}
     config.init_from = _init_from(model_raw.get(INIT_FROM))
     config.model_keys_given = frozenset(model_raw) - {INIT_FROM}
+    data_raw = raw.get("data") if isinstance(raw.get("data"), dict) else {}
+    if config.init_from is not None and "architecture" not in model_raw:
+        _take_source_architecture(config, frozenset(data_raw))
     refuse_keys_of_other_layouts(config.model, config.model_keys_given)
     for name, value in family(config.model).model_defaults.items():
         if name not in config.model_keys_given:  # RoBERTa's one token type, where BERT's default is two
             setattr(config.model, name, value)
     if ratio_given and not warmup_given:
         config.optim.warmup_steps = None
-    data_raw = raw.get("data") if isinstance(raw.get("data"), dict) else {}
     config.data_keys_given = frozenset(data_raw)
     if "pair_task" not in data_raw and not family(config.model).pair_task:
         config.data.pair_task = "none"  # a default never written is no error: XLNet reads no sentence pairs
@@ -297,6 +300,24 @@ def _set_phases(config: Config, raw: Any, *, max_steps_given: bool, ratio_given:
     elif config.train.max_steps > total:
         raise UserError(f"train.max_steps ({config.train.max_steps}) is more than the phases' "
                         f"{total} steps; add the steps to a phase, or leave train.max_steps out")
+
+
+def _take_source_architecture(config: Config, data_keys_given: frozenset[str]) -> None:
+    """`model.architecture` from `model.init_from`'s config.json, where the config does not write
+    it: its keys, defaults and objective are then checked as that family's, not as BERT's, and
+    what does not fit it is refused naming the source. A folder that cannot be read keeps BERT's
+    default (resolving the run refuses it, saying why)."""
+    architecture = source_architecture(config.init_from)
+    if architecture is None:
+        return
+    config.model.architecture = architecture
+    row, data = family(config.model), config.data
+    if data.objective not in row.objectives:
+        raise UserError(f"model.init_from {config.init_from} holds {row.display_name} weights, which train "
+                        f"with data.objective {' or '.join(row.objectives)}; set data.objective: "
+                        f"{row.objectives[0]}")
+    if not row.pair_task and data.pair_task != "none" and "pair_task" in data_keys_given:
+        raise UserError(no_pair_head(row.display_name, data.pair_task, f"{config.init_from}'s model"))
 
 
 def _init_from(value: Any) -> str | None:

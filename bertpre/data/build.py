@@ -52,8 +52,10 @@ from data_prep import (
     read_documents,
     resolve_paths,
     sample_documents,
+    skipped_note,
 )
 
+DEFAULT_MIN_FREQUENCY = 2  # --min-frequency when not given
 # Beyond this the embedding table alone (vocab × hidden) outgrows a GPU at BERT sizes.
 MAX_VOCAB_SIZE = 1_000_000
 
@@ -72,7 +74,7 @@ class TokenizeOptions:
     text_field: str = "text"
     split_sentences: bool = True
     validation_share: float = 0.01
-    min_frequency: int = 2
+    min_frequency: int = DEFAULT_MIN_FREQUENCY
     limit_alphabet: int | None = None
     vocab_sample_bytes: int | None = None  # train the vocab on a sample of this many bytes
     word_boundaries: str | None = None  # "jieba": store each token's word-start flag
@@ -124,7 +126,7 @@ def tokenize_corpus(
     split_sentences: bool = True,
     validation_share: float = 0.01,
     num_proc: int = 1,
-    min_frequency: int = 2,
+    min_frequency: int | None = None,
     limit_alphabet: int | None = None,
     vocab_sample_bytes: int | None = None,
     word_boundaries: str | None = None,
@@ -168,7 +170,7 @@ def tokenize_corpus(
         text_field=text_field,
         split_sentences=split_sentences,
         validation_share=validation_share,
-        min_frequency=min_frequency,
+        min_frequency=typed_min_frequency(min_frequency, tokenizer_type),
         limit_alphabet=limit_alphabet,
         vocab_sample_bytes=vocab_sample_bytes,
         word_boundaries=word_boundaries,
@@ -182,7 +184,7 @@ def tokenize_corpus(
     if num_proc < 1:
         raise UserError(f"--num-proc {num_proc} must be 1 or more")
     out = Path(out)
-    files = resolve_paths(corpus_paths)
+    files = corpus_files(corpus_paths)
     if vocab_sample_bytes is not None and any(map(is_stream, files)):
         raise UserError("--vocab-sample-bytes reads the corpus twice (the sample, then every "
                         "document), and a pipe can be read once: write it to a file, or train the "
@@ -231,7 +233,7 @@ def tokenize_corpus(
             elif add_vocab is not None:
                 tokenizer = extend_vocab(
                     tokenizer, encoding.SentenceBatches(raw, show_progress, desc="Counting words"),
-                    add_vocab, min_frequency=min_frequency,
+                    add_vocab, min_frequency=options.min_frequency,
                 )
                 raise_if_stopped()
             save_vocabulary(tokenizer, building / TOKENIZER_DIR, tokenizer_path)
@@ -267,6 +269,17 @@ def tokenize_corpus(
             scratch.unlink()
         output.commit(known=manifest[FILES])
     return manifest
+
+
+def corpus_files(corpus_paths: Sequence[str | Path]) -> list[Path]:
+    """The files to read; the files a folder or a pattern holds beside the corpus (LICENSE,
+    README.md) are left out, named in one note on stderr."""
+    skipped: list[Path] = []
+    files = resolve_paths(corpus_paths, skipped)
+    note = skipped_note(skipped)
+    if note is not None:
+        print(note, file=sys.stderr)
+    return files
 
 
 def train_on_sample(files: list[Path], options: TokenizeOptions, show_progress: bool,
@@ -345,6 +358,19 @@ def _check_source_kind(options: TokenizeOptions, tokenizer: Tokenizer) -> None:
     if options.word_boundaries is not None:
         raise UserError(f"--word-boundaries marks word starts for WordPiece vocabularies; {options.tokenizer_path} "
                         f"is a {kind} tokenizer, whose pieces mark their own word starts: leave it out")
+
+
+def typed_min_frequency(min_frequency: int | None, tokenizer_type: str | None) -> int:
+    """`--min-frequency` as the options record it (None: not given, the default). Refused where
+    it was given for a Unigram vocab: SentencePiece's Unigram trainer has no minimum frequency,
+    so the value would be silently ignored."""
+    if min_frequency is None:
+        return DEFAULT_MIN_FREQUENCY
+    if tokenizer_type == "unigram":
+        raise UserError(f"--min-frequency {min_frequency} has no effect on a unigram vocab (its trainer "
+                        "prunes pieces by likelihood, not by count): leave it out, or use --tokenizer-type "
+                        "bpe or wordpiece")
+    return min_frequency
 
 
 def check_options(options: TokenizeOptions) -> None:

@@ -16,9 +16,11 @@ import bertpre
 from bertpre.data.build import (
     TokenizeOptions,
     check_options,
+    corpus_files,
     save_vocabulary,
     train_on_sample,
     train_vocabulary,
+    typed_min_frequency,
 )
 from bertpre.data.folder import MANIFEST_FILE, VOCAB_KIND
 from bertpre.data.summary import why_vocab_is_short
@@ -27,7 +29,7 @@ from bertpre.folders import claimed_out
 from bertpre.tokenizer.alphabet import CharacterCounts, alphabet_coverage
 from bertpre.tokenizer.roles import token_roles
 from bertpre.tokenizer.wordpiece import TOKENIZER_FILE, is_bert_wordpiece, tokenizer_lowercases
-from data_prep import CorpusStats, read_documents, resolve_paths
+from data_prep import CorpusStats, read_documents
 
 
 def train_vocab(
@@ -39,7 +41,7 @@ def train_vocab(
     text_field: str = "text",
     split_sentences: bool = True,
     vocab_sample_bytes: int | None = None,
-    min_frequency: int = 2,
+    min_frequency: int | None = None,
     limit_alphabet: int | None = None,
     overwrite: bool = False,
     show_progress: bool = True,
@@ -56,13 +58,13 @@ def train_vocab(
     """
     options = TokenizeOptions(
         vocab_size=vocab_size, lowercase=lowercase, text_field=text_field,
-        split_sentences=split_sentences, min_frequency=min_frequency,
+        split_sentences=split_sentences, min_frequency=typed_min_frequency(min_frequency, tokenizer_type),
         limit_alphabet=limit_alphabet, vocab_sample_bytes=vocab_sample_bytes,
         tokenizer_type=None if tokenizer_type in (None, "wordpiece") else tokenizer_type,
     )
     check_options(options)
     out = Path(out)
-    files = resolve_paths(corpus_paths)
+    files = corpus_files(corpus_paths)
     with claimed_out(out, "tokenize", overwrite=overwrite, sources=files) as output:
         building = output.staging
         stats = CorpusStats()

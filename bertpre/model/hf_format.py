@@ -116,6 +116,21 @@ def read_config(folder: Path) -> BertConfig:
         raise UserError(f"{path}: {error}") from None
 
 
+def source_architecture(path: str | Path) -> str | None:
+    """The architecture of the model at `path`, as its config.json says: a model folder's or a
+    checkpoint's own, or a RUN's latest checkpoint's. None where there is none to read: whoever
+    loads the folder refuses it with the reason (`train.checkpoint.latest_checkpoint` is the
+    pointer's reader that checks it; here it is only followed)."""
+    folder = Path(path)
+    pointer = folder / "checkpoints" / "latest"
+    try:
+        if not (folder / CONFIG_NAME).is_file() and pointer.is_file():
+            folder = folder / "checkpoints" / pointer.read_text(encoding="utf-8").strip()
+        return read_config(folder).architecture
+    except (UserError, OSError, UnicodeDecodeError, ValueError):
+        return None
+
+
 def read_weights(folder: Path) -> dict[str, torch.Tensor]:
     """All tensors of the folder: safetensors (single or sharded) first, else pytorch_model.bin."""
     single = folder / SAFETENSORS_NAME

@@ -16,7 +16,7 @@ from bertpre.config import load_config, resolve_config_path
 from bertpre.configs import preset_names
 from bertpre.data.build import tokenize_corpus
 from bertpre.data.folder import DataFolder, load_data
-from bertpre.errors import UserError
+from bertpre.errors import Stopped, UserError
 from bertpre.folders import (
     MARKERS,
     content_names,
@@ -34,7 +34,13 @@ from bertpre.inventory import (
     take_inventory,
 )
 from bertpre.tools.export import export
-from bertpre.tools.inference import Prediction, fill_in, fill_mask, load_model_and_tokenizer
+from bertpre.tools.inference import (
+    Prediction,
+    fill_in,
+    fill_mask,
+    load_model_and_tokenizer,
+    shown_probability,
+)
 from bertpre.train.evaluation import evaluate
 from bertpre.train.trainer import pretrain
 from data_prep.sample_corpus import write_sample_corpus
@@ -103,8 +109,8 @@ def run_demo(
         config = load_config(config_path, values=values)
         say(f"3/4  pretraining {config_path.name} for {config.train.max_steps} steps into {run_dir}")
         result = pretrain(config, resume=False)
-        if result.exit_code != 0:
-            raise UserError(f"the demo's training was interrupted (exit {result.exit_code})")
+        if result.exit_code != 0:  # a stop signal, after the run saved its checkpoint
+            raise Stopped(result.exit_code - 128)  # exit codes are 128 + the signal, as a shell's
 
         say(f"4/4  exporting to {export_dir} and filling masks")
         export(run_dir, export_dir, overwrite=True)
@@ -198,7 +204,7 @@ def format_result(result: DemoResult) -> str:
         lines.append(f"  {text}")
         lines.append(f"    → {filled}")
         for choices in candidates:
-            shown = ", ".join(f"{c.token} {c.probability:.2f}" for c in choices)
+            shown = ", ".join(f"{c.text} {shown_probability(c.probability)}" for c in choices)
             lines.append(f"    top 5: {shown}")
     lines += [
         "",

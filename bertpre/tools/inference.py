@@ -26,8 +26,9 @@ from bertpre.train.run_config import read_run_config
 class Prediction:
     """One candidate for a masked position."""
 
-    token: str
+    token: str  # the vocabulary's piece (`ĠParis`, `##ing`)
     probability: float
+    text: str = ""  # the piece as the tokenizer's decoder writes it (` Paris`, `##ing`)
 
 
 def load_model_and_tokenizer(source: str | Path) -> tuple[BertForPreTraining | XLNetLMHeadModel, Tokenizer]:
@@ -71,7 +72,7 @@ def fill_mask(
                            advice="shorten the text")
 
     probabilities = row.mask_logits(model, tokenizer, text, fits).float().softmax(dim=-1)  # (M, V)
-    return [[Prediction(token, probability) for token, probability in candidates]
+    return [[Prediction(token, probability, decoded(tokenizer, token)) for token, probability in candidates]
             for candidates in top_tokens(probabilities, tokenizer, top_k)]
 
 
@@ -79,6 +80,26 @@ def check_text_length(length: int, limit: int | None) -> None:
     """Refuse, in one line, a text of `length` tokens past the `limit` a model reads at once."""
     if limit is not None and length > limit:
         raise UserError(f"the text is {length:,} tokens long; this model reads at most {limit:,}; shorten the text")
+
+
+def decoded(tokenizer: Tokenizer, token: str) -> str:
+    """A vocabulary piece as text: byte-level BPE's `ĠParis` is ` Paris`, SentencePiece's `▁Paris`
+    is `Paris`; a WordPiece piece is its own text (a lone `##ing` keeps its `##`)."""
+    return tokenizer.decode([tokenizer.token_to_id(token)], skip_special_tokens=False)
+
+
+def format_predictions(tokenizer: Tokenizer, predictions: list[list[Prediction]]) -> list[str]:
+    """One line for each mask, labelled with the model's own mask token (`[MASK] 1:`, `<mask> 1:`),
+    its candidates as text with their probabilities."""
+    mask = token_roles(tokenizer).mask_token
+    return [f"  {mask} {number}: " + "  ".join(f"{c.text} ({shown_probability(c.probability)})" for c in candidates)
+            for number, candidates in enumerate(predictions, start=1)]
+
+
+def shown_probability(probability: float) -> str:
+    """Three decimals, or two significant digits where three would round to 0.000: a model unsure over a large
+    vocabulary gives its best candidates 1e-4 each, which three decimals show as 0.000."""
+    return f"{probability:.3f}" if probability >= 0.0005 or probability == 0 else f"{probability:.1e}"
 
 
 def with_own_mask(tokenizer: Tokenizer, text: str) -> str:

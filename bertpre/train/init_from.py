@@ -4,6 +4,7 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
+import torch
 from tokenizers import Tokenizer
 from torch import nn
 
@@ -78,6 +79,7 @@ def load_source_weights(model: nn.Module, source: ModelFolder, new_pieces: list[
     """
     row = family(source.model_config())
     state_dict = row.read_weights(source.model_folder)
+    refuse_non_finite(state_dict, source.path)
     said = []
     if new_pieces:
         if row.grow_vocabulary is None:
@@ -96,3 +98,12 @@ def load_source_weights(model: nn.Module, source: ModelFolder, new_pieces: list[
         said.append(f"{source.path}: ignored {len(unexpected)} tensors bertpre's {row.display_name} has no "
                     f"place for ({shown})")
     return said
+
+
+def refuse_non_finite(state_dict: dict[str, torch.Tensor], where: str | Path) -> None:
+    """Refuse weights holding NaN or inf, naming the first such tensor: a damaged or diverged
+    source would otherwise show up only as a NaN loss at the first step."""
+    for name, tensor in state_dict.items():
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            raise UserError(f"model.init_from {where}: tensor {name} holds values that are not finite "
+                            "(NaN or inf); the weights are damaged: use another copy of them")

@@ -170,8 +170,10 @@ def build_model(run: ResolvedRun, say: Callable[[str], None]) -> nn.Module:
     # A copy: a phase changes the model's own (`Trainer.fit_model`), never the run's config.
     model = family(run.config.model).build_pretraining(copy.copy(run.config.model), run.data.tokenizer)
     if run.source is not None:
+        # Loaded before it is announced: a damaged source is refused without a note saying it is used.
+        notes = load_source_weights(model, run.source, run.new_pieces)
         say(f"starting from the weights of {run.source.path}")
-        for line in load_source_weights(model, run.source, run.new_pieces):
+        for line in notes:
             say(line)
     return model
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from data_prep import CorpusError, resolve_paths
+from data_prep import CorpusError, resolve_paths, skipped_note
 from data_prep.paths import SUPPORTED_EXTENSIONS, split_extension
 
 
@@ -92,11 +92,40 @@ def test_unknown_extension_lists_the_supported_ones(tmp_path: Path, name: str) -
     )
 
 
-def test_unknown_extension_inside_a_folder(tmp_path: Path) -> None:
-    touch(tmp_path / "c" / "a.txt")
+def test_files_beside_the_corpus_in_a_folder_are_skipped_and_named(tmp_path: Path) -> None:
+    corpus = [touch(tmp_path / "c" / "a.txt"), touch(tmp_path / "c" / "sub" / "b.jsonl.gz")]
+    beside = [touch(tmp_path / "c" / name) for name in ("ChangeLog", "LICENSE", "README.md")]
+    skipped: list[Path] = []
+    assert resolve_paths([tmp_path / "c"], skipped) == corpus
+    assert skipped == beside
+    assert skipped_note(skipped) == (
+        "note: skipped 3 files that are not a corpus type (.txt, .jsonl, .json, .parquet, also "
+        f"compressed): {beside[0]}, {beside[1]}, {beside[2]}"
+    )
+    assert skipped_note([]) is None
+
+
+def test_files_beside_the_corpus_matched_by_a_pattern_are_skipped(tmp_path: Path) -> None:
+    corpus = touch(tmp_path / "c" / "a.txt")
+    license_file = touch(tmp_path / "c" / "LICENSE")
+    skipped: list[Path] = []
+    assert resolve_paths([f"{tmp_path}/c/*"], skipped) == [corpus]
+    assert skipped == [license_file]
+
+
+def test_a_folder_with_no_corpus_file_is_refused_naming_what_it_holds(tmp_path: Path) -> None:
+    touch(tmp_path / "c" / "LICENSE")
     touch(tmp_path / "c" / "README.md")
-    with pytest.raises(CorpusError, match=r"README\.md: unknown corpus file type"):
+    with pytest.raises(CorpusError) as caught:
         resolve_paths([tmp_path / "c"])
+    assert str(caught.value).startswith(
+        f"{tmp_path / 'c'}: folder holds no corpus files (only LICENSE, README.md); supported: .txt")
+
+
+def test_a_named_file_that_is_no_corpus_type_is_still_refused(tmp_path: Path) -> None:
+    touch(tmp_path / "c" / "a.txt")
+    with pytest.raises(CorpusError, match=r"LICENSE: unknown corpus file type"):
+        resolve_paths([tmp_path / "c", touch(tmp_path / "LICENSE")])
 
 
 def test_nothing_given() -> None:

@@ -64,6 +64,23 @@ def test_tokenize_writes_data_and_prints_a_summary(tmp_path):
     assert sorted(path.name for path in tmp_path.iterdir()) == ["corpus.txt", "data"]
 
 
+def test_a_folder_of_text_with_a_license_tokenizes_the_text_and_names_the_skipped_file(
+        tmp_path, monkeypatch, capsys):
+    from _in_process import run_main
+
+    (tmp_path / "corpus").mkdir()
+    write_text_corpus(tmp_path / "corpus" / "pages.txt")
+    (tmp_path / "corpus" / "LICENSE").write_text("Permission is hereby granted\n", encoding="utf-8")
+    code, out, err = run_main(["tokenize", tmp_path / "corpus", "--out", tmp_path / "data",
+                               "--vocab-size", "120", "--min-frequency", "1"], monkeypatch, capsys)
+    assert code == 0, err
+    assert err.strip().splitlines() == [
+        "note: skipped 1 file that is not a corpus type (.txt, .jsonl, .json, .parquet, also "
+        f"compressed): {tmp_path / 'corpus' / 'LICENSE'}"]
+    assert "documents               6 (5 train, 1 validation)" in out
+    manifest = json.loads((tmp_path / "data" / "manifest.json").read_text())
+    assert [source["path"] for source in manifest["sources"]] == [str(tmp_path / "corpus" / "pages.txt")]
+
 def test_a_small_limit_alphabet_is_named_in_a_warning_and_the_summary_ends_with_the_unk_share(tmp_path):
     # 1,500 CJK characters and 。, the rarest seen twice (tests/_long_tail.py).
     documents = long_tailed_documents(long_tailed_counts())

@@ -307,6 +307,16 @@ case("tokenize-out-is-a-file", "exists and is not a folder")(
     lambda w: ["tokenize", w.write("c.txt", "a cat.\n"), "--out", w.write("data.txt", "keep"), "--overwrite"])
 case("demo-out-is-a-run", "was not made by `bertpre demo`")(lambda w: ["demo", "--out", w.run_copy()])
 
+# --- smaller stumbles (issue 51, item 7) ---
+case("tokenize-min-frequency-with-unigram", "--min-frequency 3 has no effect on a unigram vocab")(
+    lambda w: tokenize(w, w.write("c.txt", "a cat.\n"), "--tokenizer-type", "unigram", "--min-frequency", "3"))
+case("inspect-set-unknown-key", "did you mean 'mlm_probability'")(
+    lambda w: ["inspect", w.data, "--set", "data.mlm_probabilty=0.2"])
+case("roberta-with-nsp-names-the-missing-pair-head",
+     "data.pair_task nsp trains a sentence-pair head, which model.architecture roberta (RoBERTa) does not have")(
+    lambda w: w.pretrain("--set", "model.architecture=roberta", "--set", "model.max_position_embeddings=34",
+                         "--set", "data.pair_task=nsp"))
+
 
 # --- one run, one config, one process (issue 18) ---
 case("resume-changes-pair-task", "was started with data.pair_task='nsp' and this config has 'sop'")(

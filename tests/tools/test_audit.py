@@ -96,6 +96,20 @@ def test_cli_prints_the_table_and_rejects_bad_input(data_folder, tmp_path):
     assert isinstance(result.exception, UserError)
 
 
+def test_set_overrides_the_config_as_pretrain_does(data_folder, tmp_path, monkeypatch, capsys):
+    from _in_process import run_main
+
+    code, out, err = run_main(["inspect", data_folder, "--batches", "1", "--set", "data.pair_task=sop",
+                               "--set", "data.mlm_probability=0.3"], monkeypatch, capsys)
+    assert code == 0, err
+    assert "pair_task sop" in out
+    (mask_rate,) = [line for line in out.splitlines() if line.startswith("mask rate")]
+    assert "30.00%, at most" in mask_rate  # the recipe's column follows --set
+    code, out, err = run_main(["inspect", data_folder, "--set", "data.mlm_probabilty=0.3"],
+                              monkeypatch, capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "mlm_probability" in err, err
+
+
 def test_a_config_mixture_reports_each_source_share(data_folder, tmp_path):
     wiki = build_tiny_data(tmp_path / "wiki", documents=100, seed=1, tokenizer=data_folder / "tokenizer")
     config = tmp_path / "mixture.yaml"

@@ -53,3 +53,4 @@ def test_fill_mask_gives_transformers_top_token(roberta_source):
     top = predictions[0][0]
     assert tokenizer.token_to_id(top.token) == int(probabilities.argmax())
     assert top.probability == pytest.approx(float(probabilities.max()), abs=1e-5)
+    assert top.text == tokenizer.decode([tokenizer.token_to_id(top.token)])  # what the CLI prints

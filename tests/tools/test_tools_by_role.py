@@ -77,3 +77,26 @@ def test_a_bert_trains_on_roberta_tokenized_data_and_exports_its_tokenizer(rober
     line = "Don't stop pretraining: 北京大学 ThisTextHasNoSpaces."
     assert exported(line)["input_ids"] == roberta_data.tokenizer.encode(line).ids
     assert exported.mask_token == "<mask>" and exported.model_max_length == 64
+
+
+def test_candidates_are_shown_as_text_under_the_models_own_mask(roberta_data):
+    """The report: RoBERTa's candidates printed as raw byte-level pieces (`ĠCONTRIBUTORS`) under
+    a `[MASK] 1:` label. They are shown as the decoder writes them, under `<mask> 1:`."""
+    from bertpre.tools.inference import decoded, format_predictions
+
+    tokenizer = roberta_data.tokenizer
+    assert decoded(tokenizer, "Ġdog") == " dog"
+    piece = next(token for token in sorted(tokenizer.get_vocab()) if len(token) > 2 and token.isascii() and token.isalpha())
+    assert decoded(tokenizer, piece) == piece  # a piece inside a word has no space
+    predictions = [[Prediction("Ġdog", 0.5, " dog"), Prediction(piece, 0.25, piece)], [Prediction("Ġcat", 0.125, " cat")]]
+    assert format_predictions(tokenizer, predictions) == [
+        f"  <mask> 1:  dog (0.500)  {piece} (0.250)", "  <mask> 2:  cat (0.125)"]
+
+
+def test_a_small_probability_is_shown_as_a_number_not_as_zero():
+    """The report: an XLNet's candidates all printed `(0.000)`. A model unsure over thousands of
+    tokens gives its best ones about 1e-4 each: shown in two significant digits, not as zero."""
+    from bertpre.tools.inference import shown_probability
+
+    assert [shown_probability(p) for p in (0.5, 0.0123, 0.0005, 0.00049, 3.2e-05, 0.0)] == [
+        "0.500", "0.012", "0.001", "4.9e-04", "3.2e-05", "0.000"]

@@ -110,6 +110,35 @@ def test_a_hub_name_or_another_vocabulary_is_refused_in_one_line(tiny_data, tmp_
         Trainer(tiny_config(tiny_data, tmp_path / "run", f"model.init_from={bare}"))
 
 
+def test_a_damaged_source_is_refused_before_it_is_announced(tiny_data, tmp_path, capsys):
+    """The report: "note: starting from the weights of …" came first, then the refusal."""
+    source, _ = hf_folder("BertForPreTraining", tiny_data, tmp_path / "source")
+    weights = source / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])  # cut short
+    capsys.readouterr()
+    with pytest.raises(UserError, match="model.safetensors"):
+        Trainer(tiny_config(tiny_data, tmp_path / "run", f"model.init_from={source}"))
+    assert "starting from the weights" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_non_finite_weights_in_the_source_are_refused_naming_the_tensor(tiny_data, tmp_path, capsys, value):
+    from safetensors.torch import load_file, save_file
+
+    source, _ = hf_folder("BertForPreTraining", tiny_data, tmp_path / "source")
+    weights = load_file(source / "model.safetensors")
+    name = "bert.encoder.layer.1.attention.self.query.weight"
+    weights[name][3, 5] = value
+    save_file(weights, source / "model.safetensors", metadata={"format": "pt"})
+    capsys.readouterr()
+    with pytest.raises(UserError) as refused:
+        Trainer(tiny_config(tiny_data, tmp_path / "run", f"model.init_from={source}"))
+    assert str(refused.value) == (
+        f"model.init_from {source}: tensor {name} holds values that are not finite (NaN or inf); the "
+        "weights are damaged: use another copy of them")
+    assert "starting from the weights" not in capsys.readouterr().err
+
+
 def final_loss(run_dir: Path, last: int = 5) -> float:
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     losses = [row["train/loss"] for row in rows if "train/loss" in row]

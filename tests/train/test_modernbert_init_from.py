@@ -111,11 +111,31 @@ def test_a_modernbertmodel_folder_starts_with_a_fresh_head_and_a_pair_task_is_re
         assert torch.equal(encoder.layers[1].attn.Wqkv.weight, reference.layers[1].attn.Wqkv.weight)
     assert "has no weights for the MLM head (head), the decoder's bias (decoder.bias); newly initialized" \
         in capsys.readouterr().err
-    given = load_config(config_file(tmp_path, source, pair_task="nsp"),
-                        [f"data.path={tiny_data}", f"train.out={tmp_path / 'run2'}"])
+    # refused as the config is read: the architecture is the source's (issue 51), not BERT's default
     with pytest.raises(UserError, match=rf"data.pair_task nsp trains a sentence-pair head, which {source}'s model "
                                         r"\(ModernBERT\) does not have.*set data.pair_task: none"):
-        Trainer(given)
+        load_config(config_file(tmp_path, source, pair_task="nsp"),
+                    [f"data.path={tiny_data}", f"train.out={tmp_path / 'run2'}"])
+
+
+def test_the_architecture_is_the_sources_when_the_config_does_not_write_it(tiny_data, tmp_path):
+    """The report: ModernBERT's own keys beside `init_from` were refused as not BERT's until
+    `model.architecture: modernbert` was written."""
+    vocab_size = load_tokenizer(tiny_data / "tokenizer").get_vocab_size()
+    source, _ = modernbert_folder(tmp_path / "source", vocab_size, 0, tokenizer=tiny_data / "tokenizer")
+    path = config_file(tmp_path, source)
+    values = json.loads(path.read_text())
+    values["model"] |= {"embedding_dropout": 0.0, "mlp_dropout": 0.05}
+    path.write_text(json.dumps(values))
+    config = load_config(path, [f"data.path={tiny_data}", f"train.out={tmp_path / 'run'}"])
+    assert (config.model.architecture, config.model.mlp_dropout, config.data.pair_task) == ("modernbert", 0.05, "none")
+    with Trainer(config) as trainer:
+        assert trainer.config.model.mlp_dropout == 0.05 and trainer.config.model.local_attention == 8
+    values["model"] = {"init_from": str(source), "hidden_dropout_prob": 0.0}  # BERT's key, ModernBERT's named
+    path.write_text(json.dumps(values))
+    with pytest.raises(UserError, match="model.hidden_dropout_prob is BERT's, which model.architecture modernbert "
+                                        "does not read; remove it"):
+        load_config(path, [f"data.path={tiny_data}", f"train.out={tmp_path / 'run'}"])
 
 
 @pytest.mark.slow
