@@ -149,8 +149,10 @@ def run_qa_seeds(encoder: Encoder, data: QATaskData, settings: QASettings, hp: H
     if data.test is not None:
         splits.append(("validation", data.validation))
     dev = len(splits) - 1
-    train = encode_qa_windows(encoder.tokenizer, data.train, hp.max_seq_length, settings.doc_stride)
-    windows = [encode_qa_windows(encoder.tokenizer, examples, hp.max_seq_length, settings.doc_stride)
+    train = encode_qa_windows(encoder.tokenizer, data.train, hp.max_seq_length, settings.doc_stride,
+                              config=encoder.config)
+    windows = [encode_qa_windows(encoder.tokenizer, examples, hp.max_seq_length, settings.doc_stride,
+                                 config=encoder.config)
                for _, examples in splits]
     check_qa_fits(encoder, hp, train, windows, runtime)
     say(f"question answering ({language}): {len(data.train):,} training questions in {len(train):,} windows of "

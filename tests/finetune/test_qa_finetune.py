@@ -205,7 +205,8 @@ def test_the_same_command_reuses_its_results_and_other_qa_settings_are_another_r
 def longest_window(source: Path, files: list[Path], max_seq_length: int, doc_stride: int) -> tuple[object, int]:
     """The encoder's config and the longest window the command cuts from `files`."""
     encoder = load_encoder(source)
-    windows = [encode_qa_windows(encoder.tokenizer, read_qa_file(path), max_seq_length, doc_stride) for path in files]
+    windows = [encode_qa_windows(encoder.tokenizer, read_qa_file(path), max_seq_length, doc_stride,
+                                 config=encoder.config) for path in files]
     return encoder.config, max(len(ids) for split in windows for ids in split.input_ids)
 
 
