@@ -18,6 +18,10 @@ from bertpre.model.families import token_types
 from bertpre.tokenizer.roles import specials_before_second_text, text_segments, token_roles
 
 ENCODE_BATCH = 1024  # examples per call into the tokenizer (it parallelizes inside one call)
+# BERT's run_squad.py (and transformers' run_qa.py): windows of 384 tokens, each sharing 128 context
+# tokens with the one before; `--task qa`'s default stride, a third of a smaller window
+SQUAD_MAX_SEQ_LENGTH = 384
+SQUAD_DOC_STRIDE = 128
 
 
 @dataclass
@@ -80,6 +84,31 @@ def encode_qa_windows(tokenizer: Tokenizer, examples: Sequence[QAExample], max_s
             for window in [encoding, *encoding.overflowing]:
                 _add_window(windows, window, example, first + index, cls_id, config, before_second)
     return windows
+
+
+def default_doc_stride(max_seq_length: int, room: int) -> int:
+    """The stride a window of `max_seq_length` tokens takes when --doc-stride is not given: SQuAD's
+    128, scaled down with a window below its 384 (a third of it), and below `room`, the context
+    tokens a window holds beside the longest question, so that every window moves on."""
+    scaled = SQUAD_DOC_STRIDE * min(max_seq_length, SQUAD_MAX_SEQ_LENGTH) // SQUAD_MAX_SEQ_LENGTH
+    return max(0, min(scaled, room - 1))
+
+
+def context_room(tokenizer: Tokenizer, examples: Sequence[QAExample], max_seq_length: int) -> int:
+    """The context tokens a window of `max_seq_length` holds beside the longest question of
+    `examples`, special tokens counted (below 1: that question leaves no room)."""
+    if tokenizer.post_processor is None:
+        return max_seq_length  # refused by `encode_qa_windows`, which says why
+    specials = tokenizer.post_processor.num_special_tokens_to_add(True)
+    plain = Tokenizer.from_str(tokenizer.to_str())  # whatever padding or truncation it was saved with
+    plain.no_padding()
+    plain.no_truncation()
+    longest = 0
+    for first in range(0, len(examples), ENCODE_BATCH):
+        questions = plain.encode_batch([example.question for example in examples[first:first + ENCODE_BATCH]],
+                                           add_special_tokens=False)
+        longest = max([longest, *(len(question.ids) for question in questions)])
+    return max_seq_length - specials - longest
 
 
 def _add_window(windows: QAWindows, window: Encoding, example: QAExample, example_index: int, cls_id: int,
