@@ -263,7 +263,8 @@ class Bertpre:
         self.scored = self.data.test if self.data.test is not None else self.data.validation
         began = time.perf_counter()
         self.train, self.test = (encode_qa_windows(self.encoder.tokenizer, examples, hp.max_seq_length,
-                                                   settings.doc_stride) for examples in (self.data.train, self.scored))
+                                                   settings.doc_stride, config=self.encoder.config)
+                                 for examples in (self.data.train, self.scored))
         self.windowing_s = time.perf_counter() - began
 
     def run(self, seed: int) -> tuple[dict, dict[str, str], tuple]:

@@ -452,7 +452,7 @@ def finetune(
     tasks: str | None = typer.Option(
         None, "--tasks", help="With --glue-dir or --clue-dir: the tasks to run, e.g. sst2,mrpc,mnli "
                               "(default: every task there; GLUE without WNLI)."),
-    doc_stride: int | None = typer.Option(None, "--doc-stride", help="--task qa: context tokens a window shares with the one before (default 128)."),
+    doc_stride: int | None = typer.Option(None, "--doc-stride", help="--task qa: context tokens a window shares with the one before (default 128; a third of a window shorter than 384 tokens)."),
     max_answer_length: int | None = typer.Option(None, "--max-answer-length", help="--task qa: the most tokens an answer may have (default 30)."),
     version_2: bool = typer.Option(False, "--version-2", help="--task qa: SQuAD v2.0, unanswerable questions; the null threshold is chosen on --validation (and applied to --test)."),
     answer_language: str | None = typer.Option(None, "--answer-language", help="--task qa: en (SQuAD's EM/F1), zh (CMRC 2018's character F1) or auto (by the contexts' script; the default)."),
@@ -521,7 +521,8 @@ def question_answering_settings(task: str, doc_stride: int | None, max_answer_le
             raise UserError(f"{named[0]} is an option of --task qa; leave it out for --task {task}")
         return None
     defaults = QASettings()
-    return QASettings(doc_stride=defaults.doc_stride if doc_stride is None else doc_stride,
+    # an untyped --doc-stride stays None: fitted to the run's windows once the model is known
+    return QASettings(doc_stride=doc_stride,
                       max_answer_length=defaults.max_answer_length if max_answer_length is None else max_answer_length,
                       version_2_with_negative=version_2, language=answer_language or defaults.language)
 

@@ -73,13 +73,6 @@ def _validate(config: Config, warmup_given: bool, ratio_given: bool) -> None:
     placeholder_vocab = model.pad_token_id + 1 if model.vocab_size == "auto" else model.vocab_size
     dataclasses.replace(model, vocab_size=placeholder_vocab).validate()
 
-    # with model.init_from the positions are the source's, checked against it (`adopt_shape`)
-    if data.max_seq_length > model.max_tokens and not model.relative_positions and config.init_from is None:
-        raise UserError(
-            f"data.max_seq_length ({data.max_seq_length}) is larger than "
-            f"model.max_position_embeddings ({model.max_position_embeddings}){offset_words(model)}; "
-            "lower one or raise the other"
-        )
     _check_choice("data.pair_task", data.pair_task, PAIR_TASKS)
     _check_choice("data.mask_count", data.mask_count, MASK_COUNTS)
     if data.mask_replace_prob + data.random_replace_prob > 1.0 + 1e-9:
@@ -91,6 +84,8 @@ def _validate(config: Config, warmup_given: bool, ratio_given: bool) -> None:
     _validate_objective(config)  # first: a family with no pair head is the problem, not its token types
     if data.pair_task != "none" and model.type_vocab_size < 2:
         raise UserError(f"data.pair_task {data.pair_task!r} needs model.type_vocab_size >= 2")
+    if not config.phases:  # a phased config's are checked phase by phase (`load_config`), as each reads them
+        _check_lengths(config)
 
     _check_choice("optim.name", optim.name, OPTIMIZERS)
     _check_choice("optim.schedule", optim.schedule, SCHEDULES)
@@ -161,6 +156,22 @@ def _validate_objective(config: Config) -> None:
     if data.max_span_length > 1 / data.plm_probability + 1e-9:
         raise UserError(f"data.max_span_length ({data.max_span_length}) must be at most "
                         f"1 / data.plm_probability ({1 / data.plm_probability:g}): each span needs its context")
+
+
+def _check_lengths(config: Config) -> None:
+    """`data.max_seq_length` against the model's positions and the objective's segments. Called for
+    the config a run (or each of its phases) reads: a top-level length every phase replaces is
+    read by none, and is not checked."""
+    model, data = config.model, config.data
+    # with model.init_from the positions are the source's, checked against it (`adopt_shape`)
+    if data.max_seq_length > model.max_tokens and not model.relative_positions and config.init_from is None:
+        raise UserError(
+            f"data.max_seq_length ({data.max_seq_length}) is larger than "
+            f"model.max_position_embeddings ({model.max_position_embeddings}){offset_words(model)}; "
+            "lower one or raise the other"
+        )
+    if not data.recurrent:
+        return
     if data.objective == "plm" and data.plm_plan == "hf" and data.max_seq_length % 2:
         raise UserError(f"data.plm_plan hf orders each half of a row apart, so data.max_seq_length must be "
                         f"even (it is {data.max_seq_length})")

@@ -1,6 +1,7 @@
 """Examples → token ids as the ecosystem encodes them: `[CLS] a [SEP] b [SEP]` with token types
 0/1 (RoBERTa's tokenizer: `<s> a </s></s> b </s>`, all type 0; XLNet's: `a [SEP] b [SEP] [CLS]`,
-types 0/1/2), truncated longest-first by the tokenizer itself (what
+types 0/1/2), the types given by the model's family (`model.token_types`, never the tokenizer's
+template), truncated longest-first by the tokenizer itself (what
 `AutoTokenizer(a, b, truncation="longest_first", max_length=L)` gives), and tags on the first
 piece of each word, placed back by the word's index (the tokenizer's word_ids), each word spaced
 as `is_split_into_words` with `add_prefix_space=True` spaces it for a byte-level BPE; batches
@@ -20,6 +21,9 @@ from tokenizers import Encoding, Tokenizer
 from bertpre.errors import UserError
 from bertpre.finetune.tasks import TaskData, majority_label, metric_name
 from bertpre.labels import IGNORE_INDEX
+from bertpre.model.config import BertConfig
+from bertpre.model.families import token_types
+from bertpre.tokenizer.roles import specials_before_second_text, text_segments
 
 ENCODE_BATCH = 4096  # examples per call into the tokenizer (it parallelizes inside one call)
 WHOLE_SHARE = 0.95  # the truncation note gives the length that keeps this share of examples whole
@@ -120,16 +124,23 @@ def encode_batches(tokenizer: Tokenizer, inputs: list, max_length: int, *, is_pr
 
 
 def encode_texts(tokenizer: Tokenizer, texts: list[str], pairs: list[str] | None, labels: list,
-                 max_length: int) -> Encoded:
-    """Sentences or sentence pairs with one label each."""
+                 max_length: int, *, config: BertConfig) -> Encoded:
+    """Sentences or sentence pairs with one label each, typed as `config`'s family reads them."""
     inputs = list(zip(texts, pairs, strict=True)) if pairs is not None else texts
     truncated, complete = encode_batches(tokenizer, inputs, max_length)
-    return Encoded([encoding.ids for encoding in truncated], [encoding.type_ids for encoding in truncated],
+    return Encoded([encoding.ids for encoding in truncated], family_types(config, tokenizer, truncated),
                    list(labels), whole_lengths=[len(encoding.ids) for encoding in complete])
 
 
+def family_types(config: BertConfig, tokenizer: Tokenizer, encodings: list[Encoding]) -> list[list[int]]:
+    """Each encoding's token types as `config`'s family reads them (`model.token_types`), from
+    which text each token belongs to by `tokenizer`'s layout (`text_segments`)."""
+    before_second = specials_before_second_text(tokenizer)
+    return [token_types(config, text_segments(encoding.sequence_ids, before_second)) for encoding in encodings]
+
+
 def encode_words(tokenizer: Tokenizer, words: list[list[str]], tags: list[list[int]],
-                 max_length: int) -> Encoded:
+                 max_length: int, *, config: BertConfig) -> Encoded:
     """Tagged sentences: each word's tag on its first piece, IGNORE_INDEX on the rest and on
     [CLS]/[SEP]. A word cut off by truncation keeps no piece, nor does a word the tokenizer turns
     into nothing (a zero-width space, a soft hyphen, a control character); `tagged_words` says
@@ -149,7 +160,7 @@ def encode_words(tokenizer: Tokenizer, words: list[list[str]], tags: list[list[i
         tagged.append(first_pieces)
         pieced = {word for word in uncut.word_ids if word is not None}
         empty.append([word for word in range(len(sentence_tags)) if word not in pieced])
-    return Encoded([encoding.ids for encoding in truncated], [encoding.type_ids for encoding in truncated],
+    return Encoded([encoding.ids for encoding in truncated], family_types(config, tokenizer, truncated),
                    labels, word_counts=[len(sentence) for sentence in words],
                    kept_words=[len(first_pieces) for first_pieces in tagged], tagged_words=tagged,
                    empty_words=empty, whole_lengths=[len(encoding.ids) for encoding in complete])

@@ -18,7 +18,7 @@ from bertpre.config.finetune import Hyperparameters
 from bertpre.finetune.benchmarks import BENCHMARKS, Benchmark, reported, task_score
 from bertpre.finetune.features import FEATURES_FOLDER
 from bertpre.finetune.model import task_config
-from bertpre.finetune.qa_seeds import QATaskData, run_qa_seeds
+from bertpre.finetune.qa_seeds import QATaskData, fitted_qa_settings, run_qa_seeds
 from bertpre.finetune.report import summarize
 from bertpre.finetune.results import (
     PREDICTIONS_FOLDER,
@@ -61,7 +61,11 @@ class Job:
         new; a new one is recorded there (in a sweep, after the RUN's TensorBoard has it)."""
         hp = fitted_hyperparameters(self.hp, encoder, self.say)
         encoder = replace(encoder, config=task_config(encoder.config, hp, self.data.task))
-        key = work_key(encoder, self.data, self.files, hp, self.seeds, self.select_by)
+        files = self.files
+        if isinstance(self.data, QATaskData) and files.qa is not None:  # the stride these windows take
+            files = replace(files, qa=fitted_qa_settings(files.qa, encoder.tokenizer, self.data, hp.max_seq_length,
+                                                         self.say))
+        key = work_key(encoder, self.data, files, hp, self.seeds, self.select_by)
         done = finished_work(self.target, key)
         if done is not None and self.save_model and not done.get("saved_model"):
             done = None  # the earlier run kept no model: train again to keep one
@@ -75,8 +79,8 @@ class Job:
                 self.say(f"note: {self.runtime.note}")
         save_to = self.target if self.save_model else None
         if isinstance(self.data, QATaskData):
-            assert self.files.qa is not None
-            result, rows, n_best = run_qa_seeds(encoder, self.data, self.files.qa, hp, self.seeds, self.runtime,
+            assert files.qa is not None
+            result, rows, n_best = run_qa_seeds(encoder, self.data, files.qa, hp, self.seeds, self.runtime,
                                                 self.say, save_to=save_to, select_by=self.select_by)
         else:
             n_best = {}

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from tokenizers import Tokenizer
 from torch import nn
 
 import bertpre
@@ -20,7 +21,14 @@ from bertpre.finetune.qa_answers import QAPrediction, predict_answers
 from bertpre.finetune.qa_data import QAExample, read_qa_file
 from bertpre.finetune.qa_loop import train_question_answering, window_logits
 from bertpre.finetune.qa_metrics import best_null_threshold, qa_scores
-from bertpre.finetune.qa_windows import QAWindows, encode_qa_windows
+from bertpre.finetune.qa_windows import (
+    SQUAD_DOC_STRIDE,
+    SQUAD_MAX_SEQ_LENGTH,
+    QAWindows,
+    context_room,
+    default_doc_stride,
+    encode_qa_windows,
+)
 from bertpre.finetune.report import summarize
 from bertpre.finetune.saved_model import save_task_model
 from bertpre.finetune.seeds import EpochChoice, cpu_copy, finite_or_worst
@@ -40,7 +48,9 @@ CHINESE_SHARE = 0.3
 class QASettings:
     """How questions are windowed, answered and scored (the command's QA options)."""
 
-    doc_stride: int = 128  # context tokens a window shares with the one before
+    # context tokens a window shares with the one before; None: not given, SQuAD's 128 fitted to the
+    # run's windows (`fitted_qa_settings`)
+    doc_stride: int | None = None
     max_answer_length: int = 30  # tokens
     version_2_with_negative: bool = False  # SQuAD v2.0: unanswerable questions
     language: str = "auto"  # en: SQuAD's EM/F1; zh: CMRC 2018's; auto: by the contexts' script
@@ -49,7 +59,7 @@ class QASettings:
     def __post_init__(self) -> None:
         if self.language not in LANGUAGES:
             raise UserError(f"--answer-language {self.language!r} must be one of {', '.join(LANGUAGES)}")
-        if self.doc_stride < 0:
+        if self.doc_stride is not None and self.doc_stride < 0:
             raise UserError(f"--doc-stride {self.doc_stride} must be 0 or more")
         if self.max_answer_length < 1:
             raise UserError(f"--max-answer-length {self.max_answer_length} must be 1 or more")
@@ -70,6 +80,24 @@ class QATaskData:
     def split(self) -> str:
         """The split the report scores: test when there is one, else validation."""
         return "test" if self.test is not None else "validation"
+
+
+def fitted_qa_settings(settings: QASettings, tokenizer: Tokenizer, data: QATaskData, max_seq_length: int,
+                       say: Callable[[str], None]) -> QASettings:
+    """`settings` with the stride the windows take: one the user gave as given (the windowing
+    refuses it in one line if it cannot work), else SQuAD's fitted to windows of `max_seq_length`
+    tokens (`default_doc_stride`), said in a note where it is not SQuAD's own."""
+    if settings.doc_stride is not None:
+        return settings
+    examples = [*data.train, *data.validation, *(data.test or [])]
+    room = context_room(tokenizer, examples, max_seq_length)
+    stride = default_doc_stride(max_seq_length, room)
+    if stride != SQUAD_DOC_STRIDE:
+        scaled = default_doc_stride(max_seq_length, max_seq_length)
+        below = f", below the {room} context tokens a window holds beside the longest question" if stride < scaled else ""
+        say(f"note: --doc-stride {stride}: SQuAD's {SQUAD_DOC_STRIDE} for windows of {SQUAD_MAX_SEQ_LENGTH} tokens, "
+            f"scaled to windows of {max_seq_length}{below} (give --doc-stride to choose)")
+    return replace(settings, doc_stride=stride)
 
 
 def load_qa_task(train: Path, validation: Path, test: Path | None, settings: QASettings) -> QATaskData:
@@ -144,13 +172,16 @@ def run_qa_seeds(encoder: Encoder, data: QATaskData, settings: QASettings, hp: H
     every split. With `select_by` "dev", each seed's epoch is the one whose validation F1 (v2: at
     the threshold chosen there) is best, the earliest of equals; else its last. With `save_to`,
     the seed scoring best on validation F1 is written there as a Hugging Face folder."""
+    settings = fitted_qa_settings(settings, encoder.tokenizer, data, hp.max_seq_length, say)
     language = answer_language(data.validation, settings.language)
     splits = [(data.split, data.test if data.test is not None else data.validation)]
     if data.test is not None:
         splits.append(("validation", data.validation))
     dev = len(splits) - 1
-    train = encode_qa_windows(encoder.tokenizer, data.train, hp.max_seq_length, settings.doc_stride)
-    windows = [encode_qa_windows(encoder.tokenizer, examples, hp.max_seq_length, settings.doc_stride)
+    train = encode_qa_windows(encoder.tokenizer, data.train, hp.max_seq_length, settings.doc_stride,
+                              config=encoder.config)
+    windows = [encode_qa_windows(encoder.tokenizer, examples, hp.max_seq_length, settings.doc_stride,
+                                 config=encoder.config)
                for _, examples in splits]
     check_qa_fits(encoder, hp, train, windows, runtime)
     say(f"question answering ({language}): {len(data.train):,} training questions in {len(train):,} windows of "

@@ -128,7 +128,7 @@ def finetune(source: str | Path, files: TaskFiles | None, out: str | Path, *, hp
         parse_checkpoints(checkpoints or "all")
         if not is_run(source):
             raise UserError(f"--checkpoints and --watch evaluate a RUN folder's checkpoints; {source} "
-                            "is not a RUN folder (one with checkpoints/)")
+                            "is not a RUN folder (one with checkpoints/, or a pretraining's config.yaml)")
     if save_model and sweep:
         raise UserError("--save-model keeps one model; give one checkpoint as SOURCE, not --checkpoints or --watch")
     run = describe_run(source, tasks, hp, select_by, benchmark[0] if benchmark else None)

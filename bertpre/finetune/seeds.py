@@ -244,10 +244,12 @@ def encode(encoder: Encoder, data: TaskData, examples, hp: Hyperparameters) -> E
     if data.task == "tagging":
         index = {name: number for number, name in enumerate(data.label_names)}
         return encode_words(encoder.tokenizer, examples.texts,
-                            [[index[tag] for tag in tags] for tags in examples.labels], hp.max_seq_length)
+                            [[index[tag] for tag in tags] for tags in examples.labels], hp.max_seq_length,
+                            config=encoder.config)
     labels = (examples.labels if data.task == "regression"
               else [data.label_names.index(label) for label in examples.labels])
-    return encode_texts(encoder.tokenizer, examples.texts, examples.pairs, labels, hp.max_seq_length)
+    return encode_texts(encoder.tokenizer, examples.texts, examples.pairs, labels, hp.max_seq_length,
+                        config=encoder.config)
 
 
 def decode(raw: np.ndarray, scored: Encoded, data: TaskData) -> list[Any]:

@@ -8,6 +8,7 @@ from typing import Any
 
 from bertpre.claim import CLAIM_FILE, is_stale, read_holder
 from bertpre.errors import UserError
+from bertpre.folders import is_run_folder
 
 STEP_FOLDER = re.compile(r"^step-(\d+)$")
 DOWNSTREAM_FILE_SUFFIX = ".downstream"  # the event files `bertpre finetune` adds to RUN/tensorboard
@@ -24,14 +25,19 @@ def parse_checkpoints(spec: str) -> tuple[str, int]:
 
 
 def is_run(folder: Path) -> bool:
-    return (folder / "checkpoints").is_dir() and not (folder / "config.json").is_file()
+    """A RUN folder: one with checkpoints/, or one a pretraining has begun and not saved in yet
+    (its config.yaml, or before that its live claim), which a watcher waits on; never a model folder."""
+    if (folder / "config.json").is_file():
+        return False
+    return (folder / "checkpoints").is_dir() or is_run_folder(folder) or run_in_progress(folder)
 
 
 def run_checkpoints(run: Path, spec: str) -> list[tuple[int, Path]]:
     """The checkpoints of `run` that `spec` chooses, oldest first, as (step, folder); `latest` is
     the newest complete one, with any incomplete ones after it (which a sweep says it skips)."""
     kind, every = parse_checkpoints(spec)
-    found = sorted((int(match.group(1)), folder) for folder in (run / "checkpoints").iterdir()
+    folders = (run / "checkpoints").iterdir() if (run / "checkpoints").is_dir() else ()  # none saved yet
+    found = sorted((int(match.group(1)), folder) for folder in folders
                    if (match := STEP_FOLDER.match(folder.name)) and folder.is_dir())
     if kind == "latest":
         complete = [index for index, (_, folder) in enumerate(found) if not missing_files(folder)]
@@ -49,7 +55,7 @@ def missing_files(checkpoint: Path) -> list[str]:
 def run_in_progress(run: Path) -> bool:
     """Whether a live `bertpre pretrain` holds the run's claim."""
     holder = read_holder(run / CLAIM_FILE)
-    return holder is not None and not is_stale(holder)
+    return holder is not None and holder.get("command") == "pretrain" and not is_stale(holder)
 
 
 def task_name(train: Path) -> str:

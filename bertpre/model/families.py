@@ -7,7 +7,7 @@ cost differs, its cost functions) and one row in FAMILIES.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields, replace
 from functools import partial
 from pathlib import Path
@@ -82,6 +82,7 @@ from bertpre.model.roberta_cost import (
     estimate_roberta_inference_memory,
     estimate_roberta_memory,
 )
+from bertpre.model.token_types import bert_token_types, no_token_types, xlnet_token_types
 from bertpre.model.vocab_growth import grow_vocab_rows
 from bertpre.model.xlnet import (
     XLNetLMHeadModel,
@@ -143,6 +144,9 @@ class Family:
     grow_vocabulary: Callable[..., dict] | None  # (state, new pieces) -> state with the rows added
     # fill-mask: (M, V) at each [MASK]; the callable is told the largest ForwardShape before any forward
     mask_logits: Callable[[nn.Module, Tokenizer, str, Callable[[ForwardShape], None]], torch.Tensor]
+    # an input's token types from which text each token belongs to (`tokenizer.roles.text_segments`),
+    # wherever fine-tuning builds inputs: never the tokenizer's template (`model.token_types`)
+    token_types: Callable[[BertConfig, Sequence[int]], list[int]]
     # model keys whose default is the family's own (RoBERTa's one token type), where a config
     # leaves them out; a key the config gives, or a source's config.json, wins
     model_defaults: dict[str, Any] = field(default_factory=dict)
@@ -216,7 +220,7 @@ ROBERTA = Family(
     source_fields=(*BERT_SOURCE_FIELDS, "pad_token_id"),
     grow_vocabulary=partial(grow_vocab_rows, word_embeddings="roberta.embeddings.word_embeddings.weight",
                             head_rows=("lm_head.bias",)),
-    mask_logits=roberta_mask_logits, model_defaults=ROBERTA_MODEL_DEFAULTS)
+    mask_logits=roberta_mask_logits, token_types=no_token_types, model_defaults=ROBERTA_MODEL_DEFAULTS)
 
 # ModernBERT-base's values where BERT-base's differ (its other keys are ModernBERT's own).
 MODERNBERT_MODEL_DEFAULTS = {"intermediate_size": 1152, "num_hidden_layers": 22, "max_position_embeddings": 8192}
@@ -241,7 +245,8 @@ MODERNBERT = Family(
     source_fields=MODERNBERT_SOURCE_FIELDS,
     grow_vocabulary=partial(grow_vocab_rows, word_embeddings="model.embeddings.tok_embeddings.weight",
                             head_rows=("decoder.bias",)),
-    mask_logits=modernbert_mask_logits, model_defaults=MODERNBERT_MODEL_DEFAULTS, task_head_parts=("head.",))
+    mask_logits=modernbert_mask_logits, token_types=no_token_types, model_defaults=MODERNBERT_MODEL_DEFAULTS,
+    task_head_parts=("head.",))
 
 FAMILIES: dict[str, Family] = {
     "bert": Family(
@@ -262,7 +267,8 @@ FAMILIES: dict[str, Family] = {
         max_input_tokens=bert_max_input_tokens,
         shape_words=lambda config: (f"{config.num_hidden_layers} layers, hidden {config.hidden_size}, "
                                     f"{config.position_embedding_type} positions"),
-        source_fields=BERT_SOURCE_FIELDS, grow_vocabulary=grow_vocab_rows, mask_logits=bert_mask_logits),
+        source_fields=BERT_SOURCE_FIELDS, grow_vocabulary=grow_vocab_rows, mask_logits=bert_mask_logits,
+        token_types=bert_token_types),
     "xlnet": Family(
         architecture="xlnet", display_name="XLNet",
         pretraining_class=XLNetLMHeadModel, sequence_head=XLNetForSequenceClassification,
@@ -279,7 +285,8 @@ FAMILIES: dict[str, Family] = {
         max_input_tokens=lambda config: None,
         shape_words=lambda config: (f"{config.num_hidden_layers} layers, hidden {config.hidden_size}, "
                                     f"relative positions, memory {config.mem_len}"),
-        source_fields=XLNET_SHAPE_FIELDS, grow_vocabulary=None, mask_logits=xlnet_mask_logits),
+        source_fields=XLNET_SHAPE_FIELDS, grow_vocabulary=None, mask_logits=xlnet_mask_logits,
+        token_types=xlnet_token_types),
     "roberta": ROBERTA,
     # XLM-R is RoBERTa's network under its own Hugging Face names (model_type, classes)
     "xlm-roberta": replace(ROBERTA, architecture="xlm-roberta", display_name="XLM-RoBERTa"),
@@ -299,6 +306,12 @@ def family(config: BertConfig) -> Family:
 def max_input_tokens(config: BertConfig) -> int | None:
     """The most tokens one forward of `config`'s model may read (`Family.max_input_tokens`)."""
     return family(config).max_input_tokens(config)
+
+
+def token_types(config: BertConfig, segments: Sequence[int]) -> list[int]:
+    """The token types `config`'s family reads for an input whose tokens belong to `segments`
+    (0: the first text, 1: the second; `tokenizer.roles.text_segments`)."""
+    return family(config).token_types(config, segments)
 
 
 def family_of(model: nn.Module) -> Family:

@@ -160,6 +160,40 @@ def post_processor_roles(tokenizer: Tokenizer) -> tuple[str | None, str | None, 
     return None, None, None
 
 
+def specials_before_second_text(tokenizer: Tokenizer) -> int:
+    """The special tokens a pair's template puts before its second text: BERT's `[CLS] A [SEP]` 2,
+    RoBERTa's `<s> A </s></s>` 3, XLNet's `A [SEP]` 1; 0 without a post-processor."""
+    for part in _components(_state(tokenizer.post_processor)):
+        kind = part.get("type")
+        if kind == "BertProcessing":
+            return 2
+        if kind == "RobertaProcessing":
+            return 3
+        if kind == "TemplateProcessing":
+            before, between = _template_specials(part.get("pair") or [])
+            return len(before) + len(between)
+    return 0
+
+
+def text_segments(sequence_ids: list[int | None], specials_before_second: int) -> list[int]:
+    """Which text each token of an encoding belongs to: 0 for the first and the special tokens
+    before the second (`specials_before_second`), 1 from there on, whether the second text kept
+    any tokens or not (BERT's `[CLS] A [SEP] [SEP]`, its B cut away, ends on type 1).
+
+    Args:
+        sequence_ids: the encoding's (0, 1, or None for a special token the template added).
+    """
+    segments, specials, segment = [], 0, 0
+    for sequence in sequence_ids:
+        if sequence is None:
+            segment = max(segment, int(specials >= specials_before_second))
+            specials += 1
+        else:
+            segment = max(segment, sequence)
+        segments.append(segment)
+    return segments
+
+
 def _named(value: object) -> str | None:
     """A role's token as tokenizer_config.json writes it: a string or an AddedToken object."""
     if isinstance(value, str):

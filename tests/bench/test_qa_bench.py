@@ -12,6 +12,7 @@ from bench import qa  # noqa: E402
 from bertpre.finetune.qa_data import Answer, QAExample  # noqa: E402
 from bertpre.finetune.qa_metrics import exact_match, f1_score  # noqa: E402
 from bertpre.finetune.qa_windows import encode_qa_windows  # noqa: E402
+from bertpre.model import BertConfig  # noqa: E402
 from bertpre.tokenizer import SPECIAL_TOKENS, build_tokenizer, save_tokenizer  # noqa: E402
 
 CONTEXT = "The Normans gave their name to Normandy, a region in France."
@@ -45,7 +46,7 @@ def test_windows_are_bertpre_s_and_label_the_answer_where_a_window_holds_it(toke
     windows = qa.make_windows(theirs, questions, max_length=12, stride=2)
     examples = [QAExample(q.id, q.question, q.context, tuple(Answer(*answer) for answer in q.answers))
                 for q in questions]
-    mine = encode_qa_windows(ours, examples, max_seq_length=12, doc_stride=2)
+    mine = encode_qa_windows(ours, examples, max_seq_length=12, doc_stride=2, config=BertConfig())
     assert windows.input_ids == mine.input_ids and windows.token_type_ids == mine.token_type_ids
     assert windows.question == mine.example_index and windows.offsets == mine.context_offsets
     first = windows.question.count(0)

@@ -11,6 +11,8 @@ import numpy as np
 import pytest
 from _in_process import run_main
 
+from bertpre.model import BertConfig
+
 ANIMALS = ["the cat", "a dog", "a small bird"]
 PEOPLE = ["the old man", "my sister", "the farmer"]
 VERBS = ["sees", "likes", "follows", "feeds", "watches", "finds"]
@@ -214,7 +216,7 @@ def test_pairs_are_encoded_as_bert_tokenizer_fast_does(tiny_data):
 
     first, second = [sentence() for _ in range(1000)], [sentence() for _ in range(1000)]
     for length in (8, 17, 64):
-        encoded = encode_texts(tokenizer, first, second, [0] * 1000, length)
+        encoded = encode_texts(tokenizer, first, second, [0] * 1000, length, config=BertConfig())
         expected = reference(first, second, truncation="longest_first", max_length=length)
         assert encoded.input_ids == expected["input_ids"]
         assert encoded.token_type_ids == expected["token_type_ids"]
@@ -227,7 +229,7 @@ def test_tagging_labels_the_first_piece_of_each_word(tiny_data):
 
     tokenizer = load_tokenizer(tiny_data / "tokenizer")
     words = [["the", "farmer", "watches", "zebras"]]
-    encoded = encode_words(tokenizer, words, [[0, 1, 2, 3]], 64)
+    encoded = encode_words(tokenizer, words, [[0, 1, 2, 3]], 64, config=BertConfig())
     pieces = [tokenizer.id_to_token(token) for token in encoded.input_ids[0]]
     expected, word = [], -1
     for piece in pieces:
@@ -237,7 +239,7 @@ def test_tagging_labels_the_first_piece_of_each_word(tiny_data):
             word += 1
             expected.append(word)
     assert encoded.labels[0] == expected and encoded.kept_words == [4]
-    short = encode_words(tokenizer, words, [[0, 1, 2, 3]], 4)  # [CLS] + 2 pieces + [SEP]
+    short = encode_words(tokenizer, words, [[0, 1, 2, 3]], 4, config=BertConfig())  # [CLS] + 2 pieces + [SEP]
     assert short.kept_words == [2] and short.word_counts == [4]
 
 

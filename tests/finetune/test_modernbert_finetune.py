@@ -279,7 +279,8 @@ def test_a_saved_modernbert_pair_classifier_reads_pairs_in_transformers_as_it_wa
     model.load_state_dict(load_file(saved / "model.safetensors"), strict=True)
     pairs = ["a dog finds the door .", "the farmer ."]
     batch = transformers.AutoTokenizer.from_pretrained(saved)(TEXTS, pairs, padding=True, return_tensors="pt")
-    trained = encode_texts(load_encoder(source).tokenizer, TEXTS, pairs, [0, 1], 64).input_ids
+    encoder = load_encoder(source)
+    trained = encode_texts(encoder.tokenizer, TEXTS, pairs, [0, 1], 64, config=encoder.config).input_ids
     assert [row[mask.bool()].tolist() for row, mask in zip(batch["input_ids"], batch["attention_mask"],
                                                            strict=True)] == trained
     with torch.no_grad():

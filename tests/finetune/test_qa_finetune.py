@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import json
 import random
+import shlex
 from pathlib import Path
 
 import pytest
 from test_finetune import ANIMALS, OBJECTS, PEOPLE, VERBS, run_main
 
 from bertpre.finetune.qa_data import read_qa_file
-from bertpre.finetune.qa_windows import encode_qa_windows
+from bertpre.finetune.qa_windows import default_doc_stride, encode_qa_windows
 from bertpre.finetune.source import load_encoder
 from bertpre.model.cost import ForwardShape, estimate_inference_memory, estimate_memory, readable
 from bertpre.train import memory
@@ -205,7 +206,8 @@ def test_the_same_command_reuses_its_results_and_other_qa_settings_are_another_r
 def longest_window(source: Path, files: list[Path], max_seq_length: int, doc_stride: int) -> tuple[object, int]:
     """The encoder's config and the longest window the command cuts from `files`."""
     encoder = load_encoder(source)
-    windows = [encode_qa_windows(encoder.tokenizer, read_qa_file(path), max_seq_length, doc_stride) for path in files]
+    windows = [encode_qa_windows(encoder.tokenizer, read_qa_file(path), max_seq_length, doc_stride,
+                                 config=encoder.config) for path in files]
     return encoder.config, max(len(ids) for split in windows for ids in split.input_ids)
 
 
@@ -281,3 +283,50 @@ def test_a_bad_test_file_in_json_lines_is_refused_before_any_training(change, ex
     assert code == 2 and stderr.count("\n") == 1 and "seed 0" not in stderr, stderr
     assert expected in stderr and ("q2-0" in stderr) and (change == "long question" or bad.name in stderr), stderr
     assert not (tmp_path / "out").exists()
+
+
+README = Path(__file__).parents[2] / "README.md"
+
+
+def readme_command(marker: str) -> list[str]:
+    """The README's `bertpre finetune` line holding `marker`, as its arguments."""
+    line = next(line for line in README.read_text(encoding="utf-8").splitlines()
+                if line.startswith("bertpre finetune ") and marker in line)
+    return shlex.split(line)[1:]
+
+
+@pytest.mark.parametrize(("max_seq_length", "room", "stride"), [
+    (384, 360, 128), (512, 480, 128), (128, 110, 42), (64, 56, 21), (64, 10, 9), (16, 1, 0)])
+def test_the_default_stride_is_squad_s_scaled_down_with_the_window_and_below_the_room(max_seq_length, room, stride):
+    assert default_doc_stride(max_seq_length, room) == stride
+
+
+def test_the_readme_s_wordnet_qa_command_runs_on_a_small_model(run_folder, squad, tmp_path, monkeypatch, capsys):
+    """The README's command types neither --max-seq-length nor --doc-stride: the squad preset's
+    windows of 384 are cut to the model's 64 positions, and the stride 128 scaled with them (one
+    note), where the stride was refused before ("--doc-stride 128 must be smaller than ...")."""
+    test = write_squad(tmp_path / "test.json", 8, 2)
+    files = {"my-bert": run_folder, "data/wordnet-qa/train.json": squad["train"],
+             "data/wordnet-qa/dev.json": squad["validation"], "data/wordnet-qa/test.json": test,
+             "results/wordnet-qa": tmp_path / "out"}
+    args = [files.get(arg, arg) for arg in readme_command("data/wordnet-qa/train.json")]
+    assert "--doc-stride" not in args and "--max-seq-length" not in args
+    code, _, stderr = run_main([*args, "--seeds", "1", "--epochs", "1"], monkeypatch, capsys)
+    assert code == 0, stderr
+    notes = [line for line in stderr.splitlines() if "--doc-stride" in line]
+    assert notes == ["note: --doc-stride 21: SQuAD's 128 for windows of 384 tokens, scaled to windows of 64 "
+                     "(give --doc-stride to choose)"]
+    result = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert result["question_answering"]["doc_stride"] == 21 and result["hyperparameters"]["max_seq_length"] == 64
+
+
+def test_a_typed_doc_stride_too_big_for_the_window_is_refused_in_one_line(run_folder, squad, tmp_path,
+                                                                         monkeypatch, capsys):
+    code, _, stderr = run_main(["finetune", run_folder, "--task", "qa", "--train", squad["train"],
+                                "--validation", squad["validation"], "--out", tmp_path / "out",
+                                "--doc-stride", "128"], monkeypatch, capsys)
+    assert code == 2
+    errors = [line for line in stderr.splitlines() if line.startswith("error")]
+    assert len(errors) == 1 and errors[0].startswith("error: --doc-stride 128 must be smaller than the ")
+    assert "context tokens a window of --max-seq-length 64 holds beside question" in errors[0]
+    assert "Traceback" not in stderr

@@ -55,7 +55,8 @@ def tiny_encoder(shape: dict, tiny_data: Path) -> Encoder:
 @pytest.mark.parametrize("shape", [TINY_BERT, TINY_XLNET, TINY_MODERNBERT], ids=["bert", "xlnet", "modernbert"])
 def test_padding_moves_neither_logits_nor_answers(shape, tiny_data):
     encoder = tiny_encoder(shape, tiny_data)
-    windows = encode_qa_windows(encoder.tokenizer, EXAMPLES, max_seq_length=20, doc_stride=4)
+    windows = encode_qa_windows(encoder.tokenizer, EXAMPLES, max_seq_length=20, doc_stride=4,
+                                config=encoder.config)
     assert len({len(ids) for ids in windows.input_ids}) > 1  # windows of several lengths: padded together
     model = build_task_model(encoder.config, encoder.state, 2, tagging=False, question_answering=True)
     batched = window_logits(model, windows, batch_size=8, pad_id=0, runtime=CPU, padding_side=encoder.padding_side)
@@ -75,7 +76,8 @@ def test_padding_moves_neither_logits_nor_answers(shape, tiny_data):
 @pytest.mark.parametrize("shape", [TINY_BERT, TINY_XLNET], ids=["bert", "xlnet"])
 def test_the_loss_is_transformers_question_answering_loss(shape, tiny_data):
     encoder = tiny_encoder(shape, tiny_data)
-    windows = encode_qa_windows(encoder.tokenizer, EXAMPLES, max_seq_length=20, doc_stride=4)
+    windows = encode_qa_windows(encoder.tokenizer, EXAMPLES, max_seq_length=20, doc_stride=4,
+                                config=encoder.config)
     ours = build_task_model(encoder.config, encoder.state, 2, tagging=False, question_answering=True).eval()
     name = family(encoder.config).question_answering_head.__name__
     hf_config = (encoder.config.xlnet_config() if encoder.config.is_xlnet else encoder.config).to_hf_dict()
@@ -95,7 +97,8 @@ def test_a_windows_loss_is_its_own_whatever_its_batch_mates(shape, tiny_data):
     """Padding is left out of the span softmax: a padded batch's loss is the mean of its windows'
     losses each alone (transformers' loss would count the padding's logits)."""
     encoder = tiny_encoder(shape, tiny_data)
-    windows = encode_qa_windows(encoder.tokenizer, EXAMPLES, max_seq_length=20, doc_stride=4)
+    windows = encode_qa_windows(encoder.tokenizer, EXAMPLES, max_seq_length=20, doc_stride=4,
+                                config=encoder.config)
     lengths = [len(ids) for ids in windows.input_ids]
     assert len(set(lengths)) > 1, "the batch must need padding"
     ours = build_task_model(encoder.config, encoder.state, 2, tagging=False, question_answering=True).eval()
@@ -114,7 +117,8 @@ def test_a_windows_loss_is_its_own_whatever_its_batch_mates(shape, tiny_data):
 
 def test_a_probe_trains_the_start_and_end_layer_alone(tiny_data):
     encoder = tiny_encoder(TINY_BERT, tiny_data)
-    windows = encode_qa_windows(encoder.tokenizer, EXAMPLES, max_seq_length=20, doc_stride=4)
+    windows = encode_qa_windows(encoder.tokenizer, EXAMPLES, max_seq_length=20, doc_stride=4,
+                                config=encoder.config)
     hp = Hyperparameters(mode="probe", epochs=2, lr=1e-2, batch_size=4)
     model = train_question_answering(encoder, windows, hp=hp, seed=0, runtime=CPU)
     trained = encoder_of(model, encoder.config).state_dict()
@@ -126,7 +130,8 @@ def test_a_probe_trains_the_start_and_end_layer_alone(tiny_data):
 
 def test_a_modernbert_probe_trains_its_head_and_classifier_alone(tiny_data):
     encoder = tiny_encoder(TINY_MODERNBERT, tiny_data)
-    windows = encode_qa_windows(encoder.tokenizer, EXAMPLES, max_seq_length=20, doc_stride=4)
+    windows = encode_qa_windows(encoder.tokenizer, EXAMPLES, max_seq_length=20, doc_stride=4,
+                                config=encoder.config)
     hp = Hyperparameters(mode="probe", epochs=2, lr=1e-2, batch_size=4)
     model = train_question_answering(encoder, windows, hp=hp, seed=0, runtime=CPU)
     trained = encoder_of(model, encoder.config).state_dict()

@@ -99,7 +99,8 @@ def test_select_by_dev_chooses_each_seeds_epoch_by_dev_f1_and_applies_dev_thresh
     seed = str(chosen["saved_model"]["seed"])
     dev_f1 = chosen["splits"]["validation"]["metrics"]["f1"]["per_seed"]
     assert dev_f1[chosen["seeds"].index(int(seed))] == max(dev_f1)
-    windows = encode_qa_windows(load_encoder(run_folder).tokenizer, validation, 48, 8)
+    encoder = load_encoder(run_folder)
+    windows = encode_qa_windows(encoder.tokenizer, validation, 48, 8, config=encoder.config)
     longest = max(map(len, windows.input_ids))
     ids = torch.tensor([row + [0] * (longest - len(row)) for row in windows.input_ids])
     types = torch.tensor([row + [0] * (longest - len(row)) for row in windows.token_type_ids])

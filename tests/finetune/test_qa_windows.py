@@ -9,13 +9,22 @@ import pytest
 from bertpre.errors import UserError
 from bertpre.finetune.qa_answers import predict_answers
 from bertpre.finetune.qa_data import Answer, QAExample
-from bertpre.finetune.qa_windows import encode_qa_windows
+from bertpre.finetune.qa_windows import encode_qa_windows as encode_windows
+from bertpre.model import BertConfig
 from bertpre.tokenizer import SPECIAL_TOKENS, build_tokenizer, train_tokenizer
 
 ENGLISH = ("The Normans were the people who in the 10th and 11th centuries gave their name to Normandy, "
            "a region in France. They were descended from Norse raiders and pirates from Denmark, Iceland "
            "and Norway who, under their leader Rollo, agreed to swear fealty to King Charles III of West Francia.")
 CHINESE = "范廷颂枢机(1919年6月15日—2009年2月22日),圣名保禄·若瑟,是越南罗马天主教枢机。1963年被任为主教。"
+
+
+BERT = BertConfig()  # two token types
+
+
+def encode_qa_windows(tokenizer, examples, *args, config: BertConfig = BERT, **options):
+    """The windows as a BERT reads them (its two token types), unless `config` says another family."""
+    return encode_windows(tokenizer, examples, *args, config=config, **options)
 
 
 def example(id_: str, question: str, context: str, *answers: str) -> QAExample:
@@ -224,7 +233,8 @@ def test_xlnet_layout_puts_the_null_answer_on_its_last_token(tokenizer):
 
     xlnet = xlnet_layout(tokenizer)
     examples = [example("a", "Who?", ENGLISH, "Rollo"), example("b", "Who?", ENGLISH)]
-    windows = encode_qa_windows(xlnet, examples, max_seq_length=24, doc_stride=6)
+    windows = encode_qa_windows(xlnet, examples, max_seq_length=24, doc_stride=6,
+                                config=BertConfig(architecture="xlnet"))
     assert windows.cls_index == [len(ids) - 1 for ids in windows.input_ids]
     assert all(types[-1] == 2 for types in windows.token_type_ids)
     predictions = predict_answers(examples, windows, *perfect_logits(windows), version_2_with_negative=True)

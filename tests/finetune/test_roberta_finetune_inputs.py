@@ -53,7 +53,8 @@ def roberta(tmp_path_factory) -> Path:
 def test_batches_are_padded_with_the_tokenizers_pad_not_the_start_token(roberta):
     encoder = load_encoder(roberta)
     assert pad_token_id(encoder) == 1 == encoder.config.pad_token_id  # "[PAD]" is not there: 0 is <s>
-    encoded = encode_texts(encoder.tokenizer, ["the cat", "the cat sees the river ."], None, [0, 1], 64)
+    encoded = encode_texts(encoder.tokenizer, ["the cat", "the cat sees the river ."], None, [0, 1], 64,
+                           config=encoder.config)
     batch = pad_batch(encoded, [0, 1], pad_token_id(encoder))
     short = len(encoded.input_ids[0])
     assert batch["input_ids"][0, :short].tolist() == encoded.input_ids[0]
@@ -68,7 +69,7 @@ def test_qa_windows_are_a_transformers_users_on_a_roberta_tokenizer(make, tokeni
     encoder = load_encoder(folder)
     examples = [QAExample(f"q{index}", question, CONTEXT, (Answer(answer, CONTEXT.index(answer)),))
                 for index, (question, answer) in enumerate(QUESTIONS)]
-    windows = encode_qa_windows(encoder.tokenizer, examples, max_seq_length=40, doc_stride=8)
+    windows = encode_qa_windows(encoder.tokenizer, examples, max_seq_length=40, doc_stride=8, config=encoder.config)
     auto = transformers.AutoTokenizer.from_pretrained(str(folder))
     theirs = auto([example.question for example in examples], [example.context for example in examples],
                   truncation="only_second", max_length=40, stride=8, return_overflowing_tokens=True,
@@ -96,7 +97,7 @@ def test_words_are_pieced_and_tagged_as_transformers_splits_them(make, tokenizer
     folder = released_roberta(tmp_path, make, tokenizer_class, model)
     encoder = load_encoder(folder)
     tags = [list(range(len(sentence))) for sentence in WORDS]
-    encoded = encode_words(encoder.tokenizer, WORDS, tags, 64)
+    encoded = encode_words(encoder.tokenizer, WORDS, tags, 64, config=encoder.config)
     auto = transformers.AutoTokenizer.from_pretrained(str(folder), add_prefix_space=True)
     theirs = auto(WORDS, is_split_into_words=True, truncation=True, max_length=64)
     assert encoded.input_ids == theirs["input_ids"]
@@ -145,7 +146,8 @@ def test_a_saved_tagging_model_splits_words_in_transformers_as_it_was_fine_tuned
     saved = Path(json.loads((out / "results.json").read_text())["saved_model"]["path"])
     assert json.loads((saved / "tokenizer_config.json").read_text())["add_prefix_space"] is True
     tags = [[0] * len(sentence) for sentence in WORDS]
-    trained = encode_words(load_encoder(source).tokenizer, WORDS, tags, 64).input_ids
+    trained_encoder = load_encoder(source)
+    trained = encode_words(trained_encoder.tokenizer, WORDS, tags, 64, config=trained_encoder.config).input_ids
     saved_tokenizer = transformers.AutoTokenizer.from_pretrained(str(saved))
     assert saved_tokenizer(WORDS, is_split_into_words=True)["input_ids"] == trained
     unspaced = transformers.AutoTokenizer.from_pretrained(str(source))(WORDS, is_split_into_words=True)

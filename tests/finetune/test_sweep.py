@@ -178,3 +178,46 @@ def test_select_by_dev_reports_the_checkpoint_scoring_best_on_dev(sweep_run, tas
     assert result["checkpoint_selection"]["steps"] == [10, 20, 30] and result["checkpoint_selection"]["means"] == dev
     rows = [line for line in stdout.splitlines() if line.strip().split(" ")[0] in ("10", "20", "30")]
     assert [row.endswith("<- reported") for row in rows] == [number == best for number in range(3)]
+
+
+def test_watch_waits_for_a_run_that_has_not_saved_yet(sweep_run, task_folder, tmp_path):
+    """A pretraining and its watcher started together: the watcher finds RUN claimed, with its
+    config.yaml and no checkpoints/, and waits; the checkpoint that lands is scored, and the
+    watch ends when the pretraining lets go of the run (it was refused: "is not a RUN folder")."""
+    import threading
+
+    from bertpre.claim import Claim
+    from bertpre.config.finetune import load_hyperparameters
+    from bertpre.finetune.run import TaskFiles, finetune
+
+    run = tmp_path / "run"
+    claim = Claim(run, "pretrain", label="run folder")
+    claim.take()  # this process plays the live pretraining
+    shutil.copy(sweep_run / "config.yaml", run / "config.yaml")
+    shutil.copytree(sweep_run / "tokenizer", run / "tokenizer")
+    files = TaskFiles(task="classification", train=task_folder / "train.jsonl",
+                      validation=task_folder / "dev.jsonl")
+    hp = load_hyperparameters("probe", None, [], {"epochs": 2})
+    said: list[str] = []
+    outcome: dict = {}
+
+    def watch() -> None:
+        try:
+            outcome["results"] = finetune(run, files, tmp_path / "watched", hp=hp, seeds=[1], watch=True,
+                                          poll_seconds=0.05, say=said.append)
+        except BaseException as error:  # noqa: BLE001 - handed to the test's thread
+            outcome["error"] = error
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    time.sleep(0.5)
+    assert watcher.is_alive() and not outcome, outcome  # waiting, not refused
+    staging = run / "checkpoints" / ".staging"
+    shutil.copytree(sweep_run / "checkpoints" / "step-00000030", staging)
+    staging.rename(run / "checkpoints" / "step-00000030")  # a checkpoint lands whole, as pretrain saves
+    time.sleep(0.2)
+    claim.release()  # the pretraining ends
+    watcher.join(timeout=120)
+    assert not watcher.is_alive() and "error" not in outcome, outcome
+    assert [result["checkpoint_step"] for result in outcome["results"]] == [30]
+    assert any(line.startswith("step 30: ") for line in said)

@@ -87,10 +87,10 @@ def test_pairs_are_encoded_as_the_exports_tokenizer_does_with_truncation(source)
     reference = transformers.AutoTokenizer.from_pretrained(source["export"])
     first, second = sentences(300, 0), sentences(300, 1)
     for length in (8, 17, 64):
-        single = encode_texts(encoder.tokenizer, first, None, [0] * 300, length)
+        single = encode_texts(encoder.tokenizer, first, None, [0] * 300, length, config=encoder.config)
         expected = reference(first, truncation="longest_first", max_length=length)
         assert single.input_ids == expected["input_ids"] and single.token_type_ids == expected["token_type_ids"]
-        encoded = encode_texts(encoder.tokenizer, first, second, [0] * 300, length)
+        encoded = encode_texts(encoder.tokenizer, first, second, [0] * 300, length, config=encoder.config)
         expected = reference(first, second, truncation="longest_first", max_length=length)
         assert encoded.input_ids == expected["input_ids"]
         assert encoded.token_type_ids == expected["token_type_ids"]
@@ -106,7 +106,7 @@ def test_pairs_are_encoded_as_the_exports_tokenizer_does_with_truncation(source)
 def test_tagging_labels_the_first_piece_of_each_word_before_xlnets_cls(source):
     encoder = load_encoder(source["export"])
     words = [["the", "farmer", "watches", "zebras"]]
-    encoded = encode_words(encoder.tokenizer, words, [[0, 1, 2, 3]], 64)
+    encoded = encode_words(encoder.tokenizer, words, [[0, 1, 2, 3]], 64, config=encoder.config)
     pieces = [encoder.tokenizer.id_to_token(token) for token in encoded.input_ids[0]]
     assert pieces[-2:] == ["[SEP]", "[CLS]"] and encoded.token_type_ids[0][-1] == 2
     expected, word = [], -1
@@ -136,7 +136,7 @@ def test_the_task_models_equal_transformers(tagging, num_labels, source):
     auto = transformers.XLNetForTokenClassification if tagging else transformers.XLNetForSequenceClassification
     theirs = auto(config).eval()
     theirs.load_state_dict(ours.state_dict(), strict=True)
-    encoded = encode_texts(encoder.tokenizer, sentences(6, 2), sentences(6, 3), [0] * 6, 40)
+    encoded = encode_texts(encoder.tokenizer, sentences(6, 2), sentences(6, 3), [0] * 6, 40, config=encoder.config)
     batch = pad_batch(encoded, list(range(6)), 0, padding_side="left")
     assert not bool(batch["attention_mask"].all())  # padded: the heads must read past it
     with torch.no_grad():
@@ -149,7 +149,7 @@ def test_the_task_models_equal_transformers(tagging, num_labels, source):
 def test_probe_features_are_the_cls_token_or_the_mean_whatever_the_padding(source):
     encoder = load_encoder(source["export"])
     texts = sentences(5, 4)
-    encoded = encode_texts(encoder.tokenizer, texts, None, [0] * 5, 64)
+    encoded = encode_texts(encoder.tokenizer, texts, None, [0] * 5, 64, config=encoder.config)
     model = build_task_model(encoder.config, encoder.state, 1, tagging=True).eval()
     for pooling in ("cls", "mean"):
         features = encoder_features(encoder, encoded, task="classification", pooling=pooling, batch_size=5,
