@@ -214,6 +214,21 @@ def group_processes(group: int) -> list[int]:
     return found
 
 
+def live_children(parent: int) -> list[int]:
+    """The processes `parent` started that have not ended (zombies left out)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            state, ppid = (entry / "stat").read_text().rsplit(")", 1)[1].split()[:2]
+        except OSError:
+            continue
+        if int(ppid) == parent and state != "Z":
+            found.append(int(entry.name))
+    return found
+
+
 def assert_stopped(process: subprocess.Popen, signum: int, stdout: str, stderr: str) -> None:
     """The exit code of `signum`, its one line last on stderr and no other complaint, and no
     process of the command's group still running (the workers included)."""
