@@ -187,9 +187,13 @@ def dataloader_worker_lost(error: BaseException) -> str | None:
     text = " ".join(str(error).split())
     if not isinstance(error, RuntimeError) or not text.startswith("DataLoader worker (pid"):
         return None
-    what = text.split(". ", 1)[0].rstrip(".")  # torch's first sentence names the process and the signal
-    why = ("out of shared memory: raise the limit of /dev/shm (a container's --shm-size)"
-           if "Bus error" in text else "killed from outside, most often by the out-of-memory killer (see dmesg)")
+    what = text.split(". ", 1)[0].rstrip(".")  # torch's first sentence names the process and how it ended
+    if "Bus error" in text:
+        why = "out of shared memory: raise the limit of /dev/shm (a container's --shm-size)"
+    elif "exit code" in text:  # ended by native code, no Python error to hand over
+        why = "it gave no reason; run with data.num_workers=0 to see the error in the main process"
+    else:
+        why = "killed from outside, most often by the out-of-memory killer (see dmesg)"
     return f"a data loading process ended before training did ({what}): {why}"
 
 

@@ -131,6 +131,10 @@ def test_a_worker_takes_no_group_signal_but_ends_at_its_main_process_sigterm():
      "workers are out of shared memory. Please try to raise your shared memory limit.",
      "a data loading process ended before training did (DataLoader worker (pid 4242) is killed by signal: "
      "Bus error): out of shared memory: raise the limit of /dev/shm (a container's --shm-size)"),
+    ("DataLoader worker (pid 4242) exited unexpectedly with exit code 1. Details are lost due to "
+     "multiprocessing. Rerunning with num_workers=0 may give better error trace.",
+     "a data loading process ended before training did (DataLoader worker (pid 4242) exited unexpectedly "
+     "with exit code 1): it gave no reason; run with data.num_workers=0 to see the error in the main process"),
 ])
 def test_a_dataloader_worker_lost_is_said_in_one_line(torch_says, user_reads):
     assert errors.dataloader_worker_lost(RuntimeError(torch_says)) == user_reads
