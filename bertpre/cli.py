@@ -224,7 +224,7 @@ def pretrain(
     Example: bertpre pretrain --config configs/base.yaml --data data/corpus --out runs/base
 
     Exit codes: 0 done, 2 bad input or a diverged run, 130 after SIGINT and 143 after SIGTERM
-    (both once a checkpoint is saved).
+    (both once a checkpoint is saved). SIGUSR1 saves a checkpoint and training goes on.
     """
     from bertpre.config import load_config
     from bertpre.config.sections import INIT_FROM

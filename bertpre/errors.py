@@ -58,6 +58,12 @@ class Stopped(BaseException):
 
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+# Slurm's warning ahead of a job's end (`--signal=USR1@90`): pretraining saves a checkpoint and
+# goes on (`bertpre.train.runtime.StopSignals`); any other command has nothing to save and takes
+# no notice, where the signal's default action would kill it mid-write.
+SAVE_SIGNAL = signal.SIGUSR1
+# What a scheduler or a terminal sends to a command's whole process group.
+GROUP_SIGNALS = (*STOP_SIGNALS, SAVE_SIGNAL)
 
 _received: list[int] = []  # signals recorded by `stop`, for `raise_if_stopped`
 _handling_pid: int | None = None  # the process `handle_stop_signals` was called in
@@ -76,6 +82,12 @@ def handle_stop_signals() -> None:
     _handling_pid = os.getpid()
     for signum in STOP_SIGNALS:
         signal.signal(signum, _on_stop_signal)
+    # A handler, not SIG_IGN, which every program this one starts would inherit.
+    signal.signal(SAVE_SIGNAL, _take_no_notice)
+
+
+def _take_no_notice(signum: int, frame: object) -> None:
+    """SIGUSR1 outside pretraining's loop: nothing to save."""
 
 
 def _on_stop_signal(signum: int, frame: object) -> None:
@@ -122,6 +134,67 @@ def raise_if_stopped() -> None:
     """
     if _received:
         raise Stopped(_received[0])
+
+
+@contextmanager
+def group_signals_blocked() -> Iterator[None]:
+    """Block GROUP_SIGNALS in this thread while it starts worker processes.
+
+    A process forked meanwhile starts with them blocked, so that one sent to the whole group
+    before the worker has taken them over (`worker_ignores_group_signals`) waits instead of
+    killing it; this process's own is delivered as the block ends.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, GROUP_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def worker_ignores_group_signals(main_pid: int, worker_id: int = 0) -> None:
+    """A worker process's `worker_init_fn`: take no signal sent to the whole process group.
+
+    Slurm's preemption and `scancel`, `timeout` and Ctrl-C signal every process of the group;
+    a worker that died of it would make the main process fail (torch raises "DataLoader worker
+    ... killed by signal") before it saved. The main process decides, saves and ends its
+    workers. Its own SIGTERM (`Process.terminate()`, which torch and multiprocessing send to a
+    worker that did not stop when asked) still ends the worker: the sender tells them apart.
+
+    Args:
+        main_pid: the process that started the worker (os.getppid() is not it under forkserver).
+    """
+    for signum in (signal.SIGINT, SAVE_SIGNAL):
+        signal.signal(signum, signal.SIG_IGN)  # (one pending since the fork is dropped)
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # read by the thread below only
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, SAVE_SIGNAL})
+    threading.Thread(target=_end_at_sigterm_from, args=(main_pid,), daemon=True,
+                     name="bertpre-sigterm").start()
+
+
+def _end_at_sigterm_from(main_pid: int) -> None:
+    """In a worker: wait for SIGTERMs; the one from `main_pid` ends the process at once."""
+    while True:
+        if signal.sigwaitinfo({signal.SIGTERM}).si_pid == main_pid:
+            os.kill(os.getpid(), signal.SIGKILL)  # as SIGTERM's default action would
+
+
+def dataloader_worker_lost(error: BaseException) -> str | None:
+    """What to tell the user when `error` is torch saying that a DataLoader worker process died
+    (killed from outside: most often the out-of-memory killer); None for any other error."""
+    text = " ".join(str(error).split())
+    if not isinstance(error, RuntimeError) or not text.startswith("DataLoader worker (pid"):
+        return None
+    what = text.split(". ", 1)[0].rstrip(".")  # torch's first sentence names the process and how it ended
+    if "Bus error" in text:
+        why = "out of shared memory: raise the limit of /dev/shm (a container's --shm-size)"
+    elif "exit code" in text:  # ended by native code, no Python error to hand over
+        why = "it gave no reason; run with data.num_workers=0 to see the error in the main process"
+    else:
+        why = "killed from outside, most often by the out-of-memory killer (see dmesg)"
+    return f"a data loading process ended before training did ({what}): {why}"
 
 
 @contextmanager

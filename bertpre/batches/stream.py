@@ -1,12 +1,14 @@
 """The trainer's micro-batches: a DataLoader over the epoch's instances, resumable at any position."""
 from __future__ import annotations
 
+import os
+from functools import partial
 from typing import Any
 
 import torch
 from torch.utils.data import DataLoader, Subset
 
-from bertpre.errors import UserError
+from bertpre.errors import UserError, group_signals_blocked, worker_ignores_group_signals
 
 
 class BatchStream:
@@ -40,8 +42,13 @@ class BatchStream:
             # Its own generator: creating a loader must not draw from the global RNG that
             # dropout uses, or a resumed run would diverge from an uninterrupted one.
             generator=torch.Generator().manual_seed(self.seed),
+            # A signal sent to the whole group (preemption, Ctrl-C) is the main process's to
+            # answer: it saves, then ends the workers. Blocked while they start, so that none
+            # dies of one before it has taken them over.
+            worker_init_fn=partial(worker_ignores_group_signals, os.getpid()),
         )
-        self._batches = iter(loader)
+        with group_signals_blocked():
+            self._batches = iter(loader)
 
     def state_dict(self) -> dict[str, int]:
         """Where the stream stands: the epoch and the next instance of this process's share."""
@@ -51,6 +58,10 @@ class BatchStream:
         """Continue from a saved `state_dict`: the next batch is the one that would have come."""
         self.epoch, self.position = int(state["epoch"]), int(state["position"])
         self._batches = None
+
+    def close(self) -> None:
+        """End the worker processes now (the next batch starts new ones, from the same position)."""
+        self._batches = None  # the iterator shuts its workers down as it is freed
 
     def next(self) -> dict[str, torch.Tensor]:
         if self._batches is None:

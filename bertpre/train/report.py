@@ -276,6 +276,13 @@ def write_failed(error: Exception, what: str, run_dir: Path) -> UserError:
                      f"or make {run_dir} writable, then run the same command again to resume")
 
 
+def worker_lost(lost: str, run_dir: Path) -> UserError:
+    """The one line for a data loading process that died (`bertpre.errors.dataloader_worker_lost`
+    says how): what is kept, and how to go on."""
+    return UserError(f"{lost}; {kept_checkpoint(run_dir)}; run the same command again to resume "
+                     "(with a lower data.num_workers if memory is short)")
+
+
 def diverged_message(step: int, what: str, run_dir: Path) -> str:
     """The one line for a run that stopped being finite at (1-based) `step`."""
     return (f"training diverged at step {step}: {what}; {kept_checkpoint(run_dir)}; "

@@ -16,7 +16,7 @@ import torch.distributed as dist
 
 from bertpre.config import DEVICES
 from bertpre.config.sections import PRECISIONS
-from bertpre.errors import UserError
+from bertpre.errors import SAVE_SIGNAL, UserError
 
 DEVICE_ENV = "BERTPRE_DEVICE"
 FP16_ON_CPU = "precision fp16 needs a CUDA GPU; training in fp32 on this CPU instead"
@@ -221,28 +221,36 @@ SIGNAL_EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}
 
 
 class StopSignals:
-    """Turns SIGINT/SIGTERM into a request to stop after the current step."""
+    """While training: SIGINT and SIGTERM ask to stop after the current step (which is saved),
+    SIGUSR1 (`SAVE_SIGNAL`) to save the current step and go on."""
 
     def __init__(self) -> None:
         self.received: int | None = None
+        self.save_asked = False
         self._previous: dict[int, Any] = {}
 
     def __enter__(self) -> StopSignals:
         if threading.current_thread() is threading.main_thread():
-            for signum in SIGNAL_EXIT_CODES:
+            for signum in (*SIGNAL_EXIT_CODES, SAVE_SIGNAL):
                 self._previous[signum] = signal.signal(signum, self._handle)
         return self
 
     def _handle(self, signum: int, frame: Any) -> None:
-        self.received = signum
+        if signum == SAVE_SIGNAL:
+            self.save_asked = True
+        else:
+            self.received = signum
 
-    def agreed(self, runtime: Runtime) -> int:
-        """The signal number any process received (0 for none), agreed by all processes."""
-        if not runtime.distributed:
-            return self.received or 0
-        stop = torch.tensor([self.received or 0], device=runtime.device)
-        torch.distributed.all_reduce(stop, op=torch.distributed.ReduceOp.MAX)
-        return int(stop)
+    def agreed(self, runtime: Runtime) -> tuple[int, bool]:
+        """The stop signal any process received (0 for none) and whether any was asked to save,
+        agreed by all processes; a save asked is answered by this call."""
+        asked = [self.received or 0, int(self.save_asked)]
+        self.save_asked = False
+        if runtime.distributed:
+            agreed = torch.tensor(asked, device=runtime.device)
+            torch.distributed.all_reduce(agreed, op=torch.distributed.ReduceOp.MAX)
+            asked = agreed.tolist()
+        return asked[0], bool(asked[1])
 
     def __exit__(self, *exc: Any) -> None:
         for signum, handler in self._previous.items():

@@ -14,7 +14,7 @@ from safetensors import SafetensorError
 from torch.nn.parallel import DistributedDataParallel
 
 from bertpre.config import PHASE_KEYS, Config, check_world_size
-from bertpre.errors import WRITE_ERRNOS, UserError
+from bertpre.errors import WRITE_ERRNOS, UserError, dataloader_worker_lost
 from bertpre.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from bertpre.train.evaluation import build_evaluator
 from bertpre.train.metrics import MetricsWindow, MetricsWriter, ProgressBar, StepStats, gpu_scalars
@@ -29,6 +29,7 @@ from bertpre.train.report import (
     finished_run_note,
     plan_run,
     start_block,
+    worker_lost,
     write_failed,
 )
 from bertpre.train.run_folder import RunLock, prepare_run_folder, resume_notes, run_texts
@@ -75,6 +76,10 @@ def pretrain(config: Config, *, resume: bool = True) -> TrainResult:
         if error.errno not in WRITE_ERRNOS:
             raise
         raise write_failed(error, "to the run folder", Path(config.train.out)) from None
+    except RuntimeError as error:  # a data loading process killed from outside: not a bug here
+        if (lost := dataloader_worker_lost(error)) is None:
+            raise
+        raise worker_lost(lost, Path(config.train.out)) from None
     finally:
         shutdown(runtime)
 
@@ -228,7 +233,8 @@ class Trainer:
         return next((index for index, end in enumerate(ends) if step < end), len(ends) - 1)
 
     def close(self) -> None:
-        """Release the run folder for the next process."""
+        """End the data loading processes now, and release the run folder for the next process."""
+        self.stream.close()
         self.lock.release()
 
     def __enter__(self) -> Trainer:
@@ -270,11 +276,13 @@ class Trainer:
                 pause_start = time.perf_counter()  # eval and saving are not counted in tokens/s
                 if self.step % train.eval_every == 0 or finished:
                     self.evaluate()
-                stop = signals.agreed(self.runtime)
-                if self.step % train.save_every == 0 or finished or stop:
+                stop, save_asked = signals.agreed(self.runtime)
+                if self.step % train.save_every == 0 or finished or stop or save_asked:
                     self.check_finite()  # a diverged model is never saved
                     self.metrics.flush()  # logs reach the checkpoint's step before it exists
                     self.save()
+                if save_asked and not stop and self.runtime.is_main:
+                    self.progress.write(f"note: saved step {self.step} as SIGUSR1 asked; training goes on")
                 if stop:
                     exit_code = SIGNAL_EXIT_CODES.get(stop, 130)
                     break
@@ -444,7 +452,8 @@ class Trainer:
                             rank_tensors=self.carry.rank_tensors())
         # On a full disk torch.save raises RuntimeError and safetensors SafetensorError.
         except (OSError, RuntimeError, SafetensorError) as error:
-            if isinstance(error, OSError) and error.errno not in WRITE_ERRNOS:
+            # Not the disk: torch raises a worker's death wherever the main process is.
+            if (isinstance(error, OSError) and error.errno not in WRITE_ERRNOS) or dataloader_worker_lost(error):
                 raise
             raise write_failed(error, f"checkpoint step-{self.step:08d}", self.run_dir) from None
 

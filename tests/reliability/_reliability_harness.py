@@ -91,9 +91,12 @@ def pretrain_args(config: Path, data: Path, out: Path, *settings: str) -> list[s
     return args
 
 
-def start_pretrain(config: Path, data: Path, out: Path, *settings: str) -> subprocess.Popen:
+def start_pretrain(config: Path, data: Path, out: Path, *settings: str, group: bool = False) -> subprocess.Popen:
+    """Start `bertpre pretrain`; `group`: in a process group of its own (its DataLoader workers
+    too), as a scheduler starts a job, so that a signal can be sent to the group."""
     return subprocess.Popen(bertpre_command(*pretrain_args(config, data, out, *settings)), env=child_env(),
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=group)
 
 
 def wait_for(condition, process: subprocess.Popen, timeout: float = 120, interval: float = 0.002) -> bool:
@@ -170,9 +173,13 @@ def folder_state(folder: Path) -> dict[str, tuple[int, int]]:
             for p in sorted(folder.rglob("*"))}  # lstat: a link is itself, even one that loops
 
 
-# How each stop signal is sent: SIGTERM to the process, as a scheduler or `kill` sends it; SIGINT
-# to its whole process group, as Ctrl-C in a terminal does (workers get it too).
+# Each stop signal's exit code and line.
 STOPS = {signal.SIGTERM: (143, "terminated"), signal.SIGINT: (130, "interrupted")}
+# How a stop signal is sent: SIGTERM to the process, as `kill` sends it, or to its whole process
+# group, as Slurm (preemption, scancel) and `timeout` do; SIGINT to the group, as Ctrl-C in a
+# terminal does. A signal to the group reaches the workers too.
+SENDS = {"SIGTERM-process": (signal.SIGTERM, False), "SIGTERM-group": (signal.SIGTERM, True),
+         "SIGINT-group": (signal.SIGINT, True)}
 
 
 def start_paused(args: list, fault: str, paused: Path, tmp: Path) -> subprocess.Popen:
@@ -184,8 +191,9 @@ def start_paused(args: list, fault: str, paused: Path, tmp: Path) -> subprocess.
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
 
 
-def send_stop(process: subprocess.Popen, signum: int) -> None:
-    if signum == signal.SIGINT:
+def send_stop(process: subprocess.Popen, signum: int, *, group: bool) -> None:
+    """`signum` to the process, or to its process group (it must lead one: `start_new_session`)."""
+    if group:
         os.killpg(process.pid, signum)
     else:
         process.send_signal(signum)
@@ -202,6 +210,21 @@ def group_processes(group: int) -> list[int]:
         except OSError:
             continue  # ended meanwhile
         if int(fields[2]) == group:  # the fields after `(name)`: state, ppid, pgrp, ...
+            found.append(int(entry.name))
+    return found
+
+
+def live_children(parent: int) -> list[int]:
+    """The processes `parent` started that have not ended (zombies left out)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            state, ppid = (entry / "stat").read_text().rsplit(")", 1)[1].split()[:2]
+        except OSError:
+            continue
+        if int(ppid) == parent and state != "Z":
             found.append(int(entry.name))
     return found
 

@@ -43,7 +43,7 @@ def test_resumed_before_its_decay_a_wsd_run_equals_the_longer_run(tiny_data, tmp
     """Stopped at step 3 of 5 (its decay starts at step 3, at the full lr), resumed to 10: every
     step's lr and loss equal the fresh 10-step run's, so no decay was taken and lost."""
     calls = iter(range(1, 100))
-    monkeypatch.setattr(StopSignals, "agreed", lambda self, runtime: signal.SIGINT if next(calls) == 3 else 0)
+    monkeypatch.setattr(StopSignals, "agreed", lambda self, runtime: (signal.SIGINT if next(calls) == 3 else 0, False))
     stopped = pretrain(wsd_config(tiny_data, tmp_path / "resumed", 5))
     assert (stopped.step, stopped.exit_code) == (3, 130)
     monkeypatch.undo()
