@@ -19,6 +19,7 @@ from bertpre.claim import claimed, real_path
 from bertpre.data.folder import DATASET_DIR, MANIFEST_FILE, DataFolder, load_data
 from bertpre.errors import UserError
 from bertpre.folders import staging_folder
+from bertpre.links import refuse_links
 from data_prep import Shard
 
 # Where a launcher says which task this is, in the order they are looked up.
@@ -219,6 +220,7 @@ def write_merged_manifest(folder: str | Path) -> tuple[dict, Path]:
     manifest = merge_manifests(check_shard_set(folder, [load_data(path) for path in paths]),
                                relative_to=folder)
     target = folder / MANIFEST_FILE
+    refuse_links(folder, [MANIFEST_FILE])  # a link of yours there is not replaced (`bertpre.links`)
     with claimed(real_path(folder), "tokenize", label="--merge-manifests"), staging_folder(target) as building:
         written = building / MANIFEST_FILE
         written.write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
