@@ -213,6 +213,7 @@ def write_merged_manifest(folder: str | Path) -> tuple[dict, Path]:
     folder = Path(folder)
     if not folder.is_dir():
         raise UserError(f"--merge-manifests {folder} is not a folder; give the folder that holds the shards")
+    refuse_links(folder, [MANIFEST_FILE])  # a link of yours there is not replaced (`bertpre.links`)
     paths = shard_folders(folder)
     if paths is None:
         raise UserError(f"--merge-manifests {folder} holds no shard folders (DATA folders written "
@@ -220,7 +221,6 @@ def write_merged_manifest(folder: str | Path) -> tuple[dict, Path]:
     manifest = merge_manifests(check_shard_set(folder, [load_data(path) for path in paths]),
                                relative_to=folder)
     target = folder / MANIFEST_FILE
-    refuse_links(folder, [MANIFEST_FILE])  # a link of yours there is not replaced (`bertpre.links`)
     with claimed(real_path(folder), "tokenize", label="--merge-manifests"), staging_folder(target) as building:
         written = building / MANIFEST_FILE
         written.write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")

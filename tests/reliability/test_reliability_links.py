@@ -316,3 +316,29 @@ def test_a_folder_is_never_swapped_in_over_a_link(kind, tmp_path):
     with pytest.raises(UserError, match="is a symbolic link"):
         swap_in(place, new, tmp_path / "out" / ".old-step-00000003", ["notes.md", "deep"])
     assert snapshot(target) == before and place.is_symlink() and (new / "config.json").is_file()
+
+
+def test_pretrain_out_that_is_a_link_to_your_folder_is_followed(reference_run, tiny_config, data_dir, copy_run,
+                                                                 tmp_path, monkeypatch, capsys):
+    disk = copy_run(reference_run, "big-disk")
+    (disk / "NOTES.md").write_text("mine\n", encoding="utf-8")
+    run = link(tmp_path / "run", disk)
+    code, _, stderr = run_main(["pretrain", "--config", tiny_config, "--data", data_dir, "--out", run,
+                                "--set", "train.max_steps=39"], monkeypatch, capsys)
+    assert code == 0, stderr
+    assert run.is_symlink() and (disk / "checkpoints" / "latest").read_text().strip() == "step-00000039"
+    assert (disk / "NOTES.md").read_text() == "mine\n"
+
+
+# tokenize --merge-manifests: DATA/manifest.json
+
+
+def test_merge_manifests_refuses_a_linked_manifest(tmp_path, monkeypatch, capsys):
+    data = tmp_path / "data"
+    data.mkdir()
+    target = file_of_yours(tmp_path)
+    before = snapshot(target)
+    linked = link(data / "manifest.json", target)
+    code, stdout, stderr = run_main(["tokenize", "--merge-manifests", data], monkeypatch, capsys)
+    assert_refused(code, stdout, stderr, linked)
+    assert snapshot(target) == before
