@@ -31,10 +31,14 @@ def hashes(folder: Path) -> dict[str, str]:
         for path in sorted(folder.rglob("*")) if path.is_file() or path.is_symlink()}
 
 
-def folder_of_yours(tmp_path: Path, name: str = "mine") -> Path:
-    """A folder of yours with a file, a nested file and names bertpre writes (config.json, a manifest)."""
+YOUR_NAMES = ("notes.md", "deep/results.csv")
+BERTPRE_NAMES = ("config.json", "manifest.json", "model.safetensors")
+
+
+def folder_of_yours(tmp_path: Path, name: str = "mine", places: tuple[str, ...] = YOUR_NAMES + BERTPRE_NAMES) -> Path:
+    """A folder of yours with a file, a nested file and (by default) names bertpre writes too."""
     folder = tmp_path / name
-    for place in ("notes.md", "deep/results.csv", "config.json", "manifest.json", "model.safetensors"):
+    for place in places:
         (folder / place).parent.mkdir(parents=True, exist_ok=True)
         (folder / place).write_text(f"yours: {place}\n", encoding="utf-8")
     return folder
@@ -90,11 +94,13 @@ def finetune_args(source: Path, task: Path, out: Path, *more: str) -> list:
             "--seeds", "1", *more]
 
 
-@pytest.mark.parametrize("kind", ["folder", "file"])
+@pytest.mark.parametrize("kind", ["folder", "folder of other names", "file"])
 def test_save_model_refuses_out_model_linked_to_yours(kind, reference_run, task, finetuned, tmp_path,
                                                       monkeypatch, capsys):
-    """The finding: the user's files were moved out of the linked folder into the new OUT/model."""
-    target = folder_of_yours(tmp_path) if kind == "folder" else file_of_yours(tmp_path)
+    """The finding: the user's files were moved out of the linked folder into the new OUT/model
+    (a folder of other names than a model's: with a config.json of yours it was kept beside)."""
+    target = (folder_of_yours(tmp_path) if kind == "folder" else file_of_yours(tmp_path) if kind == "file"
+              else folder_of_yours(tmp_path, places=YOUR_NAMES))
     before = snapshot(target)
     place = link(finetuned / "model", target)
     code, stdout, stderr = run_main(finetune_args(reference_run, task, finetuned, "--save-model"),
