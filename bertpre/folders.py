@@ -42,6 +42,7 @@ from bertpre.inventory import (
     swap_in,
     take_inventory,
 )
+from bertpre.links import refuse_links
 
 # The file that marks a folder as made by one command, and what the folder is called in messages.
 MARKERS = {
@@ -61,7 +62,7 @@ def check_out(out: Path, command: str, *, overwrite: bool, sources: Sequence[Pat
     Allowed: a path that does not exist (under a folder, not a file), an empty folder, or, with
     `overwrite`, a folder this same command made (it holds the command's marker file). Never a
     folder that is, or holds, one of the command's `sources`, nor one another command has
-    claimed. Every comparison is between real paths: a symbolic link, `..` or a second name of
+    claimed, nor one with a symbolic link where the command writes (`bertpre.links`). Every comparison is between real paths: a symbolic link, `..` or a second name of
     the same folder changes nothing.
 
     Returns:
@@ -90,6 +91,8 @@ def check_out(out: Path, command: str, *, overwrite: bool, sources: Sequence[Pat
         what = describe(target)
         raise UserError(f"--out {out} is {what}, which `bertpre {command}` did not make, so "
                         "--overwrite will not replace it; choose another --out")
+    # Where the new folder writes what the old one wrote: a link of yours there is not replaced.
+    refuse_links(target, [marker, *read_inventory(target, command, ()).files])
     refuse_edits(out, target, command)
     return target
 

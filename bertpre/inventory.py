@@ -7,7 +7,9 @@ it is as bertpre left it unless its size changed. Replacing the folder
 (`--overwrite`, a repeated demo) replaces those files and nothing else: a file or folder found
 inside that the inventory does not list (your notes, a model card, another command's output) is
 kept where it is, byte for byte. A listed file that changed since it was written (an edit of
-yours) is not discarded either: the command refuses before any work, naming it.
+yours) is not discarded either: the command refuses before any work, naming it. bertpre writes no
+symbolic links, so a link found inside is yours wherever it stands: it is kept as a link, and
+never followed (`bertpre.links`).
 
 A folder an older bertpre made has no inventory; there, the names the command itself writes at
 the top of the folder are its own, and every other name is kept.
@@ -25,6 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from bertpre.claim import BOOKKEEPING_FILES
+from bertpre.errors import UserError
+from bertpre.links import link_on_the_way, refusal
 
 INVENTORY_FILE = ".bertpre-inventory.json"
 # Written into a folder just before it is swapped aside: the entries to move into its successor,
@@ -114,7 +118,9 @@ def foreign_paths(folder: Path, inventory: Inventory) -> list[str]:
             relative = prefix + entry.name
             if not prefix and entry.name in OWN_FILES:
                 continue
-            if entry.is_dir(follow_symlinks=False):
+            if entry.is_symlink():  # never bertpre's, even at a name it writes: kept as a link
+                found.append(relative)
+            elif entry.is_dir(follow_symlinks=False):
                 if inventory.owns(relative) and inventory.legacy_names is not None:
                     continue
                 if inventory.holds_under(relative):
@@ -179,7 +185,10 @@ def write_keep_list(folder: Path, kept: list[str]) -> None:
 def swap_in(target: Path, new: Path, aside: Path, kept: list[str]) -> None:
     """Put the folder `new` at `target`, the old one going to `aside` and then away, but for the
     `kept` entries, moved into the new folder. Hold signals around it (`signals_held`): the
-    renames belong together. A process killed between them leaves `aside` with its keep list."""
+    renames belong together. A process killed between them leaves `aside` with its keep list.
+    A link at `target` is refused (`bertpre.links`): its folder's files would be moved out of it."""
+    if (link := link_on_the_way(target.parent, target.name)) is not None:
+        raise UserError(refusal(link))
     if target.exists():
         with contextlib.suppress(FileNotFoundError):
             shutil.rmtree(aside)
@@ -206,7 +215,9 @@ def move_kept(old: Path, new: Path, kept: Iterable[str]) -> None:
 def restore_kept(aside: Path, out: Path) -> None:
     """A folder swapped aside by a process that died before it moved the kept entries back:
     put the whole folder back if nothing took its place, else move the kept entries into `out`.
-    Called before such a temporary is deleted."""
+    Called before such a temporary is deleted. A link of that name is not bertpre's: never read."""
+    if aside.is_symlink():
+        return
     try:
         kept = json.loads((aside / KEEP_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -226,13 +237,16 @@ def remove_listed(folder: Path, inventory: Inventory) -> None:
     if inventory.legacy_names is not None:
         for name in inventory.legacy_names:
             path = folder / name
-            if path.is_dir() and not path.is_symlink():
+            if path.is_symlink():
+                continue  # yours (`bertpre.links`): kept
+            if path.is_dir():
                 shutil.rmtree(path)
             elif os.path.lexists(path):
                 path.unlink()
     else:
         for relative in inventory.files:
-            (folder / relative).unlink(missing_ok=True)
+            if link_on_the_way(folder, relative) is None:  # never through a link of yours
+                (folder / relative).unlink(missing_ok=True)
         parents = {parent for relative in inventory.files
                    for parent in (folder / relative).parents if folder in parent.parents}
         for parent in sorted(parents, key=lambda path: len(path.parts), reverse=True):

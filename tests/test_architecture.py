@@ -12,25 +12,26 @@ import tomllib
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "bertpre"
 # What each part may import (besides itself). Layers: tools → train → model, batches → data →
-# tokenizer; `labels`, `errors`, `claim` and `folders` are shared by all; `config` is the run config.
+# tokenizer; `labels`, `errors`, `claim`, `links` and `folders` are shared by all; `config` is the run config.
 ALLOWED = {
     "errors": set(),
     "claim": {"errors"},
-    "inventory": {"claim"},
-    "folders": {"errors", "claim", "inventory"},
+    "links": {"errors"},
+    "inventory": {"claim", "errors", "links"},
+    "folders": {"errors", "claim", "inventory", "links"},
     "labels": set(),
     "configs": set(),
     "tokenizer": {"errors"},
-    "data": {"tokenizer", "errors", "folders", "claim", "inventory"},
+    "data": {"tokenizer", "errors", "folders", "claim", "inventory", "links"},
     "batches": {"data", "tokenizer", "errors", "labels"},
     "model": {"errors", "labels", "tokenizer"},
     "config": {"configs", "model", "tokenizer", "errors", "labels"},
     "train": {"config", "model", "batches", "data", "tokenizer", "errors", "labels", "folders",
-              "claim", "inventory"},
+              "claim", "inventory", "links"},
     "tools": {"train", "config", "model", "batches", "data", "tokenizer", "errors", "labels",
-              "configs", "folders", "claim", "inventory"},
+              "configs", "folders", "claim", "inventory", "links"},
     "finetune": {"train", "config", "model", "batches", "data", "tokenizer", "errors", "labels",
-                 "configs", "folders", "claim", "tools", "inventory"},
+                 "configs", "folders", "claim", "tools", "inventory", "links"},
     "cli": {"configs", "errors", "config", "tools", "train", "data", "finetune"},
 }
 

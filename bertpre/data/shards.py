@@ -19,6 +19,7 @@ from bertpre.claim import claimed, real_path
 from bertpre.data.folder import DATASET_DIR, MANIFEST_FILE, DataFolder, load_data
 from bertpre.errors import UserError
 from bertpre.folders import staging_folder
+from bertpre.links import refuse_links
 from data_prep import Shard
 
 # Where a launcher says which task this is, in the order they are looked up.
@@ -212,6 +213,7 @@ def write_merged_manifest(folder: str | Path) -> tuple[dict, Path]:
     folder = Path(folder)
     if not folder.is_dir():
         raise UserError(f"--merge-manifests {folder} is not a folder; give the folder that holds the shards")
+    refuse_links(folder, [MANIFEST_FILE])  # a link of yours there is not replaced (`bertpre.links`)
     paths = shard_folders(folder)
     if paths is None:
         raise UserError(f"--merge-manifests {folder} holds no shard folders (DATA folders written "

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from bertpre.claim import Claim, real_path
 from bertpre.errors import UserError
 from bertpre.folders import MARKERS, content_names, real_out
+from bertpre.links import refuse_links
 
 if TYPE_CHECKING:
     from bertpre.finetune.tasks import Examples
@@ -172,7 +173,9 @@ def prediction_rows(task: str, examples: Examples, seeds: list[int], per_seed: l
 
 
 def append_line(path: Path, values: dict[str, Any]) -> None:
-    """One JSON line, written whole and flushed to disk before the command reports success."""
+    """One JSON line, written whole and flushed to disk before the command reports success; never
+    appended through a symbolic link made while the command ran (`bertpre.links`)."""
+    refuse_links(path.parent, [path.name])
     line = json.dumps(values, ensure_ascii=False) + "\n"
     if path.is_file() and path.stat().st_size and not path.read_bytes().endswith(b"\n"):
         line = "\n" + line  # after a line torn by a kill, start a fresh one

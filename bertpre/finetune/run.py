@@ -34,7 +34,7 @@ from bertpre.finetune.results import (
     check_same_run,
     write_json,
 )
-from bertpre.finetune.saved_model import check_can_save
+from bertpre.finetune.saved_model import MODEL_FOLDER, check_can_save
 from bertpre.finetune.seeds import (  # noqa: F401 (tests and bench import cut_outputs, encode, join_encoded from here)
     cut_outputs,
     encode,
@@ -50,6 +50,7 @@ from bertpre.finetune.sweep import (
     task_name,
 )
 from bertpre.finetune.tasks import load_task
+from bertpre.links import links_under, refuse_links
 from bertpre.train.checkpoint import USE_ANOTHER_CHECKPOINT
 
 MAX_SEEDS = 100
@@ -133,6 +134,7 @@ def finetune(source: str | Path, files: TaskFiles | None, out: str | Path, *, hp
         raise UserError("--save-model keeps one model; give one checkpoint as SOURCE, not --checkpoints or --watch")
     run = describe_run(source, tasks, hp, select_by, benchmark[0] if benchmark else None)
     check_same_run(out, target, run)
+    refuse_linked_places(target, save_model)
     jobs = Jobs([Job(name=name, data=data, files=task_files, hp=hp, seeds=seeds, target=target,
                      precision=precision, device=device, say=say, save_model=save_model, select_by=select_by)
                  for name, data, task_files in tasks], benchmark=benchmark[0] if benchmark else None)
@@ -148,6 +150,7 @@ def finetune(source: str | Path, files: TaskFiles | None, out: str | Path, *, hp
     with claimed(target, "finetune") as claim:
         check_finetune_out(out, [], claim)
         check_same_run(out, target, run)
+        refuse_linked_places(target, save_model)
         marker, record = target / MARKER, target / RUN_FILE
         marker.write_text("made by `bertpre finetune`; its results are kept and reused\n", encoding="utf-8")
         write_json(record, run)
@@ -168,6 +171,13 @@ def finetune(source: str | Path, files: TaskFiles | None, out: str | Path, *, hp
             raise
         claim.keep_folder()
     return results
+
+
+def refuse_linked_places(target: Path, save_model: bool) -> None:
+    """Refuse before any work a symbolic link where finetune writes (`bertpre.links`): its files,
+    anything in its own folders, and with `save_model` OUT/model, whose files it would replace."""
+    refuse_links(target, [MARKER, RUN_FILE, RESULTS_FILE, SWEEP_FILE, *links_under(target, PREDICTIONS_FOLDER),
+                          *links_under(target, FEATURES_FOLDER), *([MODEL_FOLDER] if save_model else [])])
 
 
 def check_select_by(select_by: str, *, has_test: bool, benchmark: tuple | None) -> None:

@@ -25,6 +25,7 @@ from bertpre.inventory import (
     swap_in,
     take_inventory,
 )
+from bertpre.links import link_on_the_way, link_target
 from bertpre.model import BertConfig
 from bertpre.model.families import family
 from bertpre.model.hf_format import write_json
@@ -74,6 +75,13 @@ def space_words_as_trained(folder: Path) -> None:
         write_json(config_path, {**config, "add_prefix_space": True})
 
 
+def keep_beside(out: Path, staging: Path, target: Path, problem: str) -> None:
+    """Keep the new model beside `target`, which is not replaced, and say why and where."""
+    beside = out / f"{MODEL_FOLDER}.new-{time.strftime('%Y%m%d-%H%M%S')}"
+    staging.rename(beside)
+    raise UserError(f"{target} was not replaced ({problem}); the new model is at {beside}")
+
+
 def save_task_model(out: Path, model: nn.Module, config: BertConfig, *, task: str, label_names: list[str],
                     tokenizer_folder: Path) -> Path:
     """Write OUT/model (built aside, then renamed over an older one) and return it."""
@@ -99,6 +107,9 @@ def save_task_model(out: Path, model: nn.Module, config: BertConfig, *, task: st
             space_words_as_trained(staging)
         make_files_readable(staging)
         kept: list[str] = []
+        if (link := link_on_the_way(out, MODEL_FOLDER)) is not None:  # made while it trained
+            keep_beside(out, staging, target, f"it is a symbolic link to {link_target(link)}, which bertpre "
+                                              "does not write through")
         if target.exists():  # an earlier --save-model's: only what it wrote is replaced
             old = read_inventory(target, "finetune", {path.name for path in staging.iterdir()})
             kept = foreign_paths(target, old)
@@ -108,9 +119,7 @@ def save_task_model(out: Path, model: nn.Module, config: BertConfig, *, task: st
             elif clashing := collisions(staging, kept):
                 problem = f"{shown(clashing)}, which bertpre did not write, stands where the new model writes"
             if problem:
-                beside = out / f"{MODEL_FOLDER}.new-{time.strftime('%Y%m%d-%H%M%S')}"
-                staging.rename(beside)
-                raise UserError(f"{target} was not replaced ({problem}); the new model is at {beside}")
+                keep_beside(out, staging, target, problem)
         take_inventory(staging, "finetune")
     except BaseException:  # a stop signal or a full disk: no half-written folder stays
         shutil.rmtree(staging, ignore_errors=True)

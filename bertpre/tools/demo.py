@@ -33,6 +33,7 @@ from bertpre.inventory import (
     shown,
     take_inventory,
 )
+from bertpre.links import refuse_links
 from bertpre.tools.export import export
 from bertpre.tools.inference import (
     Prediction,
@@ -131,7 +132,8 @@ def run_demo(
 
 def check_demo_folder(out: Path, claim: Claim | None = None) -> Path:
     """The real path of `out`, refused unless it is new, empty or an earlier demo's folder whose
-    parts hold nothing of yours and no file edited since; writes nothing. Your files beside the
+    parts hold nothing of yours, no file edited since and no symbolic link where the demo writes;
+    writes nothing. Your files beside the
     parts are kept by the next demo."""
     target = real_out(out)
     if target.exists():
@@ -140,6 +142,8 @@ def check_demo_folder(out: Path, claim: Claim | None = None) -> Path:
         (claim or Claim(target, "demo")).check_free()
         if content_names(target) and not (target / MARKER).is_file():
             raise UserError(f"{out} exists and was not made by `bertpre demo`; choose another --out")
+        earlier = earlier_demo(target)
+        refuse_links(target, [*PARTS, MARKER, *earlier.files])
         refuse_edits(out, target, "demo")
         inside = [path for path in foreign_paths(target, earlier_demo(target)) if path.split("/")[0] in PARTS]
         if inside:

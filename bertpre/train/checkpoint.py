@@ -27,6 +27,7 @@ from safetensors.torch import load_file, save_file
 from bertpre.data.folder import check_tokenizer_files
 from bertpre.errors import UserError, signals_held
 from bertpre.inventory import Inventory, file_digest, foreign_paths, restore_kept, shown, swap_in
+from bertpre.links import link_target
 from bertpre.model.config import BertConfig
 from bertpre.model.hf_format import CONFIG_NAME, read_config
 from bertpre.tokenizer.wordpiece import load_tokenizer
@@ -206,12 +207,18 @@ def verify_checkpoint(folder: Path, *, weights_only: bool = False, tokenizer: Pa
 
 def prune_checkpoints(checkpoints: Path, keep_last: int) -> list[Path]:
     """Remove the oldest `step-*` folders beyond `keep_last`, never the one `latest` names, nor
-    one that holds files bertpre did not write there (it stays whole, with a note)."""
+    one that holds files bertpre did not write there, nor a symbolic link of yours (`bertpre.links`):
+    each stays whole, with a note."""
     latest = latest_checkpoint(checkpoints.parent)
     folders = sorted(p for p in checkpoints.glob("step-*") if p.is_dir())
     removed = []
     for folder in folders[:-keep_last] if keep_last > 0 else []:
         if latest is not None and folder.resolve() == latest.resolve():
+            continue
+        if folder.is_symlink():
+            print(f"note: kept {folder.name} beyond train.keep_last: it is a symbolic link (to "
+                  f"{link_target(folder)}), and bertpre removes nothing through a link; remove the link yourself "
+                  "when you no longer need it", file=sys.stderr)
             continue
         if yours := foreign_paths(folder, checkpoint_inventory(folder)):
             print(f"note: kept checkpoint {folder.name} beyond train.keep_last: it holds files bertpre "

@@ -22,7 +22,8 @@ from bertpre.folders import (
     is_run_without_config,
     real_out,
 )
-from bertpre.train.checkpoint import DATA_RECORD, remove_partial_checkpoints
+from bertpre.links import refuse_links
+from bertpre.train.checkpoint import DATA_RECORD, LATEST, TOKENIZER_DIR, remove_partial_checkpoints
 from bertpre.train.report import schedule_change_note
 from bertpre.train.run_config import flatten, read_run_config
 
@@ -34,6 +35,11 @@ RESUMABLE_KEYS = (
     "train.device", "train.deterministic", "data.path", "data.num_workers",
     "model.init_from",  # read only when a run starts: a resume loads its checkpoint
 )
+
+
+# What a run writes in RUN besides its step folders (whose links `save_checkpoint` refuses):
+# a symbolic link of yours at any of them is refused, never written through (`bertpre.links`).
+RUN_PLACES = (RUN_MARKER, DATA_RECORD, TOKENIZER_DIR, "metrics.jsonl", "tensorboard", f"checkpoints/{LATEST}")
 
 
 class RunLock:
@@ -63,11 +69,12 @@ class RunLock:
 def check_run_out(run_dir: Path, init_from: str | None = None, data_paths: list[Path] | None = None) -> None:
     """Refuse a RUN folder `pretrain` may not write: one that exists and is not empty and not a
     RUN, a RUN that lost its config.yaml, a file, a dangling link, or a folder inside (or holding) DATA, an export or the weights
-    the run starts from. Writes nothing."""
+    the run starts from, or one with a symbolic link where the run writes. Writes nothing."""
     target = real_out(run_dir)
     if target.exists():
         if not target.is_dir():
             raise UserError(f"--out {run_dir} exists and is not a folder; choose another --out")
+        refuse_links(target, RUN_PLACES)
         if is_run_without_config(target):
             raise UserError(f"--out {run_dir} is a RUN folder without its config.yaml (it has checkpoints/, "
                             f"but {run_dir / RUN_MARKER} is missing), and a resume checks its config against "
