@@ -98,7 +98,7 @@ def scored_run(tiny_data, tmp_path_factory) -> tuple[Path, list[dict]]:
     command = [sys.executable, "-m", "bertpre", "finetune", str(run), "--train", str(task / "train.jsonl"),
                "--validation", str(task / "dev.jsonl"), "--out", str(scores), "--mode", "probe",
                "--seeds", "2", "--epochs", "5", "--checkpoints", "all"]
-    done = subprocess.run(command, env=dict(os.environ, PYTHONPATH=str(ROOT)), cwd=ROOT, capture_output=True,
+    done = subprocess.run(command, env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True,
                           text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     lines = read_results(scores)

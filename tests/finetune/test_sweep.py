@@ -92,7 +92,7 @@ def test_a_killed_sweep_finishes_the_rest_when_run_again(sweep_run, task_folder,
     args = [sys.executable, "-m", "bertpre", *map(str, sweep_args(sweep_run, task_folder, out))]
     args[args.index("--mode") + 1] = "full"  # seconds a checkpoint, so the kill lands mid-sweep
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
-    process = subprocess.Popen(args, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    process = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     results = out / "results.jsonl"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and process.poll() is None:
@@ -104,7 +104,7 @@ def test_a_killed_sweep_finishes_the_rest_when_run_again(sweep_run, task_folder,
     done_before = results.read_text().count("\n")
     assert 1 <= done_before < 3, "the sweep ended before the kill could land"
 
-    again = subprocess.run(args, env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    again = subprocess.run(args, env=env, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr[-2000:]
     assert again.stderr.count("already done") == done_before
     assert "taking it over" in again.stderr  # the killed sweep's claim was stale

@@ -80,7 +80,7 @@ def fault_env(fault: str | None) -> dict[str, str]:
 
 def run_cli(*args: str | Path, fault: str | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
     """Run `bertpre ARGS` (through the fault runner when `fault` is given) to completion."""
-    return subprocess.run(bertpre_command(*args, fault=fault), env=fault_env(fault), cwd=ROOT,
+    return subprocess.run(bertpre_command(*args, fault=fault), env=fault_env(fault),
                           capture_output=True, text=True, timeout=timeout)
 
 
@@ -95,7 +95,7 @@ def start_pretrain(config: Path, data: Path, out: Path, *settings: str, group: b
     """Start `bertpre pretrain`; `group`: in a process group of its own (its DataLoader workers
     too), as a scheduler starts a job, so that a signal can be sent to the group."""
     return subprocess.Popen(bertpre_command(*pretrain_args(config, data, out, *settings)), env=child_env(),
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=group)
 
 
@@ -187,7 +187,7 @@ def start_paused(args: list, fault: str, paused: Path, tmp: Path) -> subprocess.
     runner) making it wait at one point; `tmp` is its temporary folder (TMPDIR)."""
     tmp.mkdir(exist_ok=True)
     env = dict(fault_env(fault), BERTPRE_PAUSED=str(paused), TMPDIR=str(tmp))
-    return subprocess.Popen(bertpre_command(*args, fault=fault), env=env, cwd=ROOT, stdout=subprocess.PIPE,
+    return subprocess.Popen(bertpre_command(*args, fault=fault), env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
 
 

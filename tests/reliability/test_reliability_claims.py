@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 from _reliability_harness import (
     ENV,
-    ROOT,
     bertpre_command,
     corpus_text,
     one_line_error,
@@ -29,7 +28,7 @@ def start_slow_tokenize(tmp_path: Path, out: Path) -> subprocess.Popen:
     # Big enough that encoding takes seconds after the claim is taken.
     (tmp_path / "big.txt").write_text(corpus_text(documents=100_000), encoding="utf-8")
     return subprocess.Popen(bertpre_command("tokenize", tmp_path / "big.txt", "--out", out, "--vocab-size", "200"),
-                            env=ENV, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def test_a_folder_that_changes_while_tokenize_runs_is_kept_and_so_is_the_result(tmp_path):

@@ -6,20 +6,51 @@ a folder of yours), with or without `--overwrite`; after a command that wrote a 
 put a file of yours inside it. After every step it checks what a user relies on: each file of
 yours is byte-identical, the command ended with 0 or 2, an exit 2 said exactly one line, and no
 temporary folder is left behind. A failure names the seed and the steps, to be replayed.
+
+Round 4's sequences (`make test-slow`) add what a cluster and a user add: pretraining of every
+row of the families table, a pretrain run in a process group of its own with DataLoader workers
+and SIGTERM or SIGINT sent to the whole group mid-run (as Slurm and `timeout` send it), and links
+of yours put where bertpre writes (a RUN's `metrics.jsonl`, a fine-tuning's `model/`, an export's
+`config.json` …), whose targets must stay byte-identical.
 """
 from __future__ import annotations
 
 import hashlib
+import os
 import random
+import shutil
+import signal
+import subprocess
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 from _in_process import run_main
+from _reliability_harness import bertpre_command, child_env, group_processes, wait_for
+
+from bertpre.model.families import FAMILIES
 
 FAST_SEQUENCES = 100  # in `make test`
 SLOW_SEQUENCES = 150  # more, with demo among the commands, in `make test-slow`
 STEPS = 4
+
+ROUND4_SEQUENCES = 12  # in `make test-slow`
+# What each row of the families table needs to pretrain the tiny config on the tiny WordPiece DATA;
+# a new row must say (`test_every_family_is_in_the_round4_command_pool`).
+FAMILY_SETTINGS = {
+    "bert": [],
+    "roberta": ["model.architecture=roberta", "data.pair_task=none", "model.max_position_embeddings=34"],
+    "xlm-roberta": ["model.architecture=xlm-roberta", "data.pair_task=none", "model.max_position_embeddings=34"],
+    "modernbert": ["model.architecture=modernbert", "data.pair_task=none", "model.local_attention=16"],
+    "xlnet": ["model.architecture=xlnet", "data.objective=plm", "data.pair_task=none", "model.mem_len=16"],
+}
+# Names bertpre writes inside each command's output, where a user of round 4 puts a link of theirs.
+WRITTEN_NAMES = {"pretrain": ["metrics.jsonl", "config.yaml", "tensorboard", "checkpoints/latest"],
+                 "finetune": ["model", "results.jsonl", "run.json"],
+                 "export": ["config.json", "model.safetensors"],
+                 "tokenize": ["manifest.json", "tokenizer"],
+                 "demo": ["run", "model"]}
 
 TASK_ROWS = ["the cat sees the river .\tanimal", "my sister feeds a dog .\tperson",
              "a small bird finds the tall tree .\tanimal", "the farmer likes an open door .\tperson"] * 4
@@ -91,17 +122,20 @@ class Sequence:
             return ["export", source, "--out", out, *overwrite]
         if command == "pretrain":
             data = self.rng.choice(self.made("tokenize") + [shared["data"]])
+            family = self.rng.choice(sorted(FAMILY_SETTINGS)) if self.round4 else "bert"
+            settings = [item for setting in FAMILY_SETTINGS[family] for item in ("--set", setting)]
             return ["pretrain", "--config", shared["config"], "--data", data, "--out", out,
-                    "--set", "train.max_steps=2", "--set", "train.save_every=2"]
+                    "--set", "train.max_steps=2", "--set", "train.save_every=2", *settings]
         if command == "finetune":
             source = self.rng.choice(self.made("export") + self.made("pretrain") + [shared["run"]])
             return ["finetune", source, "--train", shared["train"], "--validation", shared["validation"],
-                    "--out", out, "--epochs", "1", "--seeds", "1", "--batch-size", "8"]
+                    "--out", out, "--epochs", "1", "--seeds", "1", "--batch-size", "8",
+                    *(["--save-model"] if self.round4 and self.rng.random() < 0.5 else [])]
         return ["demo", "--out", out, "--max-steps", "1"]
 
-    def check(self, args: list, code: int, stderr: str) -> None:
+    def check(self, args: list, code: int, stderr: str, allowed: tuple[int, ...] = (0, 2)) -> None:
         where = f"seed {self.rng_seed}, steps so far: {self.steps}"
-        assert code in (0, 2), f"exit {code}: {stderr[-2000:]} ({where})"
+        assert code in allowed, f"exit {code}: {stderr[-2000:]} ({where})"
         if code == 2:
             lines = [line for line in stderr.splitlines() if line.strip()]
             assert len(lines) == 1 and lines[0].startswith("error: "), f"{lines} ({where})"
@@ -112,11 +146,67 @@ class Sequence:
         assert temporaries == [], f"left behind: {temporaries} ({where})"
 
     rng_seed: int = 0
+    round4: bool = False  # every family, group signals, links of yours
+
+    def place_link(self, out: Path, made_by: str) -> None:
+        """A link of yours at a name bertpre writes inside `out` (what was there goes), pointing at
+        a file or folder of yours that must come through every later command unchanged."""
+        place = out / self.rng.choice(WRITTEN_NAMES[made_by])
+        if not place.parent.is_dir() or place.parent.is_symlink():
+            return
+        was_folder = place.is_dir() and not place.is_symlink()
+        if was_folder:
+            shutil.rmtree(place)
+        elif place.exists() or place.is_symlink():
+            place.unlink()
+        target = self.root / "my folder" / self.name("linked")
+        if was_folder or self.rng.random() < 0.3:
+            target.mkdir()
+            self.sprinkle(target)
+        else:
+            text = f"linked {self.rng.random()}\n"
+            target.write_text(text, encoding="utf-8")
+            self.yours[target] = hashlib.sha256(text.encode()).hexdigest()
+        place.symlink_to(target, target_is_directory=target.is_dir())
+        self.steps.append(f"ln -s {target.relative_to(self.root)} {place.relative_to(self.root)}")
 
 
-def run_sequence(seed: int, shared: dict[str, Path], root: Path, monkeypatch, capsys, *, with_demo: bool) -> int:
-    """Run one seeded sequence of STEPS commands, checking after each; the number of commands run."""
-    sequence = Sequence(root, random.Random(seed), shared, with_demo, rng_seed=seed)
+def pretrain_stopped_by_the_group(sequence: Sequence, args: list) -> tuple[int, str]:
+    """`args` (a pretrain) in a process group of its own with two DataLoader workers, longer, and
+    SIGTERM or SIGINT sent to the whole group once it trains: the exit code and stderr."""
+    args = [*args, "--set", "data.num_workers=2", "--set", "train.max_steps=400", "--set", "train.save_every=25"]
+    signum = sequence.rng.choice([signal.SIGTERM, signal.SIGTERM, signal.SIGINT])
+    delay = sequence.rng.uniform(0.0, 2.0)
+    sequence.steps[-1] += f" (num_workers 2, max_steps 400; {signal.Signals(signum).name} to the group "\
+                          f"{delay:.2f} s after its first metrics row)"
+    out = Path(args[args.index("--out") + 1])
+    process = subprocess.Popen(bertpre_command(*args), env=child_env(), stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        if wait_for(lambda: (out / "metrics.jsonl").is_file(), process, timeout=240):
+            time.sleep(delay)
+            if process.poll() is None:
+                os.killpg(process.pid, signum)
+        _, stderr = process.communicate(timeout=300)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    deadline = time.monotonic() + 10
+    while group_processes(process.pid) and time.monotonic() < deadline:  # workers end with the run
+        time.sleep(0.1)
+    assert group_processes(process.pid) == [], f"left running after the run ended (seed {sequence.rng_seed})"
+    assert "internal error" not in stderr and "Traceback" not in stderr, stderr[-2000:]
+    if process.returncode in (130, 143):
+        latest = (out / "checkpoints" / "latest").read_text().strip()
+        assert (out / "checkpoints" / latest / "model.safetensors").is_file(), latest
+    return process.returncode, stderr
+
+
+def run_sequence(seed: int, shared: dict[str, Path], root: Path, monkeypatch, capsys, *, with_demo: bool,
+                 round4: bool = False) -> list[str]:
+    """Run one seeded sequence of STEPS commands, checking after each; the steps, as replayed."""
+    sequence = Sequence(root, random.Random(seed), shared, with_demo, rng_seed=seed, round4=round4)
     root.mkdir(parents=True)
     sequence.sprinkle(root)
     (root / "my folder").mkdir()
@@ -124,14 +214,20 @@ def run_sequence(seed: int, shared: dict[str, Path], root: Path, monkeypatch, ca
     for _ in range(STEPS):
         args = sequence.command()
         sequence.steps.append(" ".join(str(arg).replace(str(root), "WS") for arg in args))
-        code, _, stderr = run_main(args, monkeypatch, capsys)
-        sequence.check(args, code, stderr)
+        if round4 and args[0] == "pretrain" and sequence.rng.random() < 0.5:
+            code, stderr = pretrain_stopped_by_the_group(sequence, args)
+            sequence.check(args, code, stderr if code == 2 else "", allowed=(0, 2, 130, 143))
+        else:
+            code, _, stderr = run_main(args, monkeypatch, capsys)
+            sequence.check(args, code, stderr)
         out = Path(args[args.index("--out") + 1])
-        if code == 0:
+        if code in (0, 130, 143):
             sequence.outputs.append((args[0], out))
             if sequence.rng.random() < 0.7:
                 sequence.sprinkle(out)
-    return len(sequence.steps)
+            if round4 and sequence.rng.random() < 0.4:
+                sequence.place_link(out, args[0])
+    return sequence.steps
 
 
 @pytest.fixture(scope="module")
@@ -158,3 +254,18 @@ def test_more_random_sequences_with_the_demo(block, shared, tmp_path, monkeypatc
     per_block = SLOW_SEQUENCES // 10
     for seed in range(10_000 + block * per_block, 10_000 + (block + 1) * per_block):
         run_sequence(seed, shared, tmp_path / f"seq{seed}", monkeypatch, capsys, with_demo=True)
+
+
+def test_every_family_is_in_the_round4_command_pool() -> None:
+    assert sorted(FAMILY_SETTINGS) == sorted(FAMILIES)
+
+
+@pytest.mark.slow
+def test_round4_sequences_with_every_family_group_signals_and_links(shared, tmp_path, monkeypatch, capsys):
+    steps = [step for seed in range(20_000, 20_000 + ROUND4_SEQUENCES)
+             for step in run_sequence(seed, shared, tmp_path / f"seq{seed}", monkeypatch, capsys, with_demo=True,
+                                      round4=True)]
+    # what round 4 adds was exercised, not merely possible
+    assert any("to the group" in step for step in steps) and any(step.startswith("ln -s") for step in steps)
+    families = {name for name in FAMILY_SETTINGS if any(f"model.architecture={name} " in step + " " for step in steps)}
+    assert len(families) >= 3, families

@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from _reliability_harness import ENV, ROOT, bertpre_command, corpus_text, run_cli, wait_for
+from _reliability_harness import ENV, bertpre_command, corpus_text, run_cli, wait_for
 
 
 def temporaries(folder: Path, out: str) -> list[Path]:
@@ -20,7 +20,7 @@ def start_tokenize(tmp_path: Path) -> subprocess.Popen:
     (tmp_path / "corpus.txt").write_text(corpus_text(documents=100_000), encoding="utf-8")
     command = bertpre_command("tokenize", tmp_path / "corpus.txt", "--out", tmp_path / "data",
                               "--vocab-size", "200")
-    return subprocess.Popen(command, env=ENV, cwd=ROOT, stdout=subprocess.PIPE,
+    return subprocess.Popen(command, env=ENV, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
 
 
