@@ -72,13 +72,11 @@ def _validate(config: Config, warmup_given: bool, ratio_given: bool) -> None:
     placeholder_vocab = model.pad_token_id + 1 if model.vocab_size == "auto" else model.vocab_size
     dataclasses.replace(model, vocab_size=placeholder_vocab).validate()
 
-    # with model.init_from the positions are the source's, checked against it (`adopt_shape`)
-    if data.max_seq_length > model.max_tokens and not model.relative_positions and config.init_from is None:
-        raise UserError(
-            f"data.max_seq_length ({data.max_seq_length}) is larger than "
-            f"model.max_position_embeddings ({model.max_position_embeddings}){offset_words(model)}; "
-            "lower one or raise the other"
-        )
+    # With model.init_from the positions are the source's, checked against it (`adopt_shape`);
+    # with phases each phase's own config comes here, and the top level's length, which a later
+    # phase may replace before any phase reads it, is checked only as a phase reads it.
+    if config.init_from is None and not config.phases:
+        check_sequence_length(config.data.max_seq_length, model)
     _check_choice("data.pair_task", data.pair_task, PAIR_TASKS)
     if data.pair_task != "none" and model.type_vocab_size < 2:
         raise UserError(f"data.pair_task {data.pair_task!r} needs model.type_vocab_size >= 2")
@@ -125,6 +123,33 @@ def _resolve_decay(optim: Any) -> None:
         if getattr(optim, key) is None:
             setattr(optim, key, default)
     _check_choice("optim.decay_shape", optim.decay_shape, DECAY_SHAPES)
+
+
+def check_sequence_length(length: int, model: Any, source: str | Path | None = None) -> None:
+    """Refuse, in one line, a `data.max_seq_length` past the tokens one forward of `model` reads
+    (`Family.max_input_tokens`, asked of the row: a position table's, ModernBERT's trained
+    length; none for relative positions), naming `source` where the shape is a source's
+    (`model.init_from`), whose positions the run cannot raise."""
+    limit = family(model).max_input_tokens(model)
+    if limit is None or length <= limit:
+        return
+    positions = model.max_position_embeddings
+    if source is None:
+        raise UserError(f"data.max_seq_length ({length}) is larger than model.max_position_embeddings "
+                        f"({positions}){offset_words(model)}; lower one or raise the other")
+    reads = f"{limit} tokens the {positions} positions" if limit != positions else f"{positions} positions"
+    raise UserError(f"data.max_seq_length ({length}) is larger than the {reads} of {source} read; lower it")
+
+
+def check_phase_lengths(config: Config, source: str | Path | None = None) -> None:
+    """`check_sequence_length` for every phase's length and model (the top level's only where a
+    phase reads it), the phase named where there are phases."""
+    for index in range(max(1, len(config.phases))):
+        phase = config.for_phase(index)
+        try:
+            check_sequence_length(phase.data.max_seq_length, phase.model, source)
+        except UserError as error:
+            raise UserError(f"phases[{index}]: {error}" if config.phases else str(error)) from None
 
 
 def offset_words(model: Any) -> str:
@@ -342,9 +367,5 @@ def resolve(config: Config, tokenizer: Any) -> Config:
     if pad_id is not None:
         model.pad_token_id = pad_id
     model.validate()
-    for index in range(max(1, len(config.phases))):  # the padding's id moves RoBERTa's first position
-        length = config.for_phase(index).data.max_seq_length
-        if length > model.max_tokens and not model.relative_positions:
-            raise UserError(f"data.max_seq_length ({length}) is larger than model.max_position_embeddings "
-                            f"({model.max_position_embeddings}){offset_words(model)}; lower one or raise the other")
+    check_phase_lengths(config, config.init_from)  # the padding's id moves RoBERTa's first position
     return config

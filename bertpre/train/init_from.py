@@ -7,7 +7,7 @@ from pathlib import Path
 from tokenizers import Tokenizer
 from torch import nn
 
-from bertpre.config import Config, no_pair_head
+from bertpre.config import Config, check_phase_lengths, no_pair_head
 from bertpre.errors import UserError
 from bertpre.model import BertConfig
 from bertpre.model.families import family
@@ -37,10 +37,9 @@ def adopt_shape(config: Config, shape: BertConfig, where: str | Path) -> None:
         if "pair_task" in config.data_keys_given:
             raise UserError(no_pair_head(row.display_name, config.data.pair_task, f"{where}'s model"))
         config.data.pair_task = "none"  # BERT's default pair task, never asked for
-    if config.data.max_seq_length > shape.max_tokens and not shape.relative_positions:
-        raise UserError(f"data.max_seq_length ({config.data.max_seq_length}) is larger than the "
-                        f"{shape.max_tokens} tokens the {shape.max_position_embeddings} positions of {where} "
-                        "read; lower it")
+    # every length a phase reads, against what the source's family reads at once (its row's
+    # `max_input_tokens`: ModernBERT's trained length too), before any weight is read
+    check_phase_lengths(config, where)
 
 
 def source_vocab_growth(source: ModelFolder, data_tokenizer: Tokenizer, data_path: str | Path,
