@@ -12,6 +12,7 @@ from bertpre.config.rules import (
     numbers,
 )
 from bertpre.config.run import (
+    check_phase_lengths,
     check_world_size,
     load_config,
     no_pair_head,
@@ -33,6 +34,6 @@ from bertpre.configs import preset_names
 
 __all__ = [
     "DEVICES", "MAX_BATCH", "MAX_SEED", "MAX_SEQ_LENGTH", "PHASE_KEYS", "RULES", "SECTIONS", "WSD_DEFAULTS", "Config",
-    "DataConfig", "OptimConfig", "PhaseConfig", "Range", "TrainConfig", "check_number", "check_world_size",
+    "DataConfig", "OptimConfig", "PhaseConfig", "Range", "TrainConfig", "check_number", "check_phase_lengths", "check_world_size",
     "integers", "load_config", "no_pair_head", "numbers", "preset_names", "refuse_phase_model_keys", "resolve", "resolve_config_path",
 ]

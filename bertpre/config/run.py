@@ -123,6 +123,33 @@ def _resolve_decay(optim: Any) -> None:
     _check_choice("optim.decay_shape", optim.decay_shape, DECAY_SHAPES)
 
 
+def check_sequence_length(length: int, model: Any, source: str | Path | None = None) -> None:
+    """Refuse, in one line, a `data.max_seq_length` past the tokens one forward of `model` reads
+    (`Family.max_input_tokens`, asked of the row: a position table's, ModernBERT's trained
+    length; none for relative positions), naming `source` where the shape is a source's
+    (`model.init_from`), whose positions the run cannot raise."""
+    limit = family(model).max_input_tokens(model)
+    if limit is None or length <= limit:
+        return
+    positions = model.max_position_embeddings
+    if source is None:
+        raise UserError(f"data.max_seq_length ({length}) is larger than model.max_position_embeddings "
+                        f"({positions}){offset_words(model)}; lower one or raise the other")
+    reads = f"{limit} tokens the {positions} positions" if limit != positions else f"{positions} positions"
+    raise UserError(f"data.max_seq_length ({length}) is larger than the {reads} of {source} read; lower it")
+
+
+def check_phase_lengths(config: Config, source: str | Path | None = None) -> None:
+    """`check_sequence_length` for every phase's length and model (the top level's only where a
+    phase reads it), the phase named where there are phases."""
+    for index in range(max(1, len(config.phases))):
+        phase = config.for_phase(index)
+        try:
+            check_sequence_length(phase.data.max_seq_length, phase.model, source)
+        except UserError as error:
+            raise UserError(f"phases[{index}]: {error}" if config.phases else str(error)) from None
+
+
 def offset_words(model: Any) -> str:
     """How many of a position table's rows a family keeps before the first token, in words
     (RoBERTa's: the padding's id + 1), or nothing."""
@@ -163,13 +190,8 @@ def _check_lengths(config: Config) -> None:
     the config a run (or each of its phases) reads: a top-level length every phase replaces is
     read by none, and is not checked."""
     model, data = config.model, config.data
-    # with model.init_from the positions are the source's, checked against it (`adopt_shape`)
-    if data.max_seq_length > model.max_tokens and not model.relative_positions and config.init_from is None:
-        raise UserError(
-            f"data.max_seq_length ({data.max_seq_length}) is larger than "
-            f"model.max_position_embeddings ({model.max_position_embeddings}){offset_words(model)}; "
-            "lower one or raise the other"
-        )
+    if config.init_from is None:  # else the positions are the source's, checked against it (`adopt_shape`)
+        check_sequence_length(data.max_seq_length, model)
     if not data.recurrent:
         return
     if data.objective == "plm" and data.plm_plan == "hf" and data.max_seq_length % 2:
@@ -374,9 +396,5 @@ def resolve(config: Config, tokenizer: Any) -> Config:
     if pad_id is not None:
         model.pad_token_id = pad_id
     model.validate()
-    for index in range(max(1, len(config.phases))):  # the padding's id moves RoBERTa's first position
-        length = config.for_phase(index).data.max_seq_length
-        if length > model.max_tokens and not model.relative_positions:
-            raise UserError(f"data.max_seq_length ({length}) is larger than model.max_position_embeddings "
-                            f"({model.max_position_embeddings}){offset_words(model)}; lower one or raise the other")
+    check_phase_lengths(config, config.init_from)  # the padding's id moves RoBERTa's first position
     return config

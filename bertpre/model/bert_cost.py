@@ -116,6 +116,12 @@ class MemoryEstimate:
         end = batch_size * (self.activations_per_sequence + self.forward_masks_per_sequence)
         return max(end, self.mask_building)
 
+    def checkpointed_activation_peak(self, batch_size: int) -> int:
+        """`activation_peak` with gradient checkpointing: the masks are made once a forward, before
+        the first layer, and are not recomputed, so they weigh the same as without it."""
+        end = batch_size * (self.activations_per_sequence_checkpointed + self.forward_masks_per_sequence)
+        return max(end, self.mask_building)
+
 
 def estimate_bert_memory(
     config: BertConfig, seq_length: int, predicted_share: float, precision: str = "fp32", *,

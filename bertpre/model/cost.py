@@ -85,27 +85,31 @@ def readable(size: float) -> str:
 
 def training_memory_floor(config: BertConfig, seq_length: int, predicted_share: float,
                           micro_batch_size: int, *, memory_length: int | None = None,
-                          query_rows: int | None = None, memory_rows: int | None = None) -> tuple[int, int]:
-    """(model bytes, activation bytes) that training needs at the least: fp32 weights, gradients
-    and AdamW's two moments; one micro-batch's activations with gradient checkpointing in 16-bit,
-    and for XLNet the memory states of `memory_rows` sequences (every row of the device's share
-    of a step keeps its own: micro_batch_size × accumulation steps; default micro_batch_size)."""
+                          query_rows: int | None = None, memory_rows: int | None = None,
+                          device_type: str = "cuda") -> tuple[int, int]:
+    """(model bytes, activation bytes) that training on a device of `device_type` needs at the
+    least: fp32 weights, gradients and AdamW's two moments; one micro-batch's activations with
+    gradient checkpointing in 16-bit and the masks its forward holds beside them
+    (`MemoryEstimate.checkpointed_activation_peak`: ModernBERT's dense window on a CPU), and for
+    XLNet the memory states of `memory_rows` sequences (every row of the device's share of a
+    step keeps its own: micro_batch_size × accumulation steps; default micro_batch_size)."""
     memory = estimate_memory(config, seq_length, predicted_share, "bf16", memory_length=memory_length,
-                             query_rows=query_rows)
+                             query_rows=query_rows, device_type=device_type)
     model = memory.weights + memory.gradients + memory.adamw_state
     rows = micro_batch_size if memory_rows is None else memory_rows
-    return model, (micro_batch_size * memory.activations_per_sequence_checkpointed
+    return model, (memory.checkpointed_activation_peak(micro_batch_size)
                    + rows * memory.memory_states_per_sequence)
 
 
 def memory_shortfall(config: BertConfig, seq_length: int, predicted_share: float,
                      micro_batch_size: int, available: int, where: str, *, memory_length: int | None = None,
-                     query_rows: int | None = None, memory_rows: int | None = None) -> str | None:
-    """Why a run cannot fit in `available` bytes even at its leanest (`training_memory_floor`),
-    or None when it may; `where` names the memory ('the GPU has')."""
+                     query_rows: int | None = None, memory_rows: int | None = None,
+                     device_type: str = "cuda") -> str | None:
+    """Why a run on a device of `device_type` cannot fit in `available` bytes even at its leanest
+    (`training_memory_floor`), or None when it may; `where` names the memory ('the GPU has')."""
     model, activations = training_memory_floor(config, seq_length, predicted_share, micro_batch_size,
                                                memory_length=memory_length, query_rows=query_rows,
-                                               memory_rows=memory_rows)
+                                               memory_rows=memory_rows, device_type=device_type)
     if model > available:
         return (f"the model has {count_parameters(config).total:,} parameters, whose weights, gradients "
                 f"and AdamW state alone need {readable(model)}, but {where} {readable(available)}; make "

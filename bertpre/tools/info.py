@@ -18,7 +18,6 @@ from bertpre.model.cost import (
     estimate_inference_memory,
     estimate_memory,
     global_layer_count,
-    memory_shortfall,
     modernbert_flops_by_part,
     plm_query_rows,
     readable,
@@ -27,7 +26,7 @@ from bertpre.model.cost import (
 )
 from bertpre.model.families import family
 from bertpre.train.evaluation import evaluation_forward
-from bertpre.train.memory import device_memory
+from bertpre.train.memory import pretraining_shortfall
 from bertpre.train.setup import resolved_config
 
 DEFAULT_VOCAB_SIZE = 30522  # BERT's uncased WordPiece vocabulary, used for vocab_size: auto
@@ -37,6 +36,7 @@ def info_report(config: Config) -> str:
     """What `bertpre info` prints for a run config: its model at its sequence length and precision,
     resolved as the run would resolve it (`train.setup.resolved_config`: the vocabulary of its
     DATA where it is tokenized, the shape of `model.init_from`)."""
+    here = device_here(config.train.device)
     config = resolved_config(config)
     return format_info(model_info(
         config.model,
@@ -48,7 +48,21 @@ def info_report(config: Config) -> str:
         # on one device every row of a step (micro-batches x accumulation) keeps its memory
         memory_rows=config.train.batch_size,
         evaluation=evaluation_forward(config.data, config.train.micro_batch_size, config.model.mem_len),
-    ))
+        device_type=estimated_device(config.train.device),
+    ), here)
+
+
+def estimated_device(requested: str) -> str:
+    """The device type whose estimate `info` prints for `train.device`: a CPU's when the config asks
+    for one; else a GPU's (`auto` too: the figure that matters before a GPU hour, as the README
+    shows it), whatever this machine has."""
+    return "cpu" if requested == "cpu" else "cuda"
+
+
+def device_here(requested: str) -> torch.device:
+    """The device `pretrain` on this machine would train on for `train.device` (`cuda` without a
+    GPU, which `pretrain` refuses, is judged as this machine's CPU)."""
+    return torch.device("cuda" if requested != "cpu" and torch.cuda.is_available() else "cpu")
 
 
 @dataclass
@@ -66,6 +80,7 @@ class ModelInfo:
     dense_head_flops_per_token: float  # XLNet: every row a query (the hf plan, clm)
     memory: MemoryEstimate
     memory_rows: int = 0  # XLNet: the rows whose memory states one device keeps
+    device_type: str = "cuda"  # the device whose memory the estimate is ("cpu": no FlexAttention)
     xlnet_flops: XLNetFlops | None = None
     modernbert_flops: ModernBertFlops | None = None  # ModernBERT: by part, local layers at their window
     evaluation: ForwardShape | None = None  # `bertpre evaluate`'s forward at micro_batch_size
@@ -85,11 +100,13 @@ def model_info(
     micro_batch_size: int = 32,
     memory_rows: int | None = None,
     evaluation: ForwardShape | None = None,
+    device_type: str = "cuda",
 ) -> ModelInfo:
     """Collect the counts for a config; `vocab_size: auto` is taken as 30522. For XLNet,
     `predicted_share` gives the query rows P and the memory is the config's `mem_len`, kept by
     `memory_rows` sequences (default `micro_batch_size`). With `evaluation`, the peak of that
-    forward without gradients (fp32, as `bertpre evaluate` runs and checks it)."""
+    forward without gradients (fp32, as `bertpre evaluate` runs and checks it). The memory is
+    estimated for a device of `device_type` (a GPU's by default; "cpu": ModernBERT's dense window)."""
     assumed = config.vocab_size == "auto"
     if assumed:
         config = BertConfig(**{**config.to_dict(), "vocab_size": DEFAULT_VOCAB_SIZE})
@@ -113,17 +130,20 @@ def model_info(
         parameters=count_parameters(config),
         flops_per_token=training_flops_per_token(config, seq_length, predicted_share, **per_batch),
         dense_head_flops_per_token=training_flops_per_token(config, seq_length, 1.0, **per_batch),
-        memory=estimate_memory(config, seq_length, predicted_share, precision),
+        memory=estimate_memory(config, seq_length, predicted_share, precision, device_type=device_type),
+        device_type=device_type,
         evaluation=evaluation,
-        evaluation_memory=None if evaluation is None else estimate_inference_memory(config, evaluation),
+        evaluation_memory=None if evaluation is None else estimate_inference_memory(config, evaluation,
+                                                                                    device_type=device_type),
         **xlnet,
     )
 
 
-def format_info(info: ModelInfo) -> str:
-    """The report `bertpre info` prints."""
+def format_info(info: ModelInfo, here: torch.device | None = None) -> str:
+    """The report `bertpre info` prints; `here`: the device `pretrain` on this machine would
+    train on, whose memory the fit note judges (default: `train.device: auto`'s)."""
     if info.config.is_xlnet:
-        return format_xlnet_info(info)
+        return format_xlnet_info(info, here)
     config, counts, memory = info.config, info.parameters, info.memory
     shape = (f"{config.num_hidden_layers} layers, hidden {config.hidden_size}, "
              f"{config.num_attention_heads} heads, intermediate {config.intermediate_size}, "
@@ -177,7 +197,7 @@ def format_info(info: ModelInfo) -> str:
         "if attention runs unfused)",
         *evaluation_lines(info),
     ]
-    note = fit_note(info)
+    note = fit_note(info, here)
     return "\n".join(lines + ([note] if note else []))
 
 
@@ -235,13 +255,15 @@ def position_limit(config: BertConfig) -> str:
 def memory_lines(info: ModelInfo) -> list[str]:
     """The memory estimate's heading and the weights, gradients and AdamW state it counts."""
     memory = info.memory
-    return [f"memory estimate ({info.precision} activations, fp32 weights and AdamW)",
+    # a GPU's figure is the default and says nothing more; a CPU's is named
+    device = " on a CPU" if info.device_type == "cpu" else ""
+    return [f"memory estimate{device} ({info.precision} activations, fp32 weights and AdamW)",
             f"  weights          {readable(memory.weights):>12}",
             f"  gradients        {readable(memory.gradients):>12}",
             f"  AdamW state      {readable(memory.adamw_state):>12}"]
 
 
-def format_xlnet_info(info: ModelInfo) -> str:
+def format_xlnet_info(info: ModelInfo, here: torch.device | None = None) -> str:
     """`bertpre info` for an XLNet: parameters, FLOPs by stream, memory with the memory states."""
     config, counts, memory, flops = info.config, info.parameters, info.memory, info.xlnet_flops
     T, P, M, layers, d = (info.seq_length, info.query_rows, config.mem_len, config.num_hidden_layers,
@@ -290,7 +312,7 @@ def format_xlnet_info(info: ModelInfo) -> str:
                  f"{readable(total_memory(memory, info.micro_batch_size, True) + states)} with checkpointing"
                  + (" (memory states included)" if M else ""))
     lines += evaluation_lines(info)
-    note = fit_note(info)
+    note = fit_note(info, here)
     return "\n".join(lines + ([note] if note else []))
 
 
@@ -309,19 +331,21 @@ def figure(value: float, decimals: int) -> str:
     return f"{value:.{decimals}f}" if value < 1e12 else f"{value:.3e}"
 
 
-def fit_note(info: ModelInfo) -> str | None:
+def fit_note(info: ModelInfo, here: torch.device | None = None) -> str | None:
     """A line when this machine could not train the config even at its leanest (what `pretrain`
-    here would refuse), else None; `info` itself never allocates what it reports on."""
-    available, where = device_memory(torch.device("cuda" if torch.cuda.is_available() else "cpu"))
-    problem = memory_shortfall(info.config, info.seq_length, info.predicted_share, info.micro_batch_size,
-                               available, where, memory_rows=info.memory_rows or None)
+    here would refuse: its check, on the device it would train on, `here`), else None; `info`
+    itself never allocates what it reports on."""
+    problem = pretraining_shortfall(info.config, info.seq_length, info.predicted_share, info.micro_batch_size,
+                                    here or device_here("auto"), memory_rows=info.memory_rows or None)
     if problem:
         return f"  does not fit here (`bertpre pretrain` would refuse it): {problem}"
     return None
 
 
 def total_memory(memory: MemoryEstimate, micro_batch_size: int, checkpointing: bool) -> int:
-    """Weights + gradients + AdamW state + activations of one micro-batch, in bytes."""
-    per_sequence = (memory.activations_per_sequence_checkpointed if checkpointing
-                    else memory.activations_per_sequence)
-    return memory.weights + memory.gradients + memory.adamw_state + micro_batch_size * per_sequence
+    """Weights + gradients + AdamW state + activations of one micro-batch at their most, in bytes:
+    with the masks its forward holds beside them (ModernBERT's dense window, where it is dense),
+    as `pretrain`'s and fine-tuning's checks count them."""
+    activations = (memory.checkpointed_activation_peak(micro_batch_size) if checkpointing
+                   else memory.activation_peak(micro_batch_size))
+    return memory.weights + memory.gradients + memory.adamw_state + activations

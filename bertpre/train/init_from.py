@@ -8,7 +8,7 @@ import torch
 from tokenizers import Tokenizer
 from torch import nn
 
-from bertpre.config import Config, no_pair_head
+from bertpre.config import Config, check_phase_lengths, no_pair_head
 from bertpre.errors import UserError
 from bertpre.model import BertConfig
 from bertpre.model.families import family
@@ -38,15 +38,9 @@ def adopt_shape(config: Config, shape: BertConfig, where: str | Path) -> None:
         if "pair_task" in config.data_keys_given:
             raise UserError(no_pair_head(row.display_name, config.data.pair_task, f"{where}'s model"))
         config.data.pair_task = "none"  # BERT's default pair task, never asked for
-    if shape.relative_positions:
-        return
-    # each phase's length, as that phase reads it: a top-level value every phase replaces is read by none
-    for index in range(max(1, len(config.phases))):
-        length = config.for_phase(index).data.max_seq_length
-        if length > shape.max_tokens:
-            in_phase = f"phases[{index}]: " if config.phases else ""
-            raise UserError(f"{in_phase}data.max_seq_length ({length}) is larger than the {shape.max_tokens} tokens "
-                            f"the {shape.max_position_embeddings} positions of {where} read; lower it")
+    # every length a phase reads, against what the source's family reads at once (its row's
+    # `max_input_tokens`: ModernBERT's trained length too), before any weight is read
+    check_phase_lengths(config, where)
 
 
 def source_vocab_growth(source: ModelFolder, data_tokenizer: Tokenizer, data_path: str | Path,

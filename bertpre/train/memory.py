@@ -13,6 +13,7 @@ from bertpre.model.cost import (
     estimate_inference_memory,
     estimate_memory,
     inference_shortfall,
+    memory_shortfall,
     readable,
 )
 
@@ -23,6 +24,20 @@ def device_memory(device: torch.device) -> tuple[int, str]:
     if device.type == "cuda":
         return torch.cuda.get_device_properties(device).total_memory, "the GPU has"
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), "this machine has"
+
+
+def pretraining_shortfall(config: BertConfig, seq_length: int, predicted_share: float, micro_batch_size: int,
+                          device: torch.device, **options: int | None) -> str | None:
+    """Why pretraining on `device` cannot fit its whole memory even at its leanest
+    (`cost.memory_shortfall`), judged by the estimate for the device's type (a CPU runs no
+    FlexAttention: ModernBERT's dense window grows as T² there), or None when it may.
+
+    Args:
+        options: the objective's cost options (XLNet's `memory_length`, `query_rows`, `memory_rows`).
+    """
+    available, where = device_memory(device)
+    return memory_shortfall(config, seq_length, predicted_share, micro_batch_size, available, where,
+                            device_type=device.type, **options)
 
 
 def check_forward_fits(config: BertConfig, shape: ForwardShape, device: torch.device, *, what: str,

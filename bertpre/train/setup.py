@@ -16,14 +16,14 @@ from bertpre.config import Config, check_world_size, refuse_phase_model_keys, re
 from bertpre.data import DataFolder, DataMixture, load_mixture
 from bertpre.errors import UserError
 from bertpre.model.config import BertConfig
-from bertpre.model.cost import memory_shortfall, training_flops_per_token
+from bertpre.model.cost import training_flops_per_token
 from bertpre.model.families import family
 from bertpre.model.hf_format import read_config
 from bertpre.tokenizer import load_tokenizer
 from bertpre.tokenizer.wordpiece import TOKENIZER_FILE, check_same_vocab
 from bertpre.train.checkpoint import latest_checkpoint
 from bertpre.train.init_from import adopt_shape, load_source_weights, source_vocab_growth
-from bertpre.train.memory import device_memory
+from bertpre.train.memory import pretraining_shortfall
 from bertpre.train.model_folders import ModelFolder, resolve_model_folder
 from bertpre.train.objectives import objective_for
 from bertpre.train.run_config import read_run_config
@@ -135,16 +135,16 @@ def cost_options(config: Config) -> dict[str, int]:
 
 def check_fits_in_memory(config: Config, device: torch.device, world_size: int = 1) -> None:
     """Refuse, before anything is allocated, a run that cannot fit in the device's whole memory
-    even at its leanest (`bertpre.model.cost.training_memory_floor`), in any of its phases."""
-    available, where = device_memory(device)
+    even at its leanest (`bertpre.model.cost.training_memory_floor`, the estimate for the
+    device's type), in any of its phases."""
     for index in range(max(1, len(config.phases))):
         phase = config.for_phase(index)
         options = cost_options(phase)
         options.pop("micro_batch_size", None)
         if options:  # every row of the device's share of a step keeps its memory
             options["memory_rows"] = phase.train.batch_size // world_size
-        problem = memory_shortfall(config.model, phase.data.max_seq_length, phase.data.predicted_share,
-                                   phase.train.micro_batch_size, available, where, **options)
+        problem = pretraining_shortfall(phase.model, phase.data.max_seq_length, phase.data.predicted_share,
+                                        phase.train.micro_batch_size, device, **options)
         if problem:
             where_phase = f"phase {index + 1}: " if config.phases else ""
             raise UserError(f"{where_phase}{problem} (`bertpre info --config CFG` estimates the memory)")

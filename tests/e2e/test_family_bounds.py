@@ -2,8 +2,10 @@
 would not fit. Each row's `max_input_tokens` bounds what one forward reads: `fill-mask` refuses a
 longer text in one line (or reads it in windows, as XLNet does, where the row sets no bound) and
 `evaluate` a longer --max-seq-length; fine-tuning (every task kind, QA too) cuts its rows to it
-with a note; and a batch × length whose estimate exceeds the machine's memory is refused in one
-line before any model is built. The commands run as a user runs them, on a tiny model of each row
+with a note; `pretrain` refuses a longer data.max_seq_length (each phase's that a phase reads, a
+config's model's or `model.init_from`'s) in one line; and a batch × length whose estimate (the
+device's: a CPU's or a GPU's) exceeds the machine's memory is refused in one line before any
+model is built. The commands run as a user runs them, on a tiny model of each row
 saved as `bertpre export` writes it; a new row is checked here without a line added."""
 from __future__ import annotations
 
@@ -16,8 +18,15 @@ import pytest
 import torch
 from _in_process import run_main
 
+from bertpre.errors import UserError
 from bertpre.model import BertConfig
-from bertpre.model.cost import ForwardShape, estimate_inference_memory, estimate_memory, readable
+from bertpre.model.cost import (
+    ForwardShape,
+    estimate_inference_memory,
+    estimate_memory,
+    readable,
+    training_memory_floor,
+)
 from bertpre.model.families import FAMILIES
 from bertpre.model.hf_format import read_config
 from bertpre.tokenizer import load_tokenizer
@@ -218,3 +227,178 @@ def test_modernbert_at_32768_tokens_is_judged_by_batch_with_the_windows_square_o
     peaks = [cpu.activation_peak(batch) for batch in (8, 64, 256)]
     assert peaks == [batch * (cpu.activations_per_sequence + length * length) for batch in (8, 64, 256)]
     assert [readable(peak) for peak in peaks] == ["305.10 GiB", "2.38 TiB", "9.53 TiB"]  # GPU: 265.10 GiB at 8
+
+
+# --- pretrain: the same row bounds the length a phase reads; the device's estimate bounds the rest ---
+
+LONG = 32768  # past every tiny row's positions; on a machine of 64 MiB, past any row's memory too
+
+
+def pretrain_config(folder: Path, architecture: str, data: Path, *, init_from: Path | None = None,
+                    max_seq_length: int = 64, micro_batch_size: int = 8, phases: list | None = None) -> Path:
+    """A YAML config pretraining a tiny model of `architecture` (or `init_from`'s) on `data` for
+    one step on the CPU, with the row's first objective and no pair task."""
+    row = FAMILIES[architecture]
+    # a source's architecture is named too: a config is validated before the source is read
+    model = {"init_from": str(init_from), "architecture": architecture} if init_from \
+        else {**TINY, "architecture": architecture}
+    config = {"model": model,
+              "data": {"path": str(data), "max_seq_length": max_seq_length, "pair_task": "none",
+                       "objective": row.objectives[0], "num_workers": 0},
+              "train": {"batch_size": micro_batch_size, "micro_batch_size": micro_batch_size, "max_steps": 2,
+                        "precision": "fp32", "device": "cpu", "out": str(folder / "run")},
+              **({"phases": phases} if phases else {})}
+    path = folder / "config.yaml"
+    path.write_text(json.dumps(config), encoding="utf-8")  # JSON is YAML
+    return path
+
+
+def no_model_built(monkeypatch) -> list:
+    """Record every model the trainer would build: a refusal before allocation builds none."""
+    from bertpre.train import trainer
+
+    built: list = []
+    monkeypatch.setattr(trainer, "build_model", lambda run, say: built.append(run) or pytest.fail("model built"))
+    return built
+
+
+def pretrain_refusal(config: Path, monkeypatch, capsys) -> str:
+    """The one `error:` line of `bertpre pretrain --config CONFIG`, which must exit 2 quickly,
+    print nothing on stdout, build no model and write no checkpoint."""
+    built = no_model_built(monkeypatch)
+    start = time.perf_counter()
+    code, stdout, stderr = run_main(["pretrain", "--config", config], monkeypatch, capsys)
+    assert time.perf_counter() - start < QUICK
+    assert (code, stdout, built) == (2, "", []), stderr
+    assert len(stderr.splitlines()) == 1 and stderr.startswith("error: "), stderr
+    assert not (config.parent / "run" / "checkpoints").exists()
+    return stderr.rstrip("\n")
+
+
+@pytest.mark.parametrize("source", ["config", "init_from"])
+@pytest.mark.parametrize("architecture", ROWS)
+def test_pretrain_refuses_a_length_past_the_row_in_one_line_or_a_run_past_the_machine(
+        architecture, source, folders, tiny_data, tmp_path, monkeypatch, capsys):
+    """data.max_seq_length 32768: past the row's `max_input_tokens` refused in one line before the
+    data is read (from a config's model, or from `model.init_from`'s, whose positions the run
+    cannot raise); where the row sets no bound, the memory pre-check refuses it on 64 MiB."""
+    init_from = folders[architecture] if source == "init_from" else None
+    config = pretrain_config(tmp_path, architecture, tiny_data, init_from=init_from, max_seq_length=LONG)
+    machine_of(SMALL_MACHINE, monkeypatch)
+    error = pretrain_refusal(config, monkeypatch, capsys)
+    limit = limit_of(folders[architecture])
+    if limit is None:
+        assert error.startswith(f"error: a micro-batch of 8 sequences of {LONG:,} tokens needs at least "), error
+        assert error.endswith("but this machine has 64.0 MiB; make train.micro_batch_size or data.max_seq_length"
+                              + (", model.mem_len" if "memory states" in error else "")
+                              + " smaller (`bertpre info --config CFG` estimates the memory)"), error
+    elif init_from is None:
+        assert error.startswith(f"error: data.max_seq_length ({LONG}) is larger than model.max_position_embeddings "
+                                f"(130)") and error.endswith("lower one or raise the other"), error
+        assert f"{limit} tokens" in error or limit == 130
+    else:
+        assert error.startswith(f"error: data.max_seq_length ({LONG}) is larger than the ") and error.endswith(
+            f"positions of {init_from} read; lower it"), error
+        assert f"the {limit} " in error
+
+
+@pytest.mark.parametrize("architecture", ROWS)
+def test_pretrain_checks_each_phase_s_length_and_never_a_top_level_one_no_phase_reads(
+        architecture, folders, tiny_data, tmp_path, monkeypatch, capsys):
+    """A top-level data.max_seq_length that every phase replaces is not the run's: not refused
+    (the run goes on to the memory check, here a machine of 1 KiB); a phase's own is."""
+    init_from = folders[architecture]
+    unread = [{"steps": 1, "data": {"max_seq_length": 64}}, {"steps": 1, "data": {"max_seq_length": 128}}]
+    for model in (None, init_from):
+        config = pretrain_config(tmp_path, architecture, tiny_data, init_from=model, max_seq_length=LONG,
+                                 phases=unread)
+        machine_of(2**10, monkeypatch)
+        error = pretrain_refusal(config, monkeypatch, capsys)
+        assert error.startswith("error: phase 1: the model has "), error
+    limit = limit_of(init_from)
+    if limit is None:
+        return
+    over = [{"steps": 1}, {"steps": 1, "data": {"max_seq_length": limit + 2}}]
+    for model in (None, init_from):
+        config = pretrain_config(tmp_path, architecture, tiny_data, init_from=model, phases=over)
+        machine_of(SMALL_MACHINE, monkeypatch)
+        error = pretrain_refusal(config, monkeypatch, capsys)
+        assert error.startswith(f"error: phases[1]: data.max_seq_length ({limit + 2}) is larger than "), error
+
+
+@pytest.mark.parametrize("architecture", ROWS)
+def test_pretrain_refuses_a_micro_batch_past_the_machine_before_building_the_model(
+        architecture, tiny_data, tmp_path, monkeypatch, capsys):
+    """A length the row reads, at a micro-batch of 65,536 on 64 MiB: refused by the pre-check,
+    with the device's figure, before a model or a batch exists."""
+    config = pretrain_config(tmp_path, architecture, tiny_data, micro_batch_size=65536)
+    machine_of(SMALL_MACHINE, monkeypatch)
+    error = pretrain_refusal(config, monkeypatch, capsys)
+    assert error.startswith("error: a micro-batch of 65,536 sequences of 64 tokens needs at least "), error
+    assert "but this machine has 64.0 MiB" in error
+
+
+@pytest.mark.parametrize("architecture", ROWS)
+def test_the_pretraining_floor_grows_with_the_micro_batch_and_the_length_on_either_device(architecture) -> None:
+    """The pre-check's activations at micro-batch 8, 64 and 256 and two lengths, on a CPU and on a
+    GPU: each different, linear in the micro-batch, between linear and T² in the length."""
+    config = BertConfig(**{**FAMILIES[architecture].model_defaults, **TINY, "architecture": architecture,
+                           "vocab_size": 1000, "max_position_embeddings": 8192})
+    for device_type in ("cpu", "cuda"):
+        figures = {(batch, length): training_memory_floor(config, length, 0.15, batch, device_type=device_type)[1]
+                   for batch in (8, 64, 256) for length in (2048, 4096)}
+        assert len(set(figures.values())) == len(figures)
+        assert figures[256, 4096] > figures[64, 4096] > figures[8, 4096]
+        assert figures[64, 4096] == pytest.approx(8 * figures[8, 4096], rel=0.01)
+        assert 2 <= figures[8, 4096] / figures[8, 2048] <= 4
+
+
+def test_modernbert_pretraining_is_judged_by_the_cpu_s_estimate_where_it_runs_on_a_cpu(monkeypatch) -> None:
+    """ModernBERT-base at 8,192 tokens, micro-batch 2: a GPU's FlexAttention keeps no T×T window,
+    a CPU's SDPA reads a dense one. A machine between the two
+    floors takes the run on a GPU and refuses it on a CPU, as `pretrain` there would."""
+    from bertpre.config import load_config
+    from bertpre.train.setup import check_fits_in_memory
+
+    config = load_config("modernbert-base", ["data.max_seq_length=8192", "train.micro_batch_size=2",
+                                             "train.batch_size=4608", "model.vocab_size=50368"])
+    config.phases = []
+    floors = {device: sum(training_memory_floor(config.model, 8192, config.data.predicted_share, 2,
+                                                device_type=device)) for device in ("cpu", "cuda")}
+    # each row's additive window in bf16 and its boolean one, which FlexAttention does without
+    assert floors["cpu"] - floors["cuda"] == 2 * (2 + 1) * 8192 * 8192
+    machine_of((floors["cpu"] + floors["cuda"]) // 2, monkeypatch)
+    check_fits_in_memory(config, torch.device("cuda"))
+    with pytest.raises(UserError, match=r"^a micro-batch of 2 sequences of 8,192 tokens needs at least .* but this "
+                                        r"machine has .*; make train.micro_batch_size or data.max_seq_length smaller"):
+        check_fits_in_memory(config, torch.device("cpu"))
+
+
+@pytest.mark.parametrize("architecture", ROWS)
+def test_info_prints_the_estimate_for_the_device_the_config_asks_for(
+        architecture, tiny_data, tmp_path, monkeypatch, capsys):
+    """`info` keeps the GPU's figure (the README's) for train.device auto and cuda, and prints a
+    CPU's, so headed, for train.device cpu: larger where a GPU runs FlexAttention (ModernBERT past
+    1,024 tokens), the same elsewhere."""
+    config = pretrain_config(tmp_path, architecture, tiny_data)
+    # heads of 16 (a size FlexAttention's kernels take) and rows past 1,024 tokens
+    longer = ["--set", "model.max_position_embeddings=8192", "--set", "data.max_seq_length=4096",
+              "--set", "model.num_attention_heads=2"]
+    reports = {}
+    for device in ("auto", "cuda", "cpu"):
+        code, stdout, stderr = run_main(["info", "--config", config, *longer, "--set", f"train.device={device}"],
+                                        monkeypatch, capsys)
+        assert code == 0, stderr
+        reports[device] = stdout
+    assert reports["auto"] == reports["cuda"] and "memory estimate (" in reports["cuda"]
+    assert "memory estimate on a CPU (" in reports["cpu"]
+
+    def total(report: str) -> str:
+        return next(line for line in report.splitlines() if line.startswith("  at micro_batch_size 8: "))
+
+    config_of = BertConfig(**{**FAMILIES[architecture].model_defaults, **TINY, "architecture": architecture,
+                              "vocab_size": 1000, "max_position_embeddings": 8192, "num_attention_heads": 2})
+    flex_on_a_gpu = estimate_memory(config_of, 4096, 0.15, device_type="cpu").forward_masks_per_sequence > \
+        estimate_memory(config_of, 4096, 0.15, device_type="cuda").forward_masks_per_sequence
+    assert (total(reports["cpu"]) != total(reports["cuda"])) == flex_on_a_gpu
+    assert flex_on_a_gpu == (architecture == "modernbert")  # the row whose estimate depends on the device
