@@ -23,7 +23,12 @@ def trace(**changes):
 
 @pytest.fixture(scope="module")
 def fp32_layernorm():
-    return trace()
+    return trace(low_precision_layernorm=False)  # CUDA autocast's LayerNorm: the step profiled on the H100
+
+
+@pytest.fixture(scope="module")
+def bf16_layernorm():
+    return trace()  # the default: auto, on under bf16 autocast
 
 
 def hidden_state_kernels(kernels, phase: str, cast: bool) -> Counter:
@@ -72,3 +77,18 @@ def test_profile_rows_read_self_cuda_times():
     table = "\n".join([header, "aten::mm  6.65%  8.859ms  9.91%  13.192ms  43.394us  34.888ms  23.49%  34.888ms  "
                        "114.765us  304", "aten::add  0.1%  1us  0.1%  1us  1us  500.000us  1%  1us  1us  2"])
     assert step_cost.profile_rows(table) == {"aten::mm": 34.888, "aten::add": 0.5}
+
+
+def test_a_bf16_residual_stream_casts_only_at_the_embeddings(fp32_layernorm, bf16_layernorm):
+    """model.low_precision_layernorm: the embeddings' sum is cast once into bf16 by their LayerNorm
+    (its gradient once back); no layer casts its input, and no fp32 (B, T, C) kernel runs after the
+    embeddings, forward or backward, with the same matrix products and LayerNorms."""
+    kernels, report = bf16_layernorm
+    assert hidden_state_kernels(kernels, "forward", cast=True) == {"_to_copy": 1}
+    assert hidden_state_kernels(kernels, "backward", cast=True) == {"_to_copy": 1}
+    assert hidden_state_kernels(kernels, "forward", cast=False) == {"embedding": 2, "add": 2}
+    assert hidden_state_kernels(kernels, "backward", cast=False) == {}
+    old = fp32_layernorm[1]
+    assert (report["matmuls"], report["layer_norms"], report["host_syncs"]) == \
+        (old["matmuls"], old["layer_norms"], old["host_syncs"])
+    assert report["gb_other"] < old["gb_other"] and report["gb_casts"] < old["gb_casts"]
