@@ -22,7 +22,7 @@ by class (matrix-product I/O, attention, everything else); casts and their bytes
 fp32 kernels (an fp32 output of at least B·T·C elements: one hidden state); host syncs (kernels
 whose result the host must read: `.item()`, `nonzero`); and a predicted H100 step time:
 
-    step_ms = matmul TFLOP / rate + attention_ms × (attention TFLOP / fitted attention TFLOP)
+    step_ms = matmul TFLOP / rate + attention TFLOP / rate at the row length
               + other GB / bandwidth + optimizer_ms
 
 with constants fitted on the recorded H100 eager profile (`FIT`, printed with each prediction).
@@ -33,7 +33,9 @@ variants only with each other), launch overhead, the optimizer's own traffic (a 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
+import math
 import re
 import sys
 from collections import Counter
@@ -41,6 +43,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import torch
 import torch.nn.functional as F
@@ -288,7 +291,8 @@ def build_step(shape: StepShape, fake_mode) -> tuple[torch.nn.Module, Callable, 
         config = BertConfig(**{**model_config(shape.model, shape.seq_length), **shape.changes})
         batch = make_batch(shape.batch_size, shape.seq_length, "cpu", 0, shape.short_rows)
     config.validate()
-    with fake_mode:
+    # Fake weights have no values to draw: trunc_normal_'s redraw loop would read them (a host sync).
+    with fake_mode, mock.patch.object(torch.nn.init, "trunc_normal_", lambda tensor, *args, **kwargs: tensor):
         model = (ModernBertForMaskedLM if modernbert else BertForPreTraining)(config).train()
     slots = prediction_slots(shape.seq_length, [batch], capped=not modernbert)
     inputs, totals = trainer_batches([batch], slots, torch.device("cpu"), keep_attention_mask=False)
@@ -319,15 +323,26 @@ class Fit:
     """Constants of the step-time model, and where they came from."""
 
     matmul_tflops: float  # TFLOP/s the step's matrix products ran at
-    attention_ms: float  # the fused attention kernels, forward + backward
-    attention_tflop: float  # at this much attention work (scaled by a trace's own)
+    # TFLOP/s of the fused attention kernels by row length (log-interpolated between, held beyond):
+    # short rows keep the kernel far from its peak
+    attention_tflops: tuple[tuple[int, float], ...]
     bandwidth_tb_s: float  # effective TB/s of everything else
     optimizer_ms: float  # gradient clipping + fused AdamW
     source: str
 
-    def predict_ms(self, matmul_tflop: float, attention_tflop: float, gb_other: float) -> dict[str, float]:
+    def attention_rate(self, length: int) -> float:
+        points = sorted(self.attention_tflops)
+        if length <= points[0][0] or len(points) == 1:
+            return points[0][1]
+        for (short, slow), (long, fast) in itertools.pairwise(points):
+            if length <= long:
+                return slow + (fast - slow) * math.log(length / short) / math.log(long / short)
+        return points[-1][1]
+
+    def predict_ms(self, matmul_tflop: float, attention_tflop: float, gb_other: float, length: int
+                   ) -> dict[str, float]:
         parts = {"matmul": matmul_tflop / self.matmul_tflops * 1e3,
-                 "attention": self.attention_ms * attention_tflop / self.attention_tflop,
+                 "attention": attention_tflop / self.attention_rate(length) * 1e3,
                  "other": gb_other / self.bandwidth_tb_s, "optimizer": self.optimizer_ms}
         return {**parts, "step": sum(parts.values())}
 
@@ -335,11 +350,13 @@ class Fit:
 # Fitted (`--refit bench/results/gpu-throughput-base-128-profile-2026-11-26.json`) on the H100 eager
 # profile of 2026-11-26 (torch 2.11, BERT-base 256 x 128, bf16, fused AdamW): its median step 77.27 ms;
 # aten::mm + aten::addmm 52.78 ms over the 2 profiled steps against this tool's trace of that step
-# (main 14e2594, 17.43 TFLOP of matrix products); the cuDNN attention backward 4.74 ms a step, its
-# forward (not in the profile's top rows) taken as 2/5 of it (FlashAttention's 2 products against 5);
-# clipping + fused AdamW 1.8 ms (perf-proxy README's calibration); the rest of the step over the
-# trace's 91.6 GB of other traffic.
-FIT = Fit(matmul_tflops=660.7, attention_ms=6.64, attention_tflop=0.46, bandwidth_tb_s=2.16,
+# (main 14e2594, 17.44 TFLOP of matrix products); the cuDNN attention backward 4.74 ms a step, its
+# forward (not in the profile's top rows) taken as 2/5 of it (FlashAttention's 2 products against 5):
+# 0.464 TFLOP in 6.64 ms; clipping + fused AdamW 1.8 ms (perf-proxy README's calibration); the rest
+# of the step over the trace's 91.6 GB of other traffic. Attention at 1,024 tokens: the cuDNN
+# backward of ModernBERT-base's 8 global layers, 17.07 ms over 2 steps
+# (gpu-throughput-modernbert-base-1024-flex-profile-2026-11-26.json: 1.65 TFLOP a step).
+FIT = Fit(matmul_tflops=660.7, attention_tflops=((128, 69.9), (1024, 193.2)), bandwidth_tb_s=2.16,
           optimizer_ms=1.8, source="H100 eager profile 2026-11-26 (bench/results/gpu-throughput-base-128-profile-"
                                    "2026-11-26.json), median step 77.27 ms")
 OPTIMIZER_MS = 1.8  # perf-proxy README: clip + fused AdamW on the H100, BERT-base
@@ -380,7 +397,7 @@ def summarize(trace: Trace, totals: Any, config: Any, shape: StepShape, fit: Fit
                            for op, _ in Counter({op: sum(k.read + k.written for k in by_kind["other"] if k.op == op)
                                                  for op in counts}).most_common(12)},
     }
-    report["predicted_h100_ms"] = fit.predict_ms(matmul_tflop, attention_tflop, report["gb_other"])
+    report["predicted_h100_ms"] = fit.predict_ms(matmul_tflop, attention_tflop, report["gb_other"], shape.seq_length)
     report["fit"] = asdict(fit)
     return report
 
@@ -407,8 +424,9 @@ def print_report(report: dict) -> None:
     for name, value in rows:
         print(f"  {name:<32}{value}")
     fit = report["fit"]
-    print(f"  fit: {fit['matmul_tflops']:.0f} TFLOP/s matmul, attention {fit['attention_ms']:.2f} ms at "
-          f"{fit['attention_tflop']:.2f} TFLOP, {fit['bandwidth_tb_s']:.2f} TB/s other, optimizer "
+    attention = ", ".join(f"{rate:.0f} at {length}" for length, rate in fit["attention_tflops"])
+    print(f"  fit: {fit['matmul_tflops']:.0f} TFLOP/s matmul, attention TFLOP/s by row length {attention}, "
+          f"{fit['bandwidth_tb_s']:.2f} TB/s other, optimizer "
           f"{fit['optimizer_ms']:.1f} ms; from the {fit['source']}")
     print("  everything else, GB by op: " + ", ".join(f"{op} {gb}" for op, gb in report["other_gb_by_op"].items()))
 
@@ -441,16 +459,19 @@ def refit(path: Path) -> Fit:
     matmul_ms = (rows["aten::mm"] + rows["aten::addmm"]) / steps
     attention_ms = rows["aten::_cudnn_attention_backward"] / steps * (1 + ATTENTION_FORWARD_SHARE)
     other_ms = step_ms - matmul_ms - attention_ms - OPTIMIZER_MS
-    return Fit(matmul_tflops=round(report["matmul_tflop"] / matmul_ms * 1e3, 1), attention_ms=round(attention_ms, 2),
-               attention_tflop=round(report["attention_tflop"], 2),
+    attention = {**dict(FIT.attention_tflops),
+                 shape.seq_length: round(report["attention_tflop"] / attention_ms * 1e3, 1)}
+    return Fit(matmul_tflops=round(report["matmul_tflop"] / matmul_ms * 1e3, 1),
+               attention_tflops=tuple(sorted(attention.items())),
                bandwidth_tb_s=round(report["gb_other"] / other_ms, 2), optimizer_ms=OPTIMIZER_MS,
                source=f"{recorded['machine'].get('gpu', {}).get('name', 'GPU')} profile {recorded['date']} "
                       f"({path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}), "
                       f"median step {step_ms:.2f} ms")
 
 
-# The model keys that give the step the 2026-11-26 profile ran (what has changed since).
-PROFILED_CHANGES: dict[str, Any] = {}
+# The model keys that give the step the 2026-11-26 profile ran (what has changed since): its
+# LayerNorm returned float32 under autocast.
+PROFILED_CHANGES: dict[str, Any] = {"low_precision_layernorm": False}
 
 
 def parse_changes(items: list[str]) -> dict[str, Any]:
