@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 
 import bertpre
-from bertpre.config.rules import FLOAT_TEXT, LENGTHS, RULES, check_number, shown
+from bertpre.config.rules import FLOAT_TEXT, LENGTHS, RULES, SWITCH_WORDS, check_number, shown
 from bertpre.errors import UserError
 from bertpre.model.config import BertConfig
 from bertpre.model.families import FAMILIES
@@ -335,9 +335,10 @@ def check_field(where: str, key: str, annotation: Any, value: Any) -> Any:
             return None
         raise UserError(f"{where} must not be null")
     if bool in kinds:
-        if not isinstance(value, bool):
-            raise UserError(f"{where} must be true or false, got {shown(value)}")
-        return value
+        if isinstance(value, bool) or (str in kinds and value in SWITCH_WORDS.get(key, ())):
+            return value
+        choices = ["true", "false", *SWITCH_WORDS.get(key, ())]
+        raise UserError(f"{where} must be {', '.join(choices[:-1])} or {choices[-1]}, got {shown(value)}")
     numeric = int in kinds or float in kinds
     if str in kinds and isinstance(value, str) and not (numeric and FLOAT_TEXT.fullmatch(value.strip())):
         words = RULES[key].words if numeric else ()

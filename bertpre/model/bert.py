@@ -18,6 +18,7 @@ from bertpre.labels import IGNORE_INDEX
 from bertpre.model import hf_format
 from bertpre.model.bert_cost import ForwardShape
 from bertpre.model.config import HIDDEN_ACTS, BertConfig
+from bertpre.model.layer_norm import LayerNorm
 from bertpre.model.positions import (
     PositionInputs,
     apply_rotary,
@@ -59,7 +60,7 @@ class BertEmbeddings(nn.Module):
         if config.position_embedding_type == "absolute":
             self.position_embeddings = nn.Embedding(config.max_position_embeddings, width)
         self.token_type_embeddings = nn.Embedding(config.type_vocab_size, width)
-        self.LayerNorm = nn.LayerNorm(width, eps=config.layer_norm_eps)
+        self.LayerNorm = LayerNorm(width, eps=config.layer_norm_eps, low_precision=config.low_precision_layernorm)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
@@ -148,7 +149,8 @@ class BertSelfOutput(nn.Module):
     def __init__(self, config: BertConfig) -> None:
         super().__init__()
         self.dense = nn.Linear(config.hidden_size, config.hidden_size)
-        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.LayerNorm = LayerNorm(config.hidden_size, eps=config.layer_norm_eps,
+                                   low_precision=config.low_precision_layernorm)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
     def forward(self, hidden_states: torch.Tensor, input_tensor: torch.Tensor) -> torch.Tensor:
@@ -188,7 +190,8 @@ class BertOutput(nn.Module):
     def __init__(self, config: BertConfig) -> None:
         super().__init__()
         self.dense = nn.Linear(config.intermediate_size, config.hidden_size)
-        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.LayerNorm = LayerNorm(config.hidden_size, eps=config.layer_norm_eps,
+                                   low_precision=config.low_precision_layernorm)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
     def forward(self, hidden_states: torch.Tensor, input_tensor: torch.Tensor) -> torch.Tensor:
@@ -377,7 +380,7 @@ class BertPredictionHeadTransform(nn.Module):
         width = config.embedding_size or config.hidden_size
         self.dense = nn.Linear(config.hidden_size, width)
         self.transform_act_fn = activation(config.hidden_act)
-        self.LayerNorm = nn.LayerNorm(width, eps=config.layer_norm_eps)
+        self.LayerNorm = LayerNorm(width, eps=config.layer_norm_eps, low_precision=config.low_precision_layernorm)
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         return self.LayerNorm(self.transform_act_fn(self.dense(hidden_states)))

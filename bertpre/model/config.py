@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 
 from bertpre.errors import UserError
+from bertpre.model.layer_norm import LOW_PRECISION_CHOICES
 from bertpre.model.positions import POSITION_EMBEDDING_TYPES
 
 HIDDEN_ACTS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu", "swish")
@@ -22,6 +23,8 @@ XLNET_SHAPE_FIELDS = ("architecture", "vocab_size", "hidden_size", "num_hidden_l
                       "num_attention_heads", "intermediate_size")
 # Fields bertpre adds for XLNet; a BERT export's config.json leaves them out.
 XLNET_FIELDS = ("architecture", "mem_len", "clamp_len")
+# How a model computes, not what it is: no config.json carries them (an export reads as before).
+RUNTIME_FIELDS = ("low_precision_layernorm",)
 # ModernBERT's own keys (Hugging Face's ModernBertConfig names); other architectures refuse them.
 MODERNBERT_FIELDS = ("hidden_activation", "norm_eps", "norm_bias", "local_attention", "global_attn_every_n_layers",
                      "global_rope_theta", "local_rope_theta", "attention_bias", "mlp_bias", "decoder_bias",
@@ -111,6 +114,9 @@ class BertConfig:
     architecture: str = "bert"
     mem_len: int = 0
     clamp_len: int = -1
+    # LayerNorm in the autocast dtype, so that the residual stream stays 16-bit (`bertpre.model.layer_norm`):
+    # true, false, or auto (under bf16 autocast alone). How the model runs, not its shape: no config.json has it.
+    low_precision_layernorm: bool | str = "auto"
     # ModernBERT's (architecture: modernbert); defaults are ModernBERT-base's.
     hidden_activation: str = "gelu"
     norm_eps: float = 1e-5
@@ -174,6 +180,10 @@ class BertConfig:
         if isinstance(self.rope_theta, bool) or not isinstance(self.rope_theta, (int, float)) \
                 or not self.rope_theta > 1:
             raise UserError(f"model.rope_theta must be a number above 1 (e.g. 10000), got {self.rope_theta!r}")
+        if self.low_precision_layernorm not in LOW_PRECISION_CHOICES or \
+                not isinstance(self.low_precision_layernorm, (bool, str)):
+            raise UserError(f"model.low_precision_layernorm must be true, false or auto, got "
+                            f"{self.low_precision_layernorm!r}")
         if self.embedding_size is not None and (
             not isinstance(self.embedding_size, int) or self.embedding_size < 1
         ):
@@ -206,6 +216,9 @@ class BertConfig:
         if self.is_albert:
             raise UserError("model.embedding_size and model.share_layers are ALBERT's options, which "
                             "XLNet's layout does not have; remove them for model.architecture xlnet")
+        if self.low_precision_layernorm is True:  # auto and false read alike there
+            raise UserError("model.low_precision_layernorm is not built for XLNet's layers (their LayerNorm "
+                            "stays float32 under autocast); remove it for model.architecture xlnet")
         if self.position_embedding_type == "rope":
             raise UserError("model.architecture xlnet has its own relative positions (Transformer-XL's "
                             "sinusoids); remove model.position_embedding_type rope")
@@ -350,7 +363,7 @@ class BertConfig:
     def bert_dict(self) -> dict:
         """The fields a BERT-layout model has (XLNet's left out), for its config.json."""
         return {name: value for name, value in self.to_dict().items()
-                if name not in (*XLNET_FIELDS, *MODERNBERT_FIELDS)}
+                if name not in (*XLNET_FIELDS, *MODERNBERT_FIELDS, *RUNTIME_FIELDS)}
 
     def to_hf_dict(self) -> dict:
         """config.json content: Hugging Face `BertConfig` / `BertForPreTraining` for absolute
@@ -371,7 +384,8 @@ class BertConfig:
             return hf
         hf = {"architectures": ["BertForPreTraining"], "model_type": "bert"}
         hf.update({f.name: getattr(self, f.name) for f in fields(self)
-                   if f.name not in ("embedding_size", "share_layers", "rope_theta", *XLNET_FIELDS, *MODERNBERT_FIELDS)})
+                   if f.name not in ("embedding_size", "share_layers", "rope_theta", *XLNET_FIELDS, *MODERNBERT_FIELDS,
+                                 *RUNTIME_FIELDS)})
         hf.update(position_embedding_type="absolute", tie_word_embeddings=True)
         # Kept (harmless to transformers, which stores unknown keys) so a round trip is exact.
         if self.is_albert:
@@ -385,7 +399,8 @@ class BertConfig:
         hf = {"architectures": [f"{ROBERTA_CLASS_PREFIXES[self.architecture]}ForMaskedLM"],
               "model_type": self.architecture}
         hf.update({f.name: getattr(self, f.name) for f in fields(self)
-                   if f.name not in ("embedding_size", "share_layers", "rope_theta", *XLNET_FIELDS, *MODERNBERT_FIELDS)})
+                   if f.name not in ("embedding_size", "share_layers", "rope_theta", *XLNET_FIELDS, *MODERNBERT_FIELDS,
+                                 *RUNTIME_FIELDS)})
         hf.update(tie_word_embeddings=True)
         return hf
 

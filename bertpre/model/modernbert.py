@@ -34,6 +34,7 @@ from bertpre.model.bert import (
 )
 from bertpre.model.bert_cost import ForwardShape
 from bertpre.model.config import BertConfig
+from bertpre.model.layer_norm import LayerNorm
 from bertpre.model.positions import rotary_angles
 from bertpre.model.roberta import TOKENIZER_FILES
 from bertpre.tokenizer import load_tokenizer
@@ -160,6 +161,12 @@ def _flex_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
 # --- the network -----------------------------------------------------------------------------
 
 
+def norm(config: BertConfig) -> LayerNorm:
+    """ModernBERT's LayerNorm (no bias unless `norm_bias`), in the autocast dtype as the config says."""
+    return LayerNorm(config.hidden_size, eps=config.norm_eps, bias=config.norm_bias,
+                     low_precision=config.low_precision_layernorm)
+
+
 def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """Rotary positions on (B, nh, T, hs) with cos, sin (T, hs), in float32 whatever x's dtype
     (as transformers does), returned in x's dtype."""
@@ -174,7 +181,7 @@ class ModernBertEmbeddings(nn.Module):
     def __init__(self, config: BertConfig) -> None:
         super().__init__()
         self.tok_embeddings = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id)
-        self.norm = nn.LayerNorm(config.hidden_size, eps=config.norm_eps, bias=config.norm_bias)
+        self.norm = norm(config)
         self.drop = nn.Dropout(config.embedding_dropout)
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
@@ -231,10 +238,9 @@ class ModernBertEncoderLayer(nn.Module):
 
     def __init__(self, config: BertConfig, layer_index: int) -> None:
         super().__init__()
-        self.attn_norm = (nn.Identity() if layer_index == 0 else
-                          nn.LayerNorm(config.hidden_size, eps=config.norm_eps, bias=config.norm_bias))
+        self.attn_norm = nn.Identity() if layer_index == 0 else norm(config)
         self.attn = ModernBertAttention(config, layer_index)
-        self.mlp_norm = nn.LayerNorm(config.hidden_size, eps=config.norm_eps, bias=config.norm_bias)
+        self.mlp_norm = norm(config)
         self.mlp = ModernBertMLP(config)
 
     def forward(self, hidden_states: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
@@ -274,7 +280,7 @@ class ModernBertModel(nn.Module):
         self.embeddings = ModernBertEmbeddings(config)
         self.layers = nn.ModuleList([ModernBertEncoderLayer(config, index)
                                      for index in range(config.num_hidden_layers)])
-        self.final_norm = nn.LayerNorm(config.hidden_size, eps=config.norm_eps, bias=config.norm_bias)
+        self.final_norm = norm(config)
         self.gradient_checkpointing = False
         self.flex_attention: bool | None = None
         self.reset_parameters()
@@ -327,7 +333,7 @@ class ModernBertPredictionHead(nn.Module):
         super().__init__()
         self.dense = nn.Linear(config.hidden_size, config.hidden_size, bias=config.classifier_bias)
         self.act = activation(config.classifier_activation)
-        self.norm = nn.LayerNorm(config.hidden_size, eps=config.norm_eps, bias=config.norm_bias)
+        self.norm = norm(config)
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         return self.norm(self.act(self.dense(hidden_states)))

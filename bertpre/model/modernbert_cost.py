@@ -13,6 +13,7 @@ from bertpre.model.bert_cost import (
     logit_bytes,
 )
 from bertpre.model.config import BertConfig
+from bertpre.model.layer_norm import resolve_low_precision
 from bertpre.model.modernbert import flex_runs
 
 
@@ -121,7 +122,8 @@ def flex_attention_on(config: BertConfig, seq_length: int, device_type: str, tra
 
 
 def modernbert_activations(config: BertConfig, seq_length: int, predicted_share: float, precision: str = "fp32",
-                           *, flex_attention: bool = False, dropout_mask_bytes: int = 1) -> tuple[int, int]:
+                           *, flex_attention: bool = False, dropout_mask_bytes: int = 1,
+                           norm_statistics_bytes: int = 4) -> tuple[int, int]:
     """Bytes a ModernBERT training step keeps for backward per sequence: (without, with gradient
     checkpointing). `precision` is the activations' (p bytes an element; the residual stream
     and LayerNorm statistics stay float32 under autocast). Matches the tensors autograd keeps,
@@ -129,8 +131,10 @@ def modernbert_activations(config: BertConfig, seq_length: int, predicted_share:
 
     Per token and layer: p·(8d + 4I) (Wqkv's input, q, k and v, the rotated q and k that SDPA
     keeps, its output, which is Wo's input; Wi's input, its 2·I output, the activation's output
-    and GeGLU's product), 4·2d (the two LayerNorms' inputs, the residual stream: float32), 4·2·2
-    (their mean and rstd) and 4·a (the fused kernel's log-sum-exp); the first layer has no
+    and GeGLU's product), r·2d (the two LayerNorms' inputs, the residual stream: float32, r = 4,
+    or p under autocast with `model.low_precision_layernorm`), 2·2·s
+    (their mean and rstd, float32 on CUDA; `norm_statistics_bytes`: CPU keeps a 16-bit input's
+    dtype) and 4·a (the fused kernel's log-sum-exp); the first layer has no
     attention norm. Per token once: the ids (int64), the embeddings' and the final LayerNorm's
     inputs and statistics, the predicted-row mask (a byte). Per predicted row (P = share·T): the
     head's dense, activation, LayerNorm and decoder inputs (4·p·d), the LayerNorm's statistics,
@@ -146,6 +150,8 @@ def modernbert_activations(config: BertConfig, seq_length: int, predicted_share:
     layer keeps only its input (float32) and one layer is recomputed at a time.
     """
     p = BYTES_PER_ELEMENT[precision]
+    # the residual stream's bytes: float32, or p with model.low_precision_layernorm on under autocast
+    r = p if p != 4 and resolve_low_precision(config.low_precision_layernorm, precision) else 4
     d, i, v, layers = config.hidden_size, config.intermediate_size, config.vocab_size, config.num_hidden_layers
     T = seq_length
     global_layers = global_layer_count(config)
@@ -153,15 +159,17 @@ def modernbert_activations(config: BertConfig, seq_length: int, predicted_share:
     predicted = predicted_share * T
     dropout = dropout_mask_bytes
     layer_dropout = (d if config.attention_dropout > 0 else 0) + (i if config.mlp_dropout > 0 else 0)
-    per_token_layer = p * (8 * d + 4 * i) + 4 * 2 * d + 16 + 4 * config.num_attention_heads + dropout * layer_dropout
-    first_layer_less = 4 * d + 8  # no attention norm before the first layer
-    once = T * (8 + 2 * (4 * d + 8) + 1 + (dropout * d if config.embedding_dropout > 0 else 0))
+    stats = 2 * norm_statistics_bytes  # a LayerNorm's mean and rstd, a token
+    per_token_layer = p * (8 * d + 4 * i) + r * 2 * d + 2 * stats + 4 * config.num_attention_heads \
+        + dropout * layer_dropout
+    first_layer_less = r * d + stats  # no attention norm before the first layer
+    once = T * (8 + 2 * (r * d + stats) + 1 + (dropout * d if config.embedding_dropout > 0 else 0))
     global_mask, local_mask = T * p, (0 if flex_attention else T * T * p)
     masks = (global_mask if global_layers else 0) + (local_mask if local_layers else 0)
-    head = int(predicted * (4 * p * d + 8 + 8 + (p + 4) * v))
+    head = int(predicted * (4 * p * d + stats + 8 + (p + 4) * v))
     full = layers * T * per_token_layer - T * first_layer_less + once + masks + head
     # checkpointing keeps each layer's input; the masks live on in the forward's AttentionMasks
-    checkpointed = layers * T * 4 * d + T * per_token_layer + masks + once + head
+    checkpointed = layers * T * r * d + T * per_token_layer + masks + once + head
     return full, checkpointed
 
 

@@ -35,6 +35,7 @@ from bertpre.model.bert import (
 )
 from bertpre.model.bert_cost import ForwardShape
 from bertpre.model.config import ROBERTA_CLASS_PREFIXES, BertConfig
+from bertpre.model.layer_norm import LayerNorm
 from bertpre.model.unpad import Unpadded
 from bertpre.tokenizer import load_tokenizer
 from bertpre.tokenizer.roles import attach_roles, token_roles
@@ -86,7 +87,8 @@ class RobertaLMHead(nn.Module):
     def __init__(self, config: BertConfig) -> None:
         super().__init__()
         self.dense = nn.Linear(config.hidden_size, config.hidden_size)
-        self.layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.layer_norm = LayerNorm(config.hidden_size, eps=config.layer_norm_eps,
+                                    low_precision=config.low_precision_layernorm)
         self.decoder = nn.Linear(config.hidden_size, config.vocab_size)
         self.bias = nn.Parameter(torch.zeros(config.vocab_size))
         self.decoder.bias = self.bias  # one tensor under two names, as in Hugging Face

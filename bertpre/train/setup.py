@@ -19,6 +19,7 @@ from bertpre.model.config import BertConfig
 from bertpre.model.cost import training_flops_per_token
 from bertpre.model.families import family
 from bertpre.model.hf_format import read_config
+from bertpre.model.layer_norm import resolve_low_precision
 from bertpre.tokenizer import load_tokenizer
 from bertpre.tokenizer.wordpiece import TOKENIZER_FILE, check_same_vocab
 from bertpre.train.checkpoint import latest_checkpoint
@@ -48,15 +49,20 @@ class ResolvedRun:
 
 
 def resolve_run(given: Config, *, world_size: int = 1, device: torch.device | None = None,
-                resume: bool = True) -> ResolvedRun:
+                resume: bool = True, precision: str | None = None) -> ResolvedRun:
     """`given` resolved against its data, its run folder and its starting weights (a copy:
     `given` is left as it was), every check made that needs no allocation.
 
     Args:
         device: where it will train; its memory bounds the run (None: no memory check).
         resume: continue from RUN/checkpoints/latest when there is one.
+        precision: the precision it trains in (fp32, fp16, bf16), which settles what "auto"
+            leaves to it (`model.low_precision_layernorm`); None leaves "auto" as it is.
     """
     config = copy.deepcopy(given)
+    if precision is not None:
+        config.model.low_precision_layernorm = resolve_low_precision(config.model.low_precision_layernorm,
+                                                                     precision)
     for index in range(len(config.phase_ends())):
         check_world_size(config.for_phase(index), world_size)
     mixture = load_mixture(config.data.sources)

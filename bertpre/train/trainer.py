@@ -96,7 +96,8 @@ class Trainer:
     def __init__(self, config: Config, runtime: Runtime | None = None, *, resume: bool = True) -> None:
         runtime = runtime or init_runtime(config.train.precision, device=config.train.device,
                                           deterministic=config.train.deterministic)
-        run = resolve_run(config, world_size=runtime.world_size, device=runtime.device, resume=resume)
+        run = resolve_run(config, world_size=runtime.world_size, device=runtime.device, resume=resume,
+                          precision=runtime.precision)
         self.config, self.runtime, self.mixture, self.run_dir = run.config, runtime, run.mixture, run.run_dir
         train = self.config.train
         self.lock = RunLock(self.run_dir)

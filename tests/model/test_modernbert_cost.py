@@ -4,6 +4,7 @@ pairs against the window's mask, activations against the tensors autograd keeps,
 peak against the profiler's, and `bertpre info` for a ModernBERT."""
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -192,15 +193,20 @@ def test_activation_estimate_matches_the_kept_tensors(changes: dict, autocast: b
     config = modernbert(**changes)
     length, predicted = 32, 8
     precision = "bf16" if autocast else "fp32"
+    # CPU's dropout masks and (under autocast, in bf16) LayerNorm statistics take the input's dtype
     full, checkpointed = modernbert_activations(config, length, predicted / length, precision,
-                                                dropout_mask_bytes=2 if autocast else 4)
+                                                dropout_mask_bytes=2 if autocast else 4,
+                                                norm_statistics_bytes=2 if autocast else 4)
     # transformers' (B, 1, T, T) masks, left out of its count (it makes one for every layer),
     # where bertpre keeps one additive padding mask (T a row) for the global layers and one
     # window (T²) for the local ones, in the query's dtype
     local_layers = config.num_hidden_layers - global_layer_count(config)
     masks = (2 if autocast else 4) * (length + (length * length if local_layers else 0))
     torch.manual_seed(0)
-    for model, keep_masks, expected in ((transformers_model(config).train(), False, full - masks),
+    # transformers' LayerNorm returns float32 under autocast: the residual stream of the switch off
+    fp32_stream, _ = modernbert_activations(dataclasses.replace(config, low_precision_layernorm=False), length,
+                                            predicted / length, precision, dropout_mask_bytes=2 if autocast else 4)
+    for model, keep_masks, expected in ((transformers_model(config).train(), False, fp32_stream - masks),
                                         (ModernBertForMaskedLM(config).train(), True, full)):
         measured = (kept_bytes(model, config, 6, length, predicted, autocast, keep_masks)
                     - kept_bytes(model, config, 2, length, predicted, autocast, keep_masks)) / 4

@@ -1,0 +1,519 @@
+"""A GPU training step seen on the CPU: one step of a real bertpre model traced on fake tensors.
+
+    .venv/bin/python -m bench.step_cost                                  # BERT-base, 256 x 128, as bench.gpu throughput
+    .venv/bin/python -m bench.step_cost --architecture modernbert        # ModernBERT-base, 32 x 1024
+    .venv/bin/python -m bench.step_cost --set low_precision_layernorm=false   # a model key changed (A/B)
+    .venv/bin/python -m bench.step_cost --json trace.json                # the report as JSON too
+
+The step is `bench.gpu`'s bertpre side (the trainer's `PretrainingObjective` on (B, P)
+`masked_lm_positions`, loss sums over counts taken on the CPU), forward and backward, on
+`FakeTensorMode` tensors (shapes and dtypes, no data: BERT-base costs no memory and ~20 s), with
+every aten kernel recorded by a `TorchDispatchMode`. The model runs under CUDA's bf16 autocast
+policy, emulated (`CudaAutocast`): matrix products in bf16, layer_norm, softmax, log_softmax and
+the losses in fp32 and returning fp32, as CUDA autocast does (CPU autocast keeps layer_norm in its
+input dtype and would hide the fp32 residual stream). Attention stands in as one fused kernel each
+way (cuDNN / FlashAttention on the H100: no (T, T) tensor in memory) and dropout as CUDA's
+`native_dropout` (one kernel, a 1-byte mask).
+
+Reported: kernels a step; executed FLOPs (matrix products, attention at the FLOPs its kernel
+computes: a dense window mask computes every pair) against useful FLOPs
+(`bertpre.model.cost.training_flops_per_token` × real tokens); bytes each kernel reads and writes
+by class (matrix-product I/O, attention, everything else); casts and their bytes; activation-sized
+fp32 kernels (an fp32 output of at least B·T·C elements: one hidden state); host syncs (kernels
+whose result the host must read: `.item()`, `nonzero`); and a predicted H100 step time:
+
+    step_ms = matmul TFLOP / rate + attention TFLOP / rate at the row length
+              + other GB / bandwidth + optimizer_ms
+
+with constants fitted on the recorded H100 eager profile (`FIT`, printed with each prediction).
+Refit them after every GPU run (`--refit PROFILE.json`, which traces the profiled configuration)
+and say how far each prediction missed. Not modelled: torch.compile's fusion (compare compiled
+variants only with each other), launch overhead, the optimizer's own traffic (a constant).
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import re
+import sys
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+import torch
+import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from bench.common import ROOT, make_batch
+from bench.gpu import (
+    DEFAULTS,
+    MODERNBERT_MASKING,
+    MODERNBERT_VOCAB_SIZE,
+    model_config,
+    modernbert_config,
+    objective_loss,
+    prediction_slots,
+    trainer_batches,
+)
+
+MATMUL_OPS = frozenset({"mm", "addmm", "bmm", "baddbmm"})
+# Kernels that move no data: views, metadata, allocation (an empty tensor is not written).
+FREE_OPS = frozenset({
+    "view", "_unsafe_view", "transpose", "t", "expand", "permute", "unsqueeze", "squeeze", "select", "slice",
+    "as_strided", "alias", "detach", "split", "split_with_sizes", "unbind", "chunk", "narrow", "unflatten",
+    "reshape", "_reshape_alias", "view_as", "expand_as", "diagonal", "lift_fresh", "empty", "empty_like",
+    "new_empty", "empty_strided", "new_empty_strided", "is_same_size", "_has_compatible_shallow_copy_type",
+})
+# Kernels that write without reading.
+FILL_OPS = frozenset({"zero_", "fill_", "zeros", "ones", "zeros_like", "ones_like", "full", "full_like", "new_zeros",
+                      "new_ones", "new_full", "arange", "scalar_tensor"})
+# Kernels whose result the host must wait for (a stalled queue on a GPU).
+SYNC_OPS = frozenset({"_local_scalar_dense", "nonzero", "masked_select", "_unique2", "unique_consecutive",
+                      "unique_dim", "is_nonzero", "equal", "repeat_interleave"})
+
+# CUDA autocast's lists (aten/src/ATen/autocast_mode.cpp), for the functions bertpre's models call.
+LOWER_PRECISION = frozenset({F.linear, torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__, torch.mm,
+                             torch.Tensor.mm, torch.bmm, torch.Tensor.bmm, torch.addmm, torch.baddbmm})
+FLOAT32 = frozenset({F.layer_norm, torch.layer_norm, F.group_norm, F.softmax, torch.softmax, torch.Tensor.softmax,
+                     F.log_softmax, torch.log_softmax, torch.Tensor.log_softmax, F.cross_entropy, F.nll_loss,
+                     torch.exp, torch.Tensor.exp, torch.rsqrt, torch.Tensor.rsqrt, torch.pow, torch.Tensor.pow,
+                     torch.cumsum, torch.Tensor.cumsum, torch.logsumexp, torch.Tensor.logsumexp})
+# The autocast state switches themselves: run as they are, so that a model's own
+# `torch.autocast(enabled=False)` holds inside the emulation.
+AUTOCAST_SWITCHES = frozenset({torch.amp.autocast_mode._enter_autocast, torch.amp.autocast_mode._exit_autocast})
+
+
+def nbytes(value: Any) -> int:
+    return value.numel() * value.element_size() if isinstance(value, torch.Tensor) else 0
+
+
+def tensors_in(value: Any) -> Iterator[torch.Tensor]:
+    """Every tensor in nested lists, tuples and dicts."""
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from tensors_in(item)
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from tensors_in(item)
+
+
+@dataclass
+class Kernel:
+    """One recorded kernel: its aten name, forward or backward, bytes read and written, FLOPs,
+    class (matmul, attention, other), its first output's dtype and elements, and for a cast the
+    dtypes it converts between."""
+
+    op: str
+    phase: str
+    read: int
+    written: int
+    flops: int = 0
+    kind: str = "other"
+    dtype: str = ""
+    numel: int = 0
+    cast: tuple[str, str] | None = None
+
+
+@dataclass
+class Trace:
+    """The kernels of one step, in order."""
+
+    kernels: list[Kernel] = field(default_factory=list)
+    phase: str = "forward"
+    syncs: list[str] = field(default_factory=list)
+
+    def add(self, kernel: Kernel) -> None:
+        self.kernels.append(kernel)
+
+
+def matmul_flops(op: str, args: tuple) -> int:
+    """2·M·K·N of a (batched) matrix product: mm/bmm (a, b), addmm/baddbmm (bias, a, b)."""
+    a, b = (args[0], args[1]) if op in ("mm", "bmm") else (args[1], args[2])
+    batch = a.shape[0] if a.dim() == 3 else 1
+    return 2 * batch * a.shape[-2] * a.shape[-1] * b.shape[-1]
+
+
+class KernelRecorder(TorchDispatchMode):
+    """Records each aten kernel that moves data into `trace`."""
+
+    def __init__(self, trace: Trace) -> None:
+        super().__init__()
+        self.trace = trace
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        op = func.overloadpacket.__name__
+        if op in SYNC_OPS:
+            self.trace.syncs.append(op)
+        out = func(*args, **kwargs)
+        outputs = list(tensors_in(out))
+        if not outputs or op in FREE_OPS or op.endswith("_view"):  # metadata (device, sizes) or a view
+            return out
+        read = 0 if op in FILL_OPS else sum(nbytes(t) for t in tensors_in((args, kwargs)))
+        if op == "copy_":  # reads the source, writes the destination
+            read = nbytes(args[1])
+        first = outputs[0] if outputs else None
+        cast = (str(args[0].dtype), str(out.dtype)) if op == "_to_copy" and args[0].dtype != out.dtype else None
+        self.trace.add(Kernel(op=op, phase=self.trace.phase, read=read, written=sum(nbytes(t) for t in outputs),
+                              flops=matmul_flops(op, args) if op in MATMUL_OPS else 0,
+                              kind="matmul" if op in MATMUL_OPS else "other",
+                              dtype=str(first.dtype) if first is not None else "",
+                              numel=first.numel() if first is not None else 0, cast=cast))
+        return out
+
+
+class FusedAttention(torch.autograd.Function):
+    """SDPA as the H100 runs it: one fused kernel forward (scores never stored; it keeps the
+    row log-sum-exp, fp32) and one backward. Recorded with the FLOPs of its products:
+    4·B·H·Tq·Tk·hs forward, twice that backward (model FLOPs, as the cost model counts them)."""
+
+    @staticmethod
+    def forward(ctx, query, key, value, mask, trace: Trace):
+        B, H, Tq, hs = query.shape
+        Tk = key.shape[2]
+        ctx.save_for_backward(query, key, value)
+        ctx.trace, ctx.mask_bytes = trace, nbytes(mask)
+        ctx.flops = 4 * B * H * Tq * Tk * hs
+        lse = B * H * Tq * 4
+        trace.add(Kernel(op="fused_attention", phase="forward", kind="attention", flops=ctx.flops,
+                         read=nbytes(query) + nbytes(key) + nbytes(value) + ctx.mask_bytes,
+                         written=nbytes(query) + lse, dtype=str(query.dtype), numel=query.numel()))
+        return query.new_empty(query.shape)
+
+    @staticmethod
+    def backward(ctx, grad):
+        query, key, value = ctx.saved_tensors
+        io = nbytes(query) + nbytes(key) + nbytes(value)
+        ctx.trace.add(Kernel(op="fused_attention_backward", phase="backward", kind="attention",
+                             flops=2 * ctx.flops, read=io + 2 * nbytes(query) + ctx.mask_bytes
+                             + query.shape[0] * query.shape[1] * query.shape[2] * 4,
+                             written=io, dtype=str(query.dtype), numel=query.numel()))
+        return query.new_empty(query.shape), key.new_empty(key.shape), value.new_empty(value.shape), None, None
+
+
+class CudaAutocast(TorchFunctionMode):
+    """CUDA's autocast policy, applied wherever the real CPU autocast state is on (so that
+    `torch.is_autocast_enabled`, `get_autocast_dtype` and a model's `autocast(enabled=False)`
+    read and act as on a GPU): lower-precision functions cast floating inputs to the autocast
+    dtype (a leaf parameter's cast cached for the step, as autocast caches it), fp32 functions to
+    float32, the rest run in the dtypes they are given; each runs with CPU autocast off, so that
+    only CUDA's policy applies. SDPA and dropout run as CUDA's fused kernels."""
+
+    def __init__(self, trace: Trace) -> None:
+        super().__init__()
+        self.trace = trace
+        self.cache: dict[int, torch.Tensor] = {}
+
+    def cast(self, value: Any, dtype: torch.dtype) -> Any:
+        if isinstance(value, (list, tuple)):
+            return type(value)(self.cast(item, dtype) for item in value)
+        if not isinstance(value, torch.Tensor) or not value.is_floating_point() or value.dtype == dtype:
+            return value
+        leaf = value.is_leaf and value.requires_grad
+        if leaf and (id(value), dtype) in self.cache:
+            return self.cache[(id(value), dtype)]
+        result = value.to(dtype)
+        if leaf:
+            self.cache[(id(value), dtype)] = result
+        return result
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in AUTOCAST_SWITCHES or not torch.is_autocast_enabled("cpu"):
+            return self.run_fused(func, args, kwargs)
+        dtype = torch.get_autocast_dtype("cpu")
+        if func in LOWER_PRECISION or func is F.scaled_dot_product_attention:
+            args, kwargs = self.cast(args, dtype), {k: self.cast(v, dtype) for k, v in kwargs.items()}
+        elif func in FLOAT32:
+            args = self.cast(args, torch.float32)
+            kwargs = {k: self.cast(v, torch.float32) for k, v in kwargs.items()}
+        with torch.autocast("cpu", enabled=False):
+            return self.run_fused(func, args, kwargs)
+
+    def run_fused(self, func: Callable, args: tuple, kwargs: dict) -> Any:
+        """`func`, with SDPA and dropout as the GPU's fused kernels."""
+        if func is F.scaled_dot_product_attention:
+            query, key, value = args[:3]
+            return FusedAttention.apply(query, key, value, kwargs.get("attn_mask"), self.trace)
+        if func is F.dropout:
+            p = kwargs.get("p", args[1] if len(args) > 1 else 0.5)
+            training = kwargs.get("training", args[2] if len(args) > 2 else True)
+            if not training or p == 0:
+                return args[0]  # as CUDA's dropout: no kernel
+            return torch.native_dropout(args[0], p, True)[0]
+        return func(*args, **kwargs)
+
+
+# --- the model and its step ------------------------------------------------------------------
+
+
+@dataclass
+class StepShape:
+    """What is traced: the family, its bench.gpu size, the batch and the model keys changed."""
+
+    architecture: str = "bert"
+    model: str = "base"
+    batch_size: int | None = None
+    seq_length: int | None = None
+    short_rows: float = 0.1
+    changes: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        defaults = DEFAULTS[self.architecture]
+        self.batch_size = self.batch_size or defaults["batch_size"]
+        self.seq_length = self.seq_length or defaults["seq_length"]
+
+
+def build_step(shape: StepShape, fake_mode) -> tuple[torch.nn.Module, Callable, dict, Any, Any]:
+    """The model (built under `fake_mode`), `bench.gpu`'s bertpre loss, its fake batch, the step's
+    host counts and the model's config."""
+    from bertpre.model import BertConfig, BertForPreTraining
+    from bertpre.model.modernbert import ModernBertForMaskedLM
+    from bertpre.train.objectives.mlm import PretrainingObjective
+
+    modernbert = shape.architecture == "modernbert"
+    if modernbert:
+        config = modernbert_config(shape.model, shape.seq_length)
+        for name, value in shape.changes.items():
+            setattr(config, name, value)
+        batch = make_batch(shape.batch_size, shape.seq_length, "cpu", 0, shape.short_rows, MODERNBERT_MASKING,
+                           capped=False, vocab_size=MODERNBERT_VOCAB_SIZE)
+        del batch["next_sentence_label"]
+    else:
+        config = BertConfig(**{**model_config(shape.model, shape.seq_length), **shape.changes})
+        batch = make_batch(shape.batch_size, shape.seq_length, "cpu", 0, shape.short_rows)
+    config.validate()
+    # Fake weights have no values to draw: trunc_normal_'s redraw loop would read them (a host sync).
+    with fake_mode, mock.patch.object(torch.nn.init, "trunc_normal_", lambda tensor, *args, **kwargs: tensor):
+        model = (ModernBertForMaskedLM if modernbert else BertForPreTraining)(config).train()
+    slots = prediction_slots(shape.seq_length, [batch], capped=not modernbert)
+    inputs, totals = trainer_batches([batch], slots, torch.device("cpu"), keep_attention_mask=False)
+    fake_batch = {name: fake_mode.from_tensor(tensor) for name, tensor in inputs[0].items()}
+    return model, objective_loss(PretrainingObjective(model), totals), fake_batch, totals, config
+
+
+def trace_step(shape: StepShape) -> tuple[Trace, Any, Any]:
+    """Forward and backward of one step under emulated CUDA bf16 autocast: (trace, host counts, config)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
+    model, loss_of, batch, totals, config = build_step(shape, fake_mode)
+    trace = Trace()
+    with fake_mode, KernelRecorder(trace):
+        with CudaAutocast(trace), torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = loss_of(batch)
+        trace.phase = "backward"
+        loss.backward()
+    return trace, totals, config
+
+
+# --- the report --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Fit:
+    """Constants of the step-time model, and where they came from."""
+
+    matmul_tflops: float  # TFLOP/s the step's matrix products ran at
+    # TFLOP/s of the fused attention kernels by row length (log-interpolated between, held beyond):
+    # short rows keep the kernel far from its peak
+    attention_tflops: tuple[tuple[int, float], ...]
+    bandwidth_tb_s: float  # effective TB/s of everything else
+    optimizer_ms: float  # gradient clipping + fused AdamW
+    source: str
+
+    def attention_rate(self, length: int) -> float:
+        points = sorted(self.attention_tflops)
+        if length <= points[0][0] or len(points) == 1:
+            return points[0][1]
+        for (short, slow), (long, fast) in itertools.pairwise(points):
+            if length <= long:
+                return slow + (fast - slow) * math.log(length / short) / math.log(long / short)
+        return points[-1][1]
+
+    def predict_ms(self, matmul_tflop: float, attention_tflop: float, gb_other: float, length: int
+                   ) -> dict[str, float]:
+        parts = {"matmul": matmul_tflop / self.matmul_tflops * 1e3,
+                 "attention": attention_tflop / self.attention_rate(length) * 1e3,
+                 "other": gb_other / self.bandwidth_tb_s, "optimizer": self.optimizer_ms}
+        return {**parts, "step": sum(parts.values())}
+
+
+# Fitted (`--refit bench/results/gpu-throughput-base-128-profile-2026-11-26.json`) on the H100 eager
+# profile of 2026-11-26 (torch 2.11, BERT-base 256 x 128, bf16, fused AdamW): its median step 77.27 ms;
+# aten::mm + aten::addmm 52.78 ms over the 2 profiled steps against this tool's trace of that step
+# (main 14e2594, 17.44 TFLOP of matrix products); the cuDNN attention backward 4.74 ms a step, its
+# forward (not in the profile's top rows) taken as 2/5 of it (FlashAttention's 2 products against 5):
+# 0.464 TFLOP in 6.64 ms; clipping + fused AdamW 1.8 ms (perf-proxy README's calibration); the rest
+# of the step over the trace's 91.6 GB of other traffic. Attention at 1,024 tokens: the cuDNN
+# backward of ModernBERT-base's 8 global layers, 17.07 ms over 2 steps
+# (gpu-throughput-modernbert-base-1024-flex-profile-2026-11-26.json: 1.65 TFLOP a step).
+FIT = Fit(matmul_tflops=660.7, attention_tflops=((128, 69.9), (1024, 193.2)), bandwidth_tb_s=2.16,
+          optimizer_ms=1.8, source="H100 eager profile 2026-11-26 (bench/results/gpu-throughput-base-128-profile-"
+                                   "2026-11-26.json), median step 77.27 ms")
+OPTIMIZER_MS = 1.8  # perf-proxy README: clip + fused AdamW on the H100, BERT-base
+ATTENTION_FORWARD_SHARE = 2 / 5  # FlashAttention's forward products against its backward's
+
+
+def summarize(trace: Trace, totals: Any, config: Any, shape: StepShape, fit: Fit = FIT) -> dict:
+    """The report of one traced step (see the module's docstring)."""
+    from bertpre.model.cost import training_flops_per_token
+
+    kernels = trace.kernels
+    gb = lambda items: sum(k.read + k.written for k in items) / 1e9  # noqa: E731
+    by_kind = {kind: [k for k in kernels if k.kind == kind] for kind in ("matmul", "attention", "other")}
+    casts = [k for k in kernels if k.cast]
+    activation = shape.batch_size * shape.seq_length * config.hidden_size
+    fp32_wide = [k for k in by_kind["other"] if k.dtype == "torch.float32" and k.numel >= activation]
+    matmul_tflop = sum(k.flops for k in by_kind["matmul"]) / 1e12
+    attention_tflop = sum(k.flops for k in by_kind["attention"]) / 1e12
+    share = totals.predictions / totals.tokens
+    useful_tflop = training_flops_per_token(config, shape.seq_length, share) * totals.tokens / 1e12
+    counts = Counter(k.op for k in kernels)
+    report = {
+        "shape": asdict(shape), "tokens": totals.tokens, "predictions": totals.predictions,
+        "kernels": len(kernels), "kernels_forward": sum(k.phase == "forward" for k in kernels),
+        "matmuls": {op: counts[op] for op in sorted(MATMUL_OPS) if counts[op]},
+        "layer_norms": {"forward": counts["native_layer_norm"], "backward": counts["native_layer_norm_backward"]},
+        "matmul_tflop": matmul_tflop, "attention_tflop": attention_tflop, "useful_tflop": useful_tflop,
+        "executed_over_useful": (matmul_tflop + attention_tflop) / useful_tflop,
+        "gb_matmul_io": gb(by_kind["matmul"]), "gb_attention_io": gb(by_kind["attention"]),
+        "gb_other": gb(by_kind["other"]),
+        "casts": len(casts), "gb_casts": gb(casts),
+        "casts_by_dtype": dict(Counter(f"{a.removeprefix('torch.')}->{b.removeprefix('torch.')}"
+                                       for a, b in (k.cast for k in casts))),
+        "fp32_activation_kernels": len(fp32_wide),
+        "fp32_activation_kernels_by_op": dict(Counter(f"{k.phase}:{k.op}" for k in fp32_wide).most_common()),
+        "host_syncs": len(trace.syncs),
+        "other_gb_by_op": {op: round(gb([k for k in by_kind["other"] if k.op == op]), 2)
+                           for op, _ in Counter({op: sum(k.read + k.written for k in by_kind["other"] if k.op == op)
+                                                 for op in counts}).most_common(12)},
+    }
+    report["predicted_h100_ms"] = fit.predict_ms(matmul_tflop, attention_tflop, report["gb_other"], shape.seq_length)
+    report["fit"] = asdict(fit)
+    return report
+
+
+def print_report(report: dict) -> None:
+    shape, ms = report["shape"], report["predicted_h100_ms"]
+    changes = ", ".join(f"{k}={v}" for k, v in shape["changes"].items()) or "as configured"
+    print(f"{shape['architecture']}-{shape['model']}, {shape['batch_size']} x {shape['seq_length']} "
+          f"({report['tokens']:,} real tokens, {report['predictions']:,} predictions), emulated CUDA bf16 "
+          f"autocast, model {changes}")
+    rows = [("kernels a step (forward)", f"{report['kernels']:,} ({report['kernels_forward']:,})"),
+            ("matrix products", ", ".join(f"{n} {op}" for op, n in report["matmuls"].items())),
+            ("LayerNorm forward / backward", f"{report['layer_norms']['forward']} / {report['layer_norms']['backward']}"),
+            ("executed / useful TFLOP", f"{report['matmul_tflop'] + report['attention_tflop']:.2f} / "
+                                        f"{report['useful_tflop']:.2f} = {report['executed_over_useful']:.3f}"),
+            ("GB matmul I/O", f"{report['gb_matmul_io']:.1f}"), ("GB attention", f"{report['gb_attention_io']:.1f}"),
+            ("GB everything else", f"{report['gb_other']:.1f}"),
+            ("casts (GB)", f"{report['casts']} ({report['gb_casts']:.1f})"),
+            ("fp32 activation-sized kernels", str(report["fp32_activation_kernels"])),
+            ("host syncs", str(report["host_syncs"])),
+            ("predicted H100 step (ms)", f"{ms['step']:.1f} = matmul {ms['matmul']:.1f} + attention "
+                                         f"{ms['attention']:.1f} + other {ms['other']:.1f} + optimizer "
+                                         f"{ms['optimizer']:.1f}; {report['tokens'] / ms['step'] * 1e3:,.0f} tokens/s")]
+    for name, value in rows:
+        print(f"  {name:<32}{value}")
+    fit = report["fit"]
+    attention = ", ".join(f"{rate:.0f} at {length}" for length, rate in fit["attention_tflops"])
+    print(f"  fit: {fit['matmul_tflops']:.0f} TFLOP/s matmul, attention TFLOP/s by row length {attention}, "
+          f"{fit['bandwidth_tb_s']:.2f} TB/s other, optimizer "
+          f"{fit['optimizer_ms']:.1f} ms; from the {fit['source']}")
+    print("  everything else, GB by op: " + ", ".join(f"{op} {gb}" for op, gb in report["other_gb_by_op"].items()))
+
+
+# --- refitting on a GPU profile ------------------------------------------------------------------
+
+
+def profile_rows(table: str) -> dict[str, float]:
+    """Self CUDA ms of each aten row of torch.profiler's key_averages table."""
+    rows = {}
+    for line in table.splitlines():
+        cells = re.split(r"\s{2,}", line.strip())
+        if len(cells) >= 11 and cells[0].startswith("aten::"):
+            value = cells[6]
+            rows[cells[0]] = float(value[:-2]) if value.endswith("ms") else float(value[:-2]) / 1e3
+    return rows
+
+
+def refit(path: Path) -> Fit:
+    """`Fit` on a `bench.gpu throughput --profile N` result: its step traced here (the model as
+    the profiled commit ran it: give --set for any key changed since), matched to its kernels."""
+    recorded = json.loads(path.read_text(encoding="utf-8"))
+    settings = recorded["settings"]
+    steps = int(re.search(r"--profile (\d+)", recorded["command"]).group(1))
+    rows = profile_rows(recorded["profile"]["bertpre"])
+    shape = StepShape(settings.get("architecture", "bert"), settings["model"], settings["batch_size"],
+                      settings["seq_length"], settings["short_rows"], changes=PROFILED_CHANGES)
+    report = summarize(*trace_step(shape), shape)
+    step_ms = recorded["bertpre"]["median_step_s"] * 1e3
+    matmul_ms = (rows["aten::mm"] + rows["aten::addmm"]) / steps
+    attention_ms = rows["aten::_cudnn_attention_backward"] / steps * (1 + ATTENTION_FORWARD_SHARE)
+    other_ms = step_ms - matmul_ms - attention_ms - OPTIMIZER_MS
+    attention = {**dict(FIT.attention_tflops),
+                 shape.seq_length: round(report["attention_tflop"] / attention_ms * 1e3, 1)}
+    return Fit(matmul_tflops=round(report["matmul_tflop"] / matmul_ms * 1e3, 1),
+               attention_tflops=tuple(sorted(attention.items())),
+               bandwidth_tb_s=round(report["gb_other"] / other_ms, 2), optimizer_ms=OPTIMIZER_MS,
+               source=f"{recorded['machine'].get('gpu', {}).get('name', 'GPU')} profile {recorded['date']} "
+                      f"({path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}), "
+                      f"median step {step_ms:.2f} ms")
+
+
+# The model keys that give the step the 2026-11-26 profile ran (what has changed since): its
+# LayerNorm returned float32 under autocast.
+PROFILED_CHANGES: dict[str, Any] = {"low_precision_layernorm": False}
+
+
+def parse_changes(items: list[str]) -> dict[str, Any]:
+    """`--set KEY=VALUE` model keys, values read as YAML scalars (true, 0.0, auto)."""
+    import yaml
+
+    changes = {}
+    for item in items:
+        name, _, value = item.partition("=")
+        if not value:
+            raise SystemExit(f"--set {item!r}: write KEY=VALUE, e.g. low_precision_layernorm=false")
+        changes[name.strip()] = yaml.safe_load(value)
+    return changes
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--architecture", choices=sorted(DEFAULTS), default="bert")
+    parser.add_argument("--model", choices=("tiny", "base", "large"), default="base")
+    parser.add_argument("--batch-size", type=int, default=None, help="default 256 (BERT), 32 (ModernBERT)")
+    parser.add_argument("--seq-length", type=int, default=None, help="default 128 (BERT), 1024 (ModernBERT)")
+    parser.add_argument("--short-rows", type=float, default=0.1, help="share of rows shorter, padded")
+    parser.add_argument("--set", dest="changes", action="append", default=[], metavar="KEY=VALUE",
+                        help="a model config key, e.g. low_precision_layernorm=false (repeatable)")
+    parser.add_argument("--refit", type=Path, default=None, metavar="PROFILE_JSON",
+                        help="fit the step-time constants on a bench.gpu --profile result first")
+    parser.add_argument("--json", type=Path, default=None, metavar="OUT", help="write the report as JSON")
+    args = parser.parse_args(argv)
+    fit = FIT
+    if args.refit is not None:
+        fit = refit(args.refit)
+        print(f"refitted: {fit}")
+    torch.manual_seed(0)
+    shape = StepShape(args.architecture, args.model, args.batch_size, args.seq_length, args.short_rows,
+                      parse_changes(args.changes))
+    report = summarize(*trace_step(shape), shape, fit)
+    print_report(report)
+    if args.json is not None:
+        args.json.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
+        print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
