@@ -127,8 +127,9 @@ def resolve_paths(inputs: Iterable[str | Path], skipped: list[Path] | None = Non
         text = str(item)
         path = Path(text).expanduser()
         if path.exists() and not path.is_dir():
-            found = [path]
+            _check_readable_kind(path)  # first: /dev/zero is a device, whatever its name says
             split_extension(path)
+            found = [path]
         elif path.exists():
             found = _keep_corpus_files(_files_in_folder(path), f"{path}: folder holds", skipped)
         elif any(character in text for character in "*?["):

@@ -27,7 +27,9 @@ def write_corpus(path: Path, docs: list[list[str]]) -> Path:
 
 
 def run(corpus: Path | list, out: Path, **options) -> dict:
-    options = {"vocab_size": 150, "min_frequency": 1, "show_progress": False, **options}
+    options = {"vocab_size": 150, "show_progress": False, **options}
+    if options.get("tokenizer_type") != "unigram":  # a Unigram trainer has no minimum frequency: refused
+        options.setdefault("min_frequency", 1)
     return tokenize_corpus(corpus if isinstance(corpus, list) else [corpus], out, **options)
 
 
