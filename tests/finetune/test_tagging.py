@@ -20,6 +20,7 @@ from bertpre.finetune.loop import probe_labels
 from bertpre.finetune.report import score
 from bertpre.finetune.tasks import load_task
 from bertpre.labels import IGNORE_INDEX
+from bertpre.model import BertConfig
 from bertpre.tokenizer import load_tokenizer
 
 pytestmark = pytest.mark.usefixtures("one_thread_per_module")  # see conftest
@@ -53,10 +54,12 @@ def write_tagged(path: Path, sentences: list[tuple[list[str], list[str]]], empty
 
 
 class Tokenizing:
-    """All that `seeds.encode` reads of an encoder: its tokenizer."""
+    """All that `seeds.encode` reads of an encoder: its tokenizer, and its config (whose family
+    gives the token types)."""
 
     def __init__(self, tokenizer) -> None:
         self.tokenizer = tokenizer
+        self.config = BertConfig()
 
 
 @pytest.mark.parametrize("suffix", [".conll", ".jsonl"])
