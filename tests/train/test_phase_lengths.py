@@ -37,7 +37,7 @@ def test_a_phased_init_from_run_is_checked_at_the_lengths_its_phases_read(tiny_d
     assert [resolved.for_phase(index).data.max_seq_length for index in range(2)] == [32, 64]
     assert resolved.model.max_position_embeddings == 64
     too_long = load_config(phased(tmp_path, tiny_data, {"init_from": str(source)}, 32, 128))
-    with pytest.raises(UserError, match=r"^phases\[1\]: data.max_seq_length \(128\) is larger than the 64 tokens"):
+    with pytest.raises(UserError, match=r"^phases\[1\]: data.max_seq_length \(128\) is larger than the 64 positions of "):
         resolved_config(too_long)
 
 
