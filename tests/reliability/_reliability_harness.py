@@ -199,34 +199,27 @@ def send_stop(process: subprocess.Popen, signum: int, *, group: bool) -> None:
         process.send_signal(signum)
 
 
-def group_processes(group: int) -> list[int]:
-    """The processes of process group `group` (zombies included: not yet gone)."""
+def process_stats() -> list[tuple[int, list[str]]]:
+    """Each live process's pid and the fields of its /proc stat after `(name)`: state, ppid, pgrp, ..."""
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            found.append((int(entry.name), (entry / "stat").read_text().rsplit(")", 1)[1].split()))
         except OSError:
             continue  # ended meanwhile
-        if int(fields[2]) == group:  # the fields after `(name)`: state, ppid, pgrp, ...
-            found.append(int(entry.name))
     return found
+
+
+def group_processes(group: int) -> list[int]:
+    """The processes of process group `group` (zombies included: not yet gone)."""
+    return [pid for pid, fields in process_stats() if int(fields[2]) == group]
 
 
 def live_children(parent: int) -> list[int]:
     """The processes `parent` started that have not ended (zombies left out)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            state, ppid = (entry / "stat").read_text().rsplit(")", 1)[1].split()[:2]
-        except OSError:
-            continue
-        if int(ppid) == parent and state != "Z":
-            found.append(int(entry.name))
-    return found
+    return [pid for pid, fields in process_stats() if int(fields[1]) == parent and fields[0] != "Z"]
 
 
 def assert_stopped(process: subprocess.Popen, signum: int, stdout: str, stderr: str) -> None:
@@ -237,10 +230,15 @@ def assert_stopped(process: subprocess.Popen, signum: int, stdout: str, stderr: 
     lines = stderr.splitlines()
     assert lines[-1:] == [said] and lines.count(said) == 1, stderr[-3000:]
     assert not any(line.startswith("error") or "Traceback" in line for line in lines), stderr[-3000:]
-    deadline = time.monotonic() + 30  # a killed worker may take a moment to be reaped
-    while group_processes(process.pid) and time.monotonic() < deadline:
+    assert_group_ended(process.pid)
+
+
+def assert_group_ended(group: int, timeout: float = 30) -> None:
+    """No process of `group` left once its leader ended (a killed worker may take a moment to be reaped)."""
+    deadline = time.monotonic() + timeout
+    while group_processes(group) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert group_processes(process.pid) == []
+    assert group_processes(group) == [], f"process group {group} still has {group_processes(group)}"
 
 
 def temporaries_under(folder: Path) -> list[Path]:

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 from _in_process import run_main
-from _reliability_harness import bertpre_command, child_env, group_processes, wait_for
+from _reliability_harness import assert_group_ended, bertpre_command, child_env, wait_for
 
 from bertpre.model.families import FAMILIES
 
@@ -192,10 +192,7 @@ def pretrain_stopped_by_the_group(sequence: Sequence, args: list) -> tuple[int, 
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
-    deadline = time.monotonic() + 10
-    while group_processes(process.pid) and time.monotonic() < deadline:  # workers end with the run
-        time.sleep(0.1)
-    assert group_processes(process.pid) == [], f"left running after the run ended (seed {sequence.rng_seed})"
+    assert_group_ended(process.pid)  # workers end with the run
     assert "internal error" not in stderr and "Traceback" not in stderr, stderr[-2000:]
     if process.returncode in (130, 143):
         latest = (out / "checkpoints" / "latest").read_text().strip()

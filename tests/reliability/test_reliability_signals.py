@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 from _reliability_harness import (
     SENDS,
+    assert_group_ended,
     assert_same_params,
     assert_stopped,
     check_complete,
@@ -295,10 +296,7 @@ def test_a_group_signal_with_workers_saves_that_step_and_resume_continues_exactl
     assert logged_steps(run_dir) == stopped  # nothing logged beyond the checkpoint
     if moment == "evaluation":  # the evaluation the signal came in ended and was kept
         assert any("eval/loss" in row for row in metric_rows(run_dir) if row["step"] == stopped)
-    deadline = time.monotonic() + 30  # the workers were ended with the run
-    while group_processes(process.pid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert group_processes(process.pid) == []
+    assert_group_ended(process.pid)  # the workers were ended with the run
 
     settings = ["train.eval_every=4"] if moment == "evaluation" else []
     result = run_cli(*pretrain_args(tiny_config, data_dir, run_dir, WORKERS, *settings))
