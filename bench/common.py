@@ -11,7 +11,7 @@ import statistics
 import sys
 from datetime import date
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import torch
@@ -186,3 +186,16 @@ def transformers_bert_tokenizer(vocab_file: Path, lowercase: bool):
 
     argument = "vocab" if int(transformers.__version__.split(".")[0]) >= 5 else "vocab_file"
     return transformers.BertTokenizerFast(**{argument: str(vocab_file)}, do_lower_case=lowercase)
+
+
+def parse_changes(items: list[str]) -> dict[str, Any]:
+    """`--set KEY=VALUE` model keys, values read as YAML scalars (true, 0.0, auto)."""
+    import yaml
+
+    changes = {}
+    for item in items:
+        name, _, value = item.partition("=")
+        if not value:
+            raise SystemExit(f"--set {item!r}: write KEY=VALUE, e.g. low_precision_layernorm=false")
+        changes[name.strip()] = yaml.safe_load(value)
+    return changes

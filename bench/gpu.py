@@ -67,6 +67,7 @@ from bench.common import (
     VOCAB_SIZE,
     make_batch,
     median,
+    parse_changes,
     print_table,
     write_result,
 )
@@ -111,22 +112,24 @@ def model_config(shape: str, seq_length: int) -> dict:
     return dict(vocab_size=VOCAB_SIZE, max_position_embeddings=max(512, seq_length), **SHAPES[shape])
 
 
-def modernbert_config(shape: str, seq_length: int):
-    """bertpre's BertConfig of a ModernBERT of this size (no dropout, as ModernBERT trains)."""
+def modernbert_config(shape: str, seq_length: int, changes: dict | None = None):
+    """bertpre's BertConfig of a ModernBERT of this size (no dropout, as ModernBERT trains), with
+    `changes` (bertpre's model keys, `--set`) over it."""
     from bertpre.model.config import BertConfig
 
     return BertConfig(architecture="modernbert", vocab_size=MODERNBERT_VOCAB_SIZE, pad_token_id=0,
-                      max_position_embeddings=max(8192, seq_length), **MODERNBERT_SHAPES[shape])
+                      max_position_embeddings=max(8192, seq_length),
+                      **{**MODERNBERT_SHAPES[shape], **(changes or {})})
 
 
-def build_modernbert_models(shape: str, seq_length: int, device: torch.device, peer: bool
-                            ) -> dict[str, torch.nn.Module]:
+def build_modernbert_models(shape: str, seq_length: int, device: torch.device, peer: bool,
+                            changes: dict | None = None) -> dict[str, torch.nn.Module]:
     """bertpre's ModernBERT and, with `peer`, transformers' loaded from bertpre's export of the same
     weights with `sparse_prediction: true`, in train mode."""
     from bertpre.model.modernbert import ModernBertForMaskedLM
 
     torch.manual_seed(0)
-    ours = ModernBertForMaskedLM(modernbert_config(shape, seq_length))
+    ours = ModernBertForMaskedLM(modernbert_config(shape, seq_length, changes))
     models = {"bertpre": ours.to(device).train()}
     if peer:
         import transformers
@@ -139,12 +142,14 @@ def build_modernbert_models(shape: str, seq_length: int, device: torch.device, p
 
 
 def build_models(shape: str, seq_length: int, device: torch.device, peer: bool,
-                 checkpointing: bool = False) -> dict[str, torch.nn.Module]:
-    """bertpre's model and, with `peer`, transformers' with the same weights, in train mode."""
+                 checkpointing: bool = False, changes: dict | None = None) -> dict[str, torch.nn.Module]:
+    """bertpre's model and, with `peer`, transformers' with the same weights, in train mode;
+    `changes` (`--set`) are bertpre's model keys over the shared shape, bertpre's side alone."""
     from bertpre.model import BertConfig, BertForPreTraining
 
     torch.manual_seed(0)
-    ours = BertForPreTraining(BertConfig(**model_config(shape, seq_length))).to(device).train()
+    config = BertConfig(**{**model_config(shape, seq_length), **(changes or {})})
+    ours = BertForPreTraining(config).to(device).train()
     ours.set_gradient_checkpointing(checkpointing)
     models = {"bertpre": ours}
     if peer:
@@ -317,18 +322,21 @@ def measure_step_rate(shape: str, seq_length: int, micro_batch_size: int, steps:
                       batch_size: int | None = None, warmup: int = 5, round_steps: int = 5,
                       fused: bool = True, compile_model: bool = False, short_rows: float = 0.1,
                       device: torch.device | None = None, precision: str = "bf16",
-                      architecture: str = "bert", local_attention: str = "auto", profile: int = 0) -> dict:
+                      architecture: str = "bert", local_attention: str = "auto", profile: int = 0,
+                      changes: dict | None = None) -> dict:
     """Median step time and sequences/s for bertpre (and the peer), rounds alternating.
 
     `local_attention` (ModernBERT): auto (`uses_flex`), flex or sdpa for bertpre's local layers.
     `profile`: after the timing, that many more steps of each side under torch.profiler; the
-    kernels that took the most device time are printed and kept in the result."""
+    kernels that took the most device time are printed and kept in the result.
+    `changes`: bertpre's model keys (`--set`, e.g. low_precision_layernorm=false), its side alone."""
     device = device or torch.device("cuda")
     batch_size = batch_size or micro_batch_size
     if batch_size % micro_batch_size:
         raise SystemExit(f"--batch-size {batch_size} is not a multiple of --micro-batch-size {micro_batch_size}")
     modernbert = architecture == "modernbert"
-    models = (build_modernbert_models if modernbert else build_models)(shape, seq_length, device, peer)
+    build = build_modernbert_models if modernbert else build_models
+    models = build(shape, seq_length, device, peer, changes=changes)
     if modernbert and local_attention != "auto":
         models["bertpre"].model.flex_attention = local_attention == "flex"
     # Made on the CPU: the trainer's counts and mask decisions are taken there, once, at set-up.
@@ -374,7 +382,8 @@ def measure_step_rate(shape: str, seq_length: int, micro_batch_size: int, steps:
                                            + (", torch.compile fullgraph" if compile_model else ""),
                            "prediction_slots": described["prediction_slots"],
                            "micro_batches_without_attention_mask": described["micro_batches_without_mask"],
-                           "peer_step": "model(**batch).loss from labels, eager"}}
+                           "peer_step": "model(**batch).loss from labels, eager",
+                           "model_changes": dict(changes or {})}}
     for name in names:
         seconds = median(times[name])
         result[name] = {"median_step_s": seconds, "sequences_per_s": batch_size / seconds,
@@ -415,10 +424,11 @@ def run_throughput(args: argparse.Namespace, device: torch.device) -> dict:
                                fused=not args.no_fused, compile_model=args.compile,
                                short_rows=args.short_rows, device=device, precision=args.precision,
                                architecture=args.architecture, local_attention=args.local_attention,
-                               profile=args.profile)
+                               profile=args.profile, changes=args.changes)
     share = result["settings"]["predicted_share"]
     if modernbert:
-        parts = modernbert_flops_by_part(modernbert_config(args.model, args.seq_length), args.seq_length, share)
+        parts = modernbert_flops_by_part(modernbert_config(args.model, args.seq_length, args.changes),
+                                         args.seq_length, share)
         flops = parts.total
     else:
         flops = training_flops_per_token(BertConfig(**model_config(args.model, args.seq_length)),
@@ -578,6 +588,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     throughput.add_argument("--local-attention", choices=("auto", "flex", "sdpa"), default="auto",
                             help="ModernBERT: bertpre's local layers on FlexAttention or SDPA with a dense "
                                  "window mask (auto: FlexAttention on CUDA above 1024 tokens)")
+    throughput.add_argument("--set", dest="changes", action="append", default=[], metavar="KEY=VALUE",
+                            help="a bertpre model key for bertpre's side (A/B), e.g. low_precision_layernorm=false; "
+                                 "named in the result's file name")
     throughput.add_argument("--profile", type=int, default=0, metavar="STEPS",
                             help="then profile this many steps of each side: the costliest kernels")
     checkpointing.add_argument("--micro-batch-size", type=int, default=64)
@@ -586,6 +599,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     checkpointing.add_argument("--limit", type=int, default=8192, help="largest batch tried")
     checkpointing.add_argument("--no-search", action="store_true", help="skip the largest-batch search")
     args = parser.parse_args(argv)
+    if args.command == "throughput":
+        args.changes = parse_changes(args.changes)
     defaults = DEFAULTS[getattr(args, "architecture", "bert")]
     for name in ("seq_length", "batch_size"):
         if getattr(args, name, 0) is None:
@@ -620,6 +635,10 @@ def main(argv: list[str] | None = None) -> int:
         suffix += "-foreach"
     if getattr(args, "local_attention", "auto") != "auto":
         suffix += f"-{args.local_attention}"
+    for name, value in getattr(args, "changes", {}).items():
+        suffix += f"-{name.replace('_', '-')}-{str(value).lower()}"
+    if getattr(args, "profile", 0):
+        suffix += "-profile"
     path = write_result(f"gpu-{args.command}{suffix}", result, args.out, argv,
                         versions=("torch", "transformers"))
     print(f"wrote {path}")

@@ -1,23 +1,24 @@
 #!/usr/bin/env bash
-# Issue 39's one device command: items 1-5 in order, each under its own time limit and all within
-# a total (420 s by default), a failing or hanging step never stopping the rest.
+# The one device command of a GPU session (round 2: issue 50), every step under its own time limit
+# and all within a total (450 s by default), a failing or hanging step never stopping the rest.
 #
 #   On the device (carry [".gpu-wheels"], timeout 540), after the kit's prelude:
 #       . .gpu-wheels/prelude.sh || exit 1; bash bench/gpu_session.sh
 #   Here, as a code check of every step on the CPU (tiny sizes, --allow-cpu, a few steps):
 #       bash bench/gpu_session.sh --dry-run
 #
-# 1. bench.gpu throughput: BERT-base at 128, bf16, eager beside BertForPreTraining, then --compile
-#    (bertpre alone: compiling takes the time).
-# 2. bench.gpu checkpointing --no-search.
-# 3. pytest -m gpu.
-# 4. bertpre pretrain --config configs/base.yaml, 60 steps on DATA (made on the CPU and carried,
-#    default .gpu-wheels/data), deterministic, warmup STEPS/10 (so that the loss falls): bf16, then
-#    train.precision=fp16; then the bf16 run
-#    again, killed (-9) once its step-30 checkpoint exists and resumed: its last checkpoint's
-#    weights must equal the straight run's, bit for bit.
-# 5. bench.gpu throughput --architecture modernbert (ModernBERT-base at 1024 beside
-#    ModernBertForMaskedLM) and bench.plm --device cuda (XLNet's PLM step beside XLNetLMHeadModel).
+# 1. bench.gpu throughput, BERT-base at 128, bf16, each beside BertForPreTraining eager in the same
+#    process and profiled 2 steps (the step-cost trace's refit): the step as it is now (LayerNorm in
+#    bf16: model.low_precision_layernorm auto), the control with that change off
+#    (--set low_precision_layernorm=false, the 2026-11-26 step), then the step compiled.
+# 2. pytest -m gpu.
+# 3. bertpre pretrain --config configs/base.yaml, STEPS steps on DATA (made on the CPU and carried,
+#    default .gpu-wheels/data): deterministic bf16, killed (-9) once its middle checkpoint exists and
+#    resumed (its last weights must equal the straight run's, bit for bit); then as a user runs it
+#    for speed: not deterministic, data.num_workers 4 (tokens/s and perf/mfu beside step 1's).
+# 4. ModernBERT-base at 1024 beside ModernBertForMaskedLM (sparse prediction, SDPA); at 4096,
+#    FlexAttention's block mask against SDPA with the dense window mask (bertpre alone).
+# 5. If time is left: the compiled control (LayerNorm in float32, compiled).
 #
 # JSON results go to bench/results/ (RESULTS); logs to LOGS. With $OUT set (the device tool's
 # folder, which brings back at most 8 files), session.log and one gpu-session.tgz of the results,
@@ -36,7 +37,7 @@ WORK=$(mktemp -d /tmp/bertpre-gpu-session-XXXXXX)
 RESULTS=${RESULTS:-bench/results}
 LOGS=${LOGS:-$WORK/logs}
 DATA=${DATA:-.gpu-wheels/data}
-TOTAL_S=${TOTAL_S:-420}
+TOTAL_S=${TOTAL_S:-450}
 STEPS=${STEPS:-60}
 mkdir -p "$LOGS" "$RESULTS"
 DEADLINE=$(( $(date +%s) + TOTAL_S ))
@@ -48,13 +49,16 @@ if [ "$DRY" = 1 ]; then
     GPU="$PYTHON -m bench.gpu --allow-cpu --out $RESULTS"
     SMALL=(--model tiny --seq-length 32 --batch-size 4 --steps 2)
     MODERNBERT_SMALL=(--model tiny --seq-length 48 --batch-size 4 --steps 2)
-    PLM_SMALL=(--device cpu --steps 1 --warmup 1 --batch-size 2 --seq-length 32)
+    LONG_SMALL=(--model tiny --seq-length 64 --batch-size 2 --steps 2)
+    PROFILE=(--profile 1)
+    FLEX=sdpa  # FlexAttention has no backward on the CPU: the dry run checks the step's code alone
     CONFIG=configs/tiny.yaml; STEPS=8; SAVE_AT=2
     PYTEST_ARGS=(--collect-only -q)
 else
     GPU="$PYTHON -m bench.gpu --out $RESULTS"
     # ModernBERT: 10 timed steps a side (its first FlexAttention steps compile, in the warm-up)
-    SMALL=(); MODERNBERT_SMALL=(--steps 10); PLM_SMALL=(--device cuda)
+    SMALL=(); MODERNBERT_SMALL=(--steps 10); LONG_SMALL=(--seq-length 4096 --batch-size 8 --steps 10)
+    PROFILE=(--profile 2); FLEX=flex
     CONFIG=configs/base.yaml; SAVE_AT=$(( STEPS / 2 ))
     PYTEST_ARGS=(-q)
 fi
@@ -79,12 +83,15 @@ step() {
     say "step $name: rc $rc ($(( $(date +%s) - start )) s)$([ $rc -eq 124 ] && echo ', timed out')"
 }
 
-# pretrain NAME PRECISION: `bertpre pretrain` for STEPS steps into $WORK/NAME, deterministic
-# (exec: the caller's process becomes the run's, so that a kill reaches the run itself).
+# pretrain NAME PRECISION [--set ...]: `bertpre pretrain` for STEPS steps into $WORK/NAME,
+# deterministic unless a --set says otherwise (exec: the caller's process becomes the run's, so
+# that a kill reaches the run itself).
 pretrain() {
-    exec "$PYTHON" -m bertpre pretrain --config "$CONFIG" --data "$DATA" --out "$WORK/$1" \
+    local name=$1 precision=$2; shift 2
+    exec "$PYTHON" -m bertpre pretrain --config "$CONFIG" --data "$DATA" --out "$WORK/$name" \
         --set train.max_steps="$STEPS" --set train.log_every=10 --set train.save_every="$SAVE_AT" \
-        --set train.deterministic=true --set train.precision="$2" --set optim.warmup_steps=$(( STEPS / 10 ))
+        --set train.deterministic=true --set train.precision="$precision" \
+        --set optim.warmup_steps=$(( STEPS / 10 )) "$@"
 }
 
 # The straight bf16 run killed with -9 once its middle checkpoint exists, then resumed; its last
@@ -132,23 +139,26 @@ say "gpu_session: $(date -u +%FT%TZ), $([ "$DRY" = 1 ] && echo 'dry run on the C
 "$PYTHON" -c "import torch; print('torch', torch.__version__, 'CUDA', torch.version.cuda, '-',
 torch.cuda.get_device_name() if torch.cuda.is_available() else 'no CUDA device')" 2>&1 | tee -a "$SESSION_LOG"
 
-# 1. BERT-base throughput, eager beside the peer, then compiled
-step throughput-bert 75 $GPU throughput "${SMALL[@]}"
-step throughput-bert-compile 100 $GPU throughput --compile --no-peer "${SMALL[@]}"
-# 2. gradient checkpointing (no largest-batch search)
-step checkpointing 45 $GPU checkpointing --no-search
-# 3. the CUDA-marked tests
-# (the first H100 run: 20 s to collect, 47 s for the four tests then, over its 70 s limit)
+# 1. BERT-base throughput beside the peer: the step now, the control without the bf16 LayerNorm,
+#    compiled
+step throughput-bert 75 $GPU throughput "${PROFILE[@]}" "${SMALL[@]}"
+step throughput-bert-ln-fp32 75 $GPU throughput --set low_precision_layernorm=false "${PROFILE[@]}" "${SMALL[@]}"
+step throughput-bert-compile 120 $GPU throughput --compile "${PROFILE[@]}" "${SMALL[@]}"
+# 2. the CUDA-marked tests
+# (the first H100 run: 20 s to collect, 47 s for the four tests then)
 step pytest-gpu 150 "$PYTHON" -m pytest "${PYTEST_ARGS[@]}" -m gpu -p no:cacheprovider tests
-# 4. a real run: bf16, fp16, kill -9 and resume
+# 3. a real run: deterministic bf16, kill -9 and resume; then for speed
 step pretrain-bf16 50 pretrain run-bf16 bf16
-step pretrain-fp16 45 pretrain run-fp16 fp16
 step pretrain-kill-resume 60 kill_and_resume
-# 5. the other families beside their transformers peers
+step pretrain-fast 50 pretrain run-fast bf16 --set train.deterministic=false --set data.num_workers=4
+# 4. ModernBERT beside its peer at 1024; at 4096 FlexAttention against the dense window
 step throughput-modernbert 90 $GPU throughput --architecture modernbert "${MODERNBERT_SMALL[@]}"
-step plm-xlnet 30 "$PYTHON" -m bench.plm --out "$RESULTS" "${PLM_SMALL[@]}"
+step modernbert-4096-flex 60 $GPU throughput --architecture modernbert --no-peer --local-attention "$FLEX" "${LONG_SMALL[@]}"
+step modernbert-4096-sdpa 60 $GPU throughput --architecture modernbert --no-peer --local-attention sdpa "${LONG_SMALL[@]}"
+# 5. the compiled control, if time is left
+step throughput-bert-compile-ln-fp32 100 $GPU throughput --compile --no-peer --set low_precision_layernorm=false "${SMALL[@]}"
 
-for run in run-bf16 run-fp16 run-killed; do
+for run in run-bf16 run-killed run-fast; do
     [ -f "$WORK/$run/metrics.jsonl" ] && cp "$WORK/$run/metrics.jsonl" "$LOGS/metrics-$run.jsonl"
 done
 say "gpu_session: done at $(date -u +%FT%TZ); $(grep -c ': rc 0 ' "$SESSION_LOG") of $(grep -c '^step .*: rc' "$SESSION_LOG") steps exited 0"

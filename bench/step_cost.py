@@ -50,7 +50,7 @@ import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from bench.common import ROOT, make_batch
+from bench.common import ROOT, make_batch, parse_changes
 from bench.gpu import (
     DEFAULTS,
     MODERNBERT_MASKING,
@@ -447,17 +447,23 @@ def profile_rows(table: str) -> dict[str, float]:
 
 def refit(path: Path) -> Fit:
     """`Fit` on a `bench.gpu throughput --profile N` result: its step traced here (the model as
-    the profiled commit ran it: give --set for any key changed since), matched to its kernels."""
+    the profiled commit ran it: the result's `model_changes`, or for a profile older than that
+    record PROFILED_CHANGES), matched to its kernels."""
     recorded = json.loads(path.read_text(encoding="utf-8"))
     settings = recorded["settings"]
     steps = int(re.search(r"--profile (\d+)", recorded["command"]).group(1))
     rows = profile_rows(recorded["profile"]["bertpre"])
     shape = StepShape(settings.get("architecture", "bert"), settings["model"], settings["batch_size"],
-                      settings["seq_length"], settings["short_rows"], changes=PROFILED_CHANGES)
+                      settings["seq_length"], settings["short_rows"],
+                      changes=settings.get("model_changes", PROFILED_CHANGES))
     report = summarize(*trace_step(shape), shape)
     step_ms = recorded["bertpre"]["median_step_s"] * 1e3
     matmul_ms = (rows["aten::mm"] + rows["aten::addmm"]) / steps
-    attention_ms = rows["aten::_cudnn_attention_backward"] / steps * (1 + ATTENTION_FORWARD_SHARE)
+    # cuDNN's, FlashAttention's or the memory-efficient kernel's backward, whichever SDPA took there
+    backward = [name for name in rows if name.startswith("aten::_") and name.endswith("attention_backward")]
+    if not backward:
+        raise SystemExit(f"{path}: no attention backward row among the profile's top rows")
+    attention_ms = sum(rows[name] for name in backward) / steps * (1 + ATTENTION_FORWARD_SHARE)
     other_ms = step_ms - matmul_ms - attention_ms - OPTIMIZER_MS
     attention = {**dict(FIT.attention_tflops),
                  shape.seq_length: round(report["attention_tflop"] / attention_ms * 1e3, 1)}
@@ -472,19 +478,6 @@ def refit(path: Path) -> Fit:
 # The model keys that give the step the 2026-11-26 profile ran (what has changed since): its
 # LayerNorm returned float32 under autocast.
 PROFILED_CHANGES: dict[str, Any] = {"low_precision_layernorm": False}
-
-
-def parse_changes(items: list[str]) -> dict[str, Any]:
-    """`--set KEY=VALUE` model keys, values read as YAML scalars (true, 0.0, auto)."""
-    import yaml
-
-    changes = {}
-    for item in items:
-        name, _, value = item.partition("=")
-        if not value:
-            raise SystemExit(f"--set {item!r}: write KEY=VALUE, e.g. low_precision_layernorm=false")
-        changes[name.strip()] = yaml.safe_load(value)
-    return changes
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -153,6 +153,8 @@ class Family:
     # pretraining-model parts a task model has under the same names, which fine-tuning starts from
     # where the source has them (ModernBERT's `head.`, as transformers' ModernBertFor* load it)
     task_head_parts: tuple[str, ...] = ()
+    # whether its LayerNorms take `model.low_precision_layernorm` (XLNet's do not: "auto" is off there)
+    low_precision_layernorm: bool = True
 
 
 # Model keys a run may set whatever the source says: they shape training, not the weights.
@@ -286,7 +288,7 @@ FAMILIES: dict[str, Family] = {
         shape_words=lambda config: (f"{config.num_hidden_layers} layers, hidden {config.hidden_size}, "
                                     f"relative positions, memory {config.mem_len}"),
         source_fields=XLNET_SHAPE_FIELDS, grow_vocabulary=None, mask_logits=xlnet_mask_logits,
-        token_types=xlnet_token_types),
+        token_types=xlnet_token_types, low_precision_layernorm=False),
     "roberta": ROBERTA,
     # XLM-R is RoBERTa's network under its own Hugging Face names (model_type, classes)
     "xlm-roberta": replace(ROBERTA, architecture="xlm-roberta", display_name="XLM-RoBERTa"),

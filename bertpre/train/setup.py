@@ -60,9 +60,6 @@ def resolve_run(given: Config, *, world_size: int = 1, device: torch.device | No
             leaves to it (`model.low_precision_layernorm`); None leaves "auto" as it is.
     """
     config = copy.deepcopy(given)
-    if precision is not None:
-        config.model.low_precision_layernorm = resolve_low_precision(config.model.low_precision_layernorm,
-                                                                     precision)
     for index in range(len(config.phase_ends())):
         check_world_size(config.for_phase(index), world_size)
     mixture = load_mixture(config.data.sources)
@@ -71,6 +68,11 @@ def resolve_run(given: Config, *, world_size: int = 1, device: torch.device | No
     check_run_out(run_dir, config.init_from, [folder.path for folder in mixture.folders])
     latest = latest_checkpoint(run_dir) if resume else None
     source, new_pieces = settle_model(config, data, latest)
+    if precision is not None:  # after settle_model: a source's config.json may name the family
+        setting = config.model.low_precision_layernorm
+        if setting == "auto" and not family(config.model).low_precision_layernorm:
+            setting = False  # auto: on where the family builds it (a typed true is refused there)
+        config.model.low_precision_layernorm = resolve_low_precision(setting, precision)
     if device is not None:
         check_fits_in_memory(config, device, world_size)
     if not resume and (run_dir / "checkpoints" / "latest").exists():

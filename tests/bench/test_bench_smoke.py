@@ -135,13 +135,13 @@ def test_gpu_session_counts_a_failed_step_whose_log_ends_mid_line(tmp_path):
     fake.chmod(0o755)
     out = tmp_path / "out"
     out.mkdir()
-    env = {**os.environ, "ONLY": "^checkpointing$", "OUT": str(out), "PYTHON_DRY": str(fake)}
+    env = {**os.environ, "ONLY": "^pytest-gpu$", "OUT": str(out), "PYTHON_DRY": str(fake)}
     run = subprocess.run(["bash", str(ROOT / "bench" / "gpu_session.sh"), "--dry-run"], env=env,
                          capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stderr
     lines = (out / "session.log").read_text().splitlines()
-    assert "....step checkpointing: rc 3 (0 s)" not in lines
-    assert "step checkpointing: rc 3 (0 s)" in lines or "step checkpointing: rc 3 (1 s)" in lines
+    assert "....step pytest-gpu: rc 3 (0 s)" not in lines
+    assert "step pytest-gpu: rc 3 (0 s)" in lines or "step pytest-gpu: rc 3 (1 s)" in lines
     assert any(line.endswith("0 of 1 steps exited 0") for line in lines)
 
 

@@ -31,3 +31,13 @@ def test_info_inspect_and_the_trainer_resolve_the_same_model(tiny_data, tmp_path
     assert f"vocab {trained.vocab_size}" in text and "assumed 30522" not in text
     # Before the corpus is tokenized, info still answers, with BERT's vocabulary assumed.
     assert "vocab 30522 (auto: assumed 30522)" in info_report(tiny(tmp_path / "not yet", tmp_path / "run"))
+
+
+def test_low_precision_layernorm_auto_is_on_under_bf16_only_where_the_family_builds_it(tiny_data, tmp_path):
+    """The first H200 run: a bf16 XLNet run was refused ("not built for XLNet's layers") because
+    "auto" became true before the family was asked."""
+    settle = {precision: resolve_run(tiny(tiny_data, tmp_path / "run", *more), precision=precision).config.model
+              for precision, more in (("bf16", ()), ("fp16", ()))}
+    assert settle["bf16"].low_precision_layernorm is True and settle["fp16"].low_precision_layernorm is False
+    xlnet = tiny(tiny_data, tmp_path / "run", "model.architecture=xlnet", "data.objective=plm", "data.pair_task=none")
+    assert resolve_run(xlnet, precision="bf16").config.model.low_precision_layernorm is False
