@@ -9,8 +9,8 @@
 #
 # 1. bench.gpu throughput, BERT-base at 128, bf16, each beside BertForPreTraining eager in the same
 #    process and profiled 2 steps (the step-cost trace's refit): the step as it is now (LayerNorm in
-#    bf16: model.low_precision_layernorm auto), the control with that change off
-#    (--set low_precision_layernorm=false, the 2026-11-26 step), then the step compiled.
+#    bf16 and one QKV product: model.low_precision_layernorm and model.fused_qkv auto), each change
+#    off in turn (--set fused_qkv=false; then both off, the 2026-11-26 step), then the step compiled.
 # 2. pytest -m gpu.
 # 3. bertpre pretrain --config configs/base.yaml, STEPS steps on DATA (made on the CPU and carried,
 #    default .gpu-wheels/data): deterministic bf16, killed (-9) once its middle checkpoint exists and
@@ -24,7 +24,8 @@
 # folder, which brings back at most 8 files), session.log and one gpu-session.tgz of the results,
 # logs and metrics go there. Each step's exit status is a line of session.log: "step NAME: rc N".
 # Settings by environment: PYTHON (python3), DATA, RESULTS, LOGS, TOTAL_S, STEPS (60), and ONLY,
-# a regular expression of the step names to run (a rerun of what failed: ONLY='pretrain|modernbert').
+# a regular expression of the step names to run (a rerun of what failed: ONLY='pretrain|modernbert'),
+# and PYTEST_PATHS (the gpu tests' paths, default tests).
 set -u
 
 DRY=0
@@ -142,11 +143,13 @@ torch.cuda.get_device_name() if torch.cuda.is_available() else 'no CUDA device')
 # 1. BERT-base throughput beside the peer: the step now, the control without the bf16 LayerNorm,
 #    compiled
 step throughput-bert 75 $GPU throughput "${PROFILE[@]}" "${SMALL[@]}"
-step throughput-bert-ln-fp32 75 $GPU throughput --set low_precision_layernorm=false "${PROFILE[@]}" "${SMALL[@]}"
+step throughput-bert-qkv3 75 $GPU throughput --set fused_qkv=false "${PROFILE[@]}" "${SMALL[@]}"
+step throughput-bert-ln-fp32 75 $GPU throughput --set low_precision_layernorm=false --set fused_qkv=false \
+    "${PROFILE[@]}" "${SMALL[@]}"
 step throughput-bert-compile 120 $GPU throughput --compile "${PROFILE[@]}" "${SMALL[@]}"
 # 2. the CUDA-marked tests
 # (the first H100 run: 20 s to collect, 47 s for the four tests then)
-step pytest-gpu 150 "$PYTHON" -m pytest "${PYTEST_ARGS[@]}" -m gpu -p no:cacheprovider tests
+step pytest-gpu 150 "$PYTHON" -m pytest "${PYTEST_ARGS[@]}" -m gpu -p no:cacheprovider ${PYTEST_PATHS:-tests}
 # 3. a real run: deterministic bf16, kill -9 and resume; then for speed
 step pretrain-bf16 50 pretrain run-bf16 bf16
 step pretrain-kill-resume 60 kill_and_resume

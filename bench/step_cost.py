@@ -20,15 +20,17 @@ computes: a dense window mask computes every pair) against useful FLOPs
 (`bertpre.model.cost.training_flops_per_token` × real tokens); bytes each kernel reads and writes
 by class (matrix-product I/O, attention, everything else); casts and their bytes; activation-sized
 fp32 kernels (an fp32 output of at least B·T·C elements: one hidden state); host syncs (kernels
-whose result the host must read: `.item()`, `nonzero`); and a predicted H100 step time:
+whose result the host must read: `.item()`, `nonzero`); and a predicted GPU step time:
 
     step_ms = matmul TFLOP / rate + attention TFLOP / rate at the row length
-              + other GB / bandwidth + optimizer_ms
+              + other GB / bandwidth + kernels × µs a kernel + optimizer_ms
 
-with constants fitted on the recorded H100 eager profile (`FIT`, printed with each prediction).
-Refit them after every GPU run (`--refit PROFILE.json`, which traces the profiled configuration)
-and say how far each prediction missed. Not modelled: torch.compile's fusion (compare compiled
-variants only with each other), launch overhead, the optimizer's own traffic (a constant).
+with constants fitted on recorded eager profiles (`FIT`: two H200 profiles of 2026-11-28, an A/B
+that moved bytes and kernels differently; printed with each prediction). Refit them after every
+GPU run (`--refit PROFILE.json`, twice for an A/B pair: bandwidth and µs a kernel solved from
+both), tracing each profiled configuration, and say how far each prediction missed. Not
+modelled: torch.compile's fusion (compare compiled
+variants only with each other), the optimizer's own traffic (a constant).
 """
 from __future__ import annotations
 
@@ -329,6 +331,9 @@ class Fit:
     bandwidth_tb_s: float  # effective TB/s of everything else
     optimizer_ms: float  # gradient clipping + fused AdamW
     source: str
+    # µs a kernel costs beyond its bytes and FLOPs (the eager step's host dispatch, launches): the
+    # H200 run of 2026-11-28 showed the eager step paying per kernel; 0 where one profile fitted
+    kernel_us: float = 0.0
 
     def attention_rate(self, length: int) -> float:
         points = sorted(self.attention_tflops)
@@ -339,11 +344,12 @@ class Fit:
                 return slow + (fast - slow) * math.log(length / short) / math.log(long / short)
         return points[-1][1]
 
-    def predict_ms(self, matmul_tflop: float, attention_tflop: float, gb_other: float, length: int
-                   ) -> dict[str, float]:
+    def predict_ms(self, matmul_tflop: float, attention_tflop: float, gb_other: float, length: int,
+                   kernels: int = 0) -> dict[str, float]:
         parts = {"matmul": matmul_tflop / self.matmul_tflops * 1e3,
                  "attention": attention_tflop / self.attention_rate(length) * 1e3,
-                 "other": gb_other / self.bandwidth_tb_s, "optimizer": self.optimizer_ms}
+                 "other": gb_other / self.bandwidth_tb_s, "kernels": kernels * self.kernel_us / 1e3,
+                 "optimizer": self.optimizer_ms}
         return {**parts, "step": sum(parts.values())}
 
 
@@ -356,9 +362,23 @@ class Fit:
 # of the step over the trace's 91.6 GB of other traffic. Attention at 1,024 tokens: the cuDNN
 # backward of ModernBERT-base's 8 global layers, 17.07 ms over 2 steps
 # (gpu-throughput-modernbert-base-1024-flex-profile-2026-11-26.json: 1.65 TFLOP a step).
-FIT = Fit(matmul_tflops=660.7, attention_tflops=((128, 69.9), (1024, 193.2)), bandwidth_tb_s=2.16,
-          optimizer_ms=1.8, source="H100 eager profile 2026-11-26 (bench/results/gpu-throughput-base-128-profile-"
-                                   "2026-11-26.json), median step 77.27 ms")
+H100_FIT = Fit(matmul_tflops=660.7, attention_tflops=((128, 69.9), (1024, 193.2)), bandwidth_tb_s=2.16,
+              optimizer_ms=1.8, source="H100 eager profile 2026-11-26 (bench/results/gpu-throughput-base-128-"
+                                       "profile-2026-11-26.json), median step 77.27 ms")
+# Refitted on the two H200 eager profiles of 2026-11-28 (torch 2.11, BERT-base 256 x 128, bf16):
+#   .venv/bin/python -m bench.step_cost \
+#       --refit bench/results/gpu-throughput-base-128-low-precision-layernorm-false-profile-2026-11-28.json \
+#       --refit bench/results/gpu-throughput-base-128-profile-2026-11-28.json
+# The step with float32 LayerNorm (69.87 ms; 91.6 GB other, 1,065 kernels) and with bf16 LayerNorm
+# (62.22 ms; 57.0 GB, 1,043 kernels). Bytes alone (one profile's fit each) gave 2.52 and then
+# 2.00 TB/s: the first predicted the second step 6.0 ms short (56.2 ms). Bytes and kernels
+# together: 4.64 TB/s (the H200's data sheet: 4.8) and 15.6 µs a kernel, the eager step's host
+# dispatch; with that kernel cost, the 2026-11-26 H100 profile alone refits to 3.52 TB/s (its data
+# sheet: 3.35), where bytes alone had said 2.16.
+FIT = Fit(matmul_tflops=668.1, attention_tflops=((128, 81.1), (1024, 193.2)), bandwidth_tb_s=4.64,
+          optimizer_ms=1.8, kernel_us=15.6,
+          source="two H200 eager profiles 2026-11-28 (bench/results/gpu-throughput-base-128-"
+                 "[low-precision-layernorm-false-]profile-2026-11-28.json), median steps 69.87 and 62.22 ms")
 OPTIMIZER_MS = 1.8  # perf-proxy README: clip + fused AdamW on the H100, BERT-base
 ATTENTION_FORWARD_SHARE = 2 / 5  # FlashAttention's forward products against its backward's
 
@@ -397,13 +417,14 @@ def summarize(trace: Trace, totals: Any, config: Any, shape: StepShape, fit: Fit
                            for op, _ in Counter({op: sum(k.read + k.written for k in by_kind["other"] if k.op == op)
                                                  for op in counts}).most_common(12)},
     }
-    report["predicted_h100_ms"] = fit.predict_ms(matmul_tflop, attention_tflop, report["gb_other"], shape.seq_length)
+    report["predicted_ms"] = fit.predict_ms(matmul_tflop, attention_tflop, report["gb_other"], shape.seq_length,
+                                            len(kernels))
     report["fit"] = asdict(fit)
     return report
 
 
 def print_report(report: dict) -> None:
-    shape, ms = report["shape"], report["predicted_h100_ms"]
+    shape, ms = report["shape"], report["predicted_ms"]
     changes = ", ".join(f"{k}={v}" for k, v in shape["changes"].items()) or "as configured"
     print(f"{shape['architecture']}-{shape['model']}, {shape['batch_size']} x {shape['seq_length']} "
           f"({report['tokens']:,} real tokens, {report['predictions']:,} predictions), emulated CUDA bf16 "
@@ -418,15 +439,16 @@ def print_report(report: dict) -> None:
             ("casts (GB)", f"{report['casts']} ({report['gb_casts']:.1f})"),
             ("fp32 activation-sized kernels", str(report["fp32_activation_kernels"])),
             ("host syncs", str(report["host_syncs"])),
-            ("predicted H100 step (ms)", f"{ms['step']:.1f} = matmul {ms['matmul']:.1f} + attention "
-                                         f"{ms['attention']:.1f} + other {ms['other']:.1f} + optimizer "
-                                         f"{ms['optimizer']:.1f}; {report['tokens'] / ms['step'] * 1e3:,.0f} tokens/s")]
+            ("predicted step (ms)", f"{ms['step']:.1f} = matmul {ms['matmul']:.1f} + attention "
+                                    f"{ms['attention']:.1f} + other {ms['other']:.1f} + kernels "
+                                    f"{ms['kernels']:.1f} + optimizer {ms['optimizer']:.1f}; "
+                                    f"{report['tokens'] / ms['step'] * 1e3:,.0f} tokens/s")]
     for name, value in rows:
         print(f"  {name:<32}{value}")
     fit = report["fit"]
     attention = ", ".join(f"{rate:.0f} at {length}" for length, rate in fit["attention_tflops"])
     print(f"  fit: {fit['matmul_tflops']:.0f} TFLOP/s matmul, attention TFLOP/s by row length {attention}, "
-          f"{fit['bandwidth_tb_s']:.2f} TB/s other, optimizer "
+          f"{fit['bandwidth_tb_s']:.2f} TB/s other, {fit['kernel_us']:.1f} µs a kernel, optimizer "
           f"{fit['optimizer_ms']:.1f} ms; from the {fit['source']}")
     print("  everything else, GB by op: " + ", ".join(f"{op} {gb}" for op, gb in report["other_gb_by_op"].items()))
 
@@ -445,39 +467,93 @@ def profile_rows(table: str) -> dict[str, float]:
     return rows
 
 
-def refit(path: Path) -> Fit:
-    """`Fit` on a `bench.gpu throughput --profile N` result: its step traced here (the model as
-    the profiled commit ran it: the result's `model_changes`, or for a profile older than that
-    record PROFILED_CHANGES), matched to its kernels."""
+@dataclass
+class ProfiledStep:
+    """One `bench.gpu throughput --profile N` result beside this tool's trace of the same step."""
+
+    path: Path
+    recorded: dict
+    report: dict
+    step_ms: float
+    matmul_ms: float
+    attention_ms: float
+
+    @property
+    def rest_ms(self) -> float:
+        """The step less its matrix products, attention and optimizer: bytes and kernels."""
+        return self.step_ms - self.matmul_ms - self.attention_ms - OPTIMIZER_MS
+
+
+def profiled_step(path: Path) -> ProfiledStep:
+    """A profile's step traced here (the model as the profiled commit ran it: `profiled_runtime`),
+    its kernels' times."""
     recorded = json.loads(path.read_text(encoding="utf-8"))
     settings = recorded["settings"]
     steps = int(re.search(r"--profile (\d+)", recorded["command"]).group(1))
     rows = profile_rows(recorded["profile"]["bertpre"])
     shape = StepShape(settings.get("architecture", "bert"), settings["model"], settings["batch_size"],
                       settings["seq_length"], settings["short_rows"],
-                      changes=settings.get("model_changes", PROFILED_CHANGES))
-    report = summarize(*trace_step(shape), shape)
-    step_ms = recorded["bertpre"]["median_step_s"] * 1e3
-    matmul_ms = (rows["aten::mm"] + rows["aten::addmm"]) / steps
+                      changes=profiled_runtime(settings))
     # cuDNN's, FlashAttention's or the memory-efficient kernel's backward, whichever SDPA took there
     backward = [name for name in rows if name.startswith("aten::_") and name.endswith("attention_backward")]
     if not backward:
         raise SystemExit(f"{path}: no attention backward row among the profile's top rows")
-    attention_ms = sum(rows[name] for name in backward) / steps * (1 + ATTENTION_FORWARD_SHARE)
-    other_ms = step_ms - matmul_ms - attention_ms - OPTIMIZER_MS
-    attention = {**dict(FIT.attention_tflops),
-                 shape.seq_length: round(report["attention_tflop"] / attention_ms * 1e3, 1)}
-    return Fit(matmul_tflops=round(report["matmul_tflop"] / matmul_ms * 1e3, 1),
-               attention_tflops=tuple(sorted(attention.items())),
-               bandwidth_tb_s=round(report["gb_other"] / other_ms, 2), optimizer_ms=OPTIMIZER_MS,
-               source=f"{recorded['machine'].get('gpu', {}).get('name', 'GPU')} profile {recorded['date']} "
-                      f"({path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}), "
-                      f"median step {step_ms:.2f} ms")
+    return ProfiledStep(path, recorded, summarize(*trace_step(shape), shape),
+                        step_ms=recorded["bertpre"]["median_step_s"] * 1e3,
+                        matmul_ms=(rows["aten::mm"] + rows["aten::addmm"]) / steps,
+                        attention_ms=sum(rows[name] for name in backward) / steps * (1 + ATTENTION_FORWARD_SHARE))
 
 
-# The model keys that give the step the 2026-11-26 profile ran (what has changed since): its
-# LayerNorm returned float32 under autocast.
-PROFILED_CHANGES: dict[str, Any] = {"low_precision_layernorm": False}
+def refit(paths: list[Path]) -> Fit:
+    """`Fit` on one or two `bench.gpu throughput --profile N` results. One: the rest of the step
+    is bytes over a bandwidth (the current fit's µs a kernel kept). Two steps that differ in bytes
+    and kernels (an A/B of the same shape): bandwidth and µs a kernel solved from both."""
+    if not 1 <= len(paths) <= 2:
+        raise SystemExit("--refit takes one or two profiles")
+    steps = [profiled_step(path) for path in paths]
+    last = steps[-1]
+    kernels = [step.report["kernels"] for step in steps]
+    gb = [step.report["gb_other"] for step in steps]
+    if len(steps) == 2:
+        # rest_i = gb_i / bandwidth + kernels_i * kernel_ms: two equations, two unknowns
+        determinant = gb[0] * kernels[1] - gb[1] * kernels[0]
+        if abs(determinant) < 1e-9:
+            raise SystemExit("the two profiles' steps move bytes and kernels in proportion: nothing to solve")
+        inverse_bandwidth = (steps[0].rest_ms * kernels[1] - steps[1].rest_ms * kernels[0]) / determinant
+        kernel_ms = (gb[0] * steps[1].rest_ms - gb[1] * steps[0].rest_ms) / determinant
+        if inverse_bandwidth <= 0 or kernel_ms < 0:
+            raise SystemExit(f"the two profiles give no positive bandwidth and kernel cost "
+                             f"(1/TB/s {inverse_bandwidth:.3f}, ms a kernel {kernel_ms:.4f})")
+        bandwidth, kernel_us = 1 / inverse_bandwidth, kernel_ms * 1e3
+    else:
+        kernel_us = FIT.kernel_us
+        bandwidth = gb[0] / (last.rest_ms - kernels[0] * kernel_us / 1e3)
+    matmul = sum(step.report["matmul_tflop"] for step in steps) / sum(step.matmul_ms for step in steps) * 1e3
+    attention_rate = sum(step.report["attention_tflop"] for step in steps) / \
+        sum(step.attention_ms for step in steps) * 1e3
+    attention = {**dict(FIT.attention_tflops), last.report["shape"]["seq_length"]: round(attention_rate, 1)}
+    names = ", ".join(str(step.path.relative_to(ROOT) if step.path.is_relative_to(ROOT) else step.path)
+                      for step in steps)
+    gpu = last.recorded["machine"].get("gpu", {}).get("name", "GPU")
+    return Fit(matmul_tflops=round(matmul, 1), attention_tflops=tuple(sorted(attention.items())),
+               bandwidth_tb_s=round(bandwidth, 2), optimizer_ms=OPTIMIZER_MS, kernel_us=round(kernel_us, 1),
+               source=f"{gpu} profile{'s' if len(steps) > 1 else ''} {last.recorded['date']} ({names}), "
+                      f"median step{'s' if len(steps) > 1 else ''} "
+                      f"{' and '.join(f'{step.step_ms:.2f}' for step in steps)} ms")
+
+
+def profiled_runtime(settings: dict) -> dict[str, Any]:
+    """The model's run-time keys (`RUNTIME_FIELDS`: low_precision_layernorm, fused_qkv, ...) as
+    the profiled step ran them: the record's own `model_runtime` (bench.gpu writes it since
+    2026-11-28's second H200 run) and `--set` changes; a key the record does not name ran the path
+    before the key existed (false), except the bf16 LayerNorm that records with `model_changes`
+    (2026-11-28's first run) ran by default."""
+    from bertpre.model.config import RUNTIME_FIELDS
+
+    runtime: dict[str, Any] = dict.fromkeys(RUNTIME_FIELDS, False)
+    if "model_changes" in settings:
+        runtime["low_precision_layernorm"] = "auto"
+    return {**runtime, **settings.get("model_runtime", {}), **settings.get("model_changes", {})}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -489,12 +565,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--short-rows", type=float, default=0.1, help="share of rows shorter, padded")
     parser.add_argument("--set", dest="changes", action="append", default=[], metavar="KEY=VALUE",
                         help="a model config key, e.g. low_precision_layernorm=false (repeatable)")
-    parser.add_argument("--refit", type=Path, default=None, metavar="PROFILE_JSON",
-                        help="fit the step-time constants on a bench.gpu --profile result first")
+    parser.add_argument("--refit", type=Path, action="append", default=[], metavar="PROFILE_JSON",
+                        help="fit the step-time constants on a bench.gpu --profile result first; twice "
+                             "(an A/B of one shape): bandwidth and µs a kernel solved from both")
     parser.add_argument("--json", type=Path, default=None, metavar="OUT", help="write the report as JSON")
     args = parser.parse_args(argv)
     fit = FIT
-    if args.refit is not None:
+    if args.refit:
         fit = refit(args.refit)
         print(f"refitted: {fit}")
     torch.manual_seed(0)

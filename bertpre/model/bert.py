@@ -100,6 +100,32 @@ class BertSelfAttention(nn.Module):
         if config.position_embedding_type == "transformer_xl":
             self.r_net = nn.Linear(config.hidden_size, config.hidden_size, bias=False)  # W_R
         self.dropout_prob = config.attention_probs_dropout_prob
+        self.fused_qkv = config.fused_qkv
+
+    def qkv_joined(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        """Query, key and value side by side (..., 3C) from one (3C, C) matrix product
+        (`model.fused_qkv`): the hidden states are read (and cast under autocast) once instead of
+        three times, and backward sums one input gradient instead of three. The parameters stay
+        three Linears under Hugging Face's names, so checkpoints, exports and `init_from` never
+        see the concatenation (3C² a layer: a few MB a step against the activations' GBs)."""
+        parts = (self.query, self.key, self.value)
+        weight = torch.cat([part.weight for part in parts])  # (3C, C)
+        bias = torch.cat([part.bias for part in parts])
+        return F.linear(hidden_states, weight, bias)
+
+    def fused(self, hidden_states: torch.Tensor) -> bool:
+        """`model.fused_qkv` now: true, false, or auto (under autocast, where the one product also
+        casts the input once instead of three times; float32 keeps three products, as exact as ever)."""
+        if self.fused_qkv == "auto":
+            return torch.is_autocast_enabled(hidden_states.device.type)
+        return self.fused_qkv
+
+    def qkv(self, hidden_states: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """Query, key and value of every row, each (..., C): views of one product where
+        `fused`, else three products."""
+        if self.fused(hidden_states):
+            return self.qkv_joined(hidden_states).chunk(3, dim=-1)
+        return self.query(hidden_states), self.key(hidden_states), self.value(hidden_states)
 
     def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None,
                 positions: PositionInputs | None = None, rows: int | None = None,
@@ -111,16 +137,23 @@ class BertSelfAttention(nn.Module):
             B, T, C = hidden_states.shape
             Q = T if rows is None else rows
             shape = (B, T, self.num_attention_heads, self.attention_head_size)
-            query = self.query(hidden_states[:, :Q]).view(B, Q, *shape[2:]).transpose(1, 2)  # (B, nh, Q, hs)
-            key = self.key(hidden_states).view(shape).transpose(1, 2)  # (B, nh, T, hs)
-            value = self.value(hidden_states).view(shape).transpose(1, 2)
+            if Q == T:
+                query, key, value = (part.view(shape).transpose(1, 2)  # (B, nh, T, hs)
+                                     for part in self.qkv(hidden_states))
+            else:
+                query = self.query(hidden_states[:, :Q]).view(B, Q, *shape[2:]).transpose(1, 2)  # (B, nh, Q, hs)
+                key = self.key(hidden_states).view(shape).transpose(1, 2)  # (B, nh, T, hs)
+                value = self.value(hidden_states).view(shape).transpose(1, 2)
         else:
             if rows is not None:
                 raise ValueError("rows reads the padded layout: pad the tokens first")
             (B, T), C = (unpadded.batch, unpadded.length), hidden_states.shape[-1]
             Q, shape = T, (B, T, self.num_attention_heads, self.attention_head_size)
-            query, key, value = (unpadded.pad(projection(hidden_states)).view(shape).transpose(1, 2)
-                                 for projection in (self.query, self.key, self.value))  # (B, nh, T, hs)
+            if self.fused(hidden_states):  # padded once, (B, T, 3C), then split
+                parts = unpadded.pad(self.qkv_joined(hidden_states)).chunk(3, dim=-1)
+            else:
+                parts = tuple(unpadded.pad(part) for part in self.qkv(hidden_states))
+            query, key, value = (part.view(shape).transpose(1, 2) for part in parts)  # (B, nh, T, hs)
         if positions is not None and positions.kind == "rope":
             query = apply_rotary(query, positions.cos[:Q], positions.sin[:Q])
             key = apply_rotary(key, positions.cos, positions.sin)

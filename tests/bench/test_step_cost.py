@@ -23,12 +23,18 @@ def trace(**changes):
 
 @pytest.fixture(scope="module")
 def fp32_layernorm():
-    return trace(low_precision_layernorm=False)  # CUDA autocast's LayerNorm: the step profiled on the H100
+    # the step profiled on the H100: CUDA autocast's float32 LayerNorm, three projections
+    return trace(low_precision_layernorm=False, fused_qkv=False)
 
 
 @pytest.fixture(scope="module")
 def bf16_layernorm():
-    return trace()  # the default: auto, on under bf16 autocast
+    return trace(fused_qkv=False)  # LayerNorm's change alone: auto, on under bf16 autocast
+
+
+@pytest.fixture(scope="module")
+def default_step():
+    return trace()  # the default: bf16 LayerNorm and one QKV product
 
 
 def hidden_state_kernels(kernels, phase: str, cast: bool) -> Counter:
@@ -65,8 +71,9 @@ def test_the_fp32_residual_stream_is_cast_into_every_layer(fp32_layernorm):
 
 def test_the_report_predicts_a_step_from_its_fit(fp32_layernorm):
     _, report = fp32_layernorm
-    ms = report["predicted_h100_ms"]
-    assert ms["step"] == pytest.approx(ms["matmul"] + ms["attention"] + ms["other"] + ms["optimizer"])
+    ms = report["predicted_ms"]
+    assert ms["step"] == pytest.approx(ms["matmul"] + ms["attention"] + ms["other"] + ms["kernels"] + ms["optimizer"])
+    assert ms["kernels"] == pytest.approx(report["kernels"] * step_cost.FIT.kernel_us / 1e3)
     assert ms["optimizer"] == step_cost.FIT.optimizer_ms
     assert report["fit"]["source"] == step_cost.FIT.source
 
@@ -92,3 +99,49 @@ def test_a_bf16_residual_stream_casts_only_at_the_embeddings(fp32_layernorm, bf1
     assert (report["matmuls"], report["layer_norms"], report["host_syncs"]) == \
         (old["matmuls"], old["layer_norms"], old["host_syncs"])
     assert report["gb_other"] < old["gb_other"] and report["gb_casts"] < old["gb_casts"]
+
+
+def test_one_qkv_product_a_layer_reads_the_hidden_state_once(bf16_layernorm, default_step):
+    """model.fused_qkv: one (3C, C) product a layer forward and its two backward, the same FLOPs;
+    fewer kernels a step and less matrix-product traffic (the input read once, not three times)."""
+    old, new = bf16_layernorm[1], default_step[1]
+    assert new["matmuls"] == {"addmm": LINEARS - 2 * LAYERS, "mm": 2 * (LINEARS - 2 * LAYERS)}
+    assert new["matmul_tflop"] == pytest.approx(old["matmul_tflop"], rel=1e-12)
+    assert new["kernels"] < old["kernels"] and new["gb_matmul_io"] < old["gb_matmul_io"]
+    assert new["predicted_ms"]["step"] < old["predicted_ms"]["step"]
+
+
+def profiled(gb: float, kernels: int, rest_ms: float, name: str) -> step_cost.ProfiledStep:
+    """A profiled step whose rest (bytes and kernels) took `rest_ms`."""
+    report = {"gb_other": gb, "kernels": kernels, "matmul_tflop": 10.0, "attention_tflop": 0.5,
+              "shape": {"seq_length": 128}}
+    recorded = {"machine": {"gpu": {"name": "GPU"}}, "date": "2026-11-28"}
+    return step_cost.ProfiledStep(Path(name), recorded, report, step_ms=rest_ms + 20 + 5 + step_cost.OPTIMIZER_MS,
+                                  matmul_ms=20.0, attention_ms=5.0)
+
+
+def test_two_profiles_solve_bandwidth_and_the_cost_of_a_kernel(monkeypatch):
+    """An A/B pair moving bytes and kernels differently: 4 TB/s and 12 µs a kernel come back."""
+    steps = {"a": profiled(90.0, 1000, 90 / 4 + 12.0, "a"), "b": profiled(50.0, 700, 50 / 4 + 700 * 0.012, "b")}
+    monkeypatch.setattr(step_cost, "profiled_step", lambda path: steps[str(path)])
+    fit = step_cost.refit([Path("a"), Path("b")])
+    assert fit.bandwidth_tb_s == pytest.approx(4.0, abs=0.01) and fit.kernel_us == pytest.approx(12.0, abs=0.1)
+    assert fit.matmul_tflops == pytest.approx(500.0) and "a, b" in fit.source
+    # one profile: the bandwidth over what the current kernel cost leaves
+    one = step_cost.refit([Path("a")])
+    assert one.kernel_us == step_cost.FIT.kernel_us
+    assert one.bandwidth_tb_s == pytest.approx(90 / (90 / 4 + 12.0 - 1000 * step_cost.FIT.kernel_us / 1e3), abs=0.01)
+    # bytes and kernels in proportion: nothing to solve, said in one line
+    steps["c"] = profiled(45.0, 500, 30.0, "c")
+    with pytest.raises(SystemExit, match="in proportion"):
+        step_cost.refit([Path("a"), Path("c")])
+
+
+def test_a_record_names_the_runtime_keys_its_step_ran():
+    old = step_cost.profiled_runtime({})  # 2026-11-26: before any switch
+    assert old["low_precision_layernorm"] is False and old["fused_qkv"] is False
+    first = step_cost.profiled_runtime({"model_changes": {}})  # 2026-11-28's first run
+    assert first["low_precision_layernorm"] == "auto" and first["fused_qkv"] is False
+    recorded = step_cost.profiled_runtime({"model_changes": {"fused_qkv": False},
+                                           "model_runtime": {"low_precision_layernorm": "auto", "fused_qkv": False}})
+    assert recorded == {**old, "low_precision_layernorm": "auto", "fused_qkv": False}
