@@ -328,7 +328,7 @@ def test_integer_keys_take_integral_numbers_however_written(written, expected):
     ("data.path=[{path: a, weight: 1}, {path: b, weight: 1e23}]",
      "data.path[1].weight must be in (0, 1e+15], got 1e23"),
     ("data.path=[{path: a, weight: true}]", "data.path[0].weight must be a number, got True"),
-    ("train.compile=1", "train.compile must be true or false, got 1"),
+    ("train.compile=1", "train.compile must be true, false or auto, got 1"),
 ])
 def test_special_numbers_are_refused_in_one_line(override, expected):
     if expected is None:  # legal: a clipping threshold no gradient reaches

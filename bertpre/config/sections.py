@@ -124,7 +124,7 @@ class TrainConfig:
     device: str = "auto"
     deterministic: bool = False
     gradient_checkpointing: bool = False
-    compile: bool = False
+    compile: bool | str = "auto"  # auto: compiled on a CUDA GPU, eager on a CPU (settled with the device)
     seed: int = 42
     log_every: int = 50
     eval_every: int = 2000

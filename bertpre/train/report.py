@@ -92,7 +92,9 @@ def plan_run(config: Config, phase: Config, *, run_dir: Path, runtime: Runtime, 
         max_steps=config.train.max_steps, batch_size=phase.train.batch_size,
         seq_length=phase.data.max_seq_length,
         precision=runtime.precision_line or f"precision {runtime.precision}",
-        devices=f"{runtime.world_size} process{'es' if runtime.world_size > 1 else ''} on {device}",
+        devices=f"{runtime.world_size} process{'es' if runtime.world_size > 1 else ''} on {device}"
+                + ("; the step compiled (train.compile: its first step compiles it)"
+                   if config.train.compile is True else ""),
         documents=sum(len(folder.train) for folder in mixture.folders),
         corpus_tokens=sum(int(count.get("tokens", 0)) for count in counts),
         steps_per_epoch=instances * runtime.world_size / phase.train.batch_size,

@@ -100,6 +100,10 @@ class Trainer:
                           precision=runtime.precision)
         self.config, self.runtime, self.mixture, self.run_dir = run.config, runtime, run.mixture, run.run_dir
         train = self.config.train
+        # train.compile as given: auto falls back to the eager step where compiling fails, a typed
+        # true is refused in one line; both are settled by the first micro-batch (fixed shapes: no
+        # recompile after it)
+        self.compile_given, self.compile_unproven = config.train.compile, train.compile is True
         self.lock = RunLock(self.run_dir)
         if runtime.is_main:
             self.lock.check_free()  # before reading a checkpoint another process may be pruning
@@ -314,7 +318,7 @@ class Trainer:
         host_batches = [self.stream.next() for _ in range(self.accumulation)]
         totals = step_totals([self.objective.host_counts(batch) for batch in host_batches], runtime)
         # Every copy is queued before the first forward, so the copies overlap the compute.
-        keep_mask = self.phase_config.train.compile
+        keep_mask = self.phase_config.train.compile is True
         batches = [self.objective.to_device(batch, runtime.device, keep_attention_mask=keep_mask)
                    for batch in host_batches]
         # Each micro-batch's loss sums are divided by the step's counts (over all processes),
@@ -332,6 +336,33 @@ class Trainer:
 
     def forward_backward(self, batch: dict[str, torch.Tensor], weights: list[float], *,
                          sync: bool, slot: int = 0) -> torch.Tensor:
+        """`micro_batch`, where the compiled step's first call (which compiles it) is watched: a
+        failure to compile falls back to the eager step under `train.compile: auto` (one line) and
+        is refused in one line under a typed true."""
+        if not self.compile_unproven:
+            return self.micro_batch(batch, weights, sync=sync, slot=slot)
+        try:
+            sums = self.micro_batch(batch, weights, sync=sync, slot=slot)
+        except Exception as error:
+            reason = compile_failure(error)
+            if reason is None:
+                raise
+            if self.compile_given != "auto":
+                raise UserError(f"train.compile true: torch.compile could not compile the step ({reason}); "
+                                "set train.compile false or auto") from None
+            note = f"train.compile auto: torch.compile could not compile the step ({reason}); training with the eager step"
+            self.notes.append(note)
+            if self.runtime.is_main:
+                self.progress.write(f"note: {note}")  # above the bar, which is running
+            self.compile_unproven = False
+            self.model.zero_grad(set_to_none=True)  # the step's first micro-batch: nothing else to keep
+            self.trained_model = self.wrap_model(compiled=False)
+            return self.micro_batch(batch, weights, sync=sync, slot=slot)
+        self.compile_unproven = False
+        return sums
+
+    def micro_batch(self, batch: dict[str, torch.Tensor], weights: list[float], *,
+                    sync: bool, slot: int = 0) -> torch.Tensor:
         """One micro-batch on the device; returns its DEVICE_STATS sums.
 
         Args:
@@ -458,12 +489,26 @@ class Trainer:
                 raise
             raise write_failed(error, f"checkpoint step-{self.step:08d}", self.run_dir) from None
 
-    def wrap_model(self) -> torch.nn.Module:
-        """The objective as the step calls it: compiled whole and/or DDP-wrapped as configured."""
+    def wrap_model(self, compiled: bool | None = None) -> torch.nn.Module:
+        """The objective as the step calls it: compiled whole (`train.compile`, or `compiled`)
+        and/or DDP-wrapped as configured."""
         model = self.objective.step_module(self.model, self.config.optim.label_smoothing)
-        if self.config.train.compile:
+        if self.config.train.compile is True if compiled is None else compiled:
             model = torch.compile(model, fullgraph=True)
         if self.runtime.distributed:
             device_ids = [self.runtime.local_rank] if self.runtime.device.type == "cuda" else None
             model = DistributedDataParallel(model, device_ids=device_ids)
         return model
+
+
+def compile_failure(error: BaseException) -> str | None:
+    """Why torch.compile failed, in one line, where `error` is compile's (TorchDynamo's or
+    Inductor's, e.g. no C compiler or Triton for the device); None for anything else, an
+    out-of-memory error included."""
+    if isinstance(error, torch.OutOfMemoryError):
+        return None
+    if not any(kind.__module__.startswith(("torch._dynamo", "torch._inductor")) for kind in type(error).__mro__):
+        return None
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    text = lines[0] if lines else type(error).__name__
+    return text if len(text) <= 200 else text[:197] + "..."

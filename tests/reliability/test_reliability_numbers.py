@@ -79,7 +79,7 @@ SINGLE: dict[str, tuple[Callable[[World], list], str]] = {
                                                            "optim.warmup_ratio=.nan"),
                                       "optim.warmup_ratio must be a finite number, got nan"),
     "pretrain-set-compile-1": (lambda w: w.pretrain("--set", "train.compile=1"),
-                               "train.compile must be true or false, got 1"),
+                               "train.compile must be true, false or auto, got 1"),
     # Each of these ran, or crashed, before: trained on, diverged after writing, MemoryError, fork bomb.
     "pretrain-max-grad-norm-nan": (lambda w: w.pretrain(config=add_key(w, "optim", "max_grad_norm: .nan")),
                                    "optim.max_grad_norm must be a finite number, got nan"),

@@ -100,7 +100,7 @@ class MaskedLanguageModel(Objective):
             print(f"data: {instances.size:,} instances an epoch from {len(instances.names)} "
                   f"sources, every epoch: {shares}", file=sys.stderr)
         collate = MaskingCollator.from_config(mixture.tokenizer, config.data, seed,
-                                              fixed_shapes=config.train.compile)
+                                              fixed_shapes=config.train.compile is True)
         return instances, collate
 
     def shares(self, instances: Any) -> dict[str, float]:

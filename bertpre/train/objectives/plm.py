@@ -223,7 +223,7 @@ class PermutationLanguageModel(Objective):
             instances = SegmentInstances.from_config(mixture.folders[0].train, mixture.tokenizer, config.data,
                                                      lanes=lanes, seed=seed, rank=rank, world_size=world_size)
         collate = PermutationCollator.from_config(mixture.tokenizer, config.data, seed,
-                                                  fixed_shapes=config.train.compile)
+                                                  fixed_shapes=config.train.compile is True)
         return instances, collate
 
     def host_counts(self, batch: dict[str, torch.Tensor]) -> HostCounts:
