@@ -48,11 +48,13 @@ class ResolvedRun:
         return self.mixture.folders[0]
 
 
-def settle_compile(setting: bool | str, device_type: str) -> bool:
+def settle_compile(setting: bool | str, device_type: str, deterministic: bool = False) -> bool:
     """`train.compile` on this device: auto compiles the step on a CUDA GPU, where fusing its
     elementwise kernels paid 18% on an H200 (bench.gpu, 2026-11-28), and keeps the eager step on
-    a CPU."""
-    return device_type == "cuda" if setting == "auto" else bool(setting)
+    a CPU and under `train.deterministic` (whose bitwise resume no GPU has measured compiled)."""
+    if setting == "auto":
+        return device_type == "cuda" and not deterministic
+    return bool(setting)
 
 
 def resolve_run(given: Config, *, world_size: int = 1, device: torch.device | None = None,
@@ -81,7 +83,7 @@ def resolve_run(given: Config, *, world_size: int = 1, device: torch.device | No
             setting = False  # auto: on where the family builds it (a typed true is refused there)
         config.model.low_precision_layernorm = resolve_low_precision(setting, precision)
     if device is not None:
-        config.train.compile = settle_compile(config.train.compile, device.type)
+        config.train.compile = settle_compile(config.train.compile, device.type, config.train.deterministic)
         check_fits_in_memory(config, device, world_size)
     if not resume and (run_dir / "checkpoints" / "latest").exists():
         raise UserError(f"run folder {run_dir} already holds checkpoints; resume it "

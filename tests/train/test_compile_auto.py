@@ -43,6 +43,8 @@ def losses(run_dir: Path) -> list[float]:
 def test_auto_is_compiled_on_cuda_and_eager_on_a_cpu(tiny_data, tmp_path):
     assert settle_compile("auto", "cuda") is True and settle_compile("auto", "cpu") is False
     assert settle_compile(True, "cpu") is True and settle_compile(False, "cuda") is False
+    assert settle_compile("auto", "cuda", deterministic=True) is False  # bitwise resume: eager
+    assert settle_compile(True, "cuda", deterministic=True) is True
     config = tiny(tiny_data, tmp_path / "run")
     assert config.train.compile == "auto"  # the default
     assert resolve_run(config, device=torch.device("cpu")).config.train.compile is False
@@ -51,7 +53,7 @@ def test_auto_is_compiled_on_cuda_and_eager_on_a_cpu(tiny_data, tmp_path):
 
 def test_auto_falls_back_to_the_eager_step_in_one_line(tiny_data, tmp_path, monkeypatch, capsys):
     eager = trainer.pretrain(tiny(tiny_data, tmp_path / "eager", "train.compile=false"))
-    monkeypatch.setattr(setup, "settle_compile", lambda setting, device_type: True)  # as on a GPU
+    monkeypatch.setattr(setup, "settle_compile", lambda setting, device_type, deterministic: True)  # as on a GPU
     monkeypatch.setattr(trainer.torch, "compile", failing_compile)
     fallen = trainer.pretrain(tiny(tiny_data, tmp_path / "auto"))
     err = capsys.readouterr().err
