@@ -330,6 +330,8 @@ def measure_step_rate(shape: str, seq_length: int, micro_batch_size: int, steps:
     `profile`: after the timing, that many more steps of each side under torch.profiler; the
     kernels that took the most device time are printed and kept in the result.
     `changes`: bertpre's model keys (`--set`, e.g. low_precision_layernorm=false), its side alone."""
+    from bertpre.model.config import RUNTIME_FIELDS
+
     device = device or torch.device("cuda")
     batch_size = batch_size or micro_batch_size
     if batch_size % micro_batch_size:
@@ -383,7 +385,10 @@ def measure_step_rate(shape: str, seq_length: int, micro_batch_size: int, steps:
                            "prediction_slots": described["prediction_slots"],
                            "micro_batches_without_attention_mask": described["micro_batches_without_mask"],
                            "peer_step": "model(**batch).loss from labels, eager",
-                           "model_changes": dict(changes or {})}}
+                           "model_changes": dict(changes or {}),
+                           # how bertpre's model ran (`--set` or not): what step_cost's refit traces
+                           "model_runtime": {name: getattr(models["bertpre"].config, name)
+                                             for name in RUNTIME_FIELDS}}}
     for name in names:
         seconds = median(times[name])
         result[name] = {"median_step_s": seconds, "sequences_per_s": batch_size / seconds,

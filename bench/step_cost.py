@@ -448,14 +448,16 @@ def profile_rows(table: str) -> dict[str, float]:
 def refit(path: Path) -> Fit:
     """`Fit` on a `bench.gpu throughput --profile N` result: its step traced here (the model as
     the profiled commit ran it: the result's `model_changes`, or for a profile older than that
-    record PROFILED_CHANGES), matched to its kernels."""
+    record PROFILED_CHANGES; a key added since, as the result's `model_runtime` records it, or
+    as it ran before the key: ADDED_KEYS), matched to its kernels."""
     recorded = json.loads(path.read_text(encoding="utf-8"))
     settings = recorded["settings"]
     steps = int(re.search(r"--profile (\d+)", recorded["command"]).group(1))
     rows = profile_rows(recorded["profile"]["bertpre"])
     shape = StepShape(settings.get("architecture", "bert"), settings["model"], settings["batch_size"],
                       settings["seq_length"], settings["short_rows"],
-                      changes=settings.get("model_changes", PROFILED_CHANGES))
+                      changes={**ADDED_KEYS, **settings.get("model_runtime", {}),
+                               **settings.get("model_changes", PROFILED_CHANGES)})
     report = summarize(*trace_step(shape), shape)
     step_ms = recorded["bertpre"]["median_step_s"] * 1e3
     matmul_ms = (rows["aten::mm"] + rows["aten::addmm"]) / steps
@@ -478,6 +480,9 @@ def refit(path: Path) -> Fit:
 # The model keys that give the step the 2026-11-26 profile ran (what has changed since): its
 # LayerNorm returned float32 under autocast.
 PROFILED_CHANGES: dict[str, Any] = {"low_precision_layernorm": False}
+# Model keys added after a profile was recorded, with the value that gives the step it ran: before
+# `model.last_layer_rows` (2026-11-29) every profile's last layer computed every position.
+ADDED_KEYS: dict[str, Any] = {"last_layer_rows": False}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -23,12 +23,18 @@ def trace(**changes):
 
 @pytest.fixture(scope="module")
 def fp32_layernorm():
-    return trace(low_precision_layernorm=False)  # CUDA autocast's LayerNorm: the step profiled on the H100
+    # CUDA autocast's LayerNorm and the whole last layer: the step profiled on the H100
+    return trace(low_precision_layernorm=False, last_layer_rows=False)
 
 
 @pytest.fixture(scope="module")
 def bf16_layernorm():
-    return trace()  # the default: auto, on under bf16 autocast
+    return trace(last_layer_rows=False)  # low_precision_layernorm auto, on under bf16 autocast
+
+
+@pytest.fixture(scope="module")
+def rows_read():
+    return trace(low_precision_layernorm=False)  # the default: the last layer on the rows the heads read
 
 
 def hidden_state_kernels(kernels, phase: str, cast: bool) -> Counter:
@@ -92,3 +98,19 @@ def test_a_bf16_residual_stream_casts_only_at_the_embeddings(fp32_layernorm, bf1
     assert (report["matmuls"], report["layer_norms"], report["host_syncs"]) == \
         (old["matmuls"], old["layer_norms"], old["host_syncs"])
     assert report["gb_other"] < old["gb_other"] and report["gb_casts"] < old["gb_casts"]
+
+
+def test_the_last_layer_computes_the_rows_read_alone(fp32_layernorm, rows_read):
+    """model.last_layer_rows: the last layer's keys and values from all T tokens, its query,
+    attention output and feed-forward on R = 1 + P rows ([CLS] and the prediction slots); the
+    same Linears, LayerNorms, no host sync (fixed shapes: gather, no nonzero)."""
+    _, whole = fp32_layernorm
+    _, report = rows_read
+    slots, intermediate = 4, 64
+    rows = 1 + slots
+    saved = 2 * (BATCH * (LENGTH - rows) * (2 * HIDDEN**2 + 2 * HIDDEN * intermediate))  # q, output, FFN in and out
+    assert (whole["matmul_tflop"] - report["matmul_tflop"]) * 1e12 == pytest.approx(3 * saved, abs=1)
+    assert report["attention_tflop"] * 1e12 == 3 * 4 * BATCH * LENGTH * HIDDEN * (LENGTH * (LAYERS - 1) + rows)
+    assert sum(report["matmuls"].values()) == sum(whole["matmuls"].values())
+    assert report["layer_norms"] == whole["layer_norms"] and report["host_syncs"] == 0
+    assert report["gb_other"] < whole["gb_other"]
