@@ -1,6 +1,7 @@
 """bench/ scripts: argument parsing, their exact helpers, and a tiny run of each CPU bench."""
 import json
 import os
+import re
 import subprocess
 import sys
 import tarfile
@@ -69,6 +70,8 @@ def test_gpu_throughput_runs_on_cpu_as_a_code_check(precision, batching, tmp_pat
                      "--precision", precision, *batching]) == 0
     out = capsys.readouterr().out
     assert gpu.PRECISIONS[precision] in out and "ratio bertpre / transformers:" in out
+    assert "ms a step" in out and re.search(r"executed / useful FLOPs a step \(FlopCounterMode / cost model\): "
+                                            r"bertpre \d\.\d{3}, transformers \d+\.\d{3}; padding share", out)
     assert list(tmp_path.iterdir()) == []  # CPU figures are not GPU results
 
 
