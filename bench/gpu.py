@@ -23,7 +23,10 @@ weights, same batch, same autocast dtype. Rounds of steps alternate between the 
 compared. MFU uses FLOPs/token = 6·N_enc + 12·L·s·d + 6·f·(d² + d·V) (`bertpre.model.cost`),
 f = predicted share, against the card's data-sheet dense bf16/fp16 peak
 (`bertpre.train.runtime.PEAK_FLOPS`, the trainer's perf/mfu yardstick); the share of the
---precision dtype's matmul rate measured here (large square matmuls) is printed beside it.
+--precision dtype's matmul rate measured here (large square matmuls) is printed beside it. Each
+side's record also holds its median ms a step and the FLOPs one more step executes (torch's
+FlopCounterMode: matrix products and attention, padding included; not under --compile) over the
+cost model's useful FLOPs (non-padding tokens); the settings hold the padding share.
 
 Batches are synthetic but shaped like real ones (`bench.common.make_batch`): [CLS] A [SEP] B
 [SEP] segments, 10% of rows shorter and padded (--short-rows; ~4% padding, as measured on
@@ -60,6 +63,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
+from torch.utils.flop_counter import FlopCounterMode
 
 from bench.common import (
     MAX_PREDICTIONS,
@@ -303,6 +307,17 @@ def matmul_rate(dtype: torch.dtype, size: int = 8192, repeats: int = 20) -> floa
     return 2 * size**3 / best
 
 
+def executed_flops(stepper, inputs, compiled: bool) -> float | None:
+    """FLOPs one more step executes (matrix products and attention, padding included), as
+    torch's FlopCounterMode counts the operators it dispatches; None for a compiled step,
+    whose kernels it does not see."""
+    if compiled:
+        return None
+    with FlopCounterMode(display=False) as counter:
+        stepper.step(inputs)
+    return float(counter.get_total_flops())
+
+
 def profile_steps(stepper, inputs, steps: int, rows: int = 25) -> str:
     """The `rows` operations that took the most device time over `steps` steps, as a table
     (CPU time alone where there is no CUDA device)."""
@@ -391,9 +406,12 @@ def measure_step_rate(shape: str, seq_length: int, micro_batch_size: int, steps:
                                              for name in RUNTIME_FIELDS}}}
     for name in names:
         seconds = median(times[name])
-        result[name] = {"median_step_s": seconds, "sequences_per_s": batch_size / seconds,
+        result[name] = {"median_step_s": seconds, "median_step_ms": 1e3 * seconds,
+                        "sequences_per_s": batch_size / seconds,
                         "tokens_per_s": tokens / seconds, "step_s": times[name],
-                        "peak_memory_gib_both_models_resident": peaks.get(name)}
+                        "peak_memory_gib_both_models_resident": peaks.get(name),
+                        "executed_flops_per_step": executed_flops(steppers[name], inputs[name],
+                                                                  compile_model and name == "bertpre")}
     if peer:
         result["transformers"]["attention"] = models["transformers"].config._attn_implementation
     if profile:
@@ -451,11 +469,18 @@ def run_throughput(args: argparse.Namespace, device: torch.device) -> dict:
         result["mfu"]["attention_flops"] = MODERNBERT_FLOPS_NOTE
     rows = [("tokens/s", result["bertpre"]["tokens_per_s"],
              result["transformers"]["tokens_per_s"] if "transformers" in result else None)]
+    result["mfu"]["yardsticks"] = {"mfu": "the data sheet's dense peak (data_sheet_flops_per_s)",
+                                   "matmul_share": f"the {args.precision} matmul rate measured here "
+                                                   "(matmul_flops_per_s)"}
+    useful = flops * result["settings"]["tokens_per_step"]  # the cost model's, non-padding tokens alone
     for name in ("bertpre", "transformers"):
         if name in result:
             achieved = result[name]["tokens_per_s"] * flops
             result[name]["mfu"] = achieved / sheet if sheet else None
             result[name]["matmul_share"] = achieved / measured[args.precision]
+            executed = result[name]["executed_flops_per_step"]
+            result[name]["useful_flops_per_step"] = useful
+            result[name]["executed_over_useful"] = None if executed is None else executed / useful
     print(f"{'ModernBERT' if modernbert else 'BERT'}-{args.model}, length {args.seq_length}, batch {args.batch_size}, "
           f"{PRECISIONS[args.precision]}, {'fused' if not args.no_fused else 'foreach'} AdamW"
           f"{', torch.compile' if args.compile else ''}; (B, {result['settings']['prediction_slots']}) predictions")
@@ -470,10 +495,21 @@ def run_throughput(args: argparse.Namespace, device: torch.device) -> dict:
         value = result.get(name, {}).get(key)
         return None if value is None else 100 * value
 
-    print_table(rows + [("MFU % (data sheet)", percent("bertpre", "mfu"), percent("transformers", "mfu")),
+    def value(name: str, key: str) -> float | None:
+        return result.get(name, {}).get(key)
+
+    print_table(rows + [("ms a step", value("bertpre", "median_step_ms"), value("transformers", "median_step_ms")),
+                        ("MFU % (data sheet)", percent("bertpre", "mfu"), percent("transformers", "mfu")),
                         (f"% of measured {args.precision}", percent("bertpre", "matmul_share"),
                          percent("transformers", "matmul_share"))],
                 "", "transformers")
+
+    def ratio(name: str) -> str:
+        executed = value(name, "executed_over_useful")
+        return "-" if executed is None else f"{executed:.3f}"
+
+    print(f"executed / useful FLOPs a step (FlopCounterMode / cost model): bertpre {ratio('bertpre')}, "
+          f"transformers {ratio('transformers')}; padding share {result['settings']['padding_share']:.1%}")
     if "transformers" in result:
         result["ratio"] = result["bertpre"]["tokens_per_s"] / result["transformers"]["tokens_per_s"]
         mfu = percent("bertpre", "mfu")

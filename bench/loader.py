@@ -2,7 +2,8 @@
 
 The loader is the trainer's own `BatchStream`: `PretrainingInstances` (NSP, length 128) and
 `MaskingCollator` (15%, at most 20 predictions) through a torch DataLoader with N worker
-processes, a fresh one each epoch as in training, epoch boundaries included in the timing.
+processes, started once and kept across epochs as in training, epoch boundaries included in
+the timing.
 The first batch (worker start-up) is left out. Measured with 0 workers too: the rate of one
 core doing nothing else. Batches are fetched whole (`PretrainingInstances.__getitems__`) and
 leave a worker as one tensor (`bertpre.batches.stream`). Settings alternate round by round;

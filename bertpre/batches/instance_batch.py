@@ -15,7 +15,7 @@ class InstanceBatch:
     """Instances side by side, without padding: instance i's tokens are
     `input_ids[starts[i] : starts[i] + lengths[i]]`, and likewise its token types.
 
-    Fetching a batch as one (`PretrainingInstances.__getitems__`, which DataLoader calls) and
+    Fetching a batch as one (`PretrainingInstances.build`, which a DataLoader worker calls) and
     padding it in one scatter costs a fraction of building a dict of lists per instance.
     """
 

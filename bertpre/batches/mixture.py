@@ -154,18 +154,26 @@ class MixedInstances:
         return self.__getitems__([i]).instance(0)
 
     def __getitems__(self, indices: Sequence[int]) -> InstanceBatch:
-        """Instances `indices` as one batch, in the order asked: fetched source by source, then
-        put back in place."""
+        """Instances `indices` as one batch, in the order asked."""
+        return self.build(self.locate(indices))
+
+    def locate(self, indices: Sequence[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The current epoch's instances `indices` as plan rows, seed keys and sources: all that
+        `build` needs (a worker builds any epoch's batch without planning it)."""
         indices = np.asarray(indices, dtype=np.int64)
-        source = self._source[indices]
+        return self._rows[indices], self._seed_keys[indices], self._source[indices]
+
+    def build(self, located: tuple[np.ndarray, np.ndarray, np.ndarray]) -> InstanceBatch:
+        """The batch of instances `located`, in their order: built source by source, then put
+        back in place."""
+        rows, seed_keys, source = located
         parts, asked = [], []
         for index in np.unique(source).tolist():
             picked = np.flatnonzero(source == index)
-            parts.append(self.sources[index].build_batch(self._rows[indices[picked]],
-                                                         self._seed_keys[indices[picked]]))
+            parts.append(self.sources[index].build_batch(rows[picked], seed_keys[picked]))
             asked.append(picked)
         if not parts:
-            return self.sources[0].build_batch(self._rows[:0], self._seed_keys[:0])
+            return self.sources[0].build_batch(rows[:0], seed_keys[:0])
         return InstanceBatch.concatenate(parts).take(np.argsort(np.concatenate(asked)))
 
     def __getstate__(self) -> dict:

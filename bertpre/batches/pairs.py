@@ -357,8 +357,8 @@ class PretrainingInstances(MappedTokens, torch.utils.data.Dataset):
     """Map-style dataset of one epoch's pretraining instances for one DDP rank.
 
     Instances come in a shuffled order, so reading indices 0..len-1 is one epoch and resuming
-    at index i needs no replay. Call `set_epoch` in the main process before iterating a
-    DataLoader (without `persistent_workers`, so that workers see the new plan).
+    at index i needs no replay. `set_epoch` plans an epoch; `locate` then picks instances of
+    it that `build` makes into a batch in any process (a worker that never planned that epoch).
 
     Args:
         dataset: documents, one row each: {"input_ids": list[list[int]]} (sentences of ids).
@@ -481,8 +481,17 @@ class PretrainingInstances(MappedTokens, torch.utils.data.Dataset):
     def __getitems__(self, indices: Sequence[int]) -> InstanceBatch:
         """Instances `indices` as one batch: [CLS] A [SEP] B [SEP] (or [CLS] A [SEP]), each
         segment trimmed by keyed coin flips until the pair fits."""
+        return self.build(self.locate(indices))
+
+    def locate(self, indices: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+        """The current epoch's instances `indices` as plan rows and seed keys: all that `build`
+        needs, so that a worker process builds any epoch's batch without planning it."""
         indices = np.asarray(indices, dtype=np.int64)
-        return self.build_batch(self._rows[indices], self._seed_keys[indices])
+        return self._rows[indices], self._seed_keys[indices]
+
+    def build(self, located: tuple[np.ndarray, np.ndarray]) -> InstanceBatch:
+        """The batch of instances `located` (see `locate`), whichever epoch is current."""
+        return self.build_batch(*located)
 
     def build_batch(self, rows: np.ndarray, seed_keys: np.ndarray) -> InstanceBatch:
         """The instances of `rows` and `seed_keys` (as `epoch_rows` gives them) as one batch."""

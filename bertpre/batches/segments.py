@@ -154,13 +154,24 @@ class SegmentInstances(MappedTokens, torch.utils.data.Dataset):
         return self.__getitems__([i]).instance(0)
 
     def __getitems__(self, items: Sequence[int]) -> InstanceBatch:
+        return self.build(self.locate(items))
+
+    def locate(self, items: Sequence[int]) -> tuple[SegmentPlan, np.ndarray, np.ndarray]:
+        """The current epoch's items as their segments, memory resets and seed keys: all that
+        `build` needs (a worker builds any epoch's batch without planning it)."""
         items = np.asarray(items, dtype=np.int64)
         segments = self.segment_of(items)
         plan = self.plan
         lane_start = np.divmod(items, self.lanes)[0] == 0  # the first step of every lane
-        reset = plan.first[segments] | lane_start
+        picked = SegmentPlan(plan.document[segments], plan.start[segments], plan.stop[segments],
+                             plan.first[segments])
+        return picked, picked.first | lane_start, keyed_random.derive_keys(self.segment_keys, segments)
+
+    def build(self, located: tuple[SegmentPlan, np.ndarray, np.ndarray]) -> InstanceBatch:
+        """The batch of the segments `located` (see `locate`), whichever epoch is current."""
+        plan, reset, seed_keys = located
         pieces, flags, lengths = [], [], []
-        for segment in segments.tolist():
+        for segment in range(len(plan.document)):
             document = int(plan.document[segment])
             begin = int(self.document_start[document])
             length = int(self.document_length[document])
@@ -179,8 +190,8 @@ class SegmentInstances(MappedTokens, torch.utils.data.Dataset):
             input_ids=np.concatenate(pieces).astype(np.int64),
             token_type_ids=np.zeros(int(lengths.sum()), np.int64),
             lengths=lengths,
-            seed_keys=keyed_random.derive_keys(self.segment_keys, segments),
-            document_index=plan.document[segments],
+            seed_keys=seed_keys,
+            document_index=plan.document,
             word_starts=np.concatenate(flags).astype(np.uint8) if self._chunk_word_starts is not None else None,
             memory_reset=reset,
         )

@@ -1,18 +1,24 @@
-"""The trainer's micro-batches: a DataLoader over the epoch's instances, resumable at any position."""
+"""The trainer's micro-batches: one DataLoader over epoch after epoch, resumable at any position."""
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from functools import partial
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader, Subset
+from torch.utils.data import DataLoader
 
 from bertpre.errors import UserError, group_signals_blocked, worker_ignores_group_signals
 
 
 class BatchStream:
     """This process's micro-batches from (epoch, position) on, epoch after epoch, no replay.
+
+    One DataLoader iterator spans every epoch, so its worker processes start once and its
+    prefetching runs on across each epoch boundary. The batch sampler (`EpochBatches`, in this
+    process) plans each epoch as it reaches it and hands a worker the located instances of a
+    micro-batch (`instances.locate`), so workers build any epoch's batches without planning it.
 
     With worker processes, each batch crosses to the trainer as one flat tensor: every tensor
     a worker returns costs a shared-memory segment and a file descriptor sent over a socket,
@@ -26,17 +32,12 @@ class BatchStream:
         self.seed, self.epoch, self.position = seed, epoch, position
         self._batches = None
 
-    def _start_epoch(self) -> None:
-        self.instances.set_epoch(self.epoch)
-        if len(self.instances) < self.micro_batch_size:
-            raise UserError(
-                f"epoch {self.epoch} has {len(self.instances)} training instances per process, fewer "
-                f"than train.micro_batch_size ({self.micro_batch_size}); use more data or a smaller batch"
-            )
+    def _start(self) -> None:
+        collate = OneTensorCollate(self.collate) if self.num_workers > 0 else self.collate
         loader = DataLoader(
-            Subset(self.instances, range(self.position, len(self.instances))),
-            batch_size=self.micro_batch_size, drop_last=True,
-            collate_fn=OneTensorCollate(self.collate) if self.num_workers > 0 else self.collate,
+            LocatedInstances(self.instances),
+            batch_sampler=EpochBatches(self.instances, self.micro_batch_size, self.epoch, self.position),
+            collate_fn=KeepPlace(collate),
             num_workers=self.num_workers, pin_memory=self.pin_memory,
             prefetch_factor=2 if self.num_workers > 0 else None,
             # Its own generator: creating a loader must not draw from the global RNG that
@@ -65,14 +66,62 @@ class BatchStream:
 
     def next(self) -> dict[str, torch.Tensor]:
         if self._batches is None:
-            self._start_epoch()
-        batch = next(self._batches, None)
-        if batch is None:
-            self.epoch, self.position = self.epoch + 1, 0
-            self._start_epoch()
-            batch = next(self._batches)
-        self.position += self.micro_batch_size
+            self._start()
+        # The sampler plans ahead of the trainer; where the trainer stands comes with the batch.
+        self.epoch, start, batch = next(self._batches)
+        self.position = start + self.micro_batch_size
         return unpack_batch(batch) if self.num_workers > 0 else batch
+
+
+class EpochBatches:
+    """The batch sampler of a `BatchStream`: each micro-batch as (epoch, position, located
+    instances), from (epoch, position) on, epoch after epoch without end; an epoch's last
+    instances that fill no micro-batch are dropped.
+
+    Planning an epoch (`set_epoch`) happens here, in the trainer's process, when the loader
+    first asks for one of its batches: with workers, prefetching asks before the trainer has
+    taken the previous epoch's last batches, so `instances` may be an epoch ahead of it.
+    """
+
+    def __init__(self, instances: Any, micro_batch_size: int, epoch: int, position: int) -> None:
+        self.instances, self.micro_batch_size = instances, micro_batch_size
+        self.epoch, self.position = epoch, position
+
+    def __iter__(self) -> Iterator[tuple[int, int, Any]]:
+        epoch, position, size = self.epoch, self.position, self.micro_batch_size
+        while True:
+            self.instances.set_epoch(epoch)
+            count = len(self.instances)
+            if count < size:
+                raise UserError(
+                    f"epoch {epoch} has {count} training instances per process, fewer "
+                    f"than train.micro_batch_size ({size}); use more data or a smaller batch"
+                )
+            for start in range(position, count - size + 1, size):
+                yield epoch, start, self.instances.locate(range(start, start + size))
+            epoch, position = epoch + 1, 0
+
+
+class LocatedInstances(torch.utils.data.Dataset):
+    """The loader's dataset: builds the micro-batch that `EpochBatches` located, keeping its place."""
+
+    def __init__(self, instances: Any) -> None:
+        self.instances = instances
+
+    def __getitems__(self, key: tuple[int, int, Any]) -> tuple[int, int, Any]:
+        epoch, start, located = key
+        return epoch, start, self.instances.build(located)
+
+
+class KeepPlace:
+    """Collate a (epoch, position, instances) micro-batch, keeping its epoch and position."""
+
+    def __init__(self, collate: Any) -> None:
+        self.collate = collate
+
+    def __call__(self, keyed: tuple[int, int, Any]) -> tuple[int, int, Any]:
+        epoch, start, instances = keyed
+        return epoch, start, self.collate(instances)
 
 
 class OneTensorCollate:

@@ -20,6 +20,7 @@ from bench import (  # noqa: E402
     collate,
     common,
     create_instances,
+    epoch_boundary,
     gpu,
     loader,
     model,
@@ -70,6 +71,8 @@ def test_gpu_throughput_runs_on_cpu_as_a_code_check(precision, batching, tmp_pat
                      "--precision", precision, *batching]) == 0
     out = capsys.readouterr().out
     assert gpu.PRECISIONS[precision] in out and "ratio bertpre / transformers:" in out
+    assert "ms a step" in out and re.search(r"executed / useful FLOPs a step \(FlopCounterMode / cost model\): "
+                                            r"bertpre \d\.\d{3}, transformers \d+\.\d{3}; padding share", out)
     assert list(tmp_path.iterdir()) == []  # CPU figures are not GPU results
 
 
@@ -418,3 +421,15 @@ def test_tokenize_scale_tiny_run(tmp_path):
     record = json.loads(result.read_text())
     assert set(record["sizes"]["0.1"]["runs"]) == {"vocab sample", "unsharded, --num-proc 1", "2 shards together",
                                                    "one task of 2 alone"}
+
+
+@pytest.mark.slow  # two tiny training runs in subprocesses, about a minute on 2 cores
+def test_epoch_boundary_times_the_steps_that_start_an_epoch(tmp_path):
+    """This checkout against itself as the peer: a short run crosses epochs, and both sides say so."""
+    assert epoch_boundary.main(["--peer", str(ROOT), "--workers", "1", "--steps", "16", "--rounds", "1",
+                                "--out", str(tmp_path)]) is None
+    [path] = tmp_path.iterdir()
+    result = json.loads(path.read_text())
+    for side in ("bertpre", "peer"):
+        assert result[side]["epochs"] >= 2 and result[side]["steps_per_s"] > 0
+        assert result[side]["epoch_start_step_ms"] > 0 and result[side]["other_step_ms"] > 0

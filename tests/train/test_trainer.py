@@ -14,6 +14,7 @@ from _killed_run import KILLED_RUN
 from _tiny_data import build_tiny_data  # noqa: E402
 from safetensors.torch import load_file
 
+import bertpre.batches.stream as stream
 import bertpre.train.trainer as trainer
 from bertpre.config import load_config
 from bertpre.errors import UserError
@@ -64,6 +65,24 @@ def test_pinned_losses_and_falling_mlm_loss(data_dir, tmp_path):
     assert result.step == 40 and len(losses) == 40
     assert losses[:12] == pytest.approx(PINNED_LOSSES, abs=1e-5)
     assert sum(losses[-5:]) / 5 < sum(losses[:5]) / 5 - 0.3
+
+
+def test_data_workers_start_once_over_three_epochs_and_give_the_pinned_losses(data_dir, tmp_path, monkeypatch):
+    """The tiny epoch is about 4 steps: 12 steps cross two epoch boundaries with the same 2 workers."""
+    started = tmp_path / "workers"
+    started.mkdir()
+    take_over_signals = stream.worker_ignores_group_signals
+
+    def record_and_take_over(main_pid: int, worker_id: int = 0) -> None:  # each worker, as it starts
+        (started / str(os.getpid())).touch()
+        take_over_signals(main_pid, worker_id)
+
+    monkeypatch.setattr(stream, "worker_ignores_group_signals", record_and_take_over)
+    result = pretrain(tiny_config(data_dir, tmp_path / "run", "train.max_steps=12", "data.num_workers=2"))
+    state = json.loads((result.run_dir / "checkpoints" / "step-00000012" / "trainer_state.json").read_text())
+    assert state["epoch"] >= 2
+    assert len(list(started.iterdir())) == 2
+    assert step_losses(result.run_dir) == pytest.approx(PINNED_LOSSES, abs=1e-5)  # the batches of 0 workers
 
 
 def test_run_folder_layout_and_tensorboard_tags(data_dir, tmp_path):
