@@ -295,7 +295,10 @@ def info(
     from bertpre.config import load_config
     from bertpre.tools.info import info_report
 
-    typer.echo(info_report(load_config(config, list(overrides or []))))
+    loaded = load_config(config, list(overrides or []))
+    typer.echo(info_report(loaded))
+    for warning in loaded.warnings():  # what `pretrain` would say first, before a GPU hour is spent
+        typer.echo(f"warning: {warning}", err=True)
 
 
 # --- inspect ---
