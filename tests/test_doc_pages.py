@@ -89,7 +89,7 @@ def test_the_mixture_example_is_a_valid_config(tmp_path):
 
     example = first_yaml(page("guides/mixing-corpora.md"))
     (tmp_path / "mixture.yaml").write_text(example, encoding="utf-8")
-    assert load_config(tmp_path / "mixture.yaml").data.sources == [("data/pubmed", 0.7), ("data/wiki", 0.3)]
+    assert load_config(tmp_path / "mixture.yaml").data.sources == [("data/rulings", 0.7), ("data/news", 0.3)]
 
 
 def test_the_continued_pretraining_config_in_the_readme_loads(tmp_path):
@@ -99,7 +99,7 @@ def test_the_continued_pretraining_config_in_the_readme_loads(tmp_path):
     (tmp_path / "bio.yaml").write_text(example, encoding="utf-8")
     config = load_config(tmp_path / "bio.yaml")
     assert config.init_from == "bert-base-uncased"
-    assert config.data.sources == [("data/pubmed", 0.7), ("data/wiki", 0.3)]
+    assert config.data.sources == [("data/pubmed", 0.7), ("data/bio-general", 0.3)]
     assert config.train.max_steps == 100000 and config.schedule_span(1) == (0, 100000)
     assert config.for_phase(1).data.max_seq_length == 512
 
@@ -110,7 +110,7 @@ def test_the_sharded_corpus_example_names_a_glob_of_shards(tmp_path):
     text = page("guides/big-corpus.md")
     example = first_yaml(text)
     (tmp_path / "shards.yaml").write_text(example, encoding="utf-8")
-    assert load_config(tmp_path / "shards.yaml").data.sources == [("data/wiki/shard-*", 1.0)]
+    assert load_config(tmp_path / "shards.yaml").data.sources == [("data/crawl/shard-*", 1.0)]
     for flag in ("--vocab-only", "--vocab-sample-bytes", "--num-shards", "--shard-index", "--merge-manifests"):
         assert flag in text, flag
 
@@ -144,6 +144,7 @@ def test_the_modernbert_example_loads_and_its_key_table_matches_the_defaults(tmp
     (tmp_path / "continue-modernbert.yaml").write_text(example, encoding="utf-8")
     config = load_config(tmp_path / "continue-modernbert.yaml")
     assert config.init_from == "ModernBERT-base" and config.data.mlm_probability == 0.3
+    assert config.optim.lr == 8e-4 and config.optim.warmup_steps < config.train.max_steps // 10
     defaults = load_config(None, ["model.architecture=modernbert"]).model
     documented = {}
     for names, values in re.findall(r"^\| ((?:`\w+`(?:, )?)+) \| ([^|]+) \|", text, re.M):
