@@ -20,6 +20,7 @@ from bertpre.config import load_config
 from bertpre.train.optim import learning_rate
 from bertpre.train.report import (
     CUSTOM_SCALARS_LAYOUT,
+    end_block,
     eta_line,
     format_duration,
     schedule_change_note,
@@ -246,3 +247,12 @@ def test_the_pretrain_guides_wsd_note_is_what_configs_tiny_says():
                     "was to start at step 480)")
     assert f"`{note}`" in " ".join((ROOT / "docs" / "guides" / "pretrain.md").read_text(encoding="utf-8").split())
 
+
+
+def test_a_run_its_caller_exports_names_that_export_not_a_command_for_another():
+    """The demo exports to demo/model itself: its run's closing lines say so rather than suggest
+    `bertpre export demo/run --out demo/run-export`."""
+    common = dict(run_dir="demo/run", start_step=0, step=600, tokens_seen=1, wall_seconds=1.0, train={},
+                  evaluation={}, checkpoint="demo/run/checkpoints/step-00000600", stopped=False)
+    assert end_block(**common).splitlines()[-1] == "  export: bertpre export demo/run --out demo/run-export"
+    assert end_block(**common, export_to="demo/model").splitlines()[-1] == "  export: demo/model (written next)"
