@@ -11,7 +11,14 @@ A block is runnable when an HTML comment opening with `try it` stands right befo
     ```
 
 A YAML (or any) block after `<!-- save as: NAME -->` is written to NAME in the scratch folder
-when the page's run reaches it, so the config a guide shows is the config its commands read.
+before the page's first command runs (a guide may show its config after the commands that read
+it), so the config a guide shows is the config its commands read.
+
+`needs: NAME ...` asks for a released model folder the test makes, as `huggingface-cli download`
+would have put it there, at a tiny size and with no network (FIXTURES below): a guide shows the
+download in a block of its own, left unmarked. `needs: FOLDER/` (a trailing slash) asks for a
+corpus folder: the sample corpus (`python -m data_prep.sample_corpus FOLDER/`) stands in for the
+guide's text.
 
 `writes:` names files the block must leave behind (relative to the page's scratch folder);
 `COMMAND: ARGS` appends ARGS to every `bertpre COMMAND` line of the block, so a page shows the
@@ -44,25 +51,30 @@ class Block:
     writes: list[str] = field(default_factory=list)
     extra_args: dict[str, str] = field(default_factory=dict)
     save_as: str | None = None  # a file block: written, not run
+    needs: list[str] = field(default_factory=list)
 
 
 def runnable_blocks(page: Path) -> list[Block]:
     """The page's blocks marked `<!-- try it -->` or `<!-- save as: NAME -->`, in page order."""
     text = page.read_text(encoding="utf-8")
+    # A four-backtick fence shows the convention itself (docs/development.md): blanked, lines kept.
+    text = re.sub(r"^````.*?^````", lambda fence: "\n" * fence.group(0).count("\n"), text, flags=re.M | re.S)
     blocks = []
     for match in MARKER.finditer(text):
         line_number = text.count("\n", 0, match.start()) + 1
         if match.group(1) == "save as: ":
             blocks.append(Block(page, line_number, match.group(3), save_as=match.group(2).strip()))
             continue
-        writes, extra_args = [], {}
+        writes, needs, extra_args = [], [], {}
         for line in match.group(2).strip().splitlines():
             key, _, value = line.partition(":")
             if key.strip() == "writes":
                 writes += value.split()
+            elif key.strip() == "needs":
+                needs += value.split()
             elif key.strip():
                 extra_args[key.strip()] = value.strip()
-        blocks.append(Block(page, line_number, match.group(3), writes, extra_args))
+        blocks.append(Block(page, line_number, match.group(3), writes, extra_args, needs=needs))
     return blocks
 
 
@@ -114,10 +126,81 @@ def check_page(page: Path, folder: Path, steps: int | None = None) -> int:
     for block in blocks:
         if block.save_as:
             (folder / block.save_as).write_text(block.commands, encoding="utf-8")
+    for block in blocks:
+        if block.save_as:
             continue
+        for name in block.needs:
+            if not (folder / name).exists():
+                make = sample_corpus if name.endswith("/") else FIXTURES[name]
+                make(folder / name)
         result = run_block(block, folder, steps)
         where = f"{page.name}:{block.line}"
         assert result.returncode == 0, f"{where} exited {result.returncode}\n{result.stdout}\n{result.stderr}"
         missing = [path for path in block.writes if not (folder / path).exists()]
         assert not missing, f"{where} did not write {missing}\n{result.stdout}\n{result.stderr}"
     return sum(block.save_as is None for block in blocks)
+
+
+def sample_corpus(folder: Path) -> None:
+    from data_prep.sample_corpus import write_sample_corpus
+
+    write_sample_corpus(folder)
+
+
+def released_bert(folder: Path) -> None:
+    """bert-base-uncased's layout (vocab.txt, config.json, model.safetensors) at 2 layers of 32,
+    its 512 positions kept; the vocab a 1,000-piece WordPiece of the tests' tiny documents."""
+    import torch
+    import transformers
+    from _tiny_data import tiny_documents
+
+    from bertpre.tokenizer import train_tokenizer
+
+    tokenizer = train_tokenizer(tiny_documents(200), vocab_size=1000, lowercase=True)
+    vocab = sorted(tokenizer.get_vocab().items(), key=lambda item: item[1])
+    folder.mkdir(parents=True)
+    (folder / "vocab.txt").write_text("".join(f"{token}\n" for token, _ in vocab), encoding="utf-8")
+    torch.manual_seed(0)
+    config = transformers.BertConfig(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=2,
+                                     num_attention_heads=4, intermediate_size=64, max_position_embeddings=512)
+    transformers.BertForPreTraining(config).save_pretrained(folder)
+
+
+def released_roberta(folder: Path) -> None:
+    """roberta-base's layout (a byte-level BPE, `<pad>` 1, 514 positions, one token type) at 2
+    layers of 32."""
+    import torch
+    import transformers
+    from _released_tokenizers import roberta_like
+
+    from bertpre.tokenizer import load_tokenizer
+
+    roberta_like(folder)
+    torch.manual_seed(0)
+    config = transformers.RobertaConfig(
+        vocab_size=load_tokenizer(folder).get_vocab_size(), hidden_size=32, num_hidden_layers=2,
+        num_attention_heads=4, intermediate_size=64, max_position_embeddings=514, type_vocab_size=1,
+        pad_token_id=1, bos_token_id=0, eos_token_id=2)
+    transformers.RobertaForMaskedLM(config).save_pretrained(folder)
+
+
+def released_modernbert(folder: Path) -> None:
+    """ModernBERT-base's layout (`model_type: modernbert`, a byte-level BPE) at 3 layers of 32, a
+    window of 16 and 8,192 positions."""
+    import torch
+    import transformers
+    from _released_tokenizers import roberta_like
+
+    from bertpre.tokenizer import load_tokenizer
+
+    roberta_like(folder)
+    torch.manual_seed(0)
+    config = transformers.ModernBertConfig(
+        vocab_size=load_tokenizer(folder).get_vocab_size(), hidden_size=32, num_hidden_layers=3,
+        num_attention_heads=4, intermediate_size=64, local_attention=16, pad_token_id=1, bos_token_id=0,
+        eos_token_id=2, cls_token_id=0, sep_token_id=2)
+    transformers.ModernBertForMaskedLM(config).save_pretrained(folder)
+
+
+FIXTURES = {"bert-base-uncased": released_bert, "roberta-base": released_roberta,
+            "ModernBERT-base": released_modernbert}

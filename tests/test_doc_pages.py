@@ -187,3 +187,15 @@ def test_the_architecture_map_names_every_module():
     assert {folder: names for folder, names in missing.items() if names} == {}
     stale = {folder: sorted(names - modules.get(folder, set())) for folder, names in named.items()}
     assert {folder: names for folder, names in stale.items() if names} == {}
+
+
+def test_no_two_guides_write_the_same_folder():
+    """Each guide names its own folders, so following two guides in one folder never mixes their
+    DATA, RUN or export folders (as `data/papers` once was both RoBERTa's and ModernBERT's DATA)."""
+    writers: dict[str, set[str]] = {}
+    for path in sorted((DOCS / "guides").glob("*.md")):
+        for block in re.findall(r"^```(?:bash|sh)?\n(.*?)^```", path.read_text(encoding="utf-8"), re.M | re.S):
+            for out in re.findall(r"--out (\S+)", block):
+                writers.setdefault(out.split("/shard-")[0], set()).add(path.name)
+    shared = {out: sorted(pages) for out, pages in writers.items() if len(pages) > 1}
+    assert shared == {}
