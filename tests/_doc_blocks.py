@@ -18,7 +18,8 @@ it), so the config a guide shows is the config its commands read.
 would have put it there, at a tiny size and with no network (FIXTURES below): a guide shows the
 download in a block of its own, left unmarked. `needs: FOLDER/` (a trailing slash) asks for a
 corpus folder: the sample corpus (`python -m data_prep.sample_corpus FOLDER/`) stands in for the
-guide's text.
+guide's text. `sst2`, `mrpc`, `ner`: small task folders in those tasks' layouts, sentences of the
+tests' tiny grammar labelled by rule (FIXTURES).
 
 `writes:` names files the block must leave behind (relative to the page's scratch folder);
 `COMMAND: ARGS` appends ARGS to every `bertpre COMMAND` line of the block, so a page shows the
@@ -202,5 +203,47 @@ def released_modernbert(folder: Path) -> None:
     transformers.ModernBertForMaskedLM(config).save_pretrained(folder)
 
 
+def task_sentences(count: int, seed: int) -> list[tuple[str, int]]:
+    """Sentences of the tests' tiny grammar, labelled 1 when an animal is their subject."""
+    from _tiny_data import tiny_documents
+
+    sentences = [sentence for document in tiny_documents(count, seed) for sentence in document][:count]
+    return [(sentence, int(sentence.startswith(("the cat", "a dog", "a small bird")))) for sentence in sentences]
+
+
+def sentence_task(folder: Path) -> None:
+    """SST-2's layout: train.tsv and dev.tsv with `sentence` and `label` columns."""
+    folder.mkdir(parents=True)
+    for split, count, seed in (("train", 120, 0), ("dev", 40, 1)):
+        rows = "".join(f"{sentence}\t{label}\n" for sentence, label in task_sentences(count, seed))
+        (folder / f"{split}.tsv").write_text("sentence\tlabel\n" + rows, encoding="utf-8")
+
+
+def pair_task(folder: Path) -> None:
+    """MRPC's as JSON lines: `sentence1`, `sentence2`, `label` (1: the same subject)."""
+    import json
+
+    folder.mkdir(parents=True)
+    for split, count, seed in (("train", 120, 0), ("dev", 40, 1)):
+        first, second = task_sentences(count, seed), task_sentences(count, seed + 10)
+        rows = [{"sentence1": a, "sentence2": b, "label": int(a.split()[:2] == b.split()[:2])}
+                for (a, _), (b, _) in zip(first, second, strict=True)]
+        (folder / f"{split}.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+
+
+def tagging_task(folder: Path) -> None:
+    """CoNLL: a word and its tag a line (B-SUBJ I-SUBJ for the subject, O else), a blank line between."""
+    folder.mkdir(parents=True)
+    for split, count, seed in (("train", 120, 0), ("dev", 40, 1)):
+        lines = []
+        for sentence, _ in task_sentences(count, seed):
+            words = sentence.split()
+            subject = 3 if words[:3] in (["the", "old", "man"], ["a", "small", "bird"]) else 2
+            tags = ["B-SUBJ"] + ["I-SUBJ"] * (subject - 1) + ["O"] * (len(words) - subject)
+            lines += [f"{word} {tag}" for word, tag in zip(words, tags, strict=True)] + [""]
+        (folder / f"{split}.conll").write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
 FIXTURES = {"bert-base-uncased": released_bert, "roberta-base": released_roberta,
-            "ModernBERT-base": released_modernbert}
+            "ModernBERT-base": released_modernbert, "sst2": sentence_task, "mrpc": pair_task,
+            "ner": tagging_task}
