@@ -18,7 +18,7 @@ it), so the config a guide shows is the config its commands read.
 would have put it there, at a tiny size and with no network (FIXTURES below): a guide shows the
 download in a block of its own, left unmarked. `needs: FOLDER/` (a trailing slash) asks for a
 corpus folder: the sample corpus (`python -m data_prep.sample_corpus FOLDER/`) stands in for the
-guide's text. `sst2`, `mrpc`, `ner`: small task folders in those tasks' layouts, sentences of the
+guide's text. `sst2`, `mrpc`, `ner`, `squad-v1.1`: small task folders in those tasks' layouts, sentences of the
 tests' tiny grammar labelled by rule (FIXTURES).
 
 `writes:` names files the block must leave behind (relative to the page's scratch folder);
@@ -244,6 +244,28 @@ def tagging_task(folder: Path) -> None:
         (folder / f"{split}.conll").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
+def squad_task(folder: Path) -> None:
+    """SQuAD v1.1's layout: train.json and dev.json, "who VERB OBJECT ?" on two sentences of the
+    tests' tiny grammar, the answer the subject of the sentence asked about."""
+    import json
+
+    folder.mkdir(parents=True)
+    for split, count, seed in (("train", 60, 0), ("dev", 20, 1)):
+        sentences = [sentence for sentence, _ in task_sentences(2 * count, seed)]
+        paragraphs = []
+        for number in range(count):
+            pair = sentences[2 * number: 2 * number + 2]
+            context = " ".join(pair)
+            words = pair[number % 2].split()
+            subject = 3 if words[:3] in (["the", "old", "man"], ["a", "small", "bird"]) else 2
+            answer = " ".join(words[:subject])
+            question = {"id": f"{split}-{number}", "question": f"who {' '.join(words[subject:-1])} ?",
+                        "answers": [{"text": answer, "answer_start": context.index(pair[number % 2])}]}
+            paragraphs.append({"context": context, "qas": [question]})
+        document = {"version": "1.1", "data": [{"title": "tiny", "paragraphs": paragraphs}]}
+        (folder / f"{split}.json").write_text(json.dumps(document), encoding="utf-8")
+
+
 FIXTURES = {"bert-base-uncased": released_bert, "roberta-base": released_roberta,
             "ModernBERT-base": released_modernbert, "sst2": sentence_task, "mrpc": pair_task,
-            "ner": tagging_task}
+            "ner": tagging_task, "squad-v1.1": squad_task}
