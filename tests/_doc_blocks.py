@@ -18,7 +18,8 @@ it), so the config a guide shows is the config its commands read.
 would have put it there, at a tiny size and with no network (FIXTURES below): a guide shows the
 download in a block of its own, left unmarked. `needs: FOLDER/` (a trailing slash) asks for a
 corpus folder: the sample corpus (`python -m data_prep.sample_corpus FOLDER/`) stands in for the
-guide's text. `sst2`, `mrpc`, `ner`, `squad-v1.1`: small task folders in those tasks' layouts, sentences of the
+guide's text. `zh-corpus`, `bert-base-chinese`, `medical-words.txt`: Chinese text, vocab and
+a user dictionary. `sst2`, `mrpc`, `ner`, `squad-v1.1`: small task folders in those tasks' layouts, sentences of the
 tests' tiny grammar labelled by rule (FIXTURES).
 
 `writes:` names files the block must leave behind (relative to the page's scratch folder);
@@ -148,16 +149,18 @@ def sample_corpus(folder: Path) -> None:
     write_sample_corpus(folder)
 
 
-def released_bert(folder: Path) -> None:
+def released_bert(folder: Path, chinese: bool = False) -> None:
     """bert-base-uncased's layout (vocab.txt, config.json, model.safetensors) at 2 layers of 32,
-    its 512 positions kept; the vocab a 1,000-piece WordPiece of the tests' tiny documents."""
+    its 512 positions kept; the vocab a 1,000-piece WordPiece of the tests' tiny documents
+    (`chinese`: of their Chinese ones, as bert-base-chinese's)."""
     import torch
     import transformers
-    from _tiny_data import tiny_documents
+    from _tiny_data import chinese_documents, tiny_documents
 
     from bertpre.tokenizer import train_tokenizer
 
-    tokenizer = train_tokenizer(tiny_documents(200), vocab_size=1000, lowercase=True)
+    documents = chinese_documents(200) if chinese else tiny_documents(200)
+    tokenizer = train_tokenizer(documents, vocab_size=1000, lowercase=True)
     vocab = sorted(tokenizer.get_vocab().items(), key=lambda item: item[1])
     folder.mkdir(parents=True)
     (folder / "vocab.txt").write_text("".join(f"{token}\n" for token, _ in vocab), encoding="utf-8")
@@ -165,6 +168,22 @@ def released_bert(folder: Path) -> None:
     config = transformers.BertConfig(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=2,
                                      num_attention_heads=4, intermediate_size=64, max_position_embeddings=512)
     transformers.BertForPreTraining(config).save_pretrained(folder)
+
+
+def chinese_corpus(folder: Path) -> None:
+    """Chinese text in the corpus format: the tests' tiny Chinese documents, a blank line between."""
+    from _tiny_data import chinese_documents
+
+    folder.mkdir(parents=True)
+    text = "\n\n".join("\n".join(document) for document in chinese_documents(200))
+    (folder / "zh.txt").write_text(text + "\n", encoding="utf-8")
+
+
+def user_dictionary(path: Path) -> None:
+    """A jieba user dictionary: a word and its frequency a line."""
+    from _tiny_data import CHINESE_WORDS
+
+    path.write_text("".join(f"{word} 100\n" for word in CHINESE_WORDS[:2]), encoding="utf-8")
 
 
 def released_roberta(folder: Path) -> None:
@@ -268,4 +287,6 @@ def squad_task(folder: Path) -> None:
 
 FIXTURES = {"bert-base-uncased": released_bert, "roberta-base": released_roberta,
             "ModernBERT-base": released_modernbert, "sst2": sentence_task, "mrpc": pair_task,
-            "ner": tagging_task, "squad-v1.1": squad_task}
+            "ner": tagging_task, "squad-v1.1": squad_task, "zh-corpus": chinese_corpus,
+            "bert-base-chinese": lambda folder: released_bert(folder, chinese=True),
+            "medical-words.txt": user_dictionary}
