@@ -23,6 +23,7 @@ from bertpre.errors import (
     nondeterministic_op,
     stop_signal,
 )
+from bertpre.heartbeat import Heartbeat
 from data_prep.errors import CorpusError
 
 if TYPE_CHECKING:  # imported where used: `bertpre --help` loads no torch
@@ -163,25 +164,27 @@ def tokenize(
         if word_boundaries is not None or user_dict is not None:
             raise UserError("--word-boundaries marks words in DATA; a VOCAB folder has none: pass it "
                             "when encoding with --tokenizer VOCAB")
-        manifest = train_vocab(
-            corpus, out, vocab_size=vocab_size, lowercase=lowercase, text_field=text_field,
-            split_sentences=not no_sentence_split, vocab_sample_bytes=vocab_sample_bytes,
-            min_frequency=min_frequency, limit_alphabet=limit_alphabet, overwrite=overwrite,
-            show_progress=sys.stderr.isatty(), tokenizer_type=tokenizer_type)
+        with Heartbeat("tokenize --vocab-only"):
+            manifest = train_vocab(
+                corpus, out, vocab_size=vocab_size, lowercase=lowercase, text_field=text_field,
+                split_sentences=not no_sentence_split, vocab_sample_bytes=vocab_sample_bytes,
+                min_frequency=min_frequency, limit_alphabet=limit_alphabet, overwrite=overwrite,
+                show_progress=sys.stderr.isatty(), tokenizer_type=tokenizer_type)
         typer.echo(format_vocab_summary(manifest, out))
         return
     shard, out = resolve_shard(num_shards, shard_index, out)
-    manifest = tokenize_corpus(
-        corpus, out,
-        vocab_size=vocab_size, lowercase=lowercase, tokenizer_path=tokenizer_path,
-        add_vocab=add_vocab, text_field=text_field, split_sentences=not no_sentence_split,
-        validation_share=validation_share, num_proc=num_proc, min_frequency=min_frequency,
-        limit_alphabet=limit_alphabet, vocab_sample_bytes=vocab_sample_bytes,
-        word_boundaries=word_boundaries, user_dict=user_dict, shard=shard,
-        overwrite=overwrite, seed=seed,
-        show_progress=sys.stderr.isatty(),  # bars only for people watching, not in logs
-        tokenizer_type=tokenizer_type,
-    )
+    with Heartbeat("tokenize"):  # bars for people watching; a line every 30 s in a log
+        manifest = tokenize_corpus(
+            corpus, out,
+            vocab_size=vocab_size, lowercase=lowercase, tokenizer_path=tokenizer_path,
+            add_vocab=add_vocab, text_field=text_field, split_sentences=not no_sentence_split,
+            validation_share=validation_share, num_proc=num_proc, min_frequency=min_frequency,
+            limit_alphabet=limit_alphabet, vocab_sample_bytes=vocab_sample_bytes,
+            word_boundaries=word_boundaries, user_dict=user_dict, shard=shard,
+            overwrite=overwrite, seed=seed,
+            show_progress=sys.stderr.isatty(),
+            tokenizer_type=tokenizer_type,
+        )
     replaced = manifest["counts"]["invalid_utf8_replacements"]
     if replaced:
         typer.echo(f"warning: {replaced:,} invalid UTF-8 byte sequence(s) in the corpus were "
@@ -255,7 +258,8 @@ def export(
     """
     from bertpre.tools.export import export as export_checkpoint
 
-    summary = export_checkpoint(source, out, overwrite=overwrite)
+    with Heartbeat("export"):
+        summary = export_checkpoint(source, out, overwrite=overwrite)
     typer.echo(f"exported {summary.checkpoint} as {summary.architecture} "
                f"({summary.parameters:,} parameters) with {', '.join(summary.tokenizer_files)} "
                f"to {summary.out}")
@@ -295,7 +299,10 @@ def info(
     from bertpre.config import load_config
     from bertpre.tools.info import info_report
 
-    typer.echo(info_report(load_config(config, list(overrides or []))))
+    loaded = load_config(config, list(overrides or []))
+    typer.echo(info_report(loaded))
+    for warning in loaded.warnings():  # what `pretrain` would say first, before a GPU hour is spent
+        typer.echo(f"warning: {warning}", err=True)
 
 
 # --- inspect ---
@@ -395,9 +402,10 @@ def evaluate(
     """
     from bertpre.tools.inference import evaluate_saved_model
 
-    metrics = evaluate_saved_model(source, data, config_path=config,
-                                   micro_batch_size=micro_batch_size, seed=seed,
-                                   max_seq_length=max_seq_length)
+    with Heartbeat("evaluate"):
+        metrics = evaluate_saved_model(source, data, config_path=config,
+                                       micro_batch_size=micro_batch_size, seed=seed,
+                                       max_seq_length=max_seq_length)
     width = max(16, *(len(name) + 1 for name in metrics))
     for name, value in metrics.items():
         typer.echo(f"{name:<{width}} {value:.4f}" if isinstance(value, float) else f"{name:<{width}} {value}")
@@ -490,9 +498,10 @@ def finetune(
                           text_pair_column=text_pair_column, label_column=label_column,
                           qa=question_answering_settings(task, doc_stride, max_answer_length, version_2,
                                                          answer_language))
-    results = run_finetune(source, files, out, hp=hp, seeds=choose_seeds(seeds, seed), precision=precision,
-                           checkpoints=checkpoints, watch=watch, save_model=save_model, benchmark=benchmark,
-                           select_by=select_by, say=lambda line: typer.echo(line, err=True))
+    with Heartbeat("finetune"):
+        results = run_finetune(source, files, out, hp=hp, seeds=choose_seeds(seeds, seed), precision=precision,
+                               checkpoints=checkpoints, watch=watch, save_model=save_model, benchmark=benchmark,
+                               select_by=select_by, say=lambda line: typer.echo(line, err=True))
     report = reported_result(results)
     if len(results) > 1:
         typer.echo(format_curve(results))

@@ -5,16 +5,21 @@ every CPython: the language reference topics behind `help()` (`pydoc_data.topics
 docstrings of the standard library, read from its source files with `ast` (so no module is
 imported and none can have side effects). The text is written in the plain-text corpus format:
 one paragraph a line, a blank line between documents (one per help topic, module or class).
+
+`python -m data_prep.sample_corpus corpus/` writes it where the documentation's commands expect
+a corpus folder: a first run needs no text of your own.
 """
 
 from __future__ import annotations
 
+import argparse
 import ast
 import importlib
 import inspect
 import itertools
 import os
 import re
+import sys
 import sysconfig
 import textwrap
 from collections.abc import Iterator
@@ -161,3 +166,22 @@ def write_sample_corpus(out_dir: Path, target_bytes: int = TARGET_BYTES) -> Path
     corpus = out_dir / SAMPLE_CORPUS_NAME
     corpus.write_text("\n".join(documents), encoding="utf-8")
     return corpus
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out", type=Path, help="the folder to write sample-corpus.txt into")
+    parser.add_argument("--bytes", type=int, default=TARGET_BYTES,
+                        help=f"about how much text to write (default {TARGET_BYTES:,})")
+    args = parser.parse_args(argv)
+    try:
+        corpus = write_sample_corpus(args.out, args.bytes)
+    except CorpusError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print(f"wrote {corpus} ({corpus.stat().st_size:,} bytes)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -27,6 +27,9 @@ HAS_CUDA = torch.cuda.is_available()
 VISIBLE_DEVICES = os.environ.get("CUDA_VISIBLE_DEVICES")
 os.environ["CUDA_VISIBLE_DEVICES"] = ""
 os.environ["BERTPRE_DEVICE"] = "cpu"  # train.device auto → cpu in this process too
+# No "still working" lines on stderr: on a loaded machine a command passing 30 s would gain a line
+# its test did not expect. tests/test_heartbeat.py sets the interval itself.
+os.environ["BERTPRE_HEARTBEAT_S"] = "0"
 # transformers copies an export's remote code (`trust_remote_code=True`) into HF_MODULES_CACHE,
 # read once when it is imported: a temporary folder here, not ~/.cache; and the Hub is never asked.
 if "HF_MODULES_CACHE" not in os.environ:

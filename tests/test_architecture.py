@@ -12,9 +12,11 @@ import tomllib
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "bertpre"
 # What each part may import (besides itself). Layers: tools → train → model, batches → data →
-# tokenizer; `labels`, `errors`, `claim`, `links` and `folders` are shared by all; `config` is the run config.
+# tokenizer; `labels`, `errors`, `claim`, `links`, `folders` and `heartbeat` are shared by all; `config` is
+# the run config.
 ALLOWED = {
     "errors": set(),
+    "heartbeat": set(),
     "claim": {"errors"},
     "links": {"errors"},
     "inventory": {"claim", "errors", "links"},
@@ -27,12 +29,12 @@ ALLOWED = {
     "model": {"errors", "labels", "tokenizer"},
     "config": {"configs", "model", "tokenizer", "errors", "labels"},
     "train": {"config", "model", "batches", "data", "tokenizer", "errors", "labels", "folders",
-              "claim", "inventory", "links"},
+              "claim", "inventory", "links", "heartbeat"},
     "tools": {"train", "config", "model", "batches", "data", "tokenizer", "errors", "labels",
               "configs", "folders", "claim", "inventory", "links"},
     "finetune": {"train", "config", "model", "batches", "data", "tokenizer", "errors", "labels",
                  "configs", "folders", "claim", "tools", "inventory", "links"},
-    "cli": {"configs", "errors", "config", "tools", "train", "data", "finetune"},
+    "cli": {"configs", "errors", "config", "tools", "train", "data", "finetune", "heartbeat"},
 }
 
 

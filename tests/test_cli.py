@@ -19,3 +19,12 @@ def test_every_command_has_an_example_in_its_help(command):
     result = CliRunner().invoke(app, [command, "--help"], terminal_width=120)
     assert result.exit_code == 0
     assert f"Example: bertpre {command}" in result.output
+
+
+def test_info_says_the_config_s_warnings_on_stderr_as_pretrain_would(tmp_path):
+    from typer.testing import CliRunner
+
+    result = CliRunner().invoke(app, ["info", "--config", "tiny", "--set", "train.max_steps=20"])
+    assert result.exit_code == 0
+    assert result.stderr.startswith("warning: optim.warmup_steps (30) is not shorter than the run")
+    assert "warning" not in CliRunner().invoke(app, ["info", "--config", "tiny"]).stderr

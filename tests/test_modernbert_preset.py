@@ -1,5 +1,5 @@
 """configs/modernbert-base.yaml is ModernBERT-base's recipe: transformers' ModernBertConfig shape,
-the published token counts as steps, one WSD schedule over both phases; the README's recipe block
+the published token counts as steps, one WSD schedule over both phases; docs/guides/modernbert.md's recipe block
 says what the preset and `bertpre info` say."""
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from bertpre.config import load_config
 from bertpre.model.config import BertConfig
 from bertpre.train.optim import scheduled_learning_rate, wsd_decay_start
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+MODERNBERT_GUIDE = Path(__file__).resolve().parents[1] / "docs" / "guides" / "modernbert.md"
 # The fields the preset sets to ModernBERT-base's values (pad_token_id comes from DATA's tokenizer).
 SHAPE = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
          "max_position_embeddings", "hidden_activation", "norm_eps", "norm_bias", "local_attention",
@@ -59,13 +59,13 @@ def test_one_schedule_runs_over_both_phases():
     assert 0 < lr[4] < 8e-4 * 0.01
 
 
-def readme_recipe() -> str:
-    text = README.read_text(encoding="utf-8").split("### ModernBERT", 1)[1].split("\n### ", 1)[0]
+def guide_recipe() -> str:
+    text = MODERNBERT_GUIDE.read_text(encoding="utf-8")
     return text.split("To pretrain ModernBERT-base from scratch", 1)[1]
 
 
-def test_the_readme_block_is_the_preset_and_its_cost_is_infos():
-    text = readme_recipe()
+def test_the_guide_s_recipe_block_is_the_preset_and_its_cost_is_infos():
+    text = guide_recipe()
     shown_yaml, shown_info = re.findall(r"^```(?:yaml)?\n(.*?)^```", text, re.M | re.S)[:2]
     config = load_config("modernbert-base")
     shown = yaml.safe_load(shown_yaml)

@@ -109,7 +109,7 @@ def run_demo(
             values["train.max_steps"] = max_steps
         config = load_config(config_path, values=values)
         say(f"3/4  pretraining {config_path.name} for {config.train.max_steps} steps into {run_dir}")
-        result = pretrain(config, resume=False)
+        result = pretrain(config, resume=False, export_to=str(export_dir))
         if result.exit_code != 0:  # a stop signal, after the run saved its checkpoint
             raise Stopped(result.exit_code - 128)  # exit codes are 128 + the signal, as a shell's
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from bertpre.heartbeat import Heartbeat
 from bertpre.train.objectives.base import DEVICE_STATS, HOST_STATS, named_stats
 from bertpre.train.runtime import Runtime
 
@@ -96,13 +97,18 @@ def _row_step(line: str) -> int | None:
 
 
 class ProgressBar:
-    """A tqdm bar on stderr showing loss, lr, tokens/s and the ETA (main process only)."""
+    """A tqdm bar on stderr showing loss, lr, tokens/s and the ETA (main process only); with no
+    terminal, a line every 30 s until the first log line, so a job's log shows the start-up alive."""
 
     def __init__(self, *, start_step: int, max_steps: int, enabled: bool = True):
         self._bar = tqdm(total=max_steps, initial=start_step, unit="step", file=sys.stderr,
                          dynamic_ncols=True, disable=not enabled, smoothing=0.1)
+        self._until_first_log = Heartbeat("pretrain: before the first log line")
+        if enabled:
+            self._until_first_log.start()
 
     def update(self, *, loss: float, lr: float, tokens_per_s: float, steps: int = 1) -> None:
+        self._until_first_log.stop()
         self._bar.set_postfix(loss=f"{loss:.4f}", lr=f"{lr:.2e}", tok_s=f"{tokens_per_s:,.0f}",
                               refresh=False)
         self._bar.update(steps)
@@ -112,6 +118,7 @@ class ProgressBar:
         tqdm.write(line, file=sys.stderr)
 
     def close(self) -> None:
+        self._until_first_log.stop()
         self._bar.close()
 
 

@@ -176,8 +176,10 @@ SUMMARY_METRICS = ("loss", "mlm_loss", "mlm_acc", "plm_loss", "plm_acc", "clm_lo
 
 def end_block(*, run_dir: str, start_step: int, step: int, tokens_seen: int, wall_seconds: float,
               train: dict[str, float], evaluation: dict[str, float], checkpoint: str | None,
-              stopped: bool) -> str:
-    """The lines a run closes with: what it did, where it left things, what to run next."""
+              stopped: bool, export_to: str | None = None) -> str:
+    """The lines a run closes with: what it did, where it left things, what to run next.
+
+    `export_to`: where the caller exports the run itself (the demo), said instead of the command."""
 
     def metrics(values: dict[str, float], names: tuple[str, ...]) -> str:
         shown = [f"{name} {values[name]:.4f}" for name in names if name in values]
@@ -192,6 +194,7 @@ def end_block(*, run_dir: str, start_step: int, step: int, tokens_seen: int, wal
         f"  checkpoint: {checkpoint or 'none saved'}",
         f"  TensorBoard: tensorboard --logdir {shlex.quote(f'{run_dir}/tensorboard')} "
         "(open the Custom Scalars tab)",
+        f"  export: {export_to} (written next)" if export_to else
         f"  export: bertpre export {shlex.quote(run_dir)} --out {shlex.quote(f'{run_dir}-export')}",
     ])
 

@@ -62,15 +62,16 @@ class TrainResult:
     notes: list[str] = field(default_factory=list)
 
 
-def pretrain(config: Config, *, resume: bool = True) -> TrainResult:
+def pretrain(config: Config, *, resume: bool = True, export_to: str | None = None) -> TrainResult:
     """Train `BertForPreTraining` as `config` says, into the run folder `config.train.out`.
 
-    Resumes from `RUN/checkpoints/latest` when `resume` and a checkpoint exist.
+    Resumes from `RUN/checkpoints/latest` when `resume` and a checkpoint exist. `export_to`: the
+    folder the caller exports the run to when it ends, named in the closing lines.
     """
     runtime = init_runtime(config.train.precision, device=config.train.device,
                            deterministic=config.train.deterministic)
     try:
-        with Trainer(config, runtime, resume=resume) as trainer:
+        with Trainer(config, runtime, resume=resume, export_to=export_to) as trainer:
             return trainer.train()
     except OSError as error:  # a log or config write on a full or read-only disk
         if error.errno not in WRITE_ERRNOS:
@@ -93,7 +94,9 @@ class Trainer:
     stream's position) and in the model, optimizer and scaler, saved together by `save()`.
     """
 
-    def __init__(self, config: Config, runtime: Runtime | None = None, *, resume: bool = True) -> None:
+    def __init__(self, config: Config, runtime: Runtime | None = None, *, resume: bool = True,
+                 export_to: str | None = None) -> None:
+        self.export_to = export_to
         runtime = runtime or init_runtime(config.train.precision, device=config.train.device,
                                           deterministic=config.train.deterministic)
         run = resolve_run(config, world_size=runtime.world_size, device=runtime.device, resume=resume,
@@ -298,7 +301,8 @@ class Trainer:
                 run_dir=str(self.run_dir), start_step=self.start_step, step=self.step,
                 tokens_seen=self.tokens_seen, wall_seconds=time.perf_counter() - started,
                 train=self.last_train, evaluation=self.last_eval,
-                checkpoint=None if latest is None else str(latest), stopped=bool(exit_code)))
+                checkpoint=None if latest is None else str(latest), stopped=bool(exit_code),
+                export_to=self.export_to))
         return TrainResult(run_dir=self.run_dir, step=self.step, skipped_steps=self.skipped_steps,
                            exit_code=exit_code, notes=self.notes)
 

@@ -45,3 +45,12 @@ def test_docstrings_become_prose_paragraphs() -> None:
         "x: int The result is an integer. It is never negative.",
     ]
     assert _prose_paragraphs(None) == []
+
+
+def test_the_module_writes_the_sample_corpus_into_the_folder_named(tmp_path: Path, capsys) -> None:
+    from data_prep.sample_corpus import main
+
+    assert main([str(tmp_path / "corpus"), "--bytes", "600000"]) == 0
+    written = tmp_path / "corpus" / SAMPLE_CORPUS_NAME
+    assert written.read_bytes() == write_sample_corpus(tmp_path / "again", 600_000).read_bytes()
+    assert capsys.readouterr().out == f"wrote {written} ({written.stat().st_size:,} bytes)\n"

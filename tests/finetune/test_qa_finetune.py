@@ -285,12 +285,12 @@ def test_a_bad_test_file_in_json_lines_is_refused_before_any_training(change, ex
     assert not (tmp_path / "out").exists()
 
 
-README = Path(__file__).parents[2] / "README.md"
+QA_GUIDE = Path(__file__).parents[2] / "docs" / "guides" / "qa.md"
 
 
-def readme_command(marker: str) -> list[str]:
-    """The README's `bertpre finetune` line holding `marker`, as its arguments."""
-    line = next(line for line in README.read_text(encoding="utf-8").splitlines()
+def guide_command(marker: str) -> list[str]:
+    """docs/guides/qa.md's `bertpre finetune` line holding `marker`, as its arguments."""
+    line = next(line for line in QA_GUIDE.read_text(encoding="utf-8").splitlines()
                 if line.startswith("bertpre finetune ") and marker in line)
     return shlex.split(line)[1:]
 
@@ -301,15 +301,15 @@ def test_the_default_stride_is_squad_s_scaled_down_with_the_window_and_below_the
     assert default_doc_stride(max_seq_length, room) == stride
 
 
-def test_the_readme_s_wordnet_qa_command_runs_on_a_small_model(run_folder, squad, tmp_path, monkeypatch, capsys):
-    """The README's command types neither --max-seq-length nor --doc-stride: the squad preset's
+def test_the_guide_s_wordnet_qa_command_runs_on_a_small_model(run_folder, squad, tmp_path, monkeypatch, capsys):
+    """The QA guide's command types neither --max-seq-length nor --doc-stride: the squad preset's
     windows of 384 are cut to the model's 64 positions, and the stride 128 scaled with them (one
     note), where the stride was refused before ("--doc-stride 128 must be smaller than ...")."""
     test = write_squad(tmp_path / "test.json", 8, 2)
     files = {"my-bert": run_folder, "data/wordnet-qa/train.json": squad["train"],
              "data/wordnet-qa/dev.json": squad["validation"], "data/wordnet-qa/test.json": test,
              "results/wordnet-qa": tmp_path / "out"}
-    args = [files.get(arg, arg) for arg in readme_command("data/wordnet-qa/train.json")]
+    args = [files.get(arg, arg) for arg in guide_command("data/wordnet-qa/train.json")]
     assert "--doc-stride" not in args and "--max-seq-length" not in args
     code, _, stderr = run_main([*args, "--seeds", "1", "--epochs", "1"], monkeypatch, capsys)
     assert code == 0, stderr

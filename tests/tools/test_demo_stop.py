@@ -17,8 +17,9 @@ def test_a_signal_during_the_demos_training_exits_with_the_signals_code(
         tmp_path, monkeypatch, capsys, exit_code, line):
     trained = []
 
-    def stopped_pretrain(config, *, resume):  # what `pretrain` returns once a signal stopped it
+    def stopped_pretrain(config, *, resume, export_to):  # what `pretrain` returns once a signal stopped it
         trained.append(config.train.out)
+        assert export_to == str(tmp_path / "demo" / "model")  # its closing lines name the demo's export
         return TrainResult(run_dir=Path(config.train.out), step=3, exit_code=exit_code)
 
     # the corpus and DATA are not what this test is about: skip their minutes of CPU

@@ -20,6 +20,7 @@ from bertpre.config import load_config
 from bertpre.train.optim import learning_rate
 from bertpre.train.report import (
     CUSTOM_SCALARS_LAYOUT,
+    end_block,
     eta_line,
     format_duration,
     schedule_change_note,
@@ -237,12 +238,21 @@ def test_a_phased_runs_schedule_is_said_for_the_phase_that_runs(tmp_path):
         "learning rate 0.0001: warmup to step 10,000, then linear decay to 0 at step 1,000,000")  # continue
 
 
-def test_the_readmes_wsd_note_is_what_configs_tiny_says():
+def test_the_pretrain_guides_wsd_note_is_what_configs_tiny_says():
     saved = load_config("tiny", ["optim.schedule=wsd"])  # 600 steps: the decay starts at 480
     resumed = load_config("tiny", ["optim.schedule=wsd", "train.max_steps=1200"])
     note = schedule_change_note(saved, resumed, 300)
     assert note == ("the learning rate at step 300 stays 0.002 (stable); the WSD stable phase now runs to step "
                     "960 and the 1-sqrt decay over the last 240 steps starts there and ends at step 1,200 (it "
                     "was to start at step 480)")
-    assert f"`{note}`" in " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    assert f"`{note}`" in " ".join((ROOT / "docs" / "guides" / "pretrain.md").read_text(encoding="utf-8").split())
 
+
+
+def test_a_run_its_caller_exports_names_that_export_not_a_command_for_another():
+    """The demo exports to demo/model itself: its run's closing lines say so rather than suggest
+    `bertpre export demo/run --out demo/run-export`."""
+    common = dict(run_dir="demo/run", start_step=0, step=600, tokens_seen=1, wall_seconds=1.0, train={},
+                  evaluation={}, checkpoint="demo/run/checkpoints/step-00000600", stopped=False)
+    assert end_block(**common).splitlines()[-1] == "  export: bertpre export demo/run --out demo/run-export"
+    assert end_block(**common, export_to="demo/model").splitlines()[-1] == "  export: demo/model (written next)"
