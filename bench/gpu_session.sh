@@ -33,7 +33,10 @@ if [ "${1:-}" = "--dry-run" ]; then DRY=1; fi
 cd "$(dirname "$0")/.."
 
 PYTHON=${PYTHON:-python3}
-if [ "$DRY" = 1 ] && [ -x .venv/bin/python ]; then PYTHON=${PYTHON_DRY:-.venv/bin/python}; fi
+# a dry run: PYTHON_DRY where given, else the checkout's .venv where there is one
+if [ "$DRY" = 1 ]; then
+    if [ -n "${PYTHON_DRY:-}" ]; then PYTHON=$PYTHON_DRY; elif [ -x .venv/bin/python ]; then PYTHON=.venv/bin/python; fi
+fi
 WORK=$(mktemp -d /tmp/bertpre-gpu-session-XXXXXX)
 RESULTS=${RESULTS:-bench/results}
 LOGS=${LOGS:-$WORK/logs}
