@@ -30,6 +30,9 @@ os.environ["BERTPRE_DEVICE"] = "cpu"  # train.device auto → cpu in this proces
 # No "still working" lines on stderr: on a loaded machine a command passing 30 s would gain a line
 # its test did not expect. tests/test_heartbeat.py sets the interval itself.
 os.environ["BERTPRE_HEARTBEAT_S"] = "0"
+# Nor the oversubscribed-CPU note: the suite's own load would add it to runs that do not expect
+# it. tests/train/test_cpu_note.py turns it on.
+os.environ["BERTPRE_CPU_NOTE"] = "0"
 # transformers copies an export's remote code (`trust_remote_code=True`) into HF_MODULES_CACHE,
 # read once when it is imported: a temporary folder here, not ~/.cache; and the Hub is never asked.
 if "HF_MODULES_CACHE" not in os.environ:

@@ -16,6 +16,7 @@ from torch.nn.parallel import DistributedDataParallel
 from bertpre.config import PHASE_KEYS, Config, check_world_size
 from bertpre.errors import WRITE_ERRNOS, UserError, dataloader_worker_lost
 from bertpre.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from bertpre.train.cpu_note import slow_cpu_note
 from bertpre.train.evaluation import build_evaluator
 from bertpre.train.metrics import MetricsWindow, MetricsWriter, ProgressBar, StepStats, gpu_scalars
 from bertpre.train.objectives import DEVICE_STATS, HOST_STATS, objective_for, step_totals
@@ -444,6 +445,11 @@ class Trainer:
             self.progress.write(eta_line(step=self.step, max_steps=self.config.train.max_steps,
                                          seconds_per_step=seconds_per_step,
                                          tokens_per_s=scalars["perf/tokens_per_s"]))
+            if self.runtime.device.type == "cpu":
+                note = slow_cpu_note(scalars["perf/tokens_per_s"] * self.token_flops)
+                if note:
+                    self.notes.append(note)
+                    self.progress.write(f"note: {note}")
         self.progress.update(loss=scalars["train/loss"], lr=stats.lr,
                              tokens_per_s=scalars["perf/tokens_per_s"],
                              steps=self.step - self.window.start_step)
