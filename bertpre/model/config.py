@@ -184,12 +184,10 @@ class BertConfig:
         if isinstance(self.rope_theta, bool) or not isinstance(self.rope_theta, (int, float)) \
                 or not self.rope_theta > 1:
             raise UserError(f"model.rope_theta must be a number above 1 (e.g. 10000), got {self.rope_theta!r}")
-        if self.low_precision_layernorm not in LOW_PRECISION_CHOICES or \
-                not isinstance(self.low_precision_layernorm, (bool, str)):
-            raise UserError(f"model.low_precision_layernorm must be true, false or auto, got "
-                            f"{self.low_precision_layernorm!r}")
-        if self.fused_qkv not in (True, False, "auto") or not isinstance(self.fused_qkv, (bool, str)):
-            raise UserError(f"model.fused_qkv must be true, false or auto, got {self.fused_qkv!r}")
+        for name in ("low_precision_layernorm", "fused_qkv"):  # the run-time switches: true, false or auto
+            value = getattr(self, name)
+            if value not in LOW_PRECISION_CHOICES or not isinstance(value, (bool, str)):
+                raise UserError(f"model.{name} must be true, false or auto, got {value!r}")
         if self.embedding_size is not None and (
             not isinstance(self.embedding_size, int) or self.embedding_size < 1
         ):

@@ -107,7 +107,7 @@ class Trainer:
         # train.compile as given: auto falls back to the eager step where compiling fails, a typed
         # true is refused in one line; both are settled by the first micro-batch (fixed shapes: no
         # recompile after it)
-        self.compile_given, self.compile_unproven = config.train.compile, train.compile is True
+        self.compile_auto, self.compile_unproven = config.train.compile == "auto", train.compile is True
         self.lock = RunLock(self.run_dir)
         if runtime.is_main:
             self.lock.check_free()  # before reading a checkpoint another process may be pruning
@@ -352,7 +352,7 @@ class Trainer:
             reason = compile_failure(error)
             if reason is None:
                 raise
-            if self.compile_given != "auto":
+            if not self.compile_auto:
                 raise UserError(f"train.compile true: torch.compile could not compile the step ({reason}); "
                                 "set train.compile false or auto") from None
             note = f"train.compile auto: torch.compile could not compile the step ({reason}); training with the eager step"
