@@ -23,8 +23,12 @@ def usable_cores() -> int:
 
 
 def matmul_rate(size: int = 512, repeats: int = 4) -> float:
-    """Best FLOP/s of `size`-square float32 matrix products on this CPU now (tens of ms)."""
-    a, b = torch.randn(size, size), torch.randn(size, size)
+    """Best FLOP/s of `size`-square float32 matrix products on this CPU now (tens of ms). Its
+    operands come from a generator of its own: the run's random stream (masking, dropout) is the
+    same whether the note measured or not, so a resumed run stays bit-identical."""
+    generator = torch.Generator().manual_seed(0)
+    a = torch.randn(size, size, generator=generator)
+    b = torch.randn(size, size, generator=generator)
     best = float("inf")
     for _ in range(repeats):
         start = time.perf_counter()

@@ -2,7 +2,10 @@
 below this machine's matrix products while the load or torch's threads exceed the cores."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
+
+import torch
 
 import bertpre.train.cpu_note as cpu_note
 import bertpre.train.trainer as trainer
@@ -26,9 +29,24 @@ def test_the_matmul_rate_is_measured_here():
     assert 1e7 < cpu_note.matmul_rate(size=64, repeats=2) < 1e14
 
 
+def test_measuring_leaves_the_runs_random_stream_alone():
+    """CI's killed-and-resumed runs diverged where the note measured in one process and not the
+    other: its operands drew from torch's global generator."""
+    torch.manual_seed(3)
+    expected = torch.rand(4)
+    torch.manual_seed(3)
+    cpu_note.matmul_rate(size=64, repeats=1)
+    assert torch.equal(torch.rand(4), expected)
+
+
+def trained(data: Path, out: Path) -> Path:
+    """The run folder of a four-step tiny run logging every two steps."""
+    return trainer.pretrain(load_config("tiny", [f"data.path={data}", f"train.out={out}", "train.max_steps=4",
+                                                 "train.log_every=2", "train.save_every=1000"])).run_dir
+
+
 def run(data: Path, out: Path, capsys) -> str:
-    trainer.pretrain(load_config("tiny", [f"data.path={data}", f"train.out={out}", "train.max_steps=4",
-                                          "train.log_every=2", "train.save_every=1000"]))
+    trained(data, out)
     return capsys.readouterr().err
 
 
@@ -44,3 +62,16 @@ def test_a_crowded_run_says_it_once_and_a_quiet_one_not(tiny_data, tmp_path, mon
     monkeypatch.setenv(cpu_note.ENVIRONMENT, "0")  # off, as the suite keeps it
     monkeypatch.setattr(cpu_note.os, "getloadavg", lambda: (64.0, 64.0, 64.0))
     assert "oversubscribed" not in run(tiny_data, tmp_path / "off", capsys)
+
+
+def losses(run_dir: Path) -> list[float]:
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [row["train/loss"] for row in rows if "train/loss" in row]
+
+
+def test_a_run_that_measured_trains_as_one_that_did_not(tiny_data, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv(cpu_note.ENVIRONMENT, "1")  # the real measurement, on a machine said crowded
+    monkeypatch.setattr(cpu_note.os, "getloadavg", lambda: (64.0, 64.0, 64.0))
+    measured = trained(tiny_data, tmp_path / "measured")
+    monkeypatch.setenv(cpu_note.ENVIRONMENT, "0")
+    assert losses(measured) == losses(trained(tiny_data, tmp_path / "not")) and len(losses(measured)) == 2
