@@ -46,6 +46,27 @@ def activation(name: str) -> Callable[[torch.Tensor], torch.Tensor]:
     raise UserError(f"model.hidden_act {name!r} is not supported; use one of " + ", ".join(HIDDEN_ACTS))
 
 
+# The positions a layer computes its outputs for: the first N of each sequence (an int), or a
+# (B, R) index of each sequence's positions (repeats allowed: a padding slot names a harmless row).
+Rows = int | torch.Tensor
+
+
+def read_rows(states: torch.Tensor, rows: Rows) -> torch.Tensor:
+    """(B, T, ...) → (B, R, ...): the first `rows` positions, or those the (B, R) index names."""
+    if isinstance(rows, int):
+        return states[:, :rows]
+    index = rows.view(*rows.shape, *(1,) * (states.dim() - 2)).expand(*rows.shape, *states.shape[2:])
+    return states.gather(1, index)
+
+
+def query_angles(angles: torch.Tensor, rows: Rows | None) -> torch.Tensor:
+    """Rotary cos or sin (T, hs) of the querying positions: (T, hs), (rows, hs), or (B, 1, R, hs)
+    for an index (broadcast over the heads)."""
+    if rows is None or isinstance(rows, int):
+        return angles if rows is None else angles[:rows]
+    return angles[rows][:, None]
+
+
 class BertEmbeddings(nn.Module):
     """Word + position + token type embeddings, then LayerNorm and dropout.
 
@@ -102,13 +123,14 @@ class BertSelfAttention(nn.Module):
         self.dropout_prob = config.attention_probs_dropout_prob
         self.fused_qkv = config.fused_qkv
 
-    def qkv_joined(self, hidden_states: torch.Tensor) -> torch.Tensor:
+    def qkv_joined(self, hidden_states: torch.Tensor, parts: tuple[nn.Linear, ...] | None = None) -> torch.Tensor:
         """Query, key and value side by side (..., 3C) from one (3C, C) matrix product
-        (`model.fused_qkv`): the hidden states are read (and cast under autocast) once instead of
-        three times, and backward sums one input gradient instead of three. The parameters stay
-        three Linears under Hugging Face's names, so checkpoints, exports and `init_from` never
-        see the concatenation (3C² a layer: a few MB a step against the activations' GBs)."""
-        parts = (self.query, self.key, self.value)
+        (`model.fused_qkv`), or `parts` alone (the last layer on the rows read: key and value):
+        the hidden states are read (and cast under autocast) once instead of three times, and
+        backward sums one input gradient instead of three. The parameters stay three Linears
+        under Hugging Face's names, so checkpoints, exports and `init_from` never see the
+        concatenation (3C² a layer: a few MB a step against the activations' GBs)."""
+        parts = parts or (self.query, self.key, self.value)
         weight = torch.cat([part.weight for part in parts])  # (3C, C)
         bias = torch.cat([part.bias for part in parts])
         return F.linear(hidden_states, weight, bias)
@@ -128,22 +150,25 @@ class BertSelfAttention(nn.Module):
         return self.query(hidden_states), self.key(hidden_states), self.value(hidden_states)
 
     def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None,
-                positions: PositionInputs | None = None, rows: int | None = None,
+                positions: PositionInputs | None = None, rows: Rows | None = None,
                 unpadded: Unpadded | None = None) -> torch.Tensor:
-        """Context (B, T, C); with `rows`, only the first `rows` positions query (B, rows, C).
-        With `unpadded`, `hidden_states` and the context are the real tokens alone (N, C): they
-        are projected as they are and laid out padded for attention only."""
+        """Context (B, T, C); with `rows`, only those positions query (B, R, C), over the keys
+        and values of every position. With `unpadded`, `hidden_states` and the context are the
+        real tokens alone (N, C): they are projected as they are and laid out padded for
+        attention only."""
         if unpadded is None:
             B, T, C = hidden_states.shape
-            Q = T if rows is None else rows
+            querying = hidden_states if rows is None else read_rows(hidden_states, rows)  # (B, Q, C)
+            Q = querying.shape[1]
             shape = (B, T, self.num_attention_heads, self.attention_head_size)
-            if Q == T:
+            if rows is None:  # every row queries: one QKV product where model.fused_qkv says so
                 query, key, value = (part.view(shape).transpose(1, 2)  # (B, nh, T, hs)
                                      for part in self.qkv(hidden_states))
             else:
-                query = self.query(hidden_states[:, :Q]).view(B, Q, *shape[2:]).transpose(1, 2)  # (B, nh, Q, hs)
-                key = self.key(hidden_states).view(shape).transpose(1, 2)  # (B, nh, T, hs)
-                value = self.value(hidden_states).view(shape).transpose(1, 2)
+                query = self.query(querying).view(B, Q, *shape[2:]).transpose(1, 2)  # (B, nh, Q, hs)
+                kv = (self.qkv_joined(hidden_states, (self.key, self.value)).chunk(2, dim=-1)
+                      if self.fused(hidden_states) else (self.key(hidden_states), self.value(hidden_states)))
+                key, value = (part.view(shape).transpose(1, 2) for part in kv)  # (B, nh, T, hs)
         else:
             if rows is not None:
                 raise ValueError("rows reads the padded layout: pad the tokens first")
@@ -155,14 +180,15 @@ class BertSelfAttention(nn.Module):
                 parts = tuple(unpadded.pad(part) for part in self.qkv(hidden_states))
             query, key, value = (part.view(shape).transpose(1, 2) for part in parts)  # (B, nh, T, hs)
         if positions is not None and positions.kind == "rope":
-            query = apply_rotary(query, positions.cos[:Q], positions.sin[:Q])
+            query = apply_rotary(query, query_angles(positions.cos, rows), query_angles(positions.sin, rows))
             key = apply_rotary(key, positions.cos, positions.sin)
         elif positions is not None and positions.kind == "transformer_xl":
             r = self.r_net(positions.sinusoids.to(hidden_states.dtype))  # (2T-1, C)
             r = r.view(-1, self.num_attention_heads, self.attention_head_size)  # (2T-1, nh, hs)
-            if Q < T:  # the distance table of all T queries: score rows past Q are dropped
+            if rows is not None:  # the distance table of all T queries: the querying rows are kept
                 full = self.query(hidden_states).view(shape).transpose(1, 2)
-                bias = transformer_xl_bias(full, key, r, positions.r_w_bias, positions.r_r_bias)[:, :, :Q]
+                bias = transformer_xl_bias(full, key, r, positions.r_w_bias, positions.r_r_bias)  # (B, nh, T, T)
+                bias = read_rows(bias.transpose(1, 2), rows).transpose(1, 2)  # (B, nh, Q, T)
             else:
                 bias = transformer_xl_bias(query, key, r, positions.r_w_bias, positions.r_r_bias)
             if attention_mask is not None:
@@ -199,10 +225,11 @@ class BertAttention(nn.Module):
         self.output = BertSelfOutput(config)
 
     def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None,
-                positions: PositionInputs | None = None, rows: int | None = None,
+                positions: PositionInputs | None = None, rows: Rows | None = None,
                 unpadded: Unpadded | None = None) -> torch.Tensor:
         context = self.self(hidden_states, attention_mask, positions, rows, unpadded)
-        return self.output(context, hidden_states if rows is None else hidden_states[:, :rows])
+        # Post-LN: a computed row's residual is that row's input.
+        return self.output(context, hidden_states if rows is None else read_rows(hidden_states, rows))
 
 
 class BertIntermediate(nn.Module):
@@ -241,9 +268,9 @@ class BertLayer(nn.Module):
         self.output = BertOutput(config)
 
     def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None,
-                positions: PositionInputs | None = None, rows: int | None = None,
+                positions: PositionInputs | None = None, rows: Rows | None = None,
                 unpadded: Unpadded | None = None) -> torch.Tensor:
-        """(B, T, C) → (B, T, C); with `rows`, the first `rows` positions' outputs only: every
+        """(B, T, C) → (B, T, C); with `rows`, those positions' outputs only (B, R, C): every
         step after attention is per position, so the others need not be computed. With
         `unpadded`, (N, C) → (N, C) over the real tokens alone."""
         attention_output = self.attention(hidden_states, attention_mask, positions, rows, unpadded)
@@ -289,10 +316,11 @@ class BertEncoder(nn.Module):
         return None
 
     def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None,
-                last_rows: int | None = None, unpadded: Unpadded | None = None) -> torch.Tensor:
+                last_rows: Rows | None = None, unpadded: Unpadded | None = None) -> torch.Tensor:
         """(B, T, C); with `last_rows`, the last layer computes only the first `last_rows`
-        positions (B, last_rows, C): what a head that reads [CLS] alone needs. With `unpadded`,
-        the real tokens alone (N, C) in and out (the last layer's `last_rows` padded again)."""
+        positions, or those a (B, R) index names (B, R, C): what the heads read (a pooler
+        [CLS] alone, pretraining [CLS] and the predicted positions). With `unpadded`, the real
+        tokens alone (N, C) in and out (the last layer's `last_rows` padded again)."""
         if hasattr(self, "embedding_hidden_mapping_in"):
             hidden_states = self.embedding_hidden_mapping_in(hidden_states)  # (B, T, E) -> (B, T, C)
         length = hidden_states.shape[1] if unpadded is None else unpadded.length
@@ -307,7 +335,7 @@ class BertEncoder(nn.Module):
                                            use_reentrant=False)
             else:
                 hidden_states = layer(hidden_states, attention_mask, positions, rows, unpadded)
-        return hidden_states  # (B, T, C), (B, last_rows, C), or (N, C) unpadded
+        return hidden_states  # (B, T, C), (B, R, C), or (N, C) unpadded
 
 
 class BertPooler(nn.Module):
@@ -354,12 +382,13 @@ class BertModel(nn.Module):
         input_ids: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
         token_type_ids: torch.Tensor | None = None,
-        last_rows: int | None = None,
+        last_rows: Rows | None = None,
         unpadded: Unpadded | None = None,
     ) -> BertModelOutput:
         """Args: `input_ids` (B, T); `attention_mask` (B, T), 1 for tokens and 0 for padding;
         `last_rows`: compute the last layer for the first positions only (1: [CLS], enough for
-        the pooler; `last_hidden_state` is then (B, last_rows, C)); `unpadded`: the mask's real
+        the pooler), or for the (B, R) positions an index names, [CLS] first where the pooler
+        reads it; `last_hidden_state` is then (B, R, C); `unpadded`: the mask's real
         tokens (`Unpadded.from_mask`), so that the layers compute nothing for padding (the
         outputs at padding are then zeros, where Hugging Face's are values no one reads)."""
         hidden_states = self.embeddings(input_ids, token_type_ids)
@@ -500,13 +529,16 @@ class BertForPreTraining(nn.Module):
             next_sentence_label: (B,), -100 where a row has no pair label.
             masked_lm_positions, masked_lm_ids: (B, P), Google's layout (ids -100 in unused
                 slots); it replaces `labels` and keeps every shape fixed: no host sync, no
-                data-dependent shape, so the whole forward compiles as one graph.
+                data-dependent shape, so the whole forward compiles as one graph. The last
+                layer then computes [CLS] and these positions alone (`model.last_layer_rows`).
         """
-        encoded = self.bert(input_ids, attention_mask, token_type_ids)
+        rows = read_positions(self.config, masked_lm_positions, cls_first=True, training=self.training)  # (B, 1 + P) or None
+        encoded = self.bert(input_ids, attention_mask, token_type_ids, last_rows=rows)
         seq_relationship_logits = self.cls.seq_relationship(encoded.pooler_output)  # (B, 2)
         prediction_logits, mlm_loss, mlm_loss_sum = masked_lm_predictions(
             self.cls.predictions, encoded.last_hidden_state, labels=labels, label_smoothing=label_smoothing,
-            masked_lm_positions=masked_lm_positions, masked_lm_ids=masked_lm_ids)
+            masked_lm_positions=masked_lm_positions, masked_lm_ids=masked_lm_ids,
+            predicted_states=None if rows is None else encoded.last_hidden_state[:, 1:])
 
         pair_loss = pair_loss_sum = None
         if next_sentence_label is not None:
@@ -569,6 +601,21 @@ class BertForPreTraining(nn.Module):
         return model
 
 
+def read_positions(config: BertConfig, masked_lm_positions: torch.Tensor | None, *,
+                   cls_first: bool, training: bool) -> torch.Tensor | None:
+    """The (B, R) positions a training step reads of the last hidden states, for the last layer
+    to compute alone: [CLS] (position 0, the pooler's; with `cls_first`) then the P slots of
+    `masked_lm_positions` (a padding slot names position 0, computed and never read). None:
+    every position (not `training`, no `masked_lm_positions`, or `model.last_layer_rows` off).
+    Evaluation and inference keep the whole layer: their cost is not the run's, and the memory
+    figures the pre-checks give are the whole layer's."""
+    if not training or masked_lm_positions is None or not config.last_layer_rows:
+        return None
+    if not cls_first:
+        return masked_lm_positions
+    return torch.cat([masked_lm_positions.new_zeros(masked_lm_positions.shape[0], 1), masked_lm_positions], dim=1)
+
+
 def masked_lm_predictions(
     head: nn.Module,
     hidden_states: torch.Tensor,
@@ -577,17 +624,22 @@ def masked_lm_predictions(
     label_smoothing: float = 0.0,
     masked_lm_positions: torch.Tensor | None = None,
     masked_lm_ids: torch.Tensor | None = None,
+    predicted_states: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """The MLM head `head` on the encoder's `hidden_states` (B, T, C), and its loss, in the layouts
     `PreTrainingOutput` describes (shared by every family with a masked LM head).
+    `predicted_states` (B, P, C): the states of `masked_lm_positions` already computed alone (the
+    last layer on the rows read), read in place of `hidden_states`.
 
     Returns:
         (prediction logits, mean MLM loss or None, summed MLM loss or None).
     """
     mlm_loss = mlm_loss_sum = None
     if masked_lm_positions is not None:
-        index = masked_lm_positions[..., None].expand(-1, -1, hidden_states.shape[-1])
-        prediction_logits = head(hidden_states.gather(1, index))  # (B, P, V)
+        if predicted_states is None:
+            index = masked_lm_positions[..., None].expand(-1, -1, hidden_states.shape[-1])
+            predicted_states = hidden_states.gather(1, index)  # (B, P, C)
+        prediction_logits = head(predicted_states)  # (B, P, V)
         if masked_lm_ids is not None:
             mlm_loss_sum = summed_cross_entropy(prediction_logits, masked_lm_ids, label_smoothing)
             mlm_loss = mlm_loss_sum / (masked_lm_ids != IGNORE_INDEX).sum().clamp(min=1)
@@ -620,7 +672,8 @@ class MaskedLMOnly(nn.Module):
         raise NotImplementedError
 
     def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
-               token_type_ids: torch.Tensor | None) -> torch.Tensor:
+               token_type_ids: torch.Tensor | None, rows: torch.Tensor | None = None) -> torch.Tensor:
+        """The encoder's last states (B, T, C); with `rows` (B, R), those positions' alone (B, R, C)."""
         raise NotImplementedError
 
     def predict(self, hidden_states: torch.Tensor) -> torch.Tensor:
@@ -647,10 +700,13 @@ class MaskedLMOnly(nn.Module):
         """`BertForPreTraining.forward`'s inputs and outputs (the pair's are None: there is no pair head)."""
         if next_sentence_label is not None:
             raise ValueError(f"{self.layout()} has no pair head: pretrain it with data.pair_task none")
-        hidden_states = self.encode(input_ids, attention_mask, token_type_ids)  # (B, T, C)
+        # No pooler: the last layer computes the predicted positions alone (`model.last_layer_rows`).
+        rows = read_positions(self.config, masked_lm_positions, cls_first=False, training=self.training)  # (B, P) or None
+        hidden_states = self.encode(input_ids, attention_mask, token_type_ids, rows)  # (B, T or P, C)
         prediction_logits, mlm_loss, mlm_loss_sum = masked_lm_predictions(
             self.predict, hidden_states, labels=labels, label_smoothing=label_smoothing,
-            masked_lm_positions=masked_lm_positions, masked_lm_ids=masked_lm_ids)
+            masked_lm_positions=masked_lm_positions, masked_lm_ids=masked_lm_ids,
+            predicted_states=None if rows is None else hidden_states)
         return PreTrainingOutput(loss=mlm_loss, mlm_loss=mlm_loss, pair_loss=None,
                                  prediction_logits=prediction_logits, seq_relationship_logits=None,
                                  mlm_loss_sum=mlm_loss_sum)

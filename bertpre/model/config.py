@@ -24,7 +24,7 @@ XLNET_SHAPE_FIELDS = ("architecture", "vocab_size", "hidden_size", "num_hidden_l
 # Fields bertpre adds for XLNet; a BERT export's config.json leaves them out.
 XLNET_FIELDS = ("architecture", "mem_len", "clamp_len")
 # How a model computes, not what it is: no config.json carries them (an export reads as before).
-RUNTIME_FIELDS = ("low_precision_layernorm", "fused_qkv")
+RUNTIME_FIELDS = ("low_precision_layernorm", "fused_qkv", "last_layer_rows")
 # ModernBERT's own keys (Hugging Face's ModernBertConfig names); other architectures refuse them.
 MODERNBERT_FIELDS = ("hidden_activation", "norm_eps", "norm_bias", "local_attention", "global_attn_every_n_layers",
                      "global_rope_theta", "local_rope_theta", "attention_bias", "mlp_bias", "decoder_bias",
@@ -121,6 +121,10 @@ class BertConfig:
     # false, or auto (under autocast); the parameters stay three. How the model runs, not its
     # shape: no config.json has it.
     fused_qkv: bool | str = "auto"
+    # Pretraining's last layer computes only the rows its heads read ([CLS] and the predicted
+    # positions), its keys and values still from every token; false: every position (A/B). How the
+    # model runs, not its shape: no config.json has it.
+    last_layer_rows: bool = True
     # ModernBERT's (architecture: modernbert); defaults are ModernBERT-base's.
     hidden_activation: str = "gelu"
     norm_eps: float = 1e-5
@@ -188,6 +192,8 @@ class BertConfig:
             value = getattr(self, name)
             if value not in LOW_PRECISION_CHOICES or not isinstance(value, (bool, str)):
                 raise UserError(f"model.{name} must be true, false or auto, got {value!r}")
+        if not isinstance(self.last_layer_rows, bool):
+            raise UserError(f"model.last_layer_rows must be true or false, got {self.last_layer_rows!r}")
         if self.embedding_size is not None and (
             not isinstance(self.embedding_size, int) or self.embedding_size < 1
         ):

@@ -31,6 +31,8 @@ from bertpre.model.bert import (
     MaskedLMOnly,
     activation,
     bert_mask_logits,
+    query_angles,
+    read_rows,
 )
 from bertpre.model.bert_cost import ForwardShape
 from bertpre.model.config import BertConfig
@@ -202,18 +204,34 @@ class ModernBertAttention(nn.Module):
         self.out_drop = nn.Dropout(config.attention_dropout) if config.attention_dropout > 0 else nn.Identity()
 
     def forward(self, hidden_states: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                masks: AttentionMasks) -> torch.Tensor:
+                masks: AttentionMasks, rows: torch.Tensor | None = None) -> torch.Tensor:
+        """(B, T, C) → (B, T, C); with `rows` (B, R), those positions alone query (B, R, C), over
+        the keys and values of every position (SDPA only: FlexAttention's block mask is not cut)."""
         B, T, C = hidden_states.shape
-        qkv = self.Wqkv(hidden_states).view(B, T, 3, self.num_heads, self.head_size)
-        query, key, value = qkv.transpose(1, 3).unbind(dim=2)  # each (B, nh, T, hs)
-        query, key = rotate(query, cos, sin), rotate(key, cos, sin)
+        if rows is None:
+            qkv = self.Wqkv(hidden_states).view(B, T, 3, self.num_heads, self.head_size)
+            query, key, value = qkv.transpose(1, 3).unbind(dim=2)  # each (B, nh, T, hs)
+            query = rotate(query, cos, sin)
+        else:
+            weight, bias = self.Wqkv.weight, self.Wqkv.bias  # rows [query; key; value], C each
+            kv = F.linear(hidden_states, weight[C:], None if bias is None else bias[C:])
+            key, value = kv.view(B, T, 2, self.num_heads, self.head_size).transpose(1, 3).unbind(dim=2)
+            query = F.linear(read_rows(hidden_states, rows), weight[:C], None if bias is None else bias[:C])
+            query = query.view(B, -1, self.num_heads, self.head_size).transpose(1, 2)  # (B, nh, R, hs)
+            query = rotate(query, query_angles(cos, rows), query_angles(sin, rows))
+        key = rotate(key, cos, sin)
+        Q = query.shape[2]
         dropout = self.dropout if self.training else 0.0
         if not self.is_global and masks.flex:
+            if rows is not None:
+                raise ValueError("rows are computed with SDPA's dense masks, not FlexAttention's block mask")
             out = _flex_attention(query, key, value, masks.local_mask)  # (B, nh, T, hs)
         else:
             mask = masks.sdpa_mask(self.is_global, query.dtype)
+            if rows is not None and mask is not None and mask.shape[2] > 1:  # a local layer's (·, 1, T, T)
+                mask = read_rows(mask.expand(B, -1, -1, -1).transpose(1, 2), rows).transpose(1, 2)  # (B, 1, R, T)
             out = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout)
-        out = out.transpose(1, 2).reshape(B, T, C)
+        out = out.transpose(1, 2).reshape(B, Q, C)
         return self.out_drop(self.Wo(out))
 
 
@@ -244,8 +262,11 @@ class ModernBertEncoderLayer(nn.Module):
         self.mlp = ModernBertMLP(config)
 
     def forward(self, hidden_states: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                masks: AttentionMasks) -> torch.Tensor:
-        hidden_states = hidden_states + self.attn(self.attn_norm(hidden_states), cos, sin, masks)
+                masks: AttentionMasks, rows: torch.Tensor | None = None) -> torch.Tensor:
+        """(B, T, C) → (B, T, C); with `rows` (B, R), those positions' outputs alone (B, R, C)."""
+        # one expression: a name for the attention output would keep it alive through the MLP
+        hidden_states = (hidden_states if rows is None else read_rows(hidden_states, rows)) \
+            + self.attn(self.attn_norm(hidden_states), cos, sin, masks, rows)
         return hidden_states + self.mlp(self.mlp_norm(hidden_states))
 
 
@@ -306,10 +327,12 @@ class ModernBertModel(nn.Module):
         return flex_runs(self.config, device.type, length, self.training)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+                token_type_ids: torch.Tensor | None = None, last_rows: torch.Tensor | None = None) -> torch.Tensor:
         """The last hidden states (B, T, C). `attention_mask` (B, T): 1 at tokens, 0 at padding
         (None: no padding); `token_type_ids` is taken for BERT's call and not read (ModernBERT
-        has no token types)."""
+        has no token types); `last_rows` (B, R): the last layer computes those positions alone
+        (B, R, C), as `BertModel`'s (a local last layer on FlexAttention computes every position
+        and keeps those)."""
         hidden_states = self.embeddings(input_ids)  # (B, T, C)
         length, device = input_ids.shape[1], input_ids.device
         masks = AttentionMasks(attention_mask, length, self.config.sliding_window, device, self.uses_flex(device, length))
@@ -317,12 +340,19 @@ class ModernBertModel(nn.Module):
         head_size = self.config.hidden_size // self.config.num_attention_heads
         rotations = {True: rotary_angles(positions, head_size, self.config.global_rope_theta),
                      False: rotary_angles(positions, head_size, self.config.local_rope_theta)}  # (T, hs) each
+        last = self.layers[-1]
+        kept = None
+        if last_rows is not None and not last.attn.is_global and masks.flex:
+            last_rows, kept = None, last_rows
         for layer in self.layers:
             cos, sin = rotations[layer.attn.is_global]
+            rows = last_rows if layer is last else None
             if self.gradient_checkpointing and self.training:
-                hidden_states = checkpoint(layer, hidden_states, cos, sin, masks, use_reentrant=False)
+                hidden_states = checkpoint(layer, hidden_states, cos, sin, masks, rows, use_reentrant=False)
             else:
-                hidden_states = layer(hidden_states, cos, sin, masks)
+                hidden_states = layer(hidden_states, cos, sin, masks, rows)
+        if kept is not None:
+            hidden_states = read_rows(hidden_states, kept)  # (B, R, C)
         return self.final_norm(hidden_states)
 
 
@@ -374,9 +404,10 @@ class ModernBertForMaskedLM(MaskedLMOnly):
         return "ModernBERT"
 
     def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
-               token_type_ids: torch.Tensor | None) -> torch.Tensor:
-        """The encoder's states (B, T, C); `token_type_ids` is not read (no token types)."""
-        return self.model(input_ids, attention_mask)
+               token_type_ids: torch.Tensor | None, rows: torch.Tensor | None = None) -> torch.Tensor:
+        """The encoder's states (B, T, C), or those of `rows` (B, R, C); `token_type_ids` is not
+        read (no token types)."""
+        return self.model(input_ids, attention_mask, last_rows=rows)
 
     def save_pretrained(self, folder: str | Path) -> None:
         """Write `config.json` and `model.safetensors` as Hugging Face's ModernBertForMaskedLM has them."""

@@ -7,6 +7,7 @@ import sys
 import tarfile
 import tempfile
 from pathlib import Path
+from unittest import mock
 
 import pytest
 import torch
@@ -433,3 +434,24 @@ def test_epoch_boundary_times_the_steps_that_start_an_epoch(tmp_path):
     for side in ("bertpre", "peer"):
         assert result[side]["epochs"] >= 2 and result[side]["steps_per_s"] > 0
         assert result[side]["epoch_start_step_ms"] > 0 and result[side]["other_step_ms"] > 0
+
+
+@pytest.mark.parametrize("changes, rows", [({}, 4 * (1 + 4)), ({"last_layer_rows": False}, 4 * 32)])
+def test_gpu_throughput_steps_the_last_layer_on_the_rows_read_unless_set_off(changes, rows):
+    """bertpre's side is the trainer's step: its last layer computes [CLS] and the 4 prediction
+    slots of each row (round(0.15 · 29) at 32 tokens); `--set last_layer_rows=false`, every token.
+    The result records how the model ran (what step_cost's refit traces)."""
+    seen: list[int] = []
+    build = gpu.build_models
+
+    def build_and_hook(*args, **kwargs):
+        models = build(*args, **kwargs)
+        ffn = models["bertpre"].bert.encoder.layer[-1].intermediate.dense
+        ffn.register_forward_hook(lambda _m, inputs, _o: seen.append(inputs[0].shape[:-1].numel()))
+        return models
+
+    with mock.patch.object(gpu, "build_models", build_and_hook):
+        result = gpu.measure_step_rate("tiny", 32, 4, steps=1, peer=False, warmup=1, round_steps=1,
+                                       short_rows=0.0, device=torch.device("cpu"), changes=changes)
+    assert set(seen) == {rows}
+    assert result["settings"]["model_runtime"]["last_layer_rows"] is changes.get("last_layer_rows", True)

@@ -23,18 +23,23 @@ def trace(**changes):
 
 @pytest.fixture(scope="module")
 def fp32_layernorm():
-    # the step profiled on the H100: CUDA autocast's float32 LayerNorm, three projections
-    return trace(low_precision_layernorm=False, fused_qkv=False)
+    # the step profiled on the H100: CUDA autocast's float32 LayerNorm, three projections, the whole last layer
+    return trace(low_precision_layernorm=False, fused_qkv=False, last_layer_rows=False)
 
 
 @pytest.fixture(scope="module")
 def bf16_layernorm():
-    return trace(fused_qkv=False)  # LayerNorm's change alone: auto, on under bf16 autocast
+    return trace(fused_qkv=False, last_layer_rows=False)  # LayerNorm's change alone: auto, on under bf16
 
 
 @pytest.fixture(scope="module")
 def default_step():
-    return trace()  # the default: bf16 LayerNorm and one QKV product
+    return trace(last_layer_rows=False)  # bf16 LayerNorm and one QKV product
+
+
+@pytest.fixture(scope="module")
+def rows_read():
+    return trace(low_precision_layernorm=False, fused_qkv=False)  # the last layer's change alone
 
 
 def hidden_state_kernels(kernels, phase: str, cast: bool) -> Counter:
@@ -145,3 +150,19 @@ def test_a_record_names_the_runtime_keys_its_step_ran():
     recorded = step_cost.profiled_runtime({"model_changes": {"fused_qkv": False},
                                            "model_runtime": {"low_precision_layernorm": "auto", "fused_qkv": False}})
     assert recorded == {**old, "low_precision_layernorm": "auto", "fused_qkv": False}
+
+
+def test_the_last_layer_computes_the_rows_read_alone(fp32_layernorm, rows_read):
+    """model.last_layer_rows: the last layer's keys and values from all T tokens, its query,
+    attention output and feed-forward on R = 1 + P rows ([CLS] and the prediction slots); the
+    same Linears, LayerNorms, no host sync (fixed shapes: gather, no nonzero)."""
+    _, whole = fp32_layernorm
+    _, report = rows_read
+    slots, intermediate = 4, 64
+    rows = 1 + slots
+    saved = 2 * (BATCH * (LENGTH - rows) * (2 * HIDDEN**2 + 2 * HIDDEN * intermediate))  # q, output, FFN in and out
+    assert (whole["matmul_tflop"] - report["matmul_tflop"]) * 1e12 == pytest.approx(3 * saved, abs=1)
+    assert report["attention_tflop"] * 1e12 == 3 * 4 * BATCH * LENGTH * HIDDEN * (LENGTH * (LAYERS - 1) + rows)
+    assert sum(report["matmuls"].values()) == sum(whole["matmuls"].values())
+    assert report["layer_norms"] == whole["layer_norms"] and report["host_syncs"] == 0
+    assert report["gb_other"] < whole["gb_other"]

@@ -10,7 +10,7 @@ from bertpre.model import BertConfig, BertForPreTraining, BertModel
 from bertpre.model.roberta import RobertaForMaskedLM
 from bertpre.model.unpad import Unpadded
 
-TINY = dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+TINY = dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48,
             hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
 FAMILIES = {
     "bert": (BertForPreTraining, dict(TINY)),
@@ -62,9 +62,11 @@ def test_one_product_a_layer_gives_the_three_projections_outputs_and_gradients(f
         results[fused] = (products.widths, out.loss, {name: p.grad for name, p in model.named_parameters()
                                                       if p.grad is not None})
     hidden, layers = TINY["hidden_size"], TINY["num_hidden_layers"]
-    # forward: one (…, 3C) product a layer in place of three (…, C) ones
-    assert results[True][0].count(3 * hidden) == layers and results[False][0].count(3 * hidden) == 0
-    assert len(results[False][0]) - len(results[True][0]) == 2 * layers
+    # forward: one (…, 3C) product a layer in place of three (…, C) ones; the last layer, on the
+    # rows read (model.last_layer_rows), one (…, 2C) for its keys and values beside its query
+    assert results[True][0].count(3 * hidden) == layers - 1 and results[True][0].count(2 * hidden) == 1
+    assert results[False][0].count(3 * hidden) == results[False][0].count(2 * hidden) == 0
+    assert len(results[False][0]) - len(results[True][0]) == 2 * (layers - 1) + 1
     torch.testing.assert_close(results[True][1], results[False][1], rtol=0, atol=1e-6)
     assert results[True][2].keys() == results[False][2].keys()  # the same three Linears, same names
     for name, grad in results[False][2].items():
@@ -103,12 +105,13 @@ def test_the_switch_takes_true_false_or_auto_alone():
 
 def test_auto_fuses_under_autocast_alone():
     """float32 keeps three products (bit for bit as before); under autocast one product casts the
-    input once."""
-    model = build("bert", "auto").eval()
+    input once. (A training step: its last layer queries the rows read alone.)"""
+    model = build("bert", "auto").train()
     batch = ragged_batch()
     with ProductShapes() as products:
         model(**batch)
     assert 3 * TINY["hidden_size"] not in products.widths
     with ProductShapes() as products, torch.autocast("cpu", dtype=torch.bfloat16):
         model(**batch)
-    assert products.widths.count(3 * TINY["hidden_size"]) == TINY["num_hidden_layers"]
+    assert products.widths.count(3 * TINY["hidden_size"]) == TINY["num_hidden_layers"] - 1
+    assert products.widths.count(2 * TINY["hidden_size"]) == 1  # the last layer's keys and values
