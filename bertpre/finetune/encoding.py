@@ -46,6 +46,11 @@ class Encoded:
     def __len__(self) -> int:
         return len(self.input_ids)
 
+    @property
+    def output_rows(self) -> int:
+        """The rows of a model's outputs on these examples: one an example, or a kept word each (tagging)."""
+        return len(self) if self.kept_words is None else sum(self.kept_words)
+
 
 def join_encoded(parts: list[Encoded]) -> Encoded:
     """Several encoded splits as one, example after example (`cut_outputs` cuts outputs back apart)."""
@@ -228,7 +233,7 @@ def encoding_notes(data: TaskData, train: Encoded, scored: list[Encoded], max_le
              *((metric_name(data.split, suffix), part, examples)
                for (suffix, examples), part in zip(data.scored, scored, strict=True))]
     notes = [truncation_note([(name, encoded) for name, encoded, _ in named], max_length, positions)]
-    if data.task == "tagging":
+    if train.kept_words is not None:  # words tagged on their first piece
         fallback = majority_label([tag for tags in data.train.labels for tag in tags])
         for name, encoded, examples in named:
             notes.extend(missing_words_notes(name, encoded, examples.texts, fallback, training=name == "training"))

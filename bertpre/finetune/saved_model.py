@@ -15,6 +15,8 @@ from torch import nn
 
 from bertpre.errors import UserError, signals_held
 from bertpre.finetune.encoding import spacing_words
+from bertpre.finetune.kinds import task_kind
+from bertpre.finetune.model import task_head
 from bertpre.folders import make_files_readable
 from bertpre.inventory import (
     changed_paths,
@@ -49,7 +51,7 @@ def task_class_name(config: BertConfig, task: str) -> str:
     """The transformers class a saved model of `task` is: the family's prefix for this config and
     its head's name from "For" on ("Albert" + "ForQuestionAnswering")."""
     row = family(config)
-    head = {"qa": row.question_answering_head, "tagging": row.token_head}.get(task, row.sequence_head)
+    head = task_head(row, task_kind(task).head)
     return row.hf_task_prefix(config) + "For" + head.__name__.split("For", 1)[1]
 
 
@@ -89,21 +91,12 @@ def save_task_model(out: Path, model: nn.Module, config: BertConfig, *, task: st
     staging = out / f".{MODEL_FOLDER}.tmp"
     shutil.rmtree(staging, ignore_errors=True)
     try:
-        row = family(config)
-        hf = row.write_task_folder(staging, model.state_dict(), config, tokenizer_folder,
-                                   pooler=task not in ("tagging", "qa"))
+        row, kind = family(config), task_kind(task)
+        hf = row.write_task_folder(staging, model.state_dict(), config, tokenizer_folder, pooler=kind.pooler)
         hf["architectures"] = [task_class_name(config, task)]
-        if task == "qa":  # transformers' default labels: start and end
-            hf.update(num_labels=2)
-        elif task == "regression":
-            hf.update(num_labels=1, problem_type="regression", id2label={"0": "LABEL_0"}, label2id={"LABEL_0": 0})
-        else:
-            hf.update(id2label={str(number): name for number, name in enumerate(label_names)},
-                      label2id={name: number for number, name in enumerate(label_names)})
-            if task == "classification":
-                hf["problem_type"] = "single_label_classification"
+        hf.update(kind.saved_labels(label_names))  # question answering: transformers' default, start and end
         write_json(staging / "config.json", hf)
-        if task == "tagging":
+        if kind.per_token:
             space_words_as_trained(staging)
         make_files_readable(staging)
         kept: list[str] = []

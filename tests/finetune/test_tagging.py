@@ -18,7 +18,7 @@ import bertpre.finetune.seeds as seeds
 from bertpre.config.finetune import Hyperparameters
 from bertpre.finetune.loop import probe_labels
 from bertpre.finetune.report import score
-from bertpre.finetune.tasks import load_task
+from bertpre.finetune.kinds import load_task
 from bertpre.labels import IGNORE_INDEX
 from bertpre.model import BertConfig
 from bertpre.tokenizer import load_tokenizer
