@@ -48,7 +48,7 @@ def cached_features(encoder: Encoder, encoded: Encoded, *, task: str, pooling: s
         return encoder_features(encoder, encoded, task=task, pooling=pooling, batch_size=batch_size, runtime=runtime)
     key = features_key(encoder, encoded, task=task, pooling=pooling, precision=runtime.precision)
     path = Path(folder) / f"{key}.safetensors"
-    expected = (encoded.output_rows, int(encoder.config.hidden_size))
+    expected = (task_kind(task).output_rows(encoded), int(encoder.config.hidden_size))
     if path.is_file():
         features = read_features(path, expected)
         if features is not None:

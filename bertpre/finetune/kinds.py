@@ -16,7 +16,13 @@ from torch import nn
 
 from bertpre.errors import UserError
 from bertpre.finetune import metrics
-from bertpre.finetune.encoding import Encoded, encode_texts, encode_words, tags_by_word
+from bertpre.finetune.encoding import (
+    Encoded,
+    encode_texts,
+    encode_words,
+    space_words_as_trained,
+    tags_by_word,
+)
 from bertpre.finetune.qa_data import QASettings, load_qa_task
 from bertpre.finetune.tasks import (
     Examples,
@@ -59,6 +65,7 @@ class TaskKind:
     predicted: Callable[[torch.Tensor], torch.Tensor] | None = None  # logits → a class id or value a row
     outputs: Callable[[torch.Tensor, dict[str, torch.Tensor]], Any] | None = None  # (logits, batch) → rows
     targets: Callable[[Encoded], torch.Tensor] | None = None  # what a probe's features are trained towards
+    output_rows: Callable[[Encoded], int] = len  # a model's (or probe's) output rows on these examples
     pooling: str | None = None  # how a probe's features are read, whatever --set pooling says
     score: Callable[..., dict[str, float]] | None = None  # (predictions, labels, label names)
     label_scores: Callable[..., tuple[dict, np.ndarray | None]] | None = None
@@ -69,6 +76,7 @@ class TaskKind:
     positive_label: Callable[[list[str]], str | None] = lambda names: None
     inputs: Callable[[Examples, int], dict[str, Any]] | None = None  # a prediction row's input columns
     saved_labels: Callable[[list[str]], dict[str, Any]] = lambda names: {}  # config.json's label fields
+    saved_tokenizer: Callable[[Path], None] = lambda folder: None  # a saved model's tokenizer files made to fit
     note: Callable[[dict[str, Any]], str | None] = lambda result: None  # a line under the report's metrics
 
     @property
@@ -238,13 +246,15 @@ TASK_KINDS: dict[str, TaskKind] = {kind.name: kind for kind in (
         baseline=MAJORITY, read=read_labelled("tagging"), per_token=True, encode=encode_tags,
         decode=lambda raw, encoded, data: tags_by_word(raw, encoded, data.label_names, majority_tag(data)),
         loss=cross_entropy, predicted=class_ids, outputs=word_tags, targets=kept_tags, pooling="first-piece",
+        output_rows=lambda encoded: sum(encoded.kept_words),
         score=score_tags,
         label_scores=lambda predictions, labels, names: (
             metrics.span_type_scores(list(predictions), list(labels)), None),
         stuck=lambda predictions: one_class([tag for tags in predictions for tag in tags]),
         majority=lambda data, examples: [[majority_tag(data)] * len(tags) for tags in examples.labels],
         label_names=lambda splits, paths: label_set(splits, paths, per_token=True),
-        inputs=lambda examples, index: {"words": examples.texts[index]}, saved_labels=class_fields),
+        inputs=lambda examples, index: {"words": examples.texts[index]}, saved_labels=class_fields,
+        saved_tokenizer=space_words_as_trained),
     TaskKind(
         "qa", main_metric="f1", head="span", work="bertpre.finetune.qa_seeds:QuestionAnsweringWork",
         unit="windows", baseline=("no_answer", "no answer"), read=read_questions, options=QASettings,

@@ -5,16 +5,13 @@ is the family's, in its export's layout: `BertFor*`, `AlbertFor*` (ALBERT option
 (relative positions: remote code, `trust_remote_code=True`) or `XLNetFor*`."""
 from __future__ import annotations
 
-import json
 import shutil
 import time
 from pathlib import Path
 
-from tokenizers import Tokenizer
 from torch import nn
 
 from bertpre.errors import UserError, signals_held
-from bertpre.finetune.encoding import spacing_words
 from bertpre.finetune.kinds import task_kind
 from bertpre.finetune.model import task_head
 from bertpre.folders import make_files_readable
@@ -55,28 +52,6 @@ def task_class_name(config: BertConfig, task: str) -> str:
     return row.hf_task_prefix(config) + "For" + head.__name__.split("For", 1)[1]
 
 
-def space_words_as_trained(folder: Path) -> None:
-    """A tagging model's tokenizer files as it was fine-tuned: a byte-level BPE took each word spaced
-    (`spacing_words`), so tokenizer.json's pre-tokenizer adds the prefix space and tokenizer_config.json
-    says `add_prefix_space` (transformers' RobertaTokenizer rebuilds its pipeline from that key, its
-    generic fast tokenizer reads tokenizer.json): `tokenizer(words, is_split_into_words=True)` then
-    gives the pieces the model was trained on. Other tokenizers are left as they are."""
-    path, config_path = folder / "tokenizer.json", folder / "tokenizer_config.json"
-    if not path.is_file():
-        return
-    tokenizer = Tokenizer.from_file(str(path))
-    spaced = spacing_words(tokenizer)
-    if spaced is tokenizer:
-        return
-    spaced.save(str(path))
-    try:
-        config = json.loads(config_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        config = None  # none, or damaged: the tokenizer.json alone says it
-    if isinstance(config, dict):
-        write_json(config_path, {**config, "add_prefix_space": True})
-
-
 def keep_beside(out: Path, staging: Path, target: Path, problem: str) -> None:
     """Keep the new model beside `target`, which is not replaced, and say why and where."""
     beside = out / f"{MODEL_FOLDER}.new-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -96,8 +71,7 @@ def save_task_model(out: Path, model: nn.Module, config: BertConfig, *, task: st
         hf["architectures"] = [task_class_name(config, task)]
         hf.update(kind.saved_labels(label_names))  # question answering: transformers' default, start and end
         write_json(staging / "config.json", hf)
-        if kind.per_token:
-            space_words_as_trained(staging)
+        kind.saved_tokenizer(staging)
         make_files_readable(staging)
         kept: list[str] = []
         if (link := link_on_the_way(out, MODEL_FOLDER)) is not None:  # made while it trained

@@ -317,7 +317,7 @@ def check_fits(encoder: Encoder, hp: Hyperparameters, train: Encoded, scored: En
 
 def cut_outputs(raw: np.ndarray, parts: list[Encoded], task: str) -> list[np.ndarray]:
     """The model's outputs on `join_encoded(parts)`, one array a part (tagging: a row a kept word)."""
-    sizes = [part.output_rows for part in parts]
+    sizes = [task_kind(task).output_rows(part) for part in parts]
     bounds = np.cumsum([0, *sizes])
     return [raw[start:end] for start, end in zip(bounds[:-1], bounds[1:], strict=True)]
 
