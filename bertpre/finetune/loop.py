@@ -1,6 +1,7 @@
-"""One seed of fine-tuning: the full model trained with its head (AdamW without decay on biases
-and LayerNorm, warmup then linear decay, clipping), or a linear probe trained on frozen features;
-both end with predictions on the scored split."""
+"""One seed of fine-tuning, for every task kind: the task model trained (`train_task_model`: AdamW
+without decay on biases and LayerNorm, warmup then linear decay, clipping; the encoder too, or
+frozen under a probe), or a linear probe trained on frozen features; a labelled kind's predictions
+on the scored splits."""
 from __future__ import annotations
 
 import math
@@ -94,14 +95,6 @@ def optimizer_step(loss: torch.Tensor, optimizer: torch.optim.Optimizer,
 def task_loss(logits: torch.Tensor, labels: torch.Tensor, task: str) -> torch.Tensor:
     """The loss of `task`'s kind (cross-entropy over classes or tags, mean squared error for values)."""
     return task_kind(task).loss(logits, labels)
-
-
-def finetune_full(encoder: Encoder, train: Encoded, scored: Encoded, *, task: str, num_labels: int,
-                  hp: Hyperparameters, seed: int, runtime: Runtime) -> tuple[np.ndarray, nn.Module]:
-    """Train encoder and head together from `seed`; return the predictions on `scored` and the model."""
-    model = train_full(encoder, train, task=task, num_labels=num_labels, hp=hp, seed=seed, runtime=runtime)
-    return predict(model, scored, task=task, batch_size=hp.eval_batch_size, pad_id=pad_token_id(encoder),
-                   runtime=runtime, padding_side=encoder.padding_side), model
 
 
 def train_full(encoder: Encoder, train: Encoded, *, task: str, num_labels: int, hp: Hyperparameters,
