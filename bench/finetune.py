@@ -113,9 +113,9 @@ class Bertpre:
     """bertpre's side: the library calls `bertpre finetune` makes, timed apart."""
 
     def __init__(self, export: Path, task: Path, hp) -> None:
+        from bertpre.finetune.kinds import load_task
         from bertpre.finetune.run import encode
         from bertpre.finetune.source import load_encoder
-        from bertpre.finetune.tasks import load_task
         from bertpre.train.runtime import init_runtime
 
         self.hp, self.runtime = hp, init_runtime("fp32", device="cpu")

@@ -27,7 +27,7 @@ from bertpre.heartbeat import Heartbeat
 from data_prep.errors import CorpusError
 
 if TYPE_CHECKING:  # imported where used: `bertpre --help` loads no torch
-    from bertpre.finetune.qa_seeds import QASettings
+    from bertpre.finetune.qa_data import QASettings
 
 app = typer.Typer(
     name="bertpre",
@@ -475,6 +475,7 @@ def finetune(
              bertpre finetune my-bert --task qa --train train-v1.1.json --validation dev-v1.1.json --out results/squad
     """
     from bertpre.config.finetune import load_hyperparameters
+    from bertpre.finetune.kinds import task_kind
     from bertpre.finetune.report import format_benchmark, format_curve, format_table
     from bertpre.finetune.run import TaskFiles, choose_seeds, reported_result
     from bertpre.finetune.run import finetune as run_finetune
@@ -485,7 +486,7 @@ def finetune(
         ("max_seq_length", max_seq_length), ("warmup_ratio", warmup_ratio), ("weight_decay", weight_decay)]
         if value is not None}
     chosen_preset = preset if preset is not None else (
-        "probe" if mode == "probe" else "squad" if task == "qa" else None)
+        "probe" if mode == "probe" else task_kind(task).preset)
     hp = load_hyperparameters(chosen_preset, config, list(overrides or []), given)
     benchmark = finetune_benchmark(glue_dir, clue_dir, tasks, [
         ("--train", train), ("--validation", validation), ("--test", test), ("--text-column", text_column),
@@ -520,11 +521,12 @@ def finetune(
 def question_answering_settings(task: str, doc_stride: int | None, max_answer_length: int | None,
                                 version_2: bool, answer_language: str | None) -> QASettings | None:
     """`--task qa`'s settings from its options (None for another task, which refuses them)."""
-    from bertpre.finetune.qa_seeds import QASettings
+    from bertpre.finetune.kinds import task_kind
+    from bertpre.finetune.qa_data import QASettings
 
     given = {"--doc-stride": doc_stride, "--max-answer-length": max_answer_length,
              "--version-2": version_2 or None, "--answer-language": answer_language}
-    if task != "qa":
+    if task_kind(task).options is not QASettings:  # the options below are question answering's
         named = [name for name, value in given.items() if value is not None]
         if named:
             raise UserError(f"{named[0]} is an option of --task qa; leave it out for --task {task}")

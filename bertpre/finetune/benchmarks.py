@@ -14,12 +14,12 @@ from pathlib import Path
 from typing import Any
 
 from bertpre.errors import UserError
+from bertpre.finetune.kinds import task_kind
 from bertpre.finetune.tasks import (
     Examples,
     TaskData,
     describe_file,
     json_records,
-    label_set,
     label_value,
     text_value,
 )
@@ -231,7 +231,7 @@ def load_benchmark_task(task: BenchmarkTask, folder: Path, say: Callable[[str], 
         if skipped:
             say(f"note: {path}: skipped {skipped:,} row{'s' if skipped != 1 else ''} "
                 f"({'malformed' if path.suffix == '.tsv' else 'labelled -'})")
-    label_names = [] if task.task == "regression" else label_set(task.task, splits, paths)
+    label_names = task_kind(task.task).label_names(splits, paths)
     scored = [examples for split, examples in splits.items() if split != "train"]
     return TaskData(task=task.task, train=splits["train"], validation=scored[0], test=None, label_names=label_names,
                     files={split: describe_file(path) for split, path in paths.items()},

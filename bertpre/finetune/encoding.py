@@ -4,8 +4,9 @@ types 0/1/2), the types given by the model's family (`model.token_types`, never 
 template), truncated longest-first by the tokenizer itself (what
 `AutoTokenizer(a, b, truncation="longest_first", max_length=L)` gives), and tags on the first
 piece of each word, placed back by the word's index (the tokenizer's word_ids), each word spaced
-as `is_split_into_words` with `add_prefix_space=True` spaces it for a byte-level BPE; batches
-padded on the model's side (XLNet's: the left) with the tokenizer's padding id.
+as `is_split_into_words` with `add_prefix_space=True` spaces it for a byte-level BPE (and a saved
+tagging model's tokenizer files saying so); batches padded on the model's side (XLNet's: the left)
+with the tokenizer's padding id.
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -23,6 +25,7 @@ from bertpre.finetune.tasks import TaskData, majority_label, metric_name
 from bertpre.labels import IGNORE_INDEX
 from bertpre.model.config import BertConfig
 from bertpre.model.families import token_types
+from bertpre.model.hf_format import write_json
 from bertpre.tokenizer.roles import specials_before_second_text, text_segments
 
 ENCODE_BATCH = 4096  # examples per call into the tokenizer (it parallelizes inside one call)
@@ -45,7 +48,6 @@ class Encoded:
 
     def __len__(self) -> int:
         return len(self.input_ids)
-
 
 def join_encoded(parts: list[Encoded]) -> Encoded:
     """Several encoded splits as one, example after example (`cut_outputs` cuts outputs back apart)."""
@@ -228,7 +230,7 @@ def encoding_notes(data: TaskData, train: Encoded, scored: list[Encoded], max_le
              *((metric_name(data.split, suffix), part, examples)
                for (suffix, examples), part in zip(data.scored, scored, strict=True))]
     notes = [truncation_note([(name, encoded) for name, encoded, _ in named], max_length, positions)]
-    if data.task == "tagging":
+    if train.kept_words is not None:  # words tagged on their first piece
         fallback = majority_label([tag for tags in data.train.labels for tag in tags])
         for name, encoded, examples in named:
             notes.extend(missing_words_notes(name, encoded, examples.texts, fallback, training=name == "training"))
@@ -268,3 +270,25 @@ def pad_batch(encoded: Encoded, indices: list[int], pad_id: int, *, regression: 
                               dtype=torch.float32 if regression else torch.long)
     return {"input_ids": input_ids, "token_type_ids": token_type_ids,
             "attention_mask": attention_mask, "labels": labels}
+
+
+def space_words_as_trained(folder: Path) -> None:
+    """A tagging model's tokenizer files as it was fine-tuned: a byte-level BPE took each word spaced
+    (`spacing_words`), so tokenizer.json's pre-tokenizer adds the prefix space and tokenizer_config.json
+    says `add_prefix_space` (transformers' RobertaTokenizer rebuilds its pipeline from that key, its
+    generic fast tokenizer reads tokenizer.json): `tokenizer(words, is_split_into_words=True)` then
+    gives the pieces the model was trained on. Other tokenizers are left as they are."""
+    path, config_path = folder / "tokenizer.json", folder / "tokenizer_config.json"
+    if not path.is_file():
+        return
+    tokenizer = Tokenizer.from_file(str(path))
+    spaced = spacing_words(tokenizer)
+    if spaced is tokenizer:
+        return
+    spaced.save(str(path))
+    try:
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        config = None  # none, or damaged: the tokenizer.json alone says it
+    if isinstance(config, dict):
+        write_json(config_path, {**config, "add_prefix_space": True})

@@ -18,6 +18,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from bertpre.finetune.encoding import Encoded
+from bertpre.finetune.kinds import task_kind
 from bertpre.finetune.loop import encoder_features
 from bertpre.finetune.source import Encoder
 from bertpre.labels import IGNORE_INDEX
@@ -29,11 +30,11 @@ FEATURES_FOLDER = "features"
 def features_key(encoder: Encoder, encoded: Encoded, *, task: str, pooling: str, precision: str) -> str:
     """The sha256 naming these features: weights, inputs, pooling and precision."""
     digest = hashlib.sha256()
-    digest.update(f"{encoder.weights_sha256}|{task == 'tagging'}|{pooling}|{precision}|".encode())
+    digest.update(f"{encoder.weights_sha256}|{task_kind(task).per_token}|{pooling}|{precision}|".encode())
     for rows in (encoded.input_ids, encoded.token_type_ids):
         digest.update(np.asarray([len(row) for row in rows], dtype=np.int64).tobytes())
         digest.update(np.asarray([value for row in rows for value in row], dtype=np.int64).tobytes())
-    if task == "tagging":  # which pieces are a word's first: the positions features are taken at
+    if pooling == "first-piece":  # which pieces are a word's first: the positions features are taken at
         digest.update(np.asarray([label != IGNORE_INDEX for row in encoded.labels for label in row]).tobytes())
     return digest.hexdigest()
 
@@ -42,13 +43,12 @@ def cached_features(encoder: Encoder, encoded: Encoded, *, task: str, pooling: s
                     runtime: Runtime, folder: Path | None, say: Callable[[str], None] = print) -> torch.Tensor:
     """`encoder_features` for these inputs, read from `folder` when an earlier command kept them
     there, else computed and kept (nothing is kept when `folder` is None)."""
-    pooling = "first-piece" if task == "tagging" else pooling
+    pooling = task_kind(task).pooling or pooling
     if folder is None:
         return encoder_features(encoder, encoded, task=task, pooling=pooling, batch_size=batch_size, runtime=runtime)
     key = features_key(encoder, encoded, task=task, pooling=pooling, precision=runtime.precision)
     path = Path(folder) / f"{key}.safetensors"
-    expected = (sum(1 for row in encoded.labels for label in row if label != IGNORE_INDEX)
-                if task == "tagging" else len(encoded), int(encoder.config.hidden_size))
+    expected = (task_kind(task).output_rows(encoded), int(encoder.config.hidden_size))
     if path.is_file():
         features = read_features(path, expected)
         if features is not None:

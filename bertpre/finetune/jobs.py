@@ -17,18 +17,18 @@ import bertpre
 from bertpre.config.finetune import Hyperparameters
 from bertpre.finetune.benchmarks import BENCHMARKS, Benchmark, reported, task_score
 from bertpre.finetune.features import FEATURES_FOLDER
+from bertpre.finetune.kinds import task_kind
 from bertpre.finetune.model import task_config
-from bertpre.finetune.qa_seeds import QATaskData, fitted_qa_settings, run_qa_seeds
+from bertpre.finetune.qa_data import QATaskData
 from bertpre.finetune.report import summarize
 from bertpre.finetune.results import (
     PREDICTIONS_FOLDER,
     SWEEP_FILE,
     append_line,
     finished_work,
-    prediction_rows,
     write_lines,
 )
-from bertpre.finetune.seeds import run_seeds, scored_splits
+from bertpre.finetune.seeds import run_seeds
 from bertpre.finetune.source import Encoder, load_encoder
 from bertpre.finetune.sweep import log_to_tensorboard
 from bertpre.finetune.tasks import TaskData
@@ -61,10 +61,8 @@ class Job:
         new; a new one is recorded there (in a sweep, after the RUN's TensorBoard has it)."""
         hp = fitted_hyperparameters(self.hp, encoder, self.say)
         encoder = replace(encoder, config=task_config(encoder.config, hp, self.data.task))
-        files = self.files
-        if isinstance(self.data, QATaskData) and files.qa is not None:  # the stride these windows take
-            files = replace(files, qa=fitted_qa_settings(files.qa, encoder.tokenizer, self.data, hp.max_seq_length,
-                                                         self.say))
+        work = task_kind(self.data.task).work_class()
+        files = work.fitted_files(self.files, encoder, self.data, hp.max_seq_length, self.say)  # QA: the windows' stride
         key = work_key(encoder, self.data, files, hp, self.seeds, self.select_by)
         done = finished_work(self.target, key)
         if done is not None and self.save_model and not done.get("saved_model"):
@@ -78,17 +76,9 @@ class Job:
             if self.runtime.note:  # fp16 asked of a CPU: said, as pretrain says it
                 self.say(f"note: {self.runtime.note}")
         save_to = self.target if self.save_model else None
-        if isinstance(self.data, QATaskData):
-            assert files.qa is not None
-            result, rows, n_best = run_qa_seeds(encoder, self.data, files.qa, hp, self.seeds, self.runtime,
-                                                self.say, save_to=save_to, select_by=self.select_by)
-        else:
-            n_best = {}
-            result, predictions = run_seeds(encoder, self.data, self.files, hp, self.seeds, self.runtime, self.say,
-                                            save_to=save_to, features_folder=self.target / FEATURES_FOLDER,
-                                            select_by=self.select_by)
-            rows = {split.name: prediction_rows(self.data.task, split.examples, self.seeds, predictions[split.name])
-                    for split in scored_splits(self.data)}
+        result, rows, n_best = run_seeds(encoder, self.data, files, hp, self.seeds, self.runtime, self.say,
+                                         save_to=save_to, features_folder=self.target / FEATURES_FOLDER,
+                                         select_by=self.select_by)
         result["key"] = key
         # Written before the line that records the work: a line's predictions are always there.
         folder = Path(PREDICTIONS_FOLDER) / f"{self.name}-{key[:12]}"

@@ -1,6 +1,7 @@
-"""One seed of fine-tuning: the full model trained with its head (AdamW without decay on biases
-and LayerNorm, warmup then linear decay, clipping), or a linear probe trained on frozen features;
-both end with predictions on the scored split."""
+"""One seed of fine-tuning, for every task kind: the task model trained (`train_task_model`: AdamW
+without decay on biases and LayerNorm, warmup then linear decay, clipping; the encoder too, or
+frozen under a probe), or a linear probe trained on frozen features; a labelled kind's predictions
+on the scored splits."""
 from __future__ import annotations
 
 import math
@@ -15,9 +16,11 @@ from tqdm import tqdm
 
 from bertpre.config.finetune import Hyperparameters
 from bertpre.finetune.encoding import Encoded, pad_batch
+from bertpre.finetune.kinds import task_kind
 from bertpre.finetune.model import build_task_model
 from bertpre.finetune.source import Encoder
 from bertpre.labels import IGNORE_INDEX
+from bertpre.model.families import encoder_of, family
 from bertpre.model.unpad import Unpadded
 from bertpre.tokenizer.roles import token_roles
 from bertpre.train.optim import learning_rate, parameter_groups
@@ -90,55 +93,71 @@ def optimizer_step(loss: torch.Tensor, optimizer: torch.optim.Optimizer,
 
 
 def task_loss(logits: torch.Tensor, labels: torch.Tensor, task: str) -> torch.Tensor:
-    if task == "regression":
-        return nn.functional.mse_loss(logits.squeeze(-1).float(), labels.float())
-    return nn.functional.cross_entropy(logits.flatten(0, -2).float(), labels.flatten(),
-                                       ignore_index=IGNORE_INDEX)
-
-
-def finetune_full(encoder: Encoder, train: Encoded, scored: Encoded, *, task: str, num_labels: int,
-                  hp: Hyperparameters, seed: int, runtime: Runtime) -> tuple[np.ndarray, nn.Module]:
-    """Train encoder and head together from `seed`; return the predictions on `scored` and the model."""
-    model = train_full(encoder, train, task=task, num_labels=num_labels, hp=hp, seed=seed, runtime=runtime)
-    return predict(model, scored, task=task, batch_size=hp.eval_batch_size, pad_id=pad_token_id(encoder),
-                   runtime=runtime, padding_side=encoder.padding_side), model
+    """The loss of `task`'s kind (cross-entropy over classes or tags, mean squared error for values)."""
+    return task_kind(task).loss(logits, labels)
 
 
 def train_full(encoder: Encoder, train: Encoded, *, task: str, num_labels: int, hp: Hyperparameters,
                seed: int, runtime: Runtime, after_epoch: AfterEpoch | None = None) -> nn.Module:
     """The task model (encoder and head) trained together from `seed` for `hp.epochs` passes;
     `after_epoch(epoch, model)` is called after each (from 1), e.g. to score it on dev."""
+    kind, pad_id = task_kind(task), pad_token_id(encoder)
+
+    def batch_of(indices: list[int]) -> dict[str, torch.Tensor]:
+        return pad_batch(train, indices, pad_id, regression=kind.float_labels, tagging=kind.per_token,
+                         padding_side=encoder.padding_side)
+
+    def loss_of(logits: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        return kind.loss(logits, batch["labels"].to(runtime.device, non_blocking=True))
+
+    return train_task_model(encoder, len(train), batch_of, loss_of, head=kind.head, num_labels=num_labels, hp=hp,
+                            seed=seed, runtime=runtime, unit=kind.unit, probe=False, after_epoch=after_epoch)
+
+
+def train_task_model(encoder: Encoder, count: int, batch_of: Callable[[list[int]], dict[str, torch.Tensor]],
+                     loss_of: Callable[[torch.Tensor, dict[str, torch.Tensor]], torch.Tensor], *, head: str,
+                     num_labels: int, hp: Hyperparameters, seed: int, runtime: Runtime, unit: str, probe: bool,
+                     after_epoch: AfterEpoch | None = None) -> nn.Module:
+    """Every kind's task model trained from `seed` for `hp.epochs` passes over `count` examples:
+    `batch_of(indices)` pads a batch on the CPU, `loss_of(logits, batch)` scores the model's
+    logits. AdamW without decay on biases and LayerNorm, warmup then linear decay, clipping. With
+    `probe` the encoder stays frozen (eval mode, no gradients) and only the head learns.
+    `after_epoch(epoch, model)` is called after each (from 1), e.g. to score it on dev."""
     torch.manual_seed(seed)
-    model = build_task_model(encoder.config, encoder.state, num_labels, tagging=task == "tagging",
+    model = build_task_model(encoder.config, encoder.state, num_labels, head=head,
                              head_state=encoder.head_state).to(runtime.device)
+    frozen = encoder_of(model, encoder.config) if probe else None
+    trained: nn.Module = model
+    if frozen is not None:
+        frozen.requires_grad_(False)
+        encoder_name = family(encoder.config).encoder_attribute
+        trained = nn.ModuleList(module for name, module in model.named_children() if name != encoder_name)
     # Fused AdamW (one kernel over all parameters, CPU or GPU) is the same update as the
     # per-tensor loop torch picks on a CPU, several times faster than it for a small model.
-    optimizer = torch.optim.AdamW(parameter_groups(model, hp.weight_decay), lr=hp.lr,
+    optimizer = torch.optim.AdamW(parameter_groups(trained, hp.weight_decay), lr=hp.lr,
                                   fused=runtime.device.type in FUSED_ADAMW_DEVICES or None)
     scaler = runtime.grad_scaler()
-    total, warmup = schedule_steps(len(train), hp)
+    total, warmup = schedule_steps(count, hp)
     generator = torch.Generator().manual_seed(seed)
-    pad_id = pad_token_id(encoder)
     step = 0
-    with SeedProgress(seed, total, hp.epochs, "sentences" if task == "tagging" else "examples") as progress:
-        model.train()
+    with SeedProgress(seed, total, hp.epochs, unit) as progress:
         for epoch in range(hp.epochs):
-            for indices in shuffled_batches(len(train), hp.batch_size, generator):
-                batch = pad_batch(train, indices, pad_id, regression=task == "regression", tagging=task == "tagging",
-                                  padding_side=encoder.padding_side)
+            model.train()  # again after each epoch's scoring, which leaves it in eval mode
+            if frozen is not None:  # frozen means no dropout either: the features a probe reads are the encoder's own
+                frozen.eval()
+            for indices in shuffled_batches(count, hp.batch_size, generator):
+                batch = batch_of(indices)
                 inputs = model_inputs(model, batch, runtime.device)
-                batch = to_device(batch, runtime.device)
                 for group in optimizer.param_groups:
                     group["lr"] = learning_rate(step, lr=hp.lr, warmup_steps=warmup, max_steps=total)
                 with runtime.autocast():
                     logits = model(**inputs)
-                loss = task_loss(logits, batch["labels"], task)
-                optimizer_step(loss, optimizer, scaler, model.parameters(), hp.max_grad_norm)
+                loss = loss_of(logits, batch)
+                optimizer_step(loss, optimizer, scaler, trained.parameters(), hp.max_grad_norm)
                 step += 1
                 progress.step(epoch, loss, len(indices))
             if after_epoch is not None:
                 after_epoch(epoch + 1, model)
-                model.train()
     return model
 
 
@@ -151,23 +170,18 @@ def predict(model: nn.Module, encoded: Encoded, *, task: str, batch_size: int, p
     outputs are put back in the examples' order.
     """
     model.eval()
+    kind = task_kind(task)
     order = sorted(range(len(encoded)), key=lambda index: len(encoded.input_ids[index]))
     outputs: list[torch.Tensor] = [torch.empty(0)] * len(encoded)  # one per example
     for start in range(0, len(order), batch_size):
         indices = order[start:start + batch_size]
-        batch = pad_batch(encoded, indices, pad_id, regression=task == "regression", tagging=task == "tagging",
+        batch = pad_batch(encoded, indices, pad_id, regression=kind.float_labels, tagging=kind.per_token,
                           padding_side=padding_side)
         inputs = model_inputs(model, batch, runtime.device)
         batch = to_device(batch, runtime.device)
         with runtime.autocast():
             logits = model(**inputs).float()
-        if task == "regression":
-            rows = logits.squeeze(-1).cpu()
-        elif task == "tagging":
-            predicted, kept = logits.argmax(-1).cpu(), (batch["labels"] != IGNORE_INDEX).cpu()
-            rows = [row[keep] for row, keep in zip(predicted, kept, strict=True)]  # (words,) each
-        else:
-            rows = logits.argmax(-1).cpu()
+        rows = kind.outputs(logits, batch)  # a class id or value an example, or (words,) tag ids
         for index, row in zip(indices, rows, strict=True):
             outputs[index] = row.reshape(-1)
     return torch.cat(outputs).numpy()
@@ -200,17 +214,18 @@ def encoder_features(encoder: Encoder, encoded: Encoded, *, task: str, pooling: 
     tokens per example (B, C); for tagging, each word's first piece (words, C). fp32, on the CPU."""
     model = build_task_model(encoder.config, encoder.state, 1, tagging=True).to(runtime.device)
     model.eval()
-    pad_id = pad_token_id(encoder)
+    kind, pad_id = task_kind(task), pad_token_id(encoder)
+    pooling = kind.pooling or pooling
     features = []
     for start in range(0, len(encoded), batch_size):
         indices = list(range(start, min(start + batch_size, len(encoded))))
-        batch = pad_batch(encoded, indices, pad_id, regression=task == "regression",
-                          tagging=task == "tagging", padding_side=encoder.padding_side)
+        batch = pad_batch(encoded, indices, pad_id, regression=kind.float_labels, tagging=kind.per_token,
+                          padding_side=encoder.padding_side)
         inputs = model_inputs(model, batch, runtime.device)
         batch = to_device(batch, runtime.device)
         with runtime.autocast():
             hidden = model.hidden_states(**inputs).float()  # (B, T, C)
-        if task == "tagging":
+        if pooling == "first-piece":  # a word's features: its first piece's
             features.append(hidden[batch["labels"] != IGNORE_INDEX].cpu())
         elif pooling == "mean":
             mask = batch["attention_mask"].unsqueeze(-1).float()
@@ -222,9 +237,7 @@ def encoder_features(encoder: Encoder, encoded: Encoded, *, task: str, pooling: 
 
 def probe_labels(encoded: Encoded, task: str) -> torch.Tensor:
     """The labels probe features line up with: per example, or per kept word for tagging."""
-    if task == "tagging":
-        return torch.tensor([label for labels in encoded.labels for label in labels if label != IGNORE_INDEX])
-    return torch.tensor(encoded.labels, dtype=torch.float32 if task == "regression" else torch.long)
+    return task_kind(task).targets(encoded)
 
 
 def train_probe(train_features: torch.Tensor, train_labels: torch.Tensor, scored_features: torch.Tensor,
@@ -233,17 +246,17 @@ def train_probe(train_features: torch.Tensor, train_labels: torch.Tensor, scored
     """A linear head on frozen features (AdamW, warmup then linear decay); predictions on `scored`.
     `after_epoch(epoch, head)` is called after each epoch (from 1)."""
     torch.manual_seed(seed)
-    head = nn.Linear(train_features.shape[1], num_labels)
+    head, kind = nn.Linear(train_features.shape[1], num_labels), task_kind(task)
     optimizer = torch.optim.AdamW(parameter_groups(head, hp.weight_decay), lr=hp.lr)
     total, warmup = schedule_steps(len(train_features), hp)
     generator = torch.Generator().manual_seed(seed)
     step = 0
-    with SeedProgress(seed, total, hp.epochs, "tokens" if task == "tagging" else "examples") as progress:
+    with SeedProgress(seed, total, hp.epochs, kind.probe_unit) as progress:
         for epoch in range(hp.epochs):
             for indices in shuffled_batches(len(train_features), hp.batch_size, generator):
                 for group in optimizer.param_groups:
                     group["lr"] = learning_rate(step, lr=hp.lr, warmup_steps=warmup, max_steps=total)
-                loss = task_loss(head(train_features[indices]), train_labels[indices], task)
+                loss = kind.loss(head(train_features[indices]), train_labels[indices])
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 torch.nn.utils.clip_grad_norm_(head.parameters(), hp.max_grad_norm)
@@ -258,8 +271,7 @@ def train_probe(train_features: torch.Tensor, train_labels: torch.Tensor, scored
 @torch.no_grad()
 def probe_outputs(head: nn.Module, features: torch.Tensor, task: str) -> np.ndarray:
     """A probe's class ids (or values) for `features`."""
-    logits = head(features)
-    return (logits.squeeze(-1) if task == "regression" else logits.argmax(-1)).numpy()
+    return task_kind(task).predicted(head(features)).numpy()  # a row of features each
 
 
 def pad_token_id(encoder: Encoder) -> int:

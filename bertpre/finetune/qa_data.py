@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from bertpre.errors import UserError
+from bertpre.finetune.tasks import describe_file
 
 
 @dataclass(frozen=True)
@@ -165,3 +167,58 @@ def _answer(path: Path, where: str, context: str, text: object, start: object) -
         raise UserError(f"{path}: {where} has answer_start {start} that does not match its answer "
                         f"{text!r}: the context there reads {found!r}{hint}")
     return Answer(text, start)
+
+
+LANGUAGES = ("auto", "en", "zh")
+# "auto" scores as Chinese (CMRC 2018's character F1) when this share of the contexts' characters
+# (spaces aside) are CJK ideographs; English words in a Chinese text stay far below it.
+CHINESE_SHARE = 0.3
+
+
+@dataclass(frozen=True)
+class QASettings:
+    """How questions are windowed, answered and scored (the command's QA options)."""
+
+    # context tokens a window shares with the one before; None: not given, SQuAD's 128 fitted to the
+    # run's windows (`fitted_qa_settings`)
+    doc_stride: int | None = None
+    max_answer_length: int = 30  # tokens
+    version_2_with_negative: bool = False  # SQuAD v2.0: unanswerable questions
+    language: str = "auto"  # en: SQuAD's EM/F1; zh: CMRC 2018's; auto: by the contexts' script
+    n_best_size: int = 20
+
+    def __post_init__(self) -> None:
+        if self.language not in LANGUAGES:
+            raise UserError(f"--answer-language {self.language!r} must be one of {', '.join(LANGUAGES)}")
+        if self.doc_stride is not None and self.doc_stride < 0:
+            raise UserError(f"--doc-stride {self.doc_stride} must be 0 or more")
+        if self.max_answer_length < 1:
+            raise UserError(f"--max-answer-length {self.max_answer_length} must be 1 or more")
+
+
+@dataclass
+class QATaskData:
+    """The question-answering splits and their files (the counterpart of `tasks.TaskData`)."""
+
+    train: list[QAExample]
+    validation: list[QAExample]
+    test: list[QAExample] | None
+    files: dict[str, dict[str, Any]] = field(default_factory=dict)  # split → path, sha256, bytes
+    task: str = "qa"
+    label_names: list[str] = field(default_factory=list)  # none: answers are spans
+
+    @property
+    def split(self) -> str:
+        """The split the report scores: test when there is one, else validation."""
+        return "test" if self.test is not None else "validation"
+
+
+def load_qa_task(train: Path, validation: Path, test: Path | None, settings: QASettings) -> QATaskData:
+    """Read the SQuAD-layout (or JSON lines) files; an empty split is refused in one line."""
+    paths = {"train": Path(train), "validation": Path(validation), **({"test": Path(test)} if test else {})}
+    splits = {name: read_qa_file(path, settings.version_2_with_negative) for name, path in paths.items()}
+    for name, examples in splits.items():
+        if not examples:
+            raise UserError(f"{paths[name]} has no questions; give a SQuAD-layout file with data/paragraphs/qas")
+    return QATaskData(train=splits["train"], validation=splits["validation"], test=splits.get("test"),
+                      files={name: describe_file(path) for name, path in paths.items()})

@@ -9,21 +9,9 @@ import torch
 from torch import nn
 
 from bertpre.config.finetune import Hyperparameters
-from bertpre.finetune.loop import (
-    FUSED_ADAMW_DEVICES,
-    AfterEpoch,
-    SeedProgress,
-    model_inputs,
-    optimizer_step,
-    pad_token_id,
-    schedule_steps,
-    shuffled_batches,
-)
-from bertpre.finetune.model import build_task_model
+from bertpre.finetune.loop import AfterEpoch, model_inputs, pad_token_id, train_task_model
 from bertpre.finetune.qa_windows import QAWindows
 from bertpre.finetune.source import Encoder
-from bertpre.model.families import encoder_of, family
-from bertpre.train.optim import learning_rate, parameter_groups
 from bertpre.train.runtime import Runtime
 
 
@@ -65,46 +53,22 @@ def span_loss(logits: torch.Tensor, start_positions: torch.Tensor, end_positions
 
 def train_question_answering(encoder: Encoder, windows: QAWindows, *, hp: Hyperparameters, seed: int,
                              runtime: Runtime, after_epoch: AfterEpoch | None = None) -> nn.Module:
-    """The question-answering model trained from `seed` for `hp.epochs` passes over the windows;
-    in probe mode the encoder stays frozen (eval mode, no gradients) and only the head learns
+    """The question-answering model trained from `seed` for `hp.epochs` passes over the windows
+    (`train_task_model`); in probe mode the encoder stays frozen and only the head learns
     (`qa_outputs`; ModernBERT's `head` and `classifier`).
     `after_epoch(epoch, model)` is called after each (from 1), e.g. to answer dev's questions."""
-    torch.manual_seed(seed)
-    model = build_task_model(encoder.config, encoder.state, 2, tagging=False, question_answering=True,
-                             head_state=encoder.head_state).to(runtime.device)
-    probe = hp.mode == "probe"
-    if probe:
-        encoder_of(model, encoder.config).requires_grad_(False)
-    encoder_name = family(encoder.config).encoder_attribute
-    trained = nn.ModuleList(module for name, module in model.named_children() if name != encoder_name) if probe else model
-    optimizer = torch.optim.AdamW(parameter_groups(trained, hp.weight_decay), lr=hp.lr,
-                                  fused=runtime.device.type in FUSED_ADAMW_DEVICES or None)
-    scaler = runtime.grad_scaler()
-    total, warmup = schedule_steps(len(windows), hp)
-    generator = torch.Generator().manual_seed(seed)
     pad_id = pad_token_id(encoder)
-    step = 0
-    with SeedProgress(seed, total, hp.epochs, "windows") as progress:
-        for epoch in range(hp.epochs):
-            model.train()  # again after each epoch's scoring, which leaves it in eval mode
-            if probe:  # frozen means no dropout either: the features a probe reads are the encoder's own
-                encoder_of(model, encoder.config).eval()
-            for indices in shuffled_batches(len(windows), hp.batch_size, generator):
-                batch = pad_windows(windows, indices, pad_id, encoder.padding_side)
-                inputs = model_inputs(model, batch, runtime.device)
-                starts = batch["start_positions"].to(runtime.device)
-                ends = batch["end_positions"].to(runtime.device)
-                for group in optimizer.param_groups:
-                    group["lr"] = learning_rate(step, lr=hp.lr, warmup_steps=warmup, max_steps=total)
-                with runtime.autocast():
-                    logits = model(**inputs)  # (B, T, 2)
-                loss = span_loss(logits, starts, ends, batch["attention_mask"])
-                optimizer_step(loss, optimizer, scaler, trained.parameters(), hp.max_grad_norm)
-                step += 1
-                progress.step(epoch, loss, len(indices))
-            if after_epoch is not None:
-                after_epoch(epoch + 1, model)
-    return model
+
+    def batch_of(indices: list[int]) -> dict[str, torch.Tensor]:
+        return pad_windows(windows, indices, pad_id, encoder.padding_side)
+
+    def loss_of(logits: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:  # logits (B, T, 2)
+        starts = batch["start_positions"].to(runtime.device)
+        ends = batch["end_positions"].to(runtime.device)
+        return span_loss(logits, starts, ends, batch["attention_mask"])
+
+    return train_task_model(encoder, len(windows), batch_of, loss_of, head="span", num_labels=2, hp=hp, seed=seed,
+                            runtime=runtime, unit="windows", probe=hp.mode == "probe", after_epoch=after_epoch)
 
 
 @torch.no_grad()

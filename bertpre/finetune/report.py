@@ -10,35 +10,16 @@ from typing import Any
 
 import numpy as np
 
-from bertpre.finetune import metrics
+from bertpre.finetune.kinds import TASK_KINDS, task_kind
 
 # The metric a task is judged by first: the dev score that chooses an epoch or a checkpoint, and
 # the best seed's for --save-model.
-MAIN_METRIC = {"classification": "accuracy", "tagging": "f1", "regression": "pearson", "qa": "f1"}
-# how question answering was scored, by the answers' language
-QA_SCORING = {"en": "SQuAD's normalisation", "zh": "CMRC 2018's, F1 over characters"}
+MAIN_METRIC = {kind.name: kind.main_metric for kind in TASK_KINDS.values()}
 
 
 def score(task: str, predictions: Sequence[Any], labels: Sequence[Any], label_names: list[str]) -> dict[str, float]:
     """The task's metrics for one set of predictions (label names, floats, or tag sequences)."""
-    if task == "regression":
-        predicted, true = np.asarray(predictions, dtype=float), np.asarray(labels, dtype=float)
-        return {"pearson": metrics.pearson(predicted, true), "spearman": metrics.spearman(predicted, true)}
-    if task == "tagging":
-        spans = metrics.span_scores(list(predictions), list(labels))
-        flat_predicted = [tag for tags in predictions for tag in tags]
-        flat_true = [tag for tags in labels for tag in tags]
-        return {"f1": spans["f1"], "precision": spans["precision"], "recall": spans["recall"],
-                "accuracy": metrics.accuracy(np.asarray(flat_predicted), np.asarray(flat_true))}
-    index = {name: number for number, name in enumerate(label_names)}
-    predicted = np.asarray([index[name] for name in predictions])
-    true = np.asarray([index[name] for name in labels])
-    scores = {"accuracy": metrics.accuracy(predicted, true)}
-    if len(label_names) == 2:
-        scores["f1"] = metrics.f1_binary(predicted, true, positive=1)
-    scores["f1_macro"] = metrics.f1_macro(predicted, true)
-    scores["mcc"] = metrics.matthews_corrcoef(predicted, true)
-    return scores
+    return task_kind(task).score(predictions, labels, label_names)
 
 
 def label_scores(task: str, predictions: Sequence[Any], labels: Sequence[Any], label_names: list[str]
@@ -46,17 +27,7 @@ def label_scores(task: str, predictions: Sequence[Any], labels: Sequence[Any], l
     """One set of predictions' figures per label: each class's precision, recall, F1 and support
     with the confusion matrix (rows gold, columns predicted), or each entity type's over spans as
     seqeval's report counts them (no matrix); nothing for regression."""
-    if task == "tagging":
-        return metrics.span_type_scores(list(predictions), list(labels)), None
-    if task != "classification":
-        return {}, None
-    index = {name: number for number, name in enumerate(label_names)}
-    predicted = np.asarray([index[name] for name in predictions], dtype=np.int64)
-    true = np.asarray([index[name] for name in labels], dtype=np.int64)
-    scores = metrics.class_scores(predicted, true, len(label_names))
-    per_label = {name: {metric: values[number].item() for metric, values in scores.items()}
-                 for number, name in enumerate(label_names)}
-    return per_label, metrics.confusion_matrix(predicted, true, len(label_names))
+    return task_kind(task).label_scores(predictions, labels, label_names)
 
 
 def summarize_labels(per_seed: list[dict[str, dict[str, float | int]]]) -> dict[str, dict[str, Any]]:
@@ -106,7 +77,7 @@ class SplitScores:
         each label's figures and the confusion matrices (a row per gold label, one per seed)."""
         report: dict[str, Any] = {"reported": self.reported, "examples": len(self.labels),
                                   "metrics": summarize(self.scores), "majority": majority}
-        if self.task != "regression":
+        if task_kind(self.task).per_label:
             report["per_label"] = summarize_labels(self.per_label)
         if self.matrices:
             report["confusion_matrix"] = {"rows": "gold", "columns": "predicted", "labels": self.label_names,
@@ -116,12 +87,7 @@ class SplitScores:
 
 def stuck(task: str, predictions: Sequence[Any]) -> str | None:
     """Why a seed's predictions say nothing (one class for everything), or None."""
-    if task == "regression":
-        values = np.asarray(predictions, dtype=float)
-        return "the same value for every example" if values.size and np.ptp(values) < 1e-12 else None
-    flat = [tag for tags in predictions for tag in tags] if task == "tagging" else list(predictions)
-    distinct = set(flat)
-    return f"the class {next(iter(distinct))!r} for every example" if len(distinct) == 1 else None
+    return task_kind(task).stuck(predictions)
 
 
 def summarize(per_seed: list[dict[str, float]]) -> dict[str, dict[str, Any]]:
@@ -161,7 +127,8 @@ def baseline_of(entry: dict[str, Any], task: str) -> tuple[dict[str, float | Non
     """The baseline a report's rows are read beside (from `baselines`, or a split's entry), and its
     column's name: answering nothing for question answering (0 on SQuAD v1.1, the unanswerable
     share on v2.0), else always the majority class."""
-    return (entry.get("no_answer", {}), "no answer") if task == "qa" else (entry["majority"], "majority")
+    key, column = task_kind(task).baseline
+    return entry.get(key, {}), column
 
 
 def format_table(result: dict[str, Any]) -> str:
@@ -173,9 +140,8 @@ def format_table(result: dict[str, Any]) -> str:
     lines = [f"{task} ({result['mode']}) on the {result['split']} split, {count}: "
              f"{', '.join(map(str, seeds))}",
              *metrics_rows(result["metrics"], *baseline_of(result["baselines"], task))]
-    if task == "qa":
-        lines.append(f"exact match and F1 in percent ({QA_SCORING.get(result.get('language'), 'SQuAD')}); "
-                     "the baseline answers nothing")
+    if (note := task_kind(task).note(result)) is not None:
+        lines.append(note)
     if result.get("positive_label") is not None:
         lines.append(f"f1 is the F1 of the label {result['positive_label']!r} (the positive label: "
                      "the second of the sorted labels)")

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from bertpre.claim import Claim, real_path
 from bertpre.errors import UserError
+from bertpre.finetune.kinds import task_kind
 from bertpre.folders import MARKERS, content_names, real_out
 from bertpre.links import refuse_links
 
@@ -159,14 +160,9 @@ def prediction_rows(task: str, examples: Examples, seeds: list[int], per_seed: l
                     ) -> Iterator[dict[str, Any]]:
     """An example a row: its number in the file, its input (text and pair, or the words), the gold
     label (value, tags) and each seed's prediction."""
+    kind = task_kind(task)
     for index in range(len(examples)):
-        row: dict[str, Any] = {"index": index}
-        if task == "tagging":
-            row["words"] = examples.texts[index]
-        else:
-            row["text"] = examples.texts[index]
-            if examples.pairs is not None:
-                row["text_pair"] = examples.pairs[index]
+        row: dict[str, Any] = {"index": index, **kind.inputs(examples, index)}
         row["gold"] = examples.labels[index]
         row["predicted"] = {str(seed): predictions[index] for seed, predictions in zip(seeds, per_seed, strict=True)}
         yield row

@@ -21,9 +21,9 @@ from bertpre.errors import UserError
 from bertpre.finetune.benchmarks import BENCHMARKS, choose_tasks, load_benchmark_task
 from bertpre.finetune.features import FEATURES_FOLDER
 from bertpre.finetune.jobs import Job, Jobs
+from bertpre.finetune.kinds import task_kind
 from bertpre.finetune.model import task_config
-from bertpre.finetune.qa_seeds import QASettings, load_qa_task
-from bertpre.finetune.report import MAIN_METRIC
+from bertpre.finetune.qa_data import QASettings
 from bertpre.finetune.results import (
     MARKER,
     PREDICTIONS_FOLDER,
@@ -49,7 +49,6 @@ from bertpre.finetune.sweep import (
     run_in_progress,
     task_name,
 )
-from bertpre.finetune.tasks import load_task
 from bertpre.links import links_under, refuse_links
 from bertpre.train.checkpoint import USE_ANOTHER_CHECKPOINT
 
@@ -117,12 +116,10 @@ def finetune(source: str | Path, files: TaskFiles | None, out: str | Path, *, hp
     else:
         assert files is not None
         target = check_finetune_out(out, [source, files.train, files.validation, files.test])
-        if files.task == "qa":
-            files = replace(files, qa=files.qa or QASettings())
-            data: Any = load_qa_task(files.train, files.validation, files.test, files.qa)
-        else:
-            data = load_task(files.task, files.train, files.validation, files.test, text_column=files.text_column,
-                             text_pair_column=files.text_pair_column, label_column=files.label_column)
+        kind = task_kind(files.task)
+        if kind.options is not None:  # the kind's own settings, recorded with the run
+            files = replace(files, qa=files.qa or kind.options())
+        data: Any = kind.read(files)
         tasks = [(task_name(files.train), data, files)]
     sweep = checkpoints is not None or watch
     if sweep:
@@ -216,7 +213,7 @@ def choose_checkpoint(results: list[dict[str, Any]], select_by: str) -> list[dic
     best, the earliest of equals; else none is marked and the last is reported."""
     if select_by != "dev":
         return results
-    metric = MAIN_METRIC[results[0]["task"]]
+    metric = task_kind(results[0]["task"]).main_metric
     means = [result.get("splits", {}).get("validation", {}).get("metrics", {}).get(metric, {}).get("mean")
              for result in results]
     ranked = [mean if mean is not None and math.isfinite(mean) else -math.inf for mean in means]

@@ -5,16 +5,15 @@ is the family's, in its export's layout: `BertFor*`, `AlbertFor*` (ALBERT option
 (relative positions: remote code, `trust_remote_code=True`) or `XLNetFor*`."""
 from __future__ import annotations
 
-import json
 import shutil
 import time
 from pathlib import Path
 
-from tokenizers import Tokenizer
 from torch import nn
 
 from bertpre.errors import UserError, signals_held
-from bertpre.finetune.encoding import spacing_words
+from bertpre.finetune.kinds import task_kind
+from bertpre.finetune.model import task_head
 from bertpre.folders import make_files_readable
 from bertpre.inventory import (
     changed_paths,
@@ -49,30 +48,8 @@ def task_class_name(config: BertConfig, task: str) -> str:
     """The transformers class a saved model of `task` is: the family's prefix for this config and
     its head's name from "For" on ("Albert" + "ForQuestionAnswering")."""
     row = family(config)
-    head = {"qa": row.question_answering_head, "tagging": row.token_head}.get(task, row.sequence_head)
+    head = task_head(row, task_kind(task).head)
     return row.hf_task_prefix(config) + "For" + head.__name__.split("For", 1)[1]
-
-
-def space_words_as_trained(folder: Path) -> None:
-    """A tagging model's tokenizer files as it was fine-tuned: a byte-level BPE took each word spaced
-    (`spacing_words`), so tokenizer.json's pre-tokenizer adds the prefix space and tokenizer_config.json
-    says `add_prefix_space` (transformers' RobertaTokenizer rebuilds its pipeline from that key, its
-    generic fast tokenizer reads tokenizer.json): `tokenizer(words, is_split_into_words=True)` then
-    gives the pieces the model was trained on. Other tokenizers are left as they are."""
-    path, config_path = folder / "tokenizer.json", folder / "tokenizer_config.json"
-    if not path.is_file():
-        return
-    tokenizer = Tokenizer.from_file(str(path))
-    spaced = spacing_words(tokenizer)
-    if spaced is tokenizer:
-        return
-    spaced.save(str(path))
-    try:
-        config = json.loads(config_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        config = None  # none, or damaged: the tokenizer.json alone says it
-    if isinstance(config, dict):
-        write_json(config_path, {**config, "add_prefix_space": True})
 
 
 def keep_beside(out: Path, staging: Path, target: Path, problem: str) -> None:
@@ -89,22 +66,12 @@ def save_task_model(out: Path, model: nn.Module, config: BertConfig, *, task: st
     staging = out / f".{MODEL_FOLDER}.tmp"
     shutil.rmtree(staging, ignore_errors=True)
     try:
-        row = family(config)
-        hf = row.write_task_folder(staging, model.state_dict(), config, tokenizer_folder,
-                                   pooler=task not in ("tagging", "qa"))
+        row, kind = family(config), task_kind(task)
+        hf = row.write_task_folder(staging, model.state_dict(), config, tokenizer_folder, pooler=kind.pooler)
         hf["architectures"] = [task_class_name(config, task)]
-        if task == "qa":  # transformers' default labels: start and end
-            hf.update(num_labels=2)
-        elif task == "regression":
-            hf.update(num_labels=1, problem_type="regression", id2label={"0": "LABEL_0"}, label2id={"LABEL_0": 0})
-        else:
-            hf.update(id2label={str(number): name for number, name in enumerate(label_names)},
-                      label2id={name: number for number, name in enumerate(label_names)})
-            if task == "classification":
-                hf["problem_type"] = "single_label_classification"
+        hf.update(kind.saved_labels(label_names))  # question answering: transformers' default, start and end
         write_json(staging / "config.json", hf)
-        if task == "tagging":
-            space_words_as_trained(staging)
+        kind.saved_tokenizer(staging)
         make_files_readable(staging)
         kept: list[str] = []
         if (link := link_on_the_way(out, MODEL_FOLDER)) is not None:  # made while it trained

@@ -13,7 +13,6 @@ from typing import Any
 
 from bertpre.errors import UserError
 
-TASKS = ("classification", "regression", "tagging")
 TABLE_SUFFIXES = (".csv", ".tsv", ".jsonl", ".json", ".parquet")
 CONLL_SUFFIXES = (".conll", ".conllu", ".bio", ".iob", ".txt")
 
@@ -65,31 +64,11 @@ def metric_name(name: str, suffix: str) -> str:
     return f"{name}_{suffix}" if suffix else name
 
 
-def load_task(task: str, train: Path, validation: Path, test: Path | None = None, *,
-              text_column: str | None = None, text_pair_column: str | None = None,
-              label_column: str | None = None) -> TaskData:
-    """Read the task's files; the label set is the training file's, and a label the other
-    files have but training lacks is refused (one line)."""
-    if task not in TASKS:
-        raise UserError(f"--task {task!r} must be one of {', '.join((*TASKS, 'qa'))}")
-    paths = {"train": Path(train), "validation": Path(validation), **({"test": Path(test)} if test else {})}
-    if task == "tagging":
-        splits = {name: read_tagged(path, text_column or "tokens", label_column or "tags")
-                  for name, path in paths.items()}
-    else:
-        splits = {name: read_pairs(path, text_column or "text", text_pair_column, label_column or "label",
-                                   regression=task == "regression")
-                  for name, path in paths.items()}
-    label_names = [] if task == "regression" else label_set(task, splits, paths)
-    return TaskData(task=task, train=splits["train"], validation=splits["validation"],
-                    test=splits.get("test"), label_names=label_names,
-                    files={name: describe_file(path) for name, path in paths.items()})
-
-
-def label_set(task: str, splits: dict[str, Examples], paths: dict[str, Path]) -> list[str]:
-    """The training file's labels, sorted (numerically when they are all numbers)."""
+def label_set(splits: dict[str, Examples], paths: dict[str, Path], *, per_token: bool = False) -> list[str]:
+    """The training file's labels (with `per_token`, its tags), sorted (numerically when they are
+    all numbers)."""
     def flat(examples: Examples) -> list[str]:
-        return [tag for tags in examples.labels for tag in tags] if task == "tagging" else examples.labels
+        return [tag for tags in examples.labels for tag in tags] if per_token else examples.labels
 
     names = sorted(set(flat(splits["train"])), key=numeric_first)
     if len(names) < 2:

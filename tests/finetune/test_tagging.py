@@ -16,9 +16,9 @@ from test_finetune import run_main, write_task
 
 import bertpre.finetune.seeds as seeds
 from bertpre.config.finetune import Hyperparameters
+from bertpre.finetune.kinds import load_task
 from bertpre.finetune.loop import probe_labels
 from bertpre.finetune.report import score
-from bertpre.finetune.tasks import load_task
 from bertpre.labels import IGNORE_INDEX
 from bertpre.model import BertConfig
 from bertpre.tokenizer import load_tokenizer
