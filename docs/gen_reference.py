@@ -95,9 +95,11 @@ def config_page() -> str:
         key_names,
     )
     from bertpre.labels import MASK_COUNTS, PAIR_TASKS
-    from bertpre.model.config import HIDDEN_ACTS, MODERNBERT_FIELDS, XLNET_FIELDS
+    from bertpre.model.config import HIDDEN_ACTS
     from bertpre.model.families import FAMILIES
+    from bertpre.model.modernbert_config import MODERNBERT_FIELDS
     from bertpre.model.positions import POSITION_EMBEDDING_TYPES
+    from bertpre.model.xlnet_config import XLNET_MEMORY_KEYS
     from bertpre.train.run_folder import RESUMABLE_KEYS
 
     choices = {  # the lists config validation checks each of these against
@@ -126,7 +128,7 @@ def config_page() -> str:
                 default, note = getattr(modernbert, name), " (modernbert)"
             else:
                 default = getattr(getattr(defaults, section), name, None)
-                note = " (xlnet)" if section == "model" and name in XLNET_FIELDS[1:] else ""
+                note = " (xlnet)" if section == "model" and name in XLNET_MEMORY_KEYS else ""
             kind = fields[name].type if name in fields else "str | None"
             lines.append(f"| `{name}`{note} | {_value(default)} | `{_cell(str(kind))}` | "
                          f"{_allowed(key, RULES, LENGTHS, SWITCH_WORDS, choices)} | "

@@ -10,6 +10,7 @@ import torch
 
 from bertpre.model import BertConfig
 from bertpre.model.xlnet import XLNetLMHeadModel
+from bertpre.model.xlnet_config import xlnet_config
 from bertpre.tokenizer import load_tokenizer
 from bertpre.train.checkpoint import MEMORY_FILE, save_checkpoint
 from bertpre.train.runtime import Runtime
@@ -28,7 +29,7 @@ def xlnet_run(folder: Path, data: Path, *, steps: tuple[int, ...] = (20,), seed:
     config = BertConfig(**{**TINY_XLNET, "vocab_size": vocab_size, **changes})
     config.validate()
     torch.manual_seed(seed)
-    model = XLNetLMHeadModel(config.xlnet_config())
+    model = XLNetLMHeadModel(xlnet_config(config))
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     for step in steps:
         with torch.no_grad():

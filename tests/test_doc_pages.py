@@ -137,7 +137,7 @@ def test_the_relative_positions_example_loads(tmp_path):
 
 def test_the_modernbert_example_loads_and_its_key_table_matches_the_defaults(tmp_path):
     from bertpre.config import load_config
-    from bertpre.model.config import MODERNBERT_FIELDS
+    from bertpre.model.modernbert_config import MODERNBERT_FIELDS
 
     text = page("guides/modernbert.md")
     example = first_yaml(text)

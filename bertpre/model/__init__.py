@@ -7,3 +7,7 @@ from bertpre.model.xlnet import XLNetConfig, XLNetLMHeadModel
 
 __all__ = ["IGNORE_INDEX", "BertConfig", "BertForPreTraining", "BertModel", "grow_vocab_rows"]
 __all__ += ["XLNetConfig", "XLNetLMHeadModel"]
+
+# Last: the family table fills `bertpre.model.config.FAMILIES`, which the config asks for every
+# family's keys and config.json (its rows import the modules above).
+from bertpre.model import families  # noqa: E402, F401

@@ -233,3 +233,32 @@ def estimate_bert_inference_memory(config: BertConfig, shape: ForwardShape, prec
     per_sequence = residual + max(embeddings, attention, feed_forward, head)  # one after the other
     return InferenceMemory(weights=4 * count_bert_parameters(config).total,
                            activations=B * per_sequence + per_batch)
+
+
+def position_limit(config: BertConfig) -> str:
+    """The tokens a table of absolute positions reads: its rows, less RoBERTa's rows up to the
+    padding's id ("512 tokens, 514 rows")."""
+    if config.max_tokens == config.max_position_embeddings:
+        return f"{config.max_tokens}"
+    return f"{config.max_tokens} tokens, {config.max_position_embeddings} rows"
+
+
+def bert_shape_details(config: BertConfig) -> str:
+    """`bertpre info`'s shape line past the sizes, for a BERT-layout model: ALBERT's options and
+    the positions."""
+    details = ""
+    if config.embedding_size is not None:
+        details += f", embedding_size {config.embedding_size}"
+    if config.share_layers:
+        details += ", one layer shared by all"
+    return details + {"absolute": f", absolute positions (at most {position_limit(config)})",
+                      "rope": f", rotary positions (theta {config.rope_theta:g}), any length",
+                      "transformer_xl": ", Transformer-XL relative positions, any length"}[config.position_embedding_type]
+
+
+def bert_base_note(config: BertConfig) -> str | None:
+    """The line that ties BERT-base's count to the paper's (none for another shape)."""
+    if (config.hidden_size, config.num_hidden_layers, config.intermediate_size) == (768, 12, 3072) \
+            and not config.is_albert and not config.relative_positions:
+        return "  (BERT-base: the encoder is the paper's 110M; the matrices, the 108.8M also quoted)"
+    return None

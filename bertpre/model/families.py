@@ -20,20 +20,17 @@ from torch import nn
 from bertpre.errors import UserError
 from bertpre.model import hf_format
 from bertpre.model.bert import BertForPreTraining, BertModel, bert_mask_logits
+from bertpre.model.bert_config import BERT_CONFIG
 from bertpre.model.bert_cost import (
     ForwardShape,
+    bert_base_note,
+    bert_shape_details,
     bert_training_flops,
     count_bert_parameters,
     estimate_bert_inference_memory,
     estimate_bert_memory,
 )
-from bertpre.model.config import (
-    MODERNBERT_FIELDS,
-    MODERNBERT_HF_SHARED,
-    ROBERTA_CLASS_PREFIXES,
-    XLNET_SHAPE_FIELDS,
-    BertConfig,
-)
+from bertpre.model.config import FAMILIES, BertConfig, FamilyConfig
 from bertpre.model.heads import (
     BertForQuestionAnswering,
     BertForSequenceClassification,
@@ -52,10 +49,17 @@ from bertpre.model.modernbert import (
     modernbert_max_input_tokens,
     read_modernbert_weights,
 )
+from bertpre.model.modernbert_config import (
+    MODERNBERT_CONFIG,
+    MODERNBERT_FIELDS,
+    MODERNBERT_HF_SHARED,
+)
 from bertpre.model.modernbert_cost import (
     count_modernbert_parameters,
     estimate_modernbert_inference_memory,
     estimate_modernbert_memory,
+    modernbert_flops_by_part,
+    modernbert_shape_details,
     modernbert_training_flops,
 )
 from bertpre.model.modernbert_heads import (
@@ -77,6 +81,7 @@ from bertpre.model.roberta import (
     roberta_mask_logits,
     write_roberta_task_folder,
 )
+from bertpre.model.roberta_config import ROBERTA_CLASS_PREFIXES, roberta_config_part
 from bertpre.model.roberta_cost import (
     count_roberta_parameters,
     estimate_roberta_inference_memory,
@@ -90,10 +95,17 @@ from bertpre.model.xlnet import (
     xlnet_export_writer,
     xlnet_mask_logits,
 )
+from bertpre.model.xlnet_config import (
+    XLNET_CONFIG,
+    XLNET_SHAPE_FIELDS,
+    from_xlnet_dict,
+    xlnet_config,
+)
 from bertpre.model.xlnet_cost import (
     count_xlnet_parameters,
     estimate_xlnet_inference_memory,
     estimate_xlnet_memory,
+    xlnet_training_flops,
     xlnet_training_flops_per_token,
 )
 from bertpre.tokenizer.roles import token_roles
@@ -105,6 +117,7 @@ class Family:
     """One model family: what building, loading, fine-tuning, exporting and costing it takes."""
 
     architecture: str  # `model.architecture`
+    config: FamilyConfig  # its own keys, rules, shape and config.json both ways
     display_name: str  # in the run's start block: "BERT"
     pretraining_class: type[nn.Module]  # from_pretrained(folder), save_pretrained, num_parameters
     sequence_head: type[nn.Module]  # fine-tuning: one label (or score) a text or pair
@@ -155,6 +168,17 @@ class Family:
     task_head_parts: tuple[str, ...] = ()
     # whether its LayerNorms take `model.low_precision_layernorm` (XLNet's do not: "auto" is off there)
     low_precision_layernorm: bool = True
+    # `bertpre info`: the report's layout, "encoder" (parameters by part, FLOPs, memory) or
+    # "two-stream" (XLNet's content and query streams and memory states)
+    cost_report: str = "encoder"
+    # `bertpre info`: the shape line past the sizes (", absolute positions (at most 512)")
+    shape_details: Callable[[BertConfig], str] = lambda config: ""
+    # `bertpre info`: a line under the parameter counts tying them to a published count, or None
+    parameter_note: Callable[[BertConfig], str | None] = lambda config: None
+    # `bertpre info`: (encoder class, pretraining class) as users know them; None: the row's classes' own names
+    class_names: Callable[[BertConfig], tuple[str, str]] | None = None
+    # `bertpre info`: training FLOPs per token by part, (config, seq_length, predicted_share, micro_batch_size)
+    flops_by_part: Callable[..., Any] | None = None
 
 
 # Model keys a run may set whatever the source says: they shape training, not the weights.
@@ -177,7 +201,7 @@ def build_xlnet(config: BertConfig, tokenizer: Tokenizer | None = None) -> XLNet
     """XLNet's LM model; config.json names the tokenizer's own [CLS] and [SEP] ids (by role)."""
     roles = None if tokenizer is None else token_roles(tokenizer)
     ids = {} if roles is None else {"cls_token_id": roles.cls_token_id, "sep_token_id": roles.sep_token_id}
-    return XLNetLMHeadModel(config.xlnet_config(**ids))
+    return XLNetLMHeadModel(xlnet_config(config, **ids))
 
 
 def table_positions(config: BertConfig) -> int:
@@ -204,7 +228,7 @@ def read_bert_weights(folder: Path) -> dict[str, torch.Tensor]:
 ROBERTA_MODEL_DEFAULTS = {"type_vocab_size": 1, "layer_norm_eps": 1e-5, "max_position_embeddings": 514}
 
 ROBERTA = Family(
-    architecture="roberta", display_name="RoBERTa",
+    architecture="roberta", config=roberta_config_part("roberta"), display_name="RoBERTa",
     pretraining_class=RobertaForMaskedLM, sequence_head=RobertaForSequenceClassification,
     token_head=RobertaForTokenClassification, question_answering_head=RobertaForQuestionAnswering,
     hf_task_prefix=lambda config: ROBERTA_CLASS_PREFIXES[config.architecture], encoder_attribute="roberta",
@@ -222,13 +246,17 @@ ROBERTA = Family(
     source_fields=(*BERT_SOURCE_FIELDS, "pad_token_id"),
     grow_vocabulary=partial(grow_vocab_rows, word_embeddings="roberta.embeddings.word_embeddings.weight",
                             head_rows=("lm_head.bias",)),
-    mask_logits=roberta_mask_logits, token_types=no_token_types, model_defaults=ROBERTA_MODEL_DEFAULTS)
+    mask_logits=roberta_mask_logits, token_types=no_token_types, model_defaults=ROBERTA_MODEL_DEFAULTS,
+    shape_details=bert_shape_details,
+    # one class here serves RoBERTa and XLM-R; transformers names each its own
+    class_names=lambda config: (f"{ROBERTA_CLASS_PREFIXES[config.architecture]}Model",
+                                f"{ROBERTA_CLASS_PREFIXES[config.architecture]}ForMaskedLM"))
 
 # ModernBERT-base's values where BERT-base's differ (its other keys are ModernBERT's own).
 MODERNBERT_MODEL_DEFAULTS = {"intermediate_size": 1152, "num_hidden_layers": 22, "max_position_embeddings": 8192}
 
 MODERNBERT = Family(
-    architecture="modernbert", display_name="ModernBERT",
+    architecture="modernbert", config=MODERNBERT_CONFIG, display_name="ModernBERT",
     pretraining_class=ModernBertForMaskedLM, sequence_head=ModernBertForSequenceClassification,
     token_head=ModernBertForTokenClassification, question_answering_head=ModernBertForQuestionAnswering,
     hf_task_prefix=lambda config: "ModernBert", encoder_attribute="model",
@@ -248,11 +276,15 @@ MODERNBERT = Family(
     grow_vocabulary=partial(grow_vocab_rows, word_embeddings="model.embeddings.tok_embeddings.weight",
                             head_rows=("decoder.bias",)),
     mask_logits=modernbert_mask_logits, token_types=no_token_types, model_defaults=MODERNBERT_MODEL_DEFAULTS,
-    task_head_parts=("head.",))
+    task_head_parts=("head.",), shape_details=modernbert_shape_details,
+    flops_by_part=lambda config, seq_length, predicted_share, micro_batch_size: modernbert_flops_by_part(
+        config, seq_length, predicted_share))
 
-FAMILIES: dict[str, Family] = {
+# The table is `bertpre.model.config.FAMILIES`, filled here: the config routes each key and
+# config.json's model_type by asking it, without importing the families' networks.
+FAMILIES.update({
     "bert": Family(
-        architecture="bert", display_name="BERT",
+        architecture="bert", config=BERT_CONFIG, display_name="BERT",
         pretraining_class=BertForPreTraining, sequence_head=BertForSequenceClassification,
         token_head=BertForTokenClassification, question_answering_head=BertForQuestionAnswering,
         hf_task_prefix=hf_format.bert_task_prefix, encoder_attribute="bert",
@@ -270,9 +302,9 @@ FAMILIES: dict[str, Family] = {
         shape_words=lambda config: (f"{config.num_hidden_layers} layers, hidden {config.hidden_size}, "
                                     f"{config.position_embedding_type} positions"),
         source_fields=BERT_SOURCE_FIELDS, grow_vocabulary=grow_vocab_rows, mask_logits=bert_mask_logits,
-        token_types=bert_token_types),
+        token_types=bert_token_types, shape_details=bert_shape_details, parameter_note=bert_base_note),
     "xlnet": Family(
-        architecture="xlnet", display_name="XLNet",
+        architecture="xlnet", config=XLNET_CONFIG, display_name="XLNet",
         pretraining_class=XLNetLMHeadModel, sequence_head=XLNetForSequenceClassification,
         token_head=XLNetForTokenClassification, question_answering_head=XLNetForQuestionAnsweringSimple,
         hf_task_prefix=lambda config: "XLNet", encoder_attribute="transformer",
@@ -288,12 +320,15 @@ FAMILIES: dict[str, Family] = {
         shape_words=lambda config: (f"{config.num_hidden_layers} layers, hidden {config.hidden_size}, "
                                     f"relative positions, memory {config.mem_len}"),
         source_fields=XLNET_SHAPE_FIELDS, grow_vocabulary=None, mask_logits=xlnet_mask_logits,
-        token_types=xlnet_token_types, low_precision_layernorm=False),
+        token_types=xlnet_token_types, low_precision_layernorm=False, cost_report="two-stream",
+        flops_by_part=lambda config, seq_length, predicted_share, micro_batch_size: xlnet_training_flops(
+            config, seq_length, predicted_share, micro_batch_size=micro_batch_size)),
     "roberta": ROBERTA,
     # XLM-R is RoBERTa's network under its own Hugging Face names (model_type, classes)
-    "xlm-roberta": replace(ROBERTA, architecture="xlm-roberta", display_name="XLM-RoBERTa"),
+    "xlm-roberta": replace(ROBERTA, architecture="xlm-roberta", config=roberta_config_part("xlm-roberta"),
+                           display_name="XLM-RoBERTa"),
     "modernbert": MODERNBERT,
-}
+})
 
 
 def family(config: BertConfig) -> Family:
@@ -326,7 +361,7 @@ def pretraining_config(model: nn.Module) -> BertConfig:
     """The shape of a pretraining model of any family under bertpre's names (XLNet's model keeps
     its own XLNetConfig), as the cost model reads it."""
     config = model.config
-    return config if isinstance(config, BertConfig) else BertConfig.from_xlnet_dict(config.to_hf_dict())
+    return config if isinstance(config, BertConfig) else from_xlnet_dict(config.to_hf_dict())
 
 
 def load_pretraining_model(folder: str | Path, *, strict: bool = False) -> nn.Module:

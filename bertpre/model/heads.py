@@ -16,6 +16,7 @@ from bertpre.model.bert import init_weights
 from bertpre.model.unpad import Unpadded
 from bertpre.model.xlnet import XLNetModel
 from bertpre.model.xlnet import init_weights as init_xlnet_weights
+from bertpre.model.xlnet_config import xlnet_config
 
 
 class BertTaskModel(nn.Module):
@@ -96,7 +97,7 @@ class BertForQuestionAnswering(nn.Module):
 
 def xlnet_encoder(config: BertConfig) -> XLNetModel:
     """XLNet's content stream for fine-tuning: no memory is kept between batches."""
-    return XLNetModel(replace(config.xlnet_config(), mem_len=0))
+    return XLNetModel(replace(xlnet_config(config), mem_len=0))
 
 
 class XLNetSequenceSummary(nn.Module):

@@ -20,7 +20,8 @@ from safetensors.torch import load_file, save_file
 
 import bertpre
 from bertpre.errors import UserError
-from bertpre.model.config import REMOTE_AUTO_MAP, BertConfig
+from bertpre.model.bert_config import REMOTE_AUTO_MAP
+from bertpre.model.config import BertConfig
 from bertpre.tokenizer.wordpiece import TOKENIZER_CONFIG_FILE, TOKENIZER_FILES
 
 CONFIG_NAME = "config.json"

@@ -251,3 +251,13 @@ def estimate_modernbert_inference_memory(config: BertConfig, shape: ForwardShape
     building = 0 if flex else max(16 * T * T, 10 * T * T + 2 * B * T * T)
     return InferenceMemory(weights=4 * count_modernbert_parameters(config).total,
                            activations=max(B * per_sequence, B * residual + building) + angles)
+
+
+def modernbert_shape_details(config: BertConfig) -> str:
+    """`bertpre info`'s shape line past the sizes, for a ModernBERT: its positions and attention pattern."""
+    period = config.global_attn_every_n_layers
+    pattern = ("global attention in every layer" if period == 1 else
+               f"global attention every {period} layers and a window of {config.local_attention} "
+               f"({config.sliding_window} each way) elsewhere")
+    return (f", rotary positions (theta {config.global_rope_theta:g} global, {config.local_rope_theta:g} local), "
+            f"{pattern}")

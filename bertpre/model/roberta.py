@@ -34,8 +34,9 @@ from bertpre.model.bert import (
     init_weights,
 )
 from bertpre.model.bert_cost import ForwardShape
-from bertpre.model.config import ROBERTA_CLASS_PREFIXES, BertConfig
+from bertpre.model.config import BertConfig
 from bertpre.model.layer_norm import LayerNorm
+from bertpre.model.roberta_config import ROBERTA_CLASS_PREFIXES
 from bertpre.model.unpad import Unpadded
 from bertpre.tokenizer import load_tokenizer
 from bertpre.tokenizer.roles import attach_roles, token_roles

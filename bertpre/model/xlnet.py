@@ -42,8 +42,9 @@ from bertpre.labels import IGNORE_INDEX
 from bertpre.model import hf_format
 from bertpre.model.bert import activation, summed_cross_entropy
 from bertpre.model.bert_cost import ForwardShape
-from bertpre.model.config import BertConfig, XLNetConfig
+from bertpre.model.config import BertConfig
 from bertpre.model.positions import sinusoid_table
+from bertpre.model.xlnet_config import XLNetConfig
 from bertpre.tokenizer.wordpiece import (
     CLS_TOKEN,
     MASK_TOKEN,

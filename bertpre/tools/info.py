@@ -18,11 +18,9 @@ from bertpre.model.cost import (
     estimate_inference_memory,
     estimate_memory,
     global_layer_count,
-    modernbert_flops_by_part,
     plm_query_rows,
     readable,
     training_flops_per_token,
-    xlnet_training_flops,
 )
 from bertpre.model.families import family
 from bertpre.train.evaluation import evaluation_forward
@@ -81,8 +79,9 @@ class ModelInfo:
     memory: MemoryEstimate
     memory_rows: int = 0  # XLNet: the rows whose memory states one device keeps
     device_type: str = "cuda"  # the device whose memory the estimate is ("cpu": no FlexAttention)
-    xlnet_flops: XLNetFlops | None = None
-    modernbert_flops: ModernBertFlops | None = None  # ModernBERT: by part, local layers at their window
+    # the family's training FLOPs per token by part (`Family.flops_by_part`: XLNet's streams,
+    # ModernBERT's parts with local layers at their window), None where it has none
+    flops_by_part: XLNetFlops | ModernBertFlops | None = None
     evaluation: ForwardShape | None = None  # `bertpre evaluate`'s forward at micro_batch_size
     evaluation_memory: InferenceMemory | None = None  # its peak, as `evaluate` checks it
 
@@ -111,15 +110,14 @@ def model_info(
     if assumed:
         config = BertConfig(**{**config.to_dict(), "vocab_size": DEFAULT_VOCAB_SIZE})
     config.validate()
+    row = family(config)
+    # the rows whose memory states one device keeps (XLNet's memory; no family else keeps any)
+    kept = (micro_batch_size if memory_rows is None else memory_rows) if row.config.memory else 0
     # XLNet's cost depends on the micro-batch (its memory and relative positions are per batch);
     # BERT's cost model takes the argument and does not need it.
     per_batch = {"micro_batch_size": micro_batch_size}
-    xlnet = {} if not config.is_xlnet else {
-        "memory_rows": micro_batch_size if memory_rows is None else memory_rows,
-        "xlnet_flops": xlnet_training_flops(config, seq_length, predicted_share, micro_batch_size=micro_batch_size),
-    }
-    if config.is_modernbert:
-        xlnet["modernbert_flops"] = modernbert_flops_by_part(config, seq_length, predicted_share)
+    by_part = None if row.flops_by_part is None else row.flops_by_part(config, seq_length, predicted_share,
+                                                                       micro_batch_size)
     return ModelInfo(
         config=config,
         seq_length=seq_length,
@@ -135,29 +133,25 @@ def model_info(
         evaluation=evaluation,
         evaluation_memory=None if evaluation is None else estimate_inference_memory(config, evaluation,
                                                                                     device_type=device_type),
-        **xlnet,
+        memory_rows=kept,
+        flops_by_part=by_part,
     )
 
 
 def format_info(info: ModelInfo, here: torch.device | None = None) -> str:
     """The report `bertpre info` prints; `here`: the device `pretrain` on this machine would
     train on, whose memory the fit note judges (default: `train.device: auto`'s)."""
-    if info.config.is_xlnet:
-        return format_xlnet_info(info, here)
+    return REPORTS[family(info.config).cost_report](info, here)
+
+
+def format_encoder_info(info: ModelInfo, here: torch.device | None = None) -> str:
+    """`bertpre info` for an encoder (BERT, RoBERTa, ModernBERT): parameters by part, FLOPs, memory."""
     config, counts, memory = info.config, info.parameters, info.memory
+    row = family(config)
     shape = (f"{config.num_hidden_layers} layers, hidden {config.hidden_size}, "
              f"{config.num_attention_heads} heads, intermediate {config.intermediate_size}, "
              f"vocab {config.vocab_size}" + (" (auto: assumed 30522)" if info.vocab_size_assumed else ""))
-    if config.embedding_size is not None:
-        shape += f", embedding_size {config.embedding_size}"
-    if config.share_layers:
-        shape += ", one layer shared by all"
-    if config.is_modernbert:
-        shape += modernbert_shape(config)
-    else:
-        shape += {"absolute": f", absolute positions (at most {position_limit(config)})",
-                  "rope": f", rotary positions (theta {config.rope_theta:g}), any length",
-                  "transformer_xl": ", Transformer-XL relative positions, any length"}[config.position_embedding_type]
+    shape += row.shape_details(config)
     encoder_class, model_class, heads = model_names(config)
     rows = [
         ("embeddings", counts.embeddings), ("attention", counts.attention),
@@ -176,9 +170,9 @@ def format_info(info: ModelInfo, here: torch.device | None = None) -> str:
         + ("biases and projection" if config.embedding_size is not None else "layer biases")
         + f" + {counts.layer_norms:,} LayerNorm + {counts.pooler:,} pooler",
     ]
-    if (config.hidden_size, config.num_hidden_layers, config.intermediate_size) == (768, 12, 3072) \
-            and not config.is_albert and not config.relative_positions and config.architecture == "bert":
-        lines.append("  (BERT-base: the encoder is the paper's 110M; the matrices, the 108.8M also quoted)")
+    note = row.parameter_note(config)
+    if note:
+        lines.append(note)
     lines += [
         "",
         f"training FLOPs per token (s={info.seq_length}, predicted share {info.predicted_share:g})",
@@ -201,19 +195,9 @@ def format_info(info: ModelInfo, here: torch.device | None = None) -> str:
     return "\n".join(lines + ([note] if note else []))
 
 
-def modernbert_shape(config: BertConfig) -> str:
-    """A ModernBERT's positions and attention pattern, for the shape line."""
-    period = config.global_attn_every_n_layers
-    pattern = ("global attention in every layer" if period == 1 else
-               f"global attention every {period} layers and a window of {config.local_attention} "
-               f"({config.sliding_window} each way) elsewhere")
-    return (f", rotary positions (theta {config.global_rope_theta:g} global, {config.local_rope_theta:g} local), "
-            f"{pattern}")
-
-
 def modernbert_flops_lines(info: ModelInfo) -> list[str]:
     """A ModernBERT's training FLOPs per token by part (none for other families)."""
-    flops, config = info.modernbert_flops, info.config
+    flops, config = info.flops_by_part, info.config
     if flops is None:
         return []
     global_layers = global_layer_count(config)
@@ -238,18 +222,9 @@ def model_names(config: BertConfig) -> tuple[str, str, str]:
     BertForPreTraining and "MLM + pair"; RoBERTa's and XLM-R's transformers classes and "MLM"."""
     row = family(config)
     heads = "MLM + pair" if row.pair_task else "MLM"
-    if config.is_roberta:  # one class here serves both; transformers names each its own
-        prefix = row.hf_task_prefix(config)
-        return f"{prefix}Model", f"{prefix}ForMaskedLM", heads
+    if row.class_names is not None:
+        return (*row.class_names(config), heads)
     return row.build_encoder.__name__, row.pretraining_class.__name__, heads
-
-
-def position_limit(config: BertConfig) -> str:
-    """The tokens a table of absolute positions reads: its rows, less RoBERTa's rows up to the
-    padding's id ("512 tokens, 514 rows")."""
-    if config.max_tokens == config.max_position_embeddings:
-        return f"{config.max_tokens}"
-    return f"{config.max_tokens} tokens, {config.max_position_embeddings} rows"
 
 
 def memory_lines(info: ModelInfo) -> list[str]:
@@ -265,7 +240,7 @@ def memory_lines(info: ModelInfo) -> list[str]:
 
 def format_xlnet_info(info: ModelInfo, here: torch.device | None = None) -> str:
     """`bertpre info` for an XLNet: parameters, FLOPs by stream, memory with the memory states."""
-    config, counts, memory, flops = info.config, info.parameters, info.memory, info.xlnet_flops
+    config, counts, memory, flops = info.config, info.parameters, info.memory, info.flops_by_part
     T, P, M, layers, d = (info.seq_length, info.query_rows, config.mem_len, config.num_hidden_layers,
                           config.hidden_size)
     shape = (f"XLNet, {layers} layers, hidden {d}, {config.num_attention_heads} heads, "
@@ -349,3 +324,7 @@ def total_memory(memory: MemoryEstimate, micro_batch_size: int, checkpointing: b
     activations = (memory.checkpointed_activation_peak(micro_batch_size) if checkpointing
                    else memory.activation_peak(micro_batch_size))
     return memory.weights + memory.gradients + memory.adamw_state + activations
+
+
+# `bertpre info`'s layout for each `Family.cost_report`
+REPORTS = {"encoder": format_encoder_info, "two-stream": format_xlnet_info}

@@ -80,7 +80,7 @@ def test_the_loss_is_transformers_question_answering_loss(shape, tiny_data):
                                 config=encoder.config)
     ours = build_task_model(encoder.config, encoder.state, 2, tagging=False, question_answering=True).eval()
     name = family(encoder.config).question_answering_head.__name__
-    hf_config = (encoder.config.xlnet_config() if encoder.config.is_xlnet else encoder.config).to_hf_dict()
+    hf_config = encoder.config.to_hf_dict()
     theirs = getattr(transformers, name)(transformers.AutoConfig.for_model(**hf_config)).eval()
     missing, unexpected = theirs.load_state_dict(ours.state_dict(), strict=False)
     assert not missing and all(key.startswith("bert.pooler.") for key in unexpected)

@@ -1,6 +1,8 @@
 """The family table: every row complete and consistent with the objectives and the config."""
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -8,8 +10,17 @@ from bertpre.config import load_config
 from bertpre.config.sections import OBJECTIVES as CONFIG_OBJECTIVES
 from bertpre.errors import UserError
 from bertpre.model import BertConfig, BertForPreTraining, XLNetLMHeadModel
-from bertpre.model.families import FAMILIES, family, family_of
+from bertpre.model.cost import ForwardShape, inference_shortfall
+from bertpre.model.families import (
+    FAMILIES,
+    Family,
+    family,
+    family_of,
+    load_pretraining_model,
+    token_types,
+)
 from bertpre.train.objectives import OBJECTIVES
+from tests._toy_family import ARCHITECTURE, TOY
 
 TINY = dict(vocab_size=50, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)
 
@@ -49,3 +60,106 @@ def test_a_family_without_pairs_defaults_to_no_pair_task_and_refuses_anothers_ob
     with pytest.raises(UserError, match="model.architecture bert trains with data.objective mlm, not plm; "
                                         "set model.architecture: xlnet for plm"):
         load_config(None, ["data.objective=plm", "data.pair_task=none"])
+
+
+# --- the conformance suite: every row of the table, and a toy family registered from tests ---
+
+transformers = pytest.importorskip("transformers")
+CONFORMING = [*FAMILIES, ARCHITECTURE]  # the toy's row is added by `register_toy`
+# each family's tiny shape beyond TINY: ModernBERT's window within its positions, RoBERTa's
+# positions after the padding's row
+TINY_EXTRA = {"modernbert": dict(local_attention=16, max_position_embeddings=64),
+              "roberta": dict(max_position_embeddings=66), "xlm-roberta": dict(max_position_embeddings=66),
+              "bert": dict(max_position_embeddings=64), ARCHITECTURE: dict(max_position_embeddings=64)}
+
+
+@pytest.fixture
+def register_toy(monkeypatch) -> Family:
+    """The toy's row in the family table for one test, removed after it."""
+    monkeypatch.setitem(FAMILIES, ARCHITECTURE, TOY)
+    return TOY
+
+
+@pytest.fixture(params=CONFORMING)
+def conforming(request) -> tuple[Family, BertConfig]:
+    """A row of the table (the toy's registered for the test) and a tiny config of it."""
+    if request.param == ARCHITECTURE:
+        request.getfixturevalue("register_toy")
+    row = FAMILIES[request.param]
+    config = BertConfig(**{**row.model_defaults, **TINY, "architecture": request.param,
+                           **TINY_EXTRA.get(request.param, {})})
+    config.validate()
+    return row, config
+
+
+def padded_ids() -> tuple[torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(0)
+    input_ids = torch.randint(5, 50, (2, 12), generator=generator)
+    attention_mask = torch.ones_like(input_ids)
+    attention_mask[1, 7:] = 0
+    input_ids[attention_mask == 0] = 0
+    return input_ids, attention_mask
+
+
+def real_logits(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    out = model(input_ids, attention_mask=attention_mask)
+    logits = getattr(out, "prediction_logits", None)
+    return (out.logits if logits is None else logits)[attention_mask.bool()]
+
+
+def test_a_row_builds_its_model_and_counts_its_parameters_by_its_own_formula(conforming):
+    row, config = conforming
+    torch.manual_seed(0)
+    model = row.build_pretraining(config, None)
+    assert isinstance(model, row.pretraining_class) and family_of(model) is row
+    assert row.count_parameters(config).total == model.num_parameters()
+    assert config.to_hf_dict() == row.config.write_hf(config)
+    assert set(row.config.shape_fields) <= set(config.to_dict()) and "architecture" in row.config.shape_fields
+
+
+def test_a_rows_export_loads_in_transformers_with_every_weight_and_equal_logits_and_starts_a_run(
+        conforming, tmp_path):
+    row, config = conforming
+    torch.manual_seed(0)
+    model = row.build_pretraining(config, None).eval()
+    model.save_pretrained(tmp_path)
+    named = json.loads((tmp_path / "config.json").read_text())["architectures"][0]
+    theirs, loading = getattr(transformers, named).from_pretrained(tmp_path, output_loading_info=True)
+    assert not loading["missing_keys"] and not loading["mismatched_keys"]
+    input_ids, attention_mask = padded_ids()
+    with torch.no_grad():
+        torch.testing.assert_close(real_logits(model, input_ids, attention_mask),
+                                   real_logits(theirs.eval(), input_ids, attention_mask), atol=1e-4, rtol=1e-4)
+    # model.init_from of the export: the family config.json names (the toy's is BERT's), every weight
+    started = load_pretraining_model(tmp_path, strict=True)
+    run = load_config(None, [f"model.init_from={tmp_path}", "data.pair_task=none",
+                             f"data.objective={row.objectives[0]}"])
+    assert run.model.architecture == family_of(started).architecture
+    assert {name: tensor.shape for name, tensor in started.state_dict().items()} == \
+        {name: tensor.shape for name, tensor in model.state_dict().items()}
+    for name, tensor in started.state_dict().items():
+        assert torch.equal(tensor, model.state_dict()[name]), name
+
+
+def test_a_row_says_its_token_types_and_refuses_a_forward_past_the_memory(conforming):
+    row, config = conforming
+    types = row.token_types(config, [0, 0, 0, 1, 1])
+    assert len(types) == 5 and len(set(types[:3])) == 1  # a type a token, the first text's alike
+    assert types == token_types(config, [0, 0, 0, 1, 1])
+    need = row.estimate_inference_memory(config, ForwardShape(batch_size=4, seq_length=32, predicted_rows=32),
+                                         device_type="cpu")
+    assert need.total > need.weights > 0
+    assert inference_shortfall(need, need.total, "this machine has") is None
+    refused = inference_shortfall(need, need.total - 1, "this machine has")
+    assert refused is not None and "\n" not in refused
+
+
+def test_the_toy_family_is_routed_by_the_table_alone(register_toy):
+    config = load_config(None, [f"model.architecture={ARCHITECTURE}", "model.hidden_size=32",
+                                "model.num_attention_heads=4"]).model
+    assert config.type_vocab_size == 1 and family(config) is register_toy  # its model default, its row
+    with pytest.raises(UserError, match="model.architecture toy has one token type"):
+        load_config(None, [f"model.architecture={ARCHITECTURE}", "model.type_vocab_size=2"])
+    with pytest.raises(UserError, match="model.local_attention is ModernBERT's, which model.architecture toy"):
+        load_config(None, [f"model.architecture={ARCHITECTURE}", "model.local_attention=16"])
+    assert "local_attention" not in config.architecture_fields()

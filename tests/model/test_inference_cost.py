@@ -10,6 +10,7 @@ from bertpre.model import BertConfig
 from bertpre.model.bert import BertForPreTraining
 from bertpre.model.cost import ForwardShape, estimate_inference_memory, inference_shortfall
 from bertpre.model.xlnet import XLNetLMHeadModel
+from bertpre.model.xlnet_config import xlnet_config
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # see conftest
 
@@ -33,7 +34,7 @@ def peak_of(forward) -> int:
 
 def xlnet_forward(config: BertConfig, shape: ForwardShape):
     """fill-mask's forward (masks hidden by attention_mask) or evaluate's (perm_mask, token types)."""
-    model = XLNetLMHeadModel(config.xlnet_config()).eval()
+    model = XLNetLMHeadModel(xlnet_config(config)).eval()
     B, T, P, M = shape.batch_size, shape.seq_length, shape.predicted_rows, shape.memory_length
     input_ids = torch.randint(5, config.vocab_size, (B, T))
     target_mapping = torch.zeros(B, P, T)
@@ -67,7 +68,7 @@ def bert_forward(config: BertConfig, shape: ForwardShape):
 def test_the_estimate_is_the_peak_of_a_real_forward_within_ten_percent(changes, shape) -> None:
     torch.manual_seed(0)
     config = BertConfig(**{**SHAPE, **changes})
-    forward = xlnet_forward(config, shape) if config.is_xlnet else bert_forward(config, shape)
+    forward = xlnet_forward(config, shape) if config.architecture == "xlnet" else bert_forward(config, shape)
     with torch.no_grad():
         measured = peak_of(forward)
     estimated = estimate_inference_memory(config, shape).activations
@@ -88,7 +89,7 @@ def test_xlnet_grows_with_the_square_of_the_length_and_bert_absolute_linearly() 
 def test_the_shortfall_names_the_figure_its_parts_and_the_memory() -> None:
     config = BertConfig(**SHAPE, architecture="xlnet")
     need = estimate_inference_memory(config, ForwardShape(1, 2048, 1))
-    assert need.weights == 4 * XLNetLMHeadModel(config.xlnet_config()).num_parameters()
+    assert need.weights == 4 * XLNetLMHeadModel(xlnet_config(config)).num_parameters()
     assert inference_shortfall(need, need.total, "this machine has") is None
     assert inference_shortfall(need, need.total - 1, "this machine has") == (
         "needs about 362.4 MiB (139.6 KiB of weights, 362.2 MiB of activations), "

@@ -146,7 +146,7 @@ def test_evaluation_runs_the_whole_last_layer(family):
     for rows in (False, True):
         model = build(family, rows).eval()
         rows_seen: list[int] = []
-        last_ffn(model).register_forward_hook(lambda _m, inputs, _o: rows_seen.append(inputs[0].shape[:-1].numel()))
+        last_ffn(model).register_forward_hook(lambda _m, inputs, _o, seen=rows_seen: seen.append(inputs[0].shape[:-1].numel()))
         logits.append(model(**batch).prediction_logits)
         assert rows_seen[-1] == batch["input_ids"].numel()
     assert logits[0].shape == logits[1].shape == (3, 4, 99)

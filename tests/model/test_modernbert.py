@@ -14,7 +14,7 @@ import torch
 
 from bertpre.config import load_config
 from bertpre.errors import UserError
-from bertpre.model.config import MODERNBERT_FIELDS, BertConfig
+from bertpre.model.config import BertConfig
 from bertpre.model.families import FAMILIES, load_encoder_weights
 from bertpre.model.modernbert import (
     AttentionMasks,
@@ -22,6 +22,7 @@ from bertpre.model.modernbert import (
     flex_attention_available,
     read_modernbert_weights,
 )
+from bertpre.model.modernbert_config import MODERNBERT_FIELDS
 from bertpre.model.modernbert_cost import count_modernbert_parameters
 
 transformers = pytest.importorskip("transformers")

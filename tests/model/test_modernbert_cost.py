@@ -49,7 +49,7 @@ def modernbert(**changes) -> BertConfig:
 def transformers_model(config: BertConfig) -> HFModernBertForMaskedLM:
     """transformers' ModernBertForMaskedLM of `config`'s shape, its head on the predicted rows
     alone (sparse_prediction, as bertpre's head), attention by SDPA."""
-    hf = ModernBertConfig.from_dict({**config.modernbert_hf_dict(), "sparse_prediction": True})
+    hf = ModernBertConfig.from_dict({**config.to_hf_dict(), "sparse_prediction": True})
     hf._attn_implementation = "sdpa"
     return HFModernBertForMaskedLM(hf)
 
@@ -299,7 +299,7 @@ def test_info_for_modernbert_base_prints_flops_by_part(tmp_path: Path) -> None:
         assert info.parameters.total == 149_655_232 and "149,655,232" in result.output
         assert "total (ModernBertForMaskedLM)" in result.output
         assert "global attention every 3 layers and a window of 128 (64 each way) elsewhere" in result.output
-        flops = info.modernbert_flops
+        flops = info.flops_by_part
         assert info.flops_per_token == flops.total and f"{flops.total / 1e6:.1f} MFLOP" in result.output
         for name, part in (("global attention", flops.global_attention), ("local attention", flops.local_attention),
                            ("feed-forward (GeGLU)", flops.feed_forward), ("decoder", flops.decoder)):
@@ -318,7 +318,7 @@ def test_info_on_the_tiny_modernbert_preset() -> None:
     info = model_info(config.model, seq_length=64, predicted_share=config.data.predicted_share)
     assert "1 layer, 64 keys a token" in result.output and "2 layers, at most 17 keys a token" in result.output
     assert f"{info.flops_per_token / 1e6:.1f} MFLOP" in result.output
-    assert info.modernbert_flops.local_attention == 12 * 64 * 2 * window_pairs(64, 16) / 64
+    assert info.flops_by_part.local_attention == 12 * 64 * 2 * window_pairs(64, 16) / 64
 
 
 @pytest.mark.usefixtures("one_thread")

@@ -26,6 +26,7 @@ from bertpre.model.cost import (
     xlnet_training_flops,
 )
 from bertpre.model.xlnet import XLNetLMHeadModel
+from bertpre.model.xlnet_config import xlnet_config
 from bertpre.tools.info import format_info, model_info
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
@@ -60,7 +61,7 @@ def step_inputs(config: BertConfig, batch: int, length: int, rows: int, memory: 
                                       "num_hidden_layers": 5, "mem_len": 16}])
 def test_parameters_equal_the_built_model(changes: dict) -> None:
     config = xlnet(**changes)
-    model = XLNetLMHeadModel(config.xlnet_config())
+    model = XLNetLMHeadModel(xlnet_config(config))
     counts = count_parameters(config)
     assert counts.total == model.num_parameters()
     assert counts.encoder == sum(p.numel() for p in model.transformer.parameters())
@@ -77,7 +78,7 @@ def test_xlnet_large_parameters() -> None:
     config = BertConfig(architecture="xlnet", vocab_size=32000, hidden_size=1024, num_hidden_layers=24,
                         num_attention_heads=16, intermediate_size=4096)
     with torch.device("meta"):
-        model = XLNetLMHeadModel(config.xlnet_config())
+        model = XLNetLMHeadModel(xlnet_config(config))
     assert count_parameters(config).total == model.num_parameters() == 360_300_800
 
 
@@ -92,7 +93,7 @@ def test_flops_equal_a_flop_counter(length: int, rows: int, memory: int, batch: 
     """Forward + backward of the real model under FlopCounterMode equals the formula exactly:
     every matmul is counted, and the counter, like the formula, leaves out elementwise work."""
     config = xlnet(num_hidden_layers=layers, mem_len=memory)
-    model = XLNetLMHeadModel(config.xlnet_config()).train()
+    model = XLNetLMHeadModel(xlnet_config(config)).train()
     with FlopCounterMode(display=False) as counter:
         model(**step_inputs(config, batch, length, rows, memory)).loss.backward()
     flops = xlnet_training_flops(config, length, 0.5, memory_length=memory, query_rows=rows,
@@ -136,7 +137,7 @@ def test_query_rows_are_the_collators_slots() -> None:
 def saved_bytes(config: BertConfig, batch: int, length: int, rows: int, memory: int, autocast: bool) -> int:
     """Bytes of the distinct tensors the loss's autograd graph keeps for backward (parameters
     left out), plus the logits the step holds: what is alive at the end of the forward."""
-    model = XLNetLMHeadModel(config.xlnet_config()).train()
+    model = XLNetLMHeadModel(xlnet_config(config)).train()
     parameters = {p.untyped_storage().data_ptr() for p in model.parameters()}
     with torch.autocast("cpu", torch.bfloat16, enabled=autocast):
         out = model(**step_inputs(config, batch, length, rows, memory))
@@ -215,10 +216,10 @@ def test_info_for_an_xlnet_config() -> None:
     config = xlnet(vocab_size="auto", intermediate_size=256, mem_len=64)
     info = model_info(config, seq_length=64, predicted_share=1 / 6, micro_batch_size=16, memory_rows=32)
     text = format_info(info)
-    total = XLNetLMHeadModel(info.config.xlnet_config()).num_parameters()
+    total = XLNetLMHeadModel(xlnet_config(info.config)).num_parameters()
     assert "model: XLNet, 2 layers, hidden 64, 4 heads, intermediate 256, vocab 30522" in text
     assert "memory 64" in text and f"{total:,}" in text and "total (XLNetLMHeadModel)" in text
-    flops = info.xlnet_flops
+    flops = info.flops_by_part
     assert info.flops_per_token == flops.total
     for name, part in (("content stream", flops.content_stream), ("query stream", flops.query_stream),
                        ("memory", flops.memory), ("LM head", flops.head)):

@@ -10,7 +10,7 @@ import torch
 
 from bertpre.config import load_config
 from bertpre.model import BertConfig, BertForPreTraining
-from bertpre.model.config import REMOTE_AUTO_MAP
+from bertpre.model.bert_config import REMOTE_AUTO_MAP
 from bertpre.tools.export import export
 from bertpre.tools.inference import evaluate_saved_model, fill_mask, load_model_and_tokenizer
 from bertpre.train.trainer import Trainer, pretrain
