@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import contextlib
-import math
 import sys
 import time
 from dataclasses import dataclass, field
@@ -19,7 +18,7 @@ from bertpre.train.checkpoint import latest_checkpoint, load_checkpoint, save_ch
 from bertpre.train.cpu_note import slow_cpu_note
 from bertpre.train.evaluation import build_evaluator
 from bertpre.train.metrics import MetricsWindow, MetricsWriter, ProgressBar, StepStats, gpu_scalars
-from bertpre.train.objectives import DEVICE_STATS, HOST_STATS, objective_for, step_totals
+from bertpre.train.objectives import objective_for, step_totals
 from bertpre.train.optim import build_optimizer, learning_rate
 from bertpre.train.report import (
     CUSTOM_SCALARS_LAYOUT,
@@ -174,7 +173,7 @@ class Trainer:
                                      purge_after=self.step if resumed else None)
         self.progress = ProgressBar(start_step=self.step, max_steps=train.max_steps,
                                     enabled=runtime.is_main and self.step < train.max_steps)
-        self.window = MetricsWindow(self.step)
+        self.window = MetricsWindow(self.step, self.objective)
         self.start_step, self.eta_said = self.step, False
         self.metrics.describe_run(CUSTOM_SCALARS_LAYOUT, run_texts(self.config, self.mixture))
         shares = self.objective.shares(self.stream.instances)
@@ -277,7 +276,7 @@ class Trainer:
                 self.step += 1
                 if self.step == self.start_step + 1:  # the ETA leaves out the first step's start-up
                     self.eta_clock = (time.perf_counter(), self.step)
-                self.tokens_seen += stats.host_counts[HOST_STATS.index("tokens")]
+                self.tokens_seen += stats.tokens
                 self.window.add(stats.device_sums, stats.host_counts, stats.grad_norm)
                 finished = self.step == train.max_steps
                 if self.step % train.log_every == 0 or finished:
@@ -326,16 +325,14 @@ class Trainer:
         keep_mask = self.phase_config.train.compile is True
         batches = [self.objective.to_device(batch, runtime.device, keep_attention_mask=keep_mask)
                    for batch in host_batches]
-        # Each micro-batch's loss sums are divided by the step's counts (over all processes),
-        # so any split of the batch gives the same gradient; DDP averages over processes.
-        weights = [runtime.world_size / total if total else 0.0 for total in totals[:2]]
-        device_sums = torch.zeros(len(DEVICE_STATS), dtype=torch.float64, device=runtime.device)
+        weights = self.objective.loss_weights(totals, runtime.world_size)  # over all processes
+        device_sums = torch.zeros(len(self.objective.device_stats), dtype=torch.float64, device=runtime.device)
         for index, batch in enumerate(batches):
             device_sums += self.forward_backward(batch, weights, sync=index == len(batches) - 1, slot=index)
         all_reduce_sum(device_sums, runtime)
         grad_norm, skipped = self.update(device_sums)
         stats = StepStats(device_sums=device_sums, host_counts=totals, lr=lr, grad_norm=grad_norm,
-                          skipped=skipped)
+                          skipped=skipped, objective=self.objective)
         self.count_skip(stats)
         return stats
 
@@ -368,10 +365,10 @@ class Trainer:
 
     def micro_batch(self, batch: dict[str, torch.Tensor], weights: list[float], *,
                     sync: bool, slot: int = 0) -> torch.Tensor:
-        """One micro-batch on the device; returns its DEVICE_STATS sums.
+        """One micro-batch on the device; returns its device stats' sums.
 
         Args:
-            weights: what the objective's and the pair loss sums are multiplied by.
+            weights: what each of the objective's loss sums is multiplied by.
             sync: the step's last micro-batch, whose backward all-reduces the gradients.
             slot: the micro-batch's place in the step, whose carry it reads and leaves.
         """
@@ -379,9 +376,11 @@ class Trainer:
                    else contextlib.nullcontext())
         with no_sync:
             with self.runtime.autocast():
-                (loss_sum, pair_loss_sum), sums, carry = self.trained_model(batch, self.carry.take(slot, batch))
+                loss_sums, sums, carry = self.trained_model(batch, self.carry.take(slot, batch))
                 self.carry.keep(slot, carry)
-            loss = loss_sum * weights[0] + pair_loss_sum * weights[1]
+            loss = loss_sums[0] * weights[0]
+            for loss_sum, weight in zip(loss_sums[1:], weights[1:], strict=True):
+                loss = loss + loss_sum * weight
             (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
         return sums
 
@@ -429,8 +428,7 @@ class Trainer:
     def log(self, stats: StepStats) -> None:
         """Write the logging window's scalars (TensorBoard, metrics.jsonl, progress bar)."""
         self.check_finite()
-        scalars = self.objective.log_names(self.window.scalars(lr=stats.lr, loss_scale=self.loss_scale,
-                                                               skipped_steps=self.skipped_steps))
+        scalars = self.window.scalars(lr=stats.lr, loss_scale=self.loss_scale, skipped_steps=self.skipped_steps)
         scalars.update(gpu_scalars(self.runtime, scalars["perf/tokens_per_s"], self.token_flops))
         self.metrics.log(self.step, scalars)
         self.last_train = {tag.split("/", 1)[1]: value for tag, value in scalars.items()
@@ -462,8 +460,7 @@ class Trainer:
                                  autocast=self.runtime.autocast())
         results = {name: float(value) for name, value in results.items()
                    if value == value}  # NaN: nothing to measure (no pairs)
-        # On the loss chart beside train/loss, which is the same sum.
-        results["loss"] = results.get(f"{self.config.data.objective}_loss", math.nan) + results.get("pair_loss", 0.0)
+        results["loss"] = self.objective.eval_loss(results)  # on the loss chart beside train/loss
         self.metrics.log(self.step, {f"eval/{name}": value for name, value in results.items()})
         self.last_eval = results
 
