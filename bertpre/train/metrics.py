@@ -198,8 +198,8 @@ class StepStats:
 
     @property
     def loss(self) -> float:
-        """The objective's loss terms, each a mean over its count, added (as `train/loss`)."""
-        return sum(self.objective.term_means(self.sums).values())
+        """The objective's loss terms, each a mean over its count, weighed and added (`train/loss`)."""
+        return self.objective.total_loss(self.sums)
 
     @property
     def tokens(self) -> int:

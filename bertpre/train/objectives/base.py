@@ -35,7 +35,7 @@ if TYPE_CHECKING:  # the config sits above the training package's data classes
 @dataclass(frozen=True)
 class LossTerm:
     """One named term of an objective's loss: its sum (and its correct predictions' count) kept
-    on the device, averaged over a count the host takes of the batch.
+    on the device, averaged over a count the host takes of the batch, times its weight.
 
     Its scalars are `train/{name}_loss` and `train/{name}_acc`; its device sums are
     `{name}_loss` and `{name}_correct`.
@@ -44,6 +44,7 @@ class LossTerm:
     name: str
     count: str  # the host stat its sums are averaged over (predictions, pairs, tokens)
     optional: bool = False  # left out of the scalars of a window that counted none (pair_task none)
+    weight: float = 1.0  # in the loss: weight × (sum / count), e.g. ELECTRA's λ on its discriminator
 
     @property
     def stats(self) -> tuple[str, str]:
@@ -107,7 +108,7 @@ class Objective:
     (this process's instances and collator for a phase), `to_device` (a host batch's copy),
     `step_module` (the model, its loss sums and device stats as one module: what `train.compile`
     compiles and DDP wraps), `new_carry`, `source_evaluator` (one DATA folder's validation
-    metrics), what it reads of the data config (`recurrent`, `segment_step`, `predicted_share`),
+    metrics), what it reads of the data config (`recurrent`, `predicted_share`),
     the audit `bertpre inspect` runs, and the texts.
     """
 
@@ -141,40 +142,48 @@ class Objective:
 
     def loss_weights(self, totals: Sequence[int], world_size: int) -> list[float]:
         """What each term's loss sum is multiplied by in a step of `totals` (host stats over all
-        processes): one over its count, so any split of the batch gives the same gradient (DDP
-        averages over the processes, hence `world_size`)."""
+        processes): its weight over its count, so any split of the batch gives the same gradient
+        (DDP averages over the processes, hence `world_size`)."""
         counts = dict(zip(self.host_stats, totals, strict=True))
-        return [world_size / counts[term.count] if counts[term.count] else 0.0 for term in self.terms]
+        return [term.weight * world_size / counts[term.count] if counts[term.count] else 0.0
+                for term in self.terms]
+
+    def weighted_loss(self, loss_sums: Sequence[torch.Tensor], weights: Sequence[float]) -> torch.Tensor:
+        """The micro-batch's loss to backpropagate: each term's sum times its weight, added."""
+        loss = loss_sums[0] * weights[0]
+        for loss_sum, weight in zip(loss_sums[1:], weights[1:], strict=True):
+            loss = loss + loss_sum * weight
+        return loss
 
     def term_means(self, sums: dict[str, float]) -> dict[str, float]:
         """Each counted term's mean loss over its count, by term name (the loss the step took)."""
         return {term.name: sums[term.stats[0]] / max(sums[term.count], 1) for term in self.terms
                 if sums[term.count] or not term.optional}
 
+    def total_loss(self, sums: dict[str, float]) -> float:
+        """The loss the step took: each counted term's mean times its weight, added."""
+        means = self.term_means(sums)
+        return sum(term.weight * means[term.name] for term in self.terms if term.name in means)
+
     def train_scalars(self, sums: dict[str, float]) -> dict[str, float]:
-        """The `train/*` scalars of a logging window's summed stats: `train/loss` (the terms'
-        means added), then each term's loss and accuracy."""
+        """The `train/*` scalars of a logging window's summed stats: `train/loss` (`total_loss`),
+        then each term's loss and accuracy."""
         counted = [term for term in self.terms if sums[term.count] or not term.optional]
         means = self.term_means(sums)
-        scalars = {"train/loss": sum(means.values())}
+        scalars = {"train/loss": self.total_loss(sums)}
         scalars.update({f"train/{term.name}_loss": means[term.name] for term in counted})
         scalars.update({f"train/{term.name}_acc": sums[term.stats[1]] / max(sums[term.count], 1)
                         for term in counted})
         return scalars
 
     def eval_loss(self, results: dict[str, float]) -> float:
-        """The validation results' counterpart of `train/loss`: the terms' losses added (NaN, the
-        results' mark of nothing measured, is left out of an optional term)."""
+        """The validation results' counterpart of `train/loss`: the terms' losses weighed and added
+        (an optional term's missing or NaN loss, the results' mark of nothing measured, left out)."""
         total = 0.0
         for term in self.terms:
             value = results.get(f"{term.name}_loss", math.nan)
-            total += 0.0 if term.optional and value != value else value
+            total += 0.0 if term.optional and value != value else term.weight * value
         return total
-
-    def segment_step(self, data_config: DataConfig) -> int:
-        """Tokens from one row's start to the next's in a document: the whole row unless the
-        objective reads overlapping segments."""
-        return data_config.max_seq_length
 
     def predicted_share(self, data_config: DataConfig) -> float:
         """The share of a row's tokens the head predicts (what the cost model charges it for)."""

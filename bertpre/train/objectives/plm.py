@@ -209,12 +209,6 @@ class PermutationLanguageModel(Objective):
     recurrent = True
     audit = "segments"
 
-    def segment_step(self, data_config: DataConfig) -> int:
-        """`reuse_length`, else half a row for plm (XLNet's reuse_len) and a whole row for clm."""
-        if data_config.reuse_length is not None:
-            return data_config.reuse_length
-        return data_config.max_seq_length // 2 if self.name == "plm" else data_config.max_seq_length
-
     def predicted_share(self, data_config: DataConfig) -> float:
         """The query rows: 1/K of a row for plm's xlnet plan; every row for its hf plan and for clm."""
         if self.name == "plm" and data_config.plm_plan == "xlnet":
@@ -252,7 +246,7 @@ class PermutationLanguageModel(Objective):
     def prepare_model(self, model: nn.Module, config: Config) -> None:
         # The states a segment leaves as memory: its first segment_step tokens', the context
         # of the next segment, which starts that far on (this phase's length and step).
-        step = self.segment_step(config.data)  # XLNet's reuse_len: None for the whole row
+        step = config.data.segment_step  # XLNet's reuse_len: None for the whole row
         model.config.reuse_len = step if step < config.data.max_seq_length else None
 
     def source_evaluator(self, folder: DataFolder, data_config: DataConfig, **options: Any) -> SegmentEvaluator:
@@ -269,7 +263,7 @@ class PermutationLanguageModel(Objective):
                 "micro_batch_size": config.train.micro_batch_size}
 
     def describe(self, data_config: DataConfig) -> str:
-        return f"reuse_length {self.segment_step(data_config)}"
+        return f"reuse_length {data_config.segment_step}"
 
     def summary(self, data_config: DataConfig) -> str:
         if self.name != "plm":
