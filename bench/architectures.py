@@ -124,9 +124,10 @@ def parameters(config, vocab_size: int) -> int:
 def flops_per_token(config, vocab_size: int) -> float:
     """Training FLOPs per position (forward + backward, the cost model, local layers at their window)."""
     from bertpre.model.cost import training_flops_per_token
+    from bertpre.train.setup import predicted_share
 
     return training_flops_per_token(sized(config, vocab_size), config.data.max_seq_length,
-                                    config.data.predicted_share)
+                                    predicted_share(config.data))
 
 
 def matched_intermediate(args, data: Path, scratch: Path, vocab_size: int) -> int:

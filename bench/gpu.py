@@ -13,7 +13,7 @@ throughput: one optimizer step on a global batch (default 256 sequences, accumul
 micro-batches when --micro-batch-size is smaller), --precision autocast for both models (bf16 by
 default, as the trainer on a modern GPU; fp16 adds a GradScaler), gradient clipping, fused AdamW
 for both models (--no-fused: foreach AdamW for both).
-bertpre's side is the trainer's step: `bertpre.train.objectives.mlm.PretrainingObjective` on Google's
+bertpre's side is the trainer's step: `bertpre.train.objectives.mlm.MaskedLMStep` on Google's
 fixed-size (B, P) masked_lm_positions / masked_lm_ids, loss = MLM loss sum / predictions + pair
 loss sum / pairs with the counts taken on the CPU at set-up, no attention mask for a micro-batch
 without padding (kept under --compile, which compiles the objective with fullgraph=True, as
@@ -38,7 +38,7 @@ The checkpointing measurements use bertpre's side only, on full rows, the worst 
 `--architecture modernbert` times ModernBERT instead (`--model` then names ModernBERT's sizes:
 base is 22 layers, hidden 768, GeGLU 1152, window 128, vocabulary 50,368; length 1024 and a
 global batch of 32 by default, the same 32,768 tokens a step as BERT's default). bertpre's side
-is the same trainer step (`PretrainingObjective`, no pair labels: `pair_task: none`), local layers
+is the same trainer step (`MaskedLMStep`, no pair labels: `pair_task: none`), local layers
 on SDPA with a dense window mask or FlexAttention's block mask as `ModernBertModel.uses_flex` says
 (recorded; FlexAttention above 1024 tokens; --local-attention forces one); the peer is
 transformers' `ModernBertForMaskedLM` loaded from bertpre's export of the same weights, with
@@ -77,7 +77,7 @@ from bench.common import (
 )
 
 if TYPE_CHECKING:
-    from bertpre.train.objectives import HostCounts
+    from bertpre.train.objectives.mlm import MaskedLMCounts
 
 SHAPES = {
     "tiny": dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64),
@@ -193,25 +193,24 @@ def fixed_size_predictions(labels: torch.Tensor, slots: int) -> tuple[torch.Tens
 
 
 def trainer_batches(batches: list[dict[str, torch.Tensor]], slots: int, device: torch.device,
-                    keep_attention_mask: bool) -> tuple[list[dict[str, torch.Tensor]], HostCounts]:
+                    keep_attention_mask: bool) -> tuple[list[dict[str, torch.Tensor]], MaskedLMCounts]:
     """`make_batch`'s CPU micro-batches as the trainer copies them to `device`, and the step's
     counts, taken on the CPU as `Trainer.train_step` does."""
-    from bertpre.train.objectives import HostCounts
-    from bertpre.train.objectives.mlm import device_batch, mlm_host_counts
+    from bertpre.train.objectives.mlm import MaskedLMCounts, device_batch, mlm_host_counts
 
     host = []
     for batch in batches:
         positions, ids = fixed_size_predictions(batch["labels"], slots)
         host.append({**batch, "masked_lm_positions": positions, "masked_lm_ids": ids})
     counts = [mlm_host_counts(batch) for batch in host]
-    totals = HostCounts(predictions=sum(count.predictions for count in counts),
+    totals = MaskedLMCounts(predictions=sum(count.predictions for count in counts),
                         pairs=sum(count.pairs for count in counts),
                         tokens=sum(count.tokens for count in counts))
     # `device_batch` drops `labels` and, unless kept, the mask of a batch without padding.
     return [device_batch(batch, device, keep_attention_mask=keep_attention_mask) for batch in host], totals
 
 
-def objective_loss(objective: Callable, totals: HostCounts) -> Loss:
+def objective_loss(objective: Callable, totals: MaskedLMCounts) -> Loss:
     """The trainer's micro-batch loss: the objective's MLM and pair loss sums over the step's counts."""
     weights = [1 / total if total else 0.0 for total in (totals.predictions, totals.pairs)]
 
@@ -262,12 +261,12 @@ def bertpre_stepper(model: torch.nn.Module, batches: list[dict[str, torch.Tensor
                     fused: bool, precision: str, compile_model: bool = False, capped: bool = True
                     ) -> tuple[Stepper, list[dict[str, torch.Tensor]], dict]:
     """bertpre's side as the trainer runs it, its device micro-batches and what describes them."""
-    from bertpre.train.objectives.mlm import PretrainingObjective
+    from bertpre.train.objectives.mlm import MaskedLMStep
 
     slots = prediction_slots(batches[0]["input_ids"].shape[1], batches, capped)
     # A compiled step keeps the mask, as the trainer does: one graph for every batch.
     inputs, totals = trainer_batches(batches, slots, device, keep_attention_mask=compile_model)
-    objective = PretrainingObjective(model)
+    objective = MaskedLMStep(model)
     if compile_model:
         objective = torch.compile(objective, fullgraph=True)
     described = {"prediction_slots": slots, "predictions": totals.predictions, "pairs": totals.pairs,
@@ -394,7 +393,7 @@ def measure_step_rate(shape: str, seq_length: int, micro_batch_size: int, steps:
                            "precision": PRECISIONS[precision], "short_rows": short_rows,
                            "tokens_per_step": tokens, "padding_share": 1 - tokens / (batch_size * seq_length),
                            "predicted_share": predicted / tokens,
-                           "bertpre_step": "PretrainingObjective, (B, P) masked_lm_positions/ids, "
+                           "bertpre_step": "MaskedLMStep, (B, P) masked_lm_positions/ids, "
                                            "loss sums over counts taken on the CPU"
                                            + (", torch.compile fullgraph" if compile_model else ""),
                            "prediction_slots": described["prediction_slots"],
@@ -420,7 +419,7 @@ def measure_step_rate(shape: str, seq_length: int, micro_batch_size: int, steps:
         settings = result["settings"]
         settings["architecture"] = "modernbert"
         settings["bertpre_step"] = settings["bertpre_step"].replace(
-            "PretrainingObjective", "PretrainingObjective (no pair labels)")
+            "MaskedLMStep", "MaskedLMStep (no pair labels)")
         settings["masking"] = MODERNBERT_MASKING
         settings["vocab_size"] = MODERNBERT_VOCAB_SIZE
         settings["local_attention"] = MODERNBERT_SHAPES[shape]["local_attention"]
@@ -559,7 +558,7 @@ def run_checkpointing(args: argparse.Namespace, device: torch.device) -> dict:
                            "micro_batch_size": args.micro_batch_size, "steps": args.steps,
                            "search_granularity": args.granularity, "search_limit": args.limit,
                            "precision": PRECISIONS[args.precision], "fused_adamw": not args.no_fused,
-                           "bertpre_step": "PretrainingObjective, (B, P) masked_lm_positions/ids"}}
+                           "bertpre_step": "MaskedLMStep, (B, P) masked_lm_positions/ids"}}
     for checkpointing in (False, True):
         name = "with" if checkpointing else "without"
         model = build_models(args.model, args.seq_length, device, peer=False,

@@ -5,7 +5,7 @@
     .venv/bin/python -m bench.step_cost --set low_precision_layernorm=false   # a model key changed (A/B)
     .venv/bin/python -m bench.step_cost --json trace.json                # the report as JSON too
 
-The step is `bench.gpu`'s bertpre side (the trainer's `PretrainingObjective` on (B, P)
+The step is `bench.gpu`'s bertpre side (the trainer's `MaskedLMStep` on (B, P)
 `masked_lm_positions`, loss sums over counts taken on the CPU), forward and backward, on
 `FakeTensorMode` tensors (shapes and dtypes, no data: BERT-base costs no memory and ~20 s), with
 every aten kernel recorded by a `TorchDispatchMode`. The model runs under CUDA's bf16 autocast
@@ -279,7 +279,7 @@ def build_step(shape: StepShape, fake_mode) -> tuple[torch.nn.Module, Callable, 
     host counts and the model's config."""
     from bertpre.model import BertConfig, BertForPreTraining
     from bertpre.model.modernbert import ModernBertForMaskedLM
-    from bertpre.train.objectives.mlm import PretrainingObjective
+    from bertpre.train.objectives.mlm import MaskedLMStep
 
     modernbert = shape.architecture == "modernbert"
     if modernbert:
@@ -299,7 +299,7 @@ def build_step(shape: StepShape, fake_mode) -> tuple[torch.nn.Module, Callable, 
     slots = prediction_slots(shape.seq_length, [batch], capped=not modernbert)
     inputs, totals = trainer_batches([batch], slots, torch.device("cpu"), keep_attention_mask=False)
     fake_batch = {name: fake_mode.from_tensor(tensor) for name, tensor in inputs[0].items()}
-    return model, objective_loss(PretrainingObjective(model), totals), fake_batch, totals, config
+    return model, objective_loss(MaskedLMStep(model), totals), fake_batch, totals, config
 
 
 def trace_step(shape: StepShape) -> tuple[Trace, Any, Any]:

@@ -331,7 +331,8 @@ def inspect_command(
     """
     from bertpre.config import load_config
     from bertpre.data import DataMixture, load_mixture, open_data
-    from bertpre.tools.audit import format_report, inspect_data
+    from bertpre.tools.audits import audit_report
+    from bertpre.train.objectives import objective_for
     from bertpre.train.setup import resolved_config
 
     if data is None and config is None:
@@ -339,16 +340,8 @@ def inspect_command(
     given = load_config(config, list(overrides or []))
     inspected = open_data(data) if data is not None else load_mixture(given.data.sources)
     cfg = resolved_config(given, inspected.folders[0] if isinstance(inspected, DataMixture) else inspected)
-    if cfg.data.recurrent:  # plm / clm: segments and permutation batches
-        from bertpre.tools.plm_audit import format_permutation_report, inspect_segments
-
-        typer.echo(format_permutation_report(inspect_segments(
-            inspected, cfg.data, batches=batches,
-            batch_size=cfg.train.micro_batch_size, seed=cfg.train.seed, split=split)))
-        return
-    report = inspect_data(inspected, cfg.data, batches=batches,
-                          batch_size=cfg.train.micro_batch_size, seed=cfg.train.seed, split=split)
-    typer.echo(format_report(report))
+    typer.echo(audit_report(objective_for(cfg.data.objective).audit, inspected, cfg.data, batches=batches,
+                            batch_size=cfg.train.micro_batch_size, seed=cfg.train.seed, split=split))
 
 
 # --- fill-mask ---

@@ -82,18 +82,6 @@ class DataConfig:
         total = sum(entry["weight"] for entry in self.path)
         return [(entry["path"], entry["weight"] / total) for entry in self.path]
 
-    @property
-    def predicted_share(self) -> float:
-        """The share of tokens the head predicts: the mask rate capped per sequence (mlm), the
-        query rows (plm: 1/K, or every row for the hf plan; clm: every row)."""
-        if self.objective == "clm" or (self.objective == "plm" and self.plm_plan == "hf"):
-            return 1.0
-        if self.objective == "plm":
-            return self.plm_probability
-        if self.max_predictions_per_seq is None:
-            return self.mlm_probability
-        return min(self.mlm_probability, self.max_predictions_per_seq / self.max_seq_length)
-
 
 @dataclass
 class OptimConfig:

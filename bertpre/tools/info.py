@@ -25,7 +25,7 @@ from bertpre.model.cost import (
 from bertpre.model.families import family
 from bertpre.train.evaluation import evaluation_forward
 from bertpre.train.memory import pretraining_shortfall
-from bertpre.train.setup import resolved_config
+from bertpre.train.setup import predicted_share, resolved_config
 
 DEFAULT_VOCAB_SIZE = 30522  # BERT's uncased WordPiece vocabulary, used for vocab_size: auto
 
@@ -39,7 +39,7 @@ def info_report(config: Config) -> str:
     return format_info(model_info(
         config.model,
         seq_length=config.data.max_seq_length,
-        predicted_share=config.data.predicted_share,
+        predicted_share=predicted_share(config.data),
         # auto trains in bf16 (or fp16) on a GPU, where the estimate matters: 2 bytes either way.
         precision="bf16" if config.train.precision == "auto" else config.train.precision,
         micro_batch_size=config.train.micro_batch_size,

@@ -31,8 +31,8 @@ class MixtureEvaluator:
     def __init__(self, mixture: DataMixture, data_config: DataConfig, *, micro_batch_size: int = 32,
                  seed: int = 42, rank: int = 0, world_size: int = 1) -> None:
         self.names, self.weights = mixture.names, mixture.weights
-        self.loss = f"{data_config.objective}_loss"
         objective = objective_for(data_config.objective)
+        self.loss = f"{objective.terms[0].name}_loss"  # the language model's: its perplexity
         self.evaluators = [
             objective.source_evaluator(folder, data_config, micro_batch_size=micro_batch_size,
                                        seed=source_seed(seed, index), rank=rank, world_size=world_size)
@@ -76,9 +76,10 @@ def evaluation_forward(data_config: DataConfig, micro_batch_size: int, mem_len: 
     """The largest forward an evaluation of `data_config` runs: `micro_batch_size` sequences of
     `max_seq_length`, the head on the predicted share of them; plm and clm with the model's
     memory (`mem_len`) and training's permutation inputs, as `SegmentEvaluator` passes them."""
-    length, recurrent = data_config.max_seq_length, data_config.recurrent
+    objective, length = objective_for(data_config.objective), data_config.max_seq_length
+    recurrent = objective.recurrent
     return ForwardShape(batch_size=micro_batch_size, seq_length=length,
-                        predicted_rows=plm_query_rows(length, data_config.predicted_share),
+                        predicted_rows=plm_query_rows(length, objective.predicted_share(data_config)),
                         memory_length=mem_len if recurrent else 0, permutation=recurrent)
 
 

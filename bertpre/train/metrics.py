@@ -13,11 +13,8 @@ import torch
 from tqdm import tqdm
 
 from bertpre.heartbeat import Heartbeat
-from bertpre.train.objectives.base import DEVICE_STATS, HOST_STATS, named_stats
+from bertpre.train.objectives.base import Objective
 from bertpre.train.runtime import Runtime
-
-# Per-step sums over micro-batches and processes: those the device keeps, then the host's counts.
-STATS = DEVICE_STATS + HOST_STATS
 
 
 class MetricsWriter:
@@ -123,24 +120,26 @@ class ProgressBar:
 
 
 class MetricsWindow:
-    """The STATS sums and wall time since the last log, for the `train/*` and `perf/*` scalars.
+    """The objective's stats summed, and the wall time, since the last log, for the `train/*`
+    and `perf/*` scalars.
 
     The device's sums stay on the device until `scalars()` reads them, once per window.
     """
 
-    def __init__(self, start_step: int) -> None:
+    def __init__(self, start_step: int, objective: Objective) -> None:
+        self.objective = objective
         self.device_sums: torch.Tensor | None = None
-        self.host_counts = [0] * len(HOST_STATS)
+        self.host_counts = [0] * len(objective.host_stats)
         self.grad_norm: torch.Tensor | None = None
         self.reset(start_step)
 
     def reset(self, start_step: int) -> None:
         self.device_sums = None
-        self.host_counts = [0] * len(HOST_STATS)
+        self.host_counts = [0] * len(self.objective.host_stats)
         self.start_step, self.start_time = start_step, time.perf_counter()
 
     def add(self, device_sums: torch.Tensor, host_counts: list[int], grad_norm: torch.Tensor) -> None:
-        """Count one step: its DEVICE_STATS sums (on the device), HOST_STATS counts and gradient norm."""
+        """Count one step: its device stats' sums (on the device), host counts and gradient norm."""
         self.device_sums = device_sums.clone() if self.device_sums is None else self.device_sums + device_sums
         self.host_counts = [a + b for a, b in zip(self.host_counts, host_counts, strict=True)]
         self.grad_norm = grad_norm
@@ -150,38 +149,20 @@ class MetricsWindow:
         self.start_time += seconds
 
     def read(self) -> tuple[dict[str, float], float]:
-        """The window's STATS sums and the last step's gradient norm: one read of the device."""
-        device = self.device_sums if self.device_sums is not None else torch.zeros(len(DEVICE_STATS))
+        """The window's stats summed, by name, and the last step's gradient norm: one read of the device."""
+        device = (self.device_sums if self.device_sums is not None
+                  else torch.zeros(len(self.objective.device_stats)))
         grad_norm = self.grad_norm if self.grad_norm is not None else torch.zeros(())
         values = torch.cat([device.double(), grad_norm.detach().double().reshape(1)]).tolist()
-        return named_stats(values[:-1], self.host_counts), values[-1]
+        return self.objective.named_stats(values[:-1], self.host_counts), values[-1]
 
     def scalars(self, *, lr: float, loss_scale: float, skipped_steps: int) -> dict[str, float]:
+        """The objective's `train/*` scalars (its terms, by name), then the run's and `perf/tokens_per_s`."""
         sums, grad_norm = self.read()
-        return step_scalars(sums, lr=lr, grad_norm=grad_norm, loss_scale=loss_scale,
-                            skipped_steps=skipped_steps, elapsed=time.perf_counter() - self.start_time)
-
-
-def step_scalars(sums: dict[str, float], *, lr: float, grad_norm: float, loss_scale: float,
-                 skipped_steps: int, elapsed: float) -> dict[str, float]:
-    """The `train/*` and `perf/*` scalars for a logging window of summed STATS."""
-    mlm_loss = sums["mlm_loss"] / max(sums["predictions"], 1)
-    pair_loss = sums["pair_loss"] / max(sums["pairs"], 1)
-    scalars = {
-        "train/loss": mlm_loss + pair_loss,
-        "train/mlm_loss": mlm_loss,
-        "train/pair_loss": pair_loss,
-        "train/mlm_acc": sums["mlm_correct"] / max(sums["predictions"], 1),
-        "train/pair_acc": sums["pair_correct"] / max(sums["pairs"], 1),
-        "train/lr": lr,
-        "train/grad_norm": grad_norm,
-        "train/loss_scale": loss_scale,
-        "train/skipped_steps": float(skipped_steps),
-        "perf/tokens_per_s": sums["tokens"] / max(elapsed, 1e-9),
-    }
-    if not sums["pairs"]:  # pair_task none
-        del scalars["train/pair_loss"], scalars["train/pair_acc"]
-    return scalars
+        elapsed = time.perf_counter() - self.start_time
+        return {**self.objective.train_scalars(sums), "train/lr": lr, "train/grad_norm": grad_norm,
+                "train/loss_scale": loss_scale, "train/skipped_steps": float(skipped_steps),
+                "perf/tokens_per_s": sums["tokens"] / max(elapsed, 1e-9)}
 
 
 def gpu_scalars(runtime: Runtime, tokens_per_s: float, token_flops: float) -> dict[str, float]:
@@ -203,22 +184,27 @@ class StepStats:
     the GPU, so the loop reads them only once per logging window.
     """
 
-    device_sums: torch.Tensor  # float64 on the device, DEVICE_STATS order
-    host_counts: list[int]  # HOST_STATS order, known before the batch was copied
+    device_sums: torch.Tensor  # float64 on the device, in the objective's device_stats order
+    host_counts: list[int]  # its host_stats order, known before the batch was copied
     lr: float
     grad_norm: torch.Tensor  # on the device
     skipped: bool  # an fp16 overflow: no update was made and the schedule does not advance
+    objective: Objective  # what names the sums
 
     @property
     def sums(self) -> dict[str, float]:
-        """Every STATS sum as a number (reads the device)."""
-        return named_stats(self.device_sums.tolist(), self.host_counts)
+        """Every stat's sum as a number, by name (reads the device)."""
+        return self.objective.named_stats(self.device_sums.tolist(), self.host_counts)
 
     @property
     def loss(self) -> float:
-        """Mean MLM loss over the step's predictions plus mean pair loss over its pairs."""
-        sums = self.sums
-        return sums["mlm_loss"] / max(sums["predictions"], 1) + sums["pair_loss"] / max(sums["pairs"], 1)
+        """The objective's loss terms, each a mean over its count, weighed and added (`train/loss`)."""
+        return self.objective.total_loss(self.sums)
+
+    @property
+    def tokens(self) -> int:
+        """The step's real tokens, over all processes."""
+        return self.host_counts[self.objective.host_stats.index("tokens")]
 
 
 def remove_event_files(folder: Path) -> None:

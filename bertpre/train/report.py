@@ -8,15 +8,17 @@ import json
 import math
 import shlex
 import shutil
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
-from bertpre.config import Config
+from bertpre.config import PHASE_KEYS, Config
 from bertpre.data import DataMixture
 from bertpre.errors import UserError
 from bertpre.model.families import family
+from bertpre.train.cpu_note import slow_cpu_note
 from bertpre.train.optim import scheduled_learning_rate, wsd_decay_start
 from bertpre.train.runtime import Runtime
 
@@ -168,6 +170,43 @@ def eta_line(*, step: int, max_steps: int, seconds_per_step: float, tokens_per_s
         finish = "past the year 9999" if remaining > 0 else "at an unknown time"
     return (f"at {tokens_per_s:,.0f} tokens/s ({seconds_per_step:.3g} s a step): about "
             f"{format_duration(remaining)} to step {max_steps:,} ({finish})")
+
+
+def first_window_lines(*, step: int, max_steps: int, clock: tuple[float, int], window: tuple[float, int],
+                       tokens_per_s: float, token_flops: float | None) -> tuple[str, str | None]:
+    """After the first logging window: the ETA line, and on a CPU (`token_flops` given) the note
+    for a step far below the machine's measured rate (or None).
+
+    Args:
+        clock: (perf_counter, step) after the session's first step, whose start-up the ETA leaves out.
+        window: (perf_counter, step) at the window's start, the measure of a window of one step.
+    """
+    start, start_step = clock if step > clock[1] else window
+    seconds_per_step = (time.perf_counter() - start) / (step - start_step)
+    note = slow_cpu_note(tokens_per_s * token_flops) if token_flops is not None else None
+    return (eta_line(step=step, max_steps=max_steps, seconds_per_step=seconds_per_step, tokens_per_s=tokens_per_s),
+            note)
+
+
+def phase_line(config: Config, phase: Config, objective_words: str, phase_end: int) -> str:
+    """What a phase reads and runs, said as it starts: lengths, the objective's words, batch, lr,
+    the model keys a phase changes, and its last step."""
+    phased = [name for name in PHASE_KEYS["model"] if any(name in each.model for each in config.phases)]
+    return (f"max_seq_length {phase.data.max_seq_length}, {objective_words}, batch {phase.train.batch_size} "
+            f"(micro-batch {phase.train.micro_batch_size}), lr {phase.optim.lr:g}, "
+            + "".join(f"{name} {getattr(phase.model, name):g}, " for name in phased)
+            + f"until step {phase_end}")
+
+
+@dataclass
+class TrainResult:
+    """What a `pretrain` call did."""
+
+    run_dir: Path
+    step: int  # optimizer steps done, in total
+    skipped_steps: int = 0
+    exit_code: int = 0  # 130 after SIGINT, 143 after SIGTERM
+    notes: list[str] = field(default_factory=list)
 
 
 # What a run's last lines show of its last window and evaluation (those it has).

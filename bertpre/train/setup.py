@@ -12,7 +12,14 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from bertpre.config import Config, check_world_size, refuse_phase_model_keys, resolve
+from bertpre.config import (
+    PHASE_KEYS,
+    Config,
+    DataConfig,
+    check_world_size,
+    refuse_phase_model_keys,
+    resolve,
+)
 from bertpre.data import DataFolder, DataMixture, load_mixture
 from bertpre.errors import UserError
 from bertpre.model.config import BertConfig
@@ -161,7 +168,7 @@ def check_fits_in_memory(config: Config, device: torch.device, world_size: int =
         options.pop("micro_batch_size", None)
         if options:  # every row of the device's share of a step keeps its memory
             options["memory_rows"] = phase.train.batch_size // world_size
-        problem = pretraining_shortfall(phase.model, phase.data.max_seq_length, phase.data.predicted_share,
+        problem = pretraining_shortfall(phase.model, phase.data.max_seq_length, predicted_share(phase.data),
                                         phase.train.micro_batch_size, device, **options)
         if problem:
             where_phase = f"phase {index + 1}: " if config.phases else ""
@@ -196,7 +203,21 @@ def build_model(run: ResolvedRun, say: Callable[[str], None]) -> nn.Module:
     return model
 
 
+def fit_phase_model(model: nn.Module, config: Config) -> None:
+    """Give the model a phase's model keys (PHASE_KEYS: ModernBERT's rotary thetas), which it
+    reads at each forward, so a checkpoint's config.json says the phase's values. The model's
+    config is its own copy (`build_model`): the run's config keeps the values it was given."""
+    for name in PHASE_KEYS["model"]:
+        if hasattr(model.config, name):
+            setattr(model.config, name, getattr(config.model, name))
+
+
+def predicted_share(data_config: DataConfig) -> float:
+    """The share of a row's tokens the objective's head predicts (what the cost model charges)."""
+    return objective_for(data_config.objective).predicted_share(data_config)
+
+
 def token_flops(config: Config) -> float:
     """Training FLOPs per token of one phase's config (what MFU is measured against)."""
-    return training_flops_per_token(config.model, config.data.max_seq_length, config.data.predicted_share,
+    return training_flops_per_token(config.model, config.data.max_seq_length, predicted_share(config.data),
                                     **cost_options(config))

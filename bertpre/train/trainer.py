@@ -2,32 +2,31 @@
 from __future__ import annotations
 
 import contextlib
-import math
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 from safetensors import SafetensorError
-from torch.nn.parallel import DistributedDataParallel
 
-from bertpre.config import PHASE_KEYS, Config, check_world_size
+from bertpre.config import Config, check_world_size
 from bertpre.errors import WRITE_ERRNOS, UserError, dataloader_worker_lost
 from bertpre.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-from bertpre.train.cpu_note import slow_cpu_note
+from bertpre.train.compiled_step import compile_failure, eager_fallback_note, wrap_step
+from bertpre.train.divergence import DivergenceWatch, TrainingDiverged
 from bertpre.train.evaluation import build_evaluator
 from bertpre.train.metrics import MetricsWindow, MetricsWriter, ProgressBar, StepStats, gpu_scalars
-from bertpre.train.objectives import DEVICE_STATS, HOST_STATS, objective_for, step_totals
+from bertpre.train.objectives import objective_for, step_totals
 from bertpre.train.optim import build_optimizer, learning_rate
 from bertpre.train.report import (
     CUSTOM_SCALARS_LAYOUT,
     RunPlan,
-    diverged_message,
+    TrainResult,
     end_block,
-    eta_line,
     finished_run_note,
+    first_window_lines,
+    phase_line,
     plan_run,
     start_block,
     worker_lost,
@@ -43,24 +42,9 @@ from bertpre.train.runtime import (
     seed_everything,
     shutdown,
 )
-from bertpre.train.setup import build_model, resolve_run, token_flops
+from bertpre.train.setup import build_model, fit_phase_model, resolve_run, token_flops
 
-MAX_CONSECUTIVE_SKIPS = 20  # fp16 overflow skips in a row before the run is declared diverged
-
-
-class TrainingDiverged(UserError):
-    """The loss or gradients stopped being finite; the last good checkpoint is kept."""
-
-
-@dataclass
-class TrainResult:
-    """What a `pretrain` call did."""
-
-    run_dir: Path
-    step: int  # optimizer steps done, in total
-    skipped_steps: int = 0
-    exit_code: int = 0  # 130 after SIGINT, 143 after SIGTERM
-    notes: list[str] = field(default_factory=list)
+__all__ = ["TrainResult", "Trainer", "TrainingDiverged", "compile_failure", "pretrain"]
 
 
 def pretrain(config: Config, *, resume: bool = True, export_to: str | None = None) -> TrainResult:
@@ -124,13 +108,11 @@ class Trainer:
         self.optimizer = build_optimizer(self.model, self.config.optim, runtime.device)
         self.scaler = runtime.grad_scaler()
         seed_everything(train.seed + runtime.rank)  # dropout differs across processes
-        self.step, self.skipped_steps, self.consecutive_skips = 0, 0, 0
+        self.step, self.skipped_steps = 0, 0
         self.tokens_seen = 0  # real tokens trained on, over all sessions of the run
         self.last_train: dict[str, float] = {}  # the last logging window's train/* scalars
         self.last_eval: dict[str, float] = {}  # the last evaluation's results
-        # The first step whose loss or gradient norm was not finite (0: none), kept on the
-        # device and read only before a log, an evaluation or a save.
-        self.diverged_at = torch.zeros((), dtype=torch.int64, device=runtime.device)
+        self.divergence = DivergenceWatch(runtime.device, self.run_dir)
         self.restore(run.latest)
         if runtime.is_main:
             self.lock.acquire()
@@ -174,7 +156,7 @@ class Trainer:
                                      purge_after=self.step if resumed else None)
         self.progress = ProgressBar(start_step=self.step, max_steps=train.max_steps,
                                     enabled=runtime.is_main and self.step < train.max_steps)
-        self.window = MetricsWindow(self.step)
+        self.window = MetricsWindow(self.step, self.objective)
         self.start_step, self.eta_said = self.step, False
         self.metrics.describe_run(CUSTOM_SCALARS_LAYOUT, run_texts(self.config, self.mixture))
         shares = self.objective.shares(self.stream.instances)
@@ -199,7 +181,7 @@ class Trainer:
         self.phase_end = self.config.phase_ends()[index]
         self.accumulation = check_world_size(config, runtime.world_size)
         seed = config.train.seed
-        self.fit_model(config)
+        fit_phase_model(self.model, config)
         self.objective.prepare_model(self.model, config)
         self.stream = self.objective.stream(self.mixture, config, accumulation=self.accumulation,
                                             rank=runtime.rank, world_size=runtime.world_size,
@@ -211,14 +193,6 @@ class Trainer:
                                          rank=runtime.rank, world_size=runtime.world_size)
         self.token_flops = token_flops(config)
 
-    def fit_model(self, config: Config) -> None:
-        """Give the model a phase's model keys (PHASE_KEYS: ModernBERT's rotary thetas), which it
-        reads at each forward, so a checkpoint's config.json says the phase's values. The model's
-        config is its own copy (`build_model`): the run's config keeps the values it was given."""
-        for name in PHASE_KEYS["model"]:
-            if hasattr(self.model.config, name):
-                setattr(self.model.config, name, getattr(config.model, name))
-
     def next_phase(self) -> None:
         """Cross into the next phase; its data continues from the next epoch, so that its
         pairs and masks are not the previous phase's first epoch again."""
@@ -228,13 +202,8 @@ class Trainer:
                   f"{self.describe_phase()}", file=sys.stderr)
 
     def describe_phase(self) -> str:
-        config = self.phase_config
-        phased = [name for name in PHASE_KEYS["model"] if any(name in phase.model for phase in self.config.phases)]
-        return (f"max_seq_length {config.data.max_seq_length}, {self.objective.describe(config.data)}, "
-                f"batch {config.train.batch_size} "
-                f"(micro-batch {config.train.micro_batch_size}), lr {config.optim.lr:g}, "
-                + "".join(f"{name} {getattr(config.model, name):g}, " for name in phased)
-                + f"until step {self.phase_end}")
+        return phase_line(self.config, self.phase_config, self.objective.describe(self.phase_config.data),
+                          self.phase_end)
 
     def phase_at(self, step: int) -> int:
         """The phase that runs the update at 0-based `step` (the last one past the end)."""
@@ -277,7 +246,7 @@ class Trainer:
                 self.step += 1
                 if self.step == self.start_step + 1:  # the ETA leaves out the first step's start-up
                     self.eta_clock = (time.perf_counter(), self.step)
-                self.tokens_seen += stats.host_counts[HOST_STATS.index("tokens")]
+                self.tokens_seen += stats.tokens
                 self.window.add(stats.device_sums, stats.host_counts, stats.grad_norm)
                 finished = self.step == train.max_steps
                 if self.step % train.log_every == 0 or finished:
@@ -326,17 +295,16 @@ class Trainer:
         keep_mask = self.phase_config.train.compile is True
         batches = [self.objective.to_device(batch, runtime.device, keep_attention_mask=keep_mask)
                    for batch in host_batches]
-        # Each micro-batch's loss sums are divided by the step's counts (over all processes),
-        # so any split of the batch gives the same gradient; DDP averages over processes.
-        weights = [runtime.world_size / total if total else 0.0 for total in totals[:2]]
-        device_sums = torch.zeros(len(DEVICE_STATS), dtype=torch.float64, device=runtime.device)
+        weights = self.objective.loss_weights(totals, runtime.world_size)  # over all processes
+        device_sums = torch.zeros(len(self.objective.device_stats), dtype=torch.float64, device=runtime.device)
         for index, batch in enumerate(batches):
             device_sums += self.forward_backward(batch, weights, sync=index == len(batches) - 1, slot=index)
         all_reduce_sum(device_sums, runtime)
         grad_norm, skipped = self.update(device_sums)
         stats = StepStats(device_sums=device_sums, host_counts=totals, lr=lr, grad_norm=grad_norm,
-                          skipped=skipped)
-        self.count_skip(stats)
+                          skipped=skipped, objective=self.objective)
+        self.skipped_steps += skipped
+        self.divergence.count_skip(skipped, self.step)
         return stats
 
     def forward_backward(self, batch: dict[str, torch.Tensor], weights: list[float], *,
@@ -352,10 +320,7 @@ class Trainer:
             reason = compile_failure(error)
             if reason is None:
                 raise
-            if not self.compile_auto:
-                raise UserError(f"train.compile true: torch.compile could not compile the step ({reason}); "
-                                "set train.compile false or auto") from None
-            note = f"train.compile auto: torch.compile could not compile the step ({reason}); training with the eager step"
+            note = eager_fallback_note(reason, auto=self.compile_auto)  # refused under a typed true
             self.notes.append(note)
             if self.runtime.is_main:
                 self.progress.write(f"note: {note}")  # above the bar, which is running
@@ -368,10 +333,10 @@ class Trainer:
 
     def micro_batch(self, batch: dict[str, torch.Tensor], weights: list[float], *,
                     sync: bool, slot: int = 0) -> torch.Tensor:
-        """One micro-batch on the device; returns its DEVICE_STATS sums.
+        """One micro-batch on the device; returns its device stats' sums.
 
         Args:
-            weights: what the objective's and the pair loss sums are multiplied by.
+            weights: what each of the objective's loss sums is multiplied by.
             sync: the step's last micro-batch, whose backward all-reduces the gradients.
             slot: the micro-batch's place in the step, whose carry it reads and leaves.
         """
@@ -379,9 +344,9 @@ class Trainer:
                    else contextlib.nullcontext())
         with no_sync:
             with self.runtime.autocast():
-                (loss_sum, pair_loss_sum), sums, carry = self.trained_model(batch, self.carry.take(slot, batch))
+                loss_sums, sums, carry = self.trained_model(batch, self.carry.take(slot, batch))
                 self.carry.keep(slot, carry)
-            loss = loss_sum * weights[0] + pair_loss_sum * weights[1]
+            loss = self.objective.weighted_loss(loss_sums, weights)
             (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
         return sums
 
@@ -395,9 +360,7 @@ class Trainer:
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
         skipped = False
         if self.scaler is None:
-            finite = torch.isfinite(device_sums).all() & torch.isfinite(grad_norm)
-            first = (self.diverged_at > 0) | finite
-            self.diverged_at = torch.where(first, self.diverged_at, self.step + 1)
+            self.divergence.record(torch.isfinite(device_sums).all() & torch.isfinite(grad_norm), self.step)
             self.optimizer.step()
         else:
             self.scaler.step(self.optimizer)
@@ -409,47 +372,29 @@ class Trainer:
         return grad_norm, skipped
 
     def check_finite(self) -> None:
-        """Stop, keeping the last good checkpoint, if a step since the start went non-finite."""
-        step = int(self.diverged_at) if self.scaler is None else 0
-        if step:
-            raise TrainingDiverged(diverged_message(step, "the loss or the gradient norm is not finite",
-                                                    self.run_dir))
-
-    def count_skip(self, stats: StepStats) -> None:
-        """Count fp16 overflow skips; too many in a row means the run diverged."""
-        if not stats.skipped:
-            self.consecutive_skips = 0
-            return
-        self.skipped_steps += 1
-        self.consecutive_skips += 1
-        if self.consecutive_skips >= MAX_CONSECUTIVE_SKIPS:
-            raise TrainingDiverged(diverged_message(
-                self.step + 1, f"{self.consecutive_skips} fp16 steps in a row overflowed", self.run_dir))
+        """Stop, keeping the last good checkpoint, if a step since the start went non-finite
+        (under fp16 the scaler skips such steps instead)."""
+        if self.scaler is None:
+            self.divergence.check()
 
     def log(self, stats: StepStats) -> None:
         """Write the logging window's scalars (TensorBoard, metrics.jsonl, progress bar)."""
         self.check_finite()
-        scalars = self.objective.log_names(self.window.scalars(lr=stats.lr, loss_scale=self.loss_scale,
-                                                               skipped_steps=self.skipped_steps))
+        scalars = self.window.scalars(lr=stats.lr, loss_scale=self.loss_scale, skipped_steps=self.skipped_steps)
         scalars.update(gpu_scalars(self.runtime, scalars["perf/tokens_per_s"], self.token_flops))
         self.metrics.log(self.step, scalars)
         self.last_train = {tag.split("/", 1)[1]: value for tag, value in scalars.items()
                            if tag.startswith("train/")}
         if not self.eta_said and self.runtime.is_main and self.step > self.window.start_step:
             self.eta_said = True
-            clock, clock_step = self.eta_clock
-            if self.step > clock_step:
-                seconds_per_step = (time.perf_counter() - clock) / (self.step - clock_step)
-            else:  # a window of one step: its own time
-                seconds_per_step = (time.perf_counter() - self.window.start_time) / (self.step - self.window.start_step)
-            self.progress.write(eta_line(step=self.step, max_steps=self.config.train.max_steps,
-                                         seconds_per_step=seconds_per_step,
-                                         tokens_per_s=scalars["perf/tokens_per_s"]))
-            if self.runtime.device.type == "cpu":
-                note = slow_cpu_note(scalars["perf/tokens_per_s"] * self.token_flops)
-                if note:
-                    self.notes.append(note)
-                    self.progress.write(f"note: {note}")
+            eta, note = first_window_lines(
+                step=self.step, max_steps=self.config.train.max_steps, clock=self.eta_clock,
+                window=(self.window.start_time, self.window.start_step), tokens_per_s=scalars["perf/tokens_per_s"],
+                token_flops=self.token_flops if self.runtime.device.type == "cpu" else None)
+            self.progress.write(eta)
+            if note:
+                self.notes.append(note)
+                self.progress.write(f"note: {note}")
         self.progress.update(loss=scalars["train/loss"], lr=stats.lr,
                              tokens_per_s=scalars["perf/tokens_per_s"],
                              steps=self.step - self.window.start_step)
@@ -462,8 +407,7 @@ class Trainer:
                                  autocast=self.runtime.autocast())
         results = {name: float(value) for name, value in results.items()
                    if value == value}  # NaN: nothing to measure (no pairs)
-        # On the loss chart beside train/loss, which is the same sum.
-        results["loss"] = results.get(f"{self.config.data.objective}_loss", math.nan) + results.get("pair_loss", 0.0)
+        results["loss"] = self.objective.eval_loss(results)  # on the loss chart beside train/loss
         self.metrics.log(self.step, {f"eval/{name}": value for name, value in results.items()})
         self.last_eval = results
 
@@ -500,25 +444,6 @@ class Trainer:
             raise write_failed(error, f"checkpoint step-{self.step:08d}", self.run_dir) from None
 
     def wrap_model(self, compiled: bool | None = None) -> torch.nn.Module:
-        """The objective as the step calls it: compiled whole (`train.compile`, or `compiled`)
-        and/or DDP-wrapped as configured."""
-        model = self.objective.step_module(self.model, self.config.optim.label_smoothing)
-        if self.config.train.compile is True if compiled is None else compiled:
-            model = torch.compile(model, fullgraph=True)
-        if self.runtime.distributed:
-            device_ids = [self.runtime.local_rank] if self.runtime.device.type == "cuda" else None
-            model = DistributedDataParallel(model, device_ids=device_ids)
-        return model
-
-
-def compile_failure(error: BaseException) -> str | None:
-    """Why torch.compile failed, in one line, where `error` is compile's (TorchDynamo's or
-    Inductor's, e.g. no C compiler or Triton for the device); None for anything else, an
-    out-of-memory error included."""
-    if isinstance(error, torch.OutOfMemoryError):
-        return None
-    if not any(kind.__module__.startswith(("torch._dynamo", "torch._inductor")) for kind in type(error).__mro__):
-        return None
-    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    text = lines[0] if lines else type(error).__name__
-    return text if len(text) <= 200 else text[:197] + "..."
+        """The objective's step module: compiled whole (`train.compile`, or `compiled`) and/or DDP-wrapped."""
+        return wrap_step(self.objective, self.model, self.runtime, label_smoothing=self.config.optim.label_smoothing,
+                         compiled=self.config.train.compile is True if compiled is None else compiled)

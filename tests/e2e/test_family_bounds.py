@@ -358,12 +358,12 @@ def test_modernbert_pretraining_is_judged_by_the_cpu_s_estimate_where_it_runs_on
     a CPU's SDPA reads a dense one. A machine between the two
     floors takes the run on a GPU and refuses it on a CPU, as `pretrain` there would."""
     from bertpre.config import load_config
-    from bertpre.train.setup import check_fits_in_memory
+    from bertpre.train.setup import check_fits_in_memory, predicted_share
 
     config = load_config("modernbert-base", ["data.max_seq_length=8192", "train.micro_batch_size=2",
                                              "train.batch_size=4608", "model.vocab_size=50368"])
     config.phases = []
-    floors = {device: sum(training_memory_floor(config.model, 8192, config.data.predicted_share, 2,
+    floors = {device: sum(training_memory_floor(config.model, 8192, predicted_share(config.data), 2,
                                                 device_type=device)) for device in ("cpu", "cuda")}
     # each row's additive window in bf16 and its boolean one, which FlexAttention does without
     assert floors["cpu"] - floors["cuda"] == 2 * (2 + 1) * 8192 * 8192

@@ -36,6 +36,7 @@ from bertpre.model.modernbert_cost import (
     window_pairs,
 )
 from bertpre.tools.info import model_info
+from bertpre.train.setup import predicted_share
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 TINY = dict(architecture="modernbert", vocab_size=211, hidden_size=64, num_hidden_layers=3, num_attention_heads=4,
@@ -315,7 +316,7 @@ def test_info_on_the_tiny_modernbert_preset() -> None:
     result = CliRunner().invoke(app, ["info", "--config", str(CONFIGS / "tiny-modernbert.yaml")])
     assert result.exit_code == 0, result.output
     config = load_config(CONFIGS / "tiny-modernbert.yaml")
-    info = model_info(config.model, seq_length=64, predicted_share=config.data.predicted_share)
+    info = model_info(config.model, seq_length=64, predicted_share=predicted_share(config.data))
     assert "1 layer, 64 keys a token" in result.output and "2 layers, at most 17 keys a token" in result.output
     assert f"{info.flops_per_token / 1e6:.1f} MFLOP" in result.output
     assert info.flops_by_part.local_attention == 12 * 64 * 2 * window_pairs(64, 16) / 64

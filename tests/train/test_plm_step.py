@@ -14,7 +14,7 @@ from tokenizers.models import WordPiece
 from bertpre.batches.plm import PermutationCollator, expand_plm
 from bertpre.batches.segments import SegmentInstances
 from bertpre.model.xlnet import XLNetConfig, XLNetLMHeadModel
-from bertpre.train.objectives.plm import PermutationObjective, RecurrentMemory, plm_predictions
+from bertpre.train.objectives.plm import PermutationLMStep, RecurrentMemory, plm_predictions
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 MICRO, SLOTS = 2, 2
@@ -35,11 +35,11 @@ def instances(tokenizer) -> SegmentInstances:
     return SegmentInstances(dataset, tokenizer, segment_length=16, reuse_length=8, lanes=MICRO * SLOTS, seed=0)
 
 
-def objective() -> PermutationObjective:
+def objective() -> PermutationLMStep:
     torch.manual_seed(0)
     config = XLNetConfig(vocab_size=45, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                          intermediate_size=64, dropout=0.0, mem_len=16, reuse_len=8)
-    return PermutationObjective(XLNetLMHeadModel(config))
+    return PermutationLMStep(XLNetLMHeadModel(config))
 
 
 def train(tokenizer, instances, steps: int, *, start: dict | None = None, use_memory: bool = True):
@@ -61,7 +61,7 @@ def train(tokenizer, instances, steps: int, *, start: dict | None = None, use_me
             item = (step * SLOTS + slot) * MICRO
             batch = collator(instances.__getitems__(list(range(item, item + MICRO))))
             mems, mask = memory.read(slot, batch["memory_reset"]) if use_memory else (None, None)
-            (loss_sum, _), sums, (new_mems, new_mask) = step_module(batch, (mems, mask))
+            (loss_sum,), sums, (new_mems, new_mask) = step_module(batch, (mems, mask))
             (loss_sum / max(plm_predictions(batch), 1)).backward()
             memory.write(slot, new_mems, new_mask)
             total += float(sums[0])

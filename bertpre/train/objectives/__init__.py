@@ -1,17 +1,9 @@
 """What a pretraining run learns to predict: one object per `data.objective`, asked once.
 
-A new objective is one module here (its batches, step module, carry and evaluator) and one row in
-OBJECTIVES.
+A new objective is one module here (its batches, step module, named loss terms, carry and
+evaluator) and one row in OBJECTIVES.
 """
-from bertpre.train.objectives.base import (
-    DEVICE_STATS,
-    HOST_STATS,
-    HostCounts,
-    NoCarry,
-    Objective,
-    named_stats,
-    step_totals,
-)
+from bertpre.train.objectives.base import LossTerm, NoCarry, Objective, step_totals
 from bertpre.train.objectives.mlm import MaskedLanguageModel
 from bertpre.train.objectives.plm import PermutationLanguageModel
 
@@ -27,5 +19,4 @@ def objective_for(objective: str) -> Objective:
     return OBJECTIVES[objective](objective)
 
 
-__all__ = ["DEVICE_STATS", "HOST_STATS", "OBJECTIVES", "HostCounts", "NoCarry", "Objective", "named_stats",
-           "objective_for", "step_totals"]
+__all__ = ["OBJECTIVES", "LossTerm", "NoCarry", "Objective", "objective_for", "step_totals"]

@@ -5,15 +5,18 @@ number the step needs to weigh its losses (predictions, pair labels, real tokens
 the CPU batch before it is copied, and everything the device computes (loss and accuracy sums)
 stays there until the logging window reads it once.
 
-The step module of every objective has one signature, `forward(batch, carry) -> ((loss sum, pair
-loss sum), DEVICE_STATS sums, carry)`; the carry is what one micro-batch slot hands the next
-step's (none for BERT's masked LM; XLNet's recurrent memory). So the Trainer's step is one path:
-read the carry, step, write the carry.
+Each objective names what it computes: its loss terms (`LossTerm`: BERT's masked LM and pair
+task, XLNet's permutation LM), the sums its step module keeps on the device (`device_stats`)
+and the counts it takes of the host batch (`host_stats`). The step module of every objective
+has one signature, `forward(batch, carry) -> (one loss sum per term, device_stats sums, carry)`;
+the carry is what one micro-batch slot hands the next step's (none for BERT's masked LM; XLNet's
+recurrent memory). So the Trainer's step is one path: read the carry, step, weigh the terms as
+the objective says, write the carry.
 """
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,33 +31,29 @@ if TYPE_CHECKING:  # the config sits above the training package's data classes
     from bertpre.config import Config, DataConfig
     from bertpre.data import DataFolder, DataMixture
 
-# Sums the device keeps per step, and the counts the host knows before the batch is copied.
-DEVICE_STATS = ("mlm_loss", "mlm_correct", "pair_loss", "pair_correct")
-HOST_STATS = ("predictions", "pairs", "tokens")
+
+@dataclass(frozen=True)
+class LossTerm:
+    """One named term of an objective's loss: its sum (and its correct predictions' count) kept
+    on the device, averaged over a count the host takes of the batch, times its weight.
+
+    Its scalars are `train/{name}_loss` and `train/{name}_acc`; its device sums are
+    `{name}_loss` and `{name}_correct`.
+    """
+
+    name: str
+    count: str  # the host stat its sums are averaged over (predictions, pairs, tokens)
+    optional: bool = False  # left out of the scalars of a window that counted none (pair_task none)
+    weight: float = 1.0  # in the loss: weight × (sum / count), e.g. ELECTRA's λ on its discriminator
+
+    @property
+    def stats(self) -> tuple[str, str]:
+        return f"{self.name}_loss", f"{self.name}_correct"
 
 
-def named_stats(device_values: list[float], host_counts: list[int]) -> dict[str, float]:
-    """DEVICE_STATS values read from the device and HOST_STATS counts, by name."""
-    stats = dict(zip(DEVICE_STATS, device_values, strict=True))
-    stats.update(zip(HOST_STATS, map(float, host_counts), strict=True))
-    return stats
-
-
-@dataclass
-class HostCounts:
-    """A micro-batch's predictions, pair labels and real tokens, counted on the CPU."""
-
-    predictions: int
-    pairs: int
-    tokens: int
-
-    def as_list(self) -> list[int]:
-        return [self.predictions, self.pairs, self.tokens]
-
-
-def step_totals(counts: list[HostCounts], runtime: Runtime) -> list[int]:
-    """The step's HOST_STATS: summed over its micro-batches, and over processes when distributed."""
-    totals = [sum(values) for values in zip(*(count.as_list() for count in counts), strict=True)]
+def step_totals(counts: list[Sequence[int]], runtime: Runtime) -> list[int]:
+    """The step's host stats: summed over its micro-batches, and over processes when distributed."""
+    totals = [sum(values) for values in zip(*counts, strict=True)]
     if not runtime.distributed:
         return totals
     reduced = torch.tensor(totals, dtype=torch.int64, device=runtime.device)
@@ -104,16 +103,91 @@ class NoCarry:
 class Objective:
     """What a run learns to predict, asked once by the Trainer, the Evaluator and the cost model.
 
-    Subclasses give: `build_batches` (this process's instances and collator for a phase),
-    `host_counts` and `to_device` (a host batch's counts and its copy), `step_module` (the model,
-    its loss sums and accuracy counts as one module: what `train.compile` compiles and DDP
-    wraps), `new_carry`, `source_evaluator` (one DATA folder's validation metrics) and the texts.
+    Subclasses give: `terms` (the named loss terms, and `device_stats` when the step keeps more
+    sums than theirs), `host_stats` and `host_counts` (what is counted of a host batch), `build_batches`
+    (this process's instances and collator for a phase), `to_device` (a host batch's copy),
+    `step_module` (the model, its loss sums and device stats as one module: what `train.compile`
+    compiles and DDP wraps), `new_carry`, `source_evaluator` (one DATA folder's validation
+    metrics), what it reads of the data config (`recurrent`, `predicted_share`),
+    the audit `bertpre inspect` runs, and the texts.
     """
 
     name: str = ""
+    # Whether rows are read as consecutive segments, each carrying memory to the next.
+    recurrent: bool = False
+    # Which audit `bertpre inspect` runs on the objective's batches (`bertpre.tools.audit.AUDITS`).
+    audit: str = "masking"
+    # The counts `host_counts` takes of a host batch, in its order; `tokens` (real tokens) is
+    # what every objective counts, for tokens/s and the tokens seen.
+    host_stats: tuple[str, ...] = ("predictions", "tokens")
 
     def __init__(self, name: str) -> None:
         self.name = name
+
+    @property
+    def terms(self) -> tuple[LossTerm, ...]:
+        """The loss terms, in the order the step module returns their sums."""
+        return (LossTerm(self.name, "predictions"),)
+
+    @property
+    def device_stats(self) -> tuple[str, ...]:
+        """The sums the step module keeps on the device (float64), in its order: each term's."""
+        return tuple(stat for term in self.terms for stat in term.stats)
+
+    def named_stats(self, device_values: Sequence[float], host_counts: Sequence[int]) -> dict[str, float]:
+        """`device_stats` values read from the device and `host_stats` counts, by name."""
+        stats = dict(zip(self.device_stats, device_values, strict=True))
+        stats.update(zip(self.host_stats, map(float, host_counts), strict=True))
+        return stats
+
+    def loss_weights(self, totals: Sequence[int], world_size: int) -> list[float]:
+        """What each term's loss sum is multiplied by in a step of `totals` (host stats over all
+        processes): its weight over its count, so any split of the batch gives the same gradient
+        (DDP averages over the processes, hence `world_size`)."""
+        counts = dict(zip(self.host_stats, totals, strict=True))
+        return [term.weight * world_size / counts[term.count] if counts[term.count] else 0.0
+                for term in self.terms]
+
+    def weighted_loss(self, loss_sums: Sequence[torch.Tensor], weights: Sequence[float]) -> torch.Tensor:
+        """The micro-batch's loss to backpropagate: each term's sum times its weight, added."""
+        loss = loss_sums[0] * weights[0]
+        for loss_sum, weight in zip(loss_sums[1:], weights[1:], strict=True):
+            loss = loss + loss_sum * weight
+        return loss
+
+    def term_means(self, sums: dict[str, float]) -> dict[str, float]:
+        """Each counted term's mean loss over its count, by term name (the loss the step took)."""
+        return {term.name: sums[term.stats[0]] / max(sums[term.count], 1) for term in self.terms
+                if sums[term.count] or not term.optional}
+
+    def total_loss(self, sums: dict[str, float]) -> float:
+        """The loss the step took: each counted term's mean times its weight, added."""
+        means = self.term_means(sums)
+        return sum(term.weight * means[term.name] for term in self.terms if term.name in means)
+
+    def train_scalars(self, sums: dict[str, float]) -> dict[str, float]:
+        """The `train/*` scalars of a logging window's summed stats: `train/loss` (`total_loss`),
+        then each term's loss and accuracy."""
+        counted = [term for term in self.terms if sums[term.count] or not term.optional]
+        means = self.term_means(sums)
+        scalars = {"train/loss": self.total_loss(sums)}
+        scalars.update({f"train/{term.name}_loss": means[term.name] for term in counted})
+        scalars.update({f"train/{term.name}_acc": sums[term.stats[1]] / max(sums[term.count], 1)
+                        for term in counted})
+        return scalars
+
+    def eval_loss(self, results: dict[str, float]) -> float:
+        """The validation results' counterpart of `train/loss`: the terms' losses weighed and added
+        (an optional term's missing or NaN loss, the results' mark of nothing measured, left out)."""
+        total = 0.0
+        for term in self.terms:
+            value = results.get(f"{term.name}_loss", math.nan)
+            total += 0.0 if term.optional and value != value else term.weight * value
+        return total
+
+    def predicted_share(self, data_config: DataConfig) -> float:
+        """The share of a row's tokens the head predicts (what the cost model charges it for)."""
+        raise NotImplementedError
 
     def build_batches(self, mixture: DataMixture, config: Config, *, accumulation: int, rank: int,
                       world_size: int) -> tuple[Any, Callable[[list[dict]], dict[str, torch.Tensor]]]:
@@ -132,7 +206,8 @@ class Objective:
         """A mixture's realised share of each source in every epoch, where the instances know it."""
         return {}
 
-    def host_counts(self, batch: dict[str, torch.Tensor]) -> HostCounts:
+    def host_counts(self, batch: dict[str, torch.Tensor]) -> list[int]:
+        """A host batch's `host_stats`, counted on the CPU before it is copied."""
         raise NotImplementedError
 
     def to_device(self, batch: dict[str, torch.Tensor], device: torch.device, *,
@@ -152,12 +227,6 @@ class Objective:
 
     def source_evaluator(self, folder: DataFolder, data_config: DataConfig, **options: Any) -> Any:
         raise NotImplementedError
-
-    def log_names(self, scalars: dict[str, float]) -> dict[str, float]:
-        """`train/mlm_*` named for the objective (`train/plm_loss`, `train/clm_acc`)."""
-        if self.name == "mlm":
-            return scalars
-        return {tag.replace("/mlm_", f"/{self.name}_"): value for tag, value in scalars.items()}
 
     def cost_options(self, config: Config) -> dict[str, int]:
         """The cost model's objective-specific arguments for a phase's config (none by default)."""

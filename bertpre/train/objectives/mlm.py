@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 from torch import nn
@@ -14,7 +14,7 @@ from bertpre.batches import MaskingCollator, MixedInstances, PretrainingInstance
 from bertpre.labels import IGNORE_INDEX, MASK_ACTION_NAMES
 from bertpre.model import BertForPreTraining
 from bertpre.model.families import family_of
-from bertpre.train.objectives.base import HostCounts, Objective, copy_inputs, perplexity
+from bertpre.train.objectives.base import LossTerm, Objective, copy_inputs, perplexity
 
 if TYPE_CHECKING:
     from bertpre.config import Config, DataConfig
@@ -25,12 +25,20 @@ MODEL_INPUTS = ("input_ids", "token_type_ids", "attention_mask", "masked_lm_posi
                 "masked_lm_ids", "next_sentence_label")
 
 
-def mlm_host_counts(batch: dict[str, torch.Tensor]) -> HostCounts:
+class MaskedLMCounts(NamedTuple):
+    """A masked-LM micro-batch's counts, in `MaskedLanguageModel.host_stats` order."""
+
+    predictions: int
+    pairs: int
+    tokens: int
+
+
+def mlm_host_counts(batch: dict[str, torch.Tensor]) -> MaskedLMCounts:
     """A masked-LM micro-batch's predictions, pair labels and real tokens, counted on the CPU."""
     pair_labels = batch.get("next_sentence_label")  # absent under pair_task none
-    return HostCounts(predictions=int((batch["masked_lm_ids"] != IGNORE_INDEX).sum()),
-                      pairs=0 if pair_labels is None else int((pair_labels != IGNORE_INDEX).sum()),
-                      tokens=int(batch["attention_mask"].sum()))
+    return MaskedLMCounts(predictions=int((batch["masked_lm_ids"] != IGNORE_INDEX).sum()),
+                          pairs=0 if pair_labels is None else int((pair_labels != IGNORE_INDEX).sum()),
+                          tokens=int(batch["attention_mask"].sum()))
 
 
 def device_batch(batch: dict[str, torch.Tensor], device: torch.device, *,
@@ -39,9 +47,9 @@ def device_batch(batch: dict[str, torch.Tensor], device: torch.device, *,
     return copy_inputs(batch, MODEL_INPUTS, device, keep_attention_mask=keep_attention_mask)
 
 
-class PretrainingObjective(nn.Module):
-    """The model, its loss sums and its accuracy counts for one micro-batch, as one module:
-    what `train.compile` compiles whole (fixed shapes, no graph break) and DDP wraps."""
+class MaskedLMStep(nn.Module):
+    """The masked-LM step: the model, its loss sums and its accuracy counts for one micro-batch,
+    as one module: what `train.compile` compiles whole (fixed shapes, no graph break) and DDP wraps."""
 
     def __init__(self, model: BertForPreTraining, label_smoothing: float = 0.0) -> None:
         super().__init__()
@@ -50,8 +58,9 @@ class PretrainingObjective(nn.Module):
 
     def forward(self, batch: dict[str, torch.Tensor], carry: None = None
                 ) -> tuple[tuple[torch.Tensor, torch.Tensor], torch.Tensor, None]:
-        """Returns the MLM and pair loss sums (in the graph), the DEVICE_STATS sums (float64) and
-        no carry (masked-LM micro-batches stand alone)."""
+        """Returns the MLM and pair loss sums (in the graph), the device stats' sums (float64:
+        mlm_loss, mlm_correct, pair_loss, pair_correct) and no carry (masked-LM micro-batches
+        stand alone)."""
         masked_lm_ids = batch["masked_lm_ids"]  # (B, P)
         pair_labels = batch.get("next_sentence_label")  # (B,)
         out = self.model(batch["input_ids"], attention_mask=batch.get("attention_mask"),
@@ -86,6 +95,16 @@ def freeze_pair_head(model: BertForPreTraining) -> None:
 class MaskedLanguageModel(Objective):
     """`data.objective: mlm`: fresh pairs and masks each epoch from every document."""
 
+    host_stats = ("predictions", "pairs", "tokens")
+    # The masked tokens, then the sentence-pair task's labels (none under pair_task none).
+    terms = (LossTerm("mlm", "predictions"), LossTerm("pair", "pairs", optional=True))
+
+    def predicted_share(self, data_config: DataConfig) -> float:
+        """The mask rate, capped per sequence by max_predictions_per_seq."""
+        if data_config.max_predictions_per_seq is None:
+            return data_config.mlm_probability
+        return min(data_config.mlm_probability, data_config.max_predictions_per_seq / data_config.max_seq_length)
+
     def build_batches(self, mixture: DataMixture, config: Config, *, accumulation: int, rank: int,
                       world_size: int) -> tuple[PretrainingInstances | MixedInstances, Callable]:
         """This process's instances of a phase (one folder or a mixture; a mixture's realised
@@ -106,7 +125,7 @@ class MaskedLanguageModel(Objective):
     def shares(self, instances: Any) -> dict[str, float]:
         return instances.shares if isinstance(instances, MixedInstances) else {}
 
-    def host_counts(self, batch: dict[str, torch.Tensor]) -> HostCounts:
+    def host_counts(self, batch: dict[str, torch.Tensor]) -> MaskedLMCounts:
         return mlm_host_counts(batch)
 
     def to_device(self, batch: dict[str, torch.Tensor], device: torch.device, *,
@@ -114,7 +133,7 @@ class MaskedLanguageModel(Objective):
         return device_batch(batch, device, keep_attention_mask=keep_attention_mask)
 
     def step_module(self, model: nn.Module, label_smoothing: float = 0.0) -> nn.Module:
-        return PretrainingObjective(model, label_smoothing)
+        return MaskedLMStep(model, label_smoothing)
 
     def prepare_model(self, model: nn.Module, config: Config) -> None:
         if config.data.pair_task == "none":

@@ -26,7 +26,7 @@ from bertpre.errors import UserError
 from bertpre.labels import IGNORE_INDEX
 from bertpre.model.xlnet import XLNetLMHeadModel
 from bertpre.train.checkpoint import MEMORY_FILE, USE_ANOTHER_CHECKPOINT, read_rank_tensors
-from bertpre.train.objectives.base import HostCounts, Objective, copy_inputs, perplexity
+from bertpre.train.objectives.base import Objective, copy_inputs, perplexity
 
 if TYPE_CHECKING:
     from bertpre.config import Config, DataConfig
@@ -41,9 +41,9 @@ def plm_predictions(batch: dict[str, torch.Tensor]) -> int:
     return int((batch["labels"] != IGNORE_INDEX).sum())
 
 
-def plm_host_counts(batch: dict[str, torch.Tensor]) -> HostCounts:
-    """A PLM micro-batch's targets and real tokens, counted on the CPU (no pairs)."""
-    return HostCounts(predictions=plm_predictions(batch), pairs=0, tokens=int(batch["attention_mask"].sum()))
+def plm_host_counts(batch: dict[str, torch.Tensor]) -> list[int]:
+    """A PLM micro-batch's targets and real tokens, counted on the CPU."""
+    return [plm_predictions(batch), int(batch["attention_mask"].sum())]
 
 
 def plm_device_batch(batch: dict[str, torch.Tensor], device: torch.device, *,
@@ -174,9 +174,10 @@ def check_memory(tensors: dict[str, torch.Tensor], shape: MemoryShape, slots: in
             raise misfit(f"slot{slot}.mask has shape {tuple(mask.shape)}")
 
 
-class PermutationObjective(nn.Module):
-    """The XLNet model, its PLM loss sum and its accuracy count for one micro-batch with its
-    slot's memory, as one module (what DDP wraps; fixed shapes for a compiled step)."""
+class PermutationLMStep(nn.Module):
+    """The permutation-LM (and left-to-right LM) step: the XLNet model, its loss sum and its
+    accuracy count for one micro-batch with its slot's memory, as one module (what DDP wraps;
+    fixed shapes for a compiled step)."""
 
     def __init__(self, model: XLNetLMHeadModel, label_smoothing: float = 0.0) -> None:
         super().__init__()
@@ -185,8 +186,8 @@ class PermutationObjective(nn.Module):
 
     def forward(self, batch: dict[str, torch.Tensor],
                 carry: tuple[list[torch.Tensor], torch.Tensor | None] | None = None):
-        """Returns the loss sums (the PLM's, in the graph, and a zero pair loss), the sums [loss,
-        correct, 0, 0] (float64, in DEVICE_STATS order) and the memory to keep (states, mask)."""
+        """Returns the loss sum (one term, in the graph), the sums [loss, correct] (float64) and
+        the memory to keep (states, mask)."""
         mems, mems_attention_mask = carry if carry is not None else (None, None)
         perm_mask, target_mapping = expand_plm(batch)
         labels = batch["labels"]
@@ -196,20 +197,23 @@ class PermutationObjective(nn.Module):
                          labels=labels, label_smoothing=self.label_smoothing)
         with torch.no_grad():
             correct = (out.logits.argmax(-1) == labels).sum()  # an unused slot's -100 never matches
-            zero = correct.new_zeros(()).double()
-            sums = torch.stack([out.loss_sum.detach().double(), correct.double(), zero, zero])
-        return (out.loss_sum, out.loss_sum.new_zeros(())), sums, (out.mems, out.mems_attention_mask)
-
-
-def reuse_length(config: Config) -> int | None:
-    """XLNet's reuse_len for a (phase's) config: the segment step, None when it is the whole row."""
-    data = config.data
-    return data.segment_step if data.segment_step < data.max_seq_length else None
+            sums = torch.stack([out.loss_sum.detach().double(), correct.double()])
+        return (out.loss_sum,), sums, (out.mems, out.mems_attention_mask)
 
 
 class PermutationLanguageModel(Objective):
     """`data.objective: plm` or `clm`: documents read as consecutive segments in lanes, each
-    micro-batch slot carrying its rows' memory to the next step's."""
+    micro-batch slot carrying its rows' memory to the next step's. Its one loss term is named
+    for it: `train/plm_loss`, `train/clm_acc`."""
+
+    recurrent = True
+    audit = "segments"
+
+    def predicted_share(self, data_config: DataConfig) -> float:
+        """The query rows: 1/K of a row for plm's xlnet plan; every row for its hf plan and for clm."""
+        if self.name == "plm" and data_config.plm_plan == "xlnet":
+            return data_config.plm_probability
+        return 1.0
 
     def build_batches(self, mixture: DataMixture, config: Config, *, accumulation: int, rank: int,
                       world_size: int) -> tuple[SegmentInstances | MixedSegments, Callable]:
@@ -226,7 +230,7 @@ class PermutationLanguageModel(Objective):
                                                   fixed_shapes=config.train.compile is True)
         return instances, collate
 
-    def host_counts(self, batch: dict[str, torch.Tensor]) -> HostCounts:
+    def host_counts(self, batch: dict[str, torch.Tensor]) -> list[int]:
         return plm_host_counts(batch)
 
     def to_device(self, batch: dict[str, torch.Tensor], device: torch.device, *,
@@ -234,7 +238,7 @@ class PermutationLanguageModel(Objective):
         return plm_device_batch(batch, device, keep_attention_mask=keep_attention_mask)
 
     def step_module(self, model: nn.Module, label_smoothing: float = 0.0) -> nn.Module:
-        return PermutationObjective(model, label_smoothing)
+        return PermutationLMStep(model, label_smoothing)
 
     def new_carry(self, slots: int, config: Config) -> RecurrentMemory:
         return RecurrentMemory(slots, MemoryShape.of(config))
@@ -242,7 +246,8 @@ class PermutationLanguageModel(Objective):
     def prepare_model(self, model: nn.Module, config: Config) -> None:
         # The states a segment leaves as memory: its first segment_step tokens', the context
         # of the next segment, which starts that far on (this phase's length and step).
-        model.config.reuse_len = reuse_length(config)
+        step = config.data.segment_step  # XLNet's reuse_len: None for the whole row
+        model.config.reuse_len = step if step < config.data.max_seq_length else None
 
     def source_evaluator(self, folder: DataFolder, data_config: DataConfig, **options: Any) -> SegmentEvaluator:
         return SegmentEvaluator(folder, data_config, **options)
@@ -252,7 +257,8 @@ class PermutationLanguageModel(Objective):
         micro-batch (what shares one projection of the distances)."""
         data = config.data
         length = data.max_seq_length
-        rows = length if data.predicted_share == 1.0 else max(1, int(length * data.predicted_share + 0.5))
+        share = self.predicted_share(data)
+        rows = length if share == 1.0 else max(1, int(length * share + 0.5))
         return {"memory_length": config.model.mem_len, "query_rows": rows,
                 "micro_batch_size": config.train.micro_batch_size}
 
@@ -301,7 +307,7 @@ class SegmentEvaluator:
         if max_batches is not None:
             steps = min(steps, max_batches)
         memory = RecurrentMemory(1)
-        step_module = PermutationObjective(model)  # the training step's module, run under no_grad
+        step_module = PermutationLMStep(model)  # the training step's module, run under no_grad
         for step in range(steps):
             batch = self.collate(self.instances.__getitems__(range(step * self.lanes, (step + 1) * self.lanes)))
             host_counts += torch.tensor([plm_predictions(batch), self.lanes], dtype=torch.float64)
@@ -309,7 +315,7 @@ class SegmentEvaluator:
             with autocast or contextlib.nullcontext():
                 _, sums, carry = step_module(inputs, memory.take(0, inputs))
             memory.keep(0, carry)
-            device_sums += sums[:2]
+            device_sums += sums
         model.train(was_training)
         if self.world_size > 1:
             torch.distributed.all_reduce(device_sums)
