@@ -10,7 +10,7 @@ from bertpre.errors import UserError
 from bertpre.model import BertConfig, BertForPreTraining, BertModel
 from bertpre.model.modernbert import ModernBertForMaskedLM
 from bertpre.model.roberta import RobertaForMaskedLM
-from bertpre.train.objectives.mlm import PretrainingObjective
+from bertpre.train.objectives.mlm import MaskedLMStep
 
 
 @pytest.mark.parametrize("positions", ["absolute", "rope", "transformer_xl"])
@@ -91,9 +91,9 @@ def ragged_batch(family: str, padded: bool = True) -> dict[str, torch.Tensor]:
 
 
 def step(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """The trainer's micro-batch loss through `PretrainingObjective`, and every parameter's gradient."""
+    """The trainer's micro-batch loss through `MaskedLMStep`, and every parameter's gradient."""
     model.zero_grad()
-    (mlm_loss_sum, pair_loss_sum), _, _ = PretrainingObjective(model)(batch)
+    (mlm_loss_sum, pair_loss_sum), _, _ = MaskedLMStep(model)(batch)
     loss = mlm_loss_sum / 7 + pair_loss_sum / 2
     loss.backward()
     return loss.detach(), {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
