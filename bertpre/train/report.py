@@ -209,16 +209,14 @@ class TrainResult:
     notes: list[str] = field(default_factory=list)
 
 
-# What a run's last lines show of its last window and evaluation (those it has).
-SUMMARY_METRICS = ("loss", "mlm_loss", "mlm_acc", "plm_loss", "plm_acc", "clm_loss", "clm_acc", "pair_acc")
-
-
 def end_block(*, run_dir: str, start_step: int, step: int, tokens_seen: int, wall_seconds: float,
               train: dict[str, float], evaluation: dict[str, float], checkpoint: str | None,
-              stopped: bool, export_to: str | None = None) -> str:
+              stopped: bool, metric_names: tuple[str, ...] = ("loss",), export_to: str | None = None) -> str:
     """The lines a run closes with: what it did, where it left things, what to run next.
 
-    `export_to`: where the caller exports the run itself (the demo), said instead of the command."""
+    `metric_names`: what it shows of the last window and evaluation, those they have (the
+    objective's `summary_metrics`). `export_to`: where the caller exports the run itself (the
+    demo), said instead of the command."""
 
     def metrics(values: dict[str, float], names: tuple[str, ...]) -> str:
         shown = [f"{name} {values[name]:.4f}" for name in names if name in values]
@@ -228,8 +226,8 @@ def end_block(*, run_dir: str, start_step: int, step: int, tokens_seen: int, wal
     return "\n".join([
         f"run {run_dir} {state} at step {step:,} ({step - start_step:,} steps this session, "
         f"{tokens_seen:,} tokens, {format_duration(wall_seconds)})",
-        f"  last train window: {metrics(train, SUMMARY_METRICS)}",
-        f"  last evaluation:   {metrics(evaluation, SUMMARY_METRICS)}",
+        f"  last train window: {metrics(train, metric_names)}",
+        f"  last evaluation:   {metrics(evaluation, metric_names)}",
         f"  checkpoint: {checkpoint or 'none saved'}",
         f"  TensorBoard: tensorboard --logdir {shlex.quote(f'{run_dir}/tensorboard')} "
         "(open the Custom Scalars tab)",

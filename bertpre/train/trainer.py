@@ -272,7 +272,7 @@ class Trainer:
                 tokens_seen=self.tokens_seen, wall_seconds=time.perf_counter() - started,
                 train=self.last_train, evaluation=self.last_eval,
                 checkpoint=None if latest is None else str(latest), stopped=bool(exit_code),
-                export_to=self.export_to))
+                metric_names=self.objective.summary_metrics, export_to=self.export_to))
         return TrainResult(run_dir=self.run_dir, step=self.step, skipped_steps=self.skipped_steps,
                            exit_code=exit_code, notes=self.notes)
 

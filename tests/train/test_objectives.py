@@ -92,8 +92,13 @@ def test_an_objective_trains_logs_its_named_terms_and_resumes_exactly(objective,
         assert [row[name] for row in resumed] == [row[name] for row in straight], name
 
 
-def test_the_toy_objective_logs_its_own_statistic_and_weighs_its_terms(toy_row, tiny_data, tmp_path, one_thread):
+def test_the_toy_objective_logs_its_own_statistic_and_weighs_its_terms(toy_row, tiny_data, tmp_path, one_thread,
+                                                                         capsys):
     rows = train_rows(run(tiny_data, tmp_path / "toy", "toy"))
+    window = next(line for line in capsys.readouterr().err.splitlines() if "last train window:" in line)
+    # the closing lines show the objective's own terms (report.py names none of them)
+    assert [part.split()[0] for part in window.split(": ", 1)[1].split(", ")] == [
+        "loss", "masked_loss", "masked_acc", "copy_loss", "copy_acc"]
     assert all(0 < row["train/mask_share"] < 0.15 for row in rows)
     assert "train/mlm_loss" not in rows[0] and "train/pair_loss" not in rows[0]
     last = rows[-1]

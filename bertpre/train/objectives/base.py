@@ -45,6 +45,8 @@ class LossTerm:
     count: str  # the host stat its sums are averaged over (predictions, pairs, tokens)
     optional: bool = False  # left out of the scalars of a window that counted none (pair_task none)
     weight: float = 1.0  # in the loss: weight × (sum / count), e.g. ELECTRA's λ on its discriminator
+    # what a run's closing lines show of it ("loss", "acc"): BERT's pair task, its accuracy alone
+    summary: tuple[str, ...] = ("loss", "acc")
 
     @property
     def stats(self) -> tuple[str, str]:
@@ -128,6 +130,12 @@ class Objective:
     def terms(self) -> tuple[LossTerm, ...]:
         """The loss terms, in the order the step module returns their sums."""
         return (LossTerm(self.name, "predictions"),)
+
+    @property
+    def summary_metrics(self) -> tuple[str, ...]:
+        """What a run's closing lines show of its last window and evaluation (those it has): the
+        loss, then each term's `summary` scalars."""
+        return ("loss", *(f"{term.name}_{part}" for term in self.terms for part in term.summary))
 
     @property
     def device_stats(self) -> tuple[str, ...]:

@@ -97,7 +97,7 @@ class MaskedLanguageModel(Objective):
 
     host_stats = ("predictions", "pairs", "tokens")
     # The masked tokens, then the sentence-pair task's labels (none under pair_task none).
-    terms = (LossTerm("mlm", "predictions"), LossTerm("pair", "pairs", optional=True))
+    terms = (LossTerm("mlm", "predictions"), LossTerm("pair", "pairs", optional=True, summary=("acc",)))
 
     def predicted_share(self, data_config: DataConfig) -> float:
         """The mask rate, capped per sequence by max_predictions_per_seq."""
