@@ -163,3 +163,72 @@ def test_the_toy_family_is_routed_by_the_table_alone(register_toy):
     with pytest.raises(UserError, match="model.local_attention is ModernBERT's, which model.architecture toy"):
         load_config(None, [f"model.architecture={ARCHITECTURE}", "model.local_attention=16"])
     assert "local_attention" not in config.architecture_fields()
+
+
+# What each row needs to pretrain a tiny config (its preset, then settings) on the tiny WordPiece
+# DATA (the reliability suite's FAMILY_SETTINGS, and the toy's): a new row says what it needs here.
+RUN_SETTINGS = {
+    "bert": ("tiny", []),
+    "roberta": ("tiny", ["model.architecture=roberta", "data.pair_task=none", "model.max_position_embeddings=34"]),
+    "xlm-roberta": ("tiny", ["model.architecture=xlm-roberta", "data.pair_task=none",
+                             "model.max_position_embeddings=34"]),
+    "modernbert": ("tiny-modernbert", []),
+    "xlnet": ("tiny", ["model.architecture=xlnet", "data.objective=plm", "data.pair_task=none", "model.mem_len=16"]),
+    ARCHITECTURE: ("tiny", [f"model.architecture={ARCHITECTURE}", "data.pair_task=none", "model.type_vocab_size=1"]),
+}
+
+
+class Died(BaseException):
+    """The run 'dies' right after a checkpoint, in-process (so a toy row stays registered)."""
+
+
+def train_losses(data, out, architecture: str, monkeypatch, stop_after: int | None = None) -> list[float]:
+    """Four steps of the row's tiny config into `out`, a checkpoint a step; with `stop_after`, the
+    run dies once that checkpoint is saved and a second run takes it up."""
+    import bertpre.train.trainer as trainer
+
+    preset, settings = RUN_SETTINGS[architecture]
+    config = load_config(preset, [f"data.path={data}", f"train.out={out}", "train.max_steps=4",
+                                  "train.log_every=1", "train.eval_every=1000", "train.save_every=1",
+                                  "data.max_seq_length=32", *settings])
+    if stop_after is not None:
+        original = trainer.save_checkpoint
+
+        def save_then_die(run_dir, step, **kwargs):
+            folder = original(run_dir, step, **kwargs)
+            if step == stop_after:
+                raise Died
+            return folder
+
+        with monkeypatch.context() as patch:
+            patch.setattr(trainer, "save_checkpoint", save_then_die)
+            with pytest.raises(Died):
+                trainer.pretrain(config)
+    trainer.pretrain(config)
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    return [row["train/loss"] for row in rows if "train/loss" in row]
+
+
+def test_every_row_is_in_the_run_settings():
+    assert set(RUN_SETTINGS) == set(CONFORMING)
+
+
+def test_a_rows_run_died_after_a_checkpoint_goes_on_bit_for_bit(conforming, tiny_data, tmp_path, monkeypatch,
+                                                              one_thread):
+    row, _ = conforming
+    straight = train_losses(tiny_data, tmp_path / "straight", row.architecture, monkeypatch)
+    if row.architecture == ARCHITECTURE:
+        # The seam's gap, found here: a checkpoint says its family by its config.json's
+        # model_type, and the toy writes BERT's, so its checkpoint reads back as BERT's and the
+        # run is refused. A real family writes its own model_type; the toy cannot (transformers
+        # would not load its export). When checkpoints name their family, this resumes too.
+        with pytest.raises(UserError, match=r"is for a different model \(architecture 'bert', config has 'toy'\)"):
+            train_losses(tiny_data, tmp_path / "resumed", row.architecture, monkeypatch, stop_after=2)
+        return
+    resumed = train_losses(tiny_data, tmp_path / "resumed", row.architecture, monkeypatch, stop_after=2)
+    assert len(straight) == 4 and resumed == straight
+    from safetensors.torch import load_file
+
+    final = "checkpoints/step-00000004/model.safetensors"
+    a, b = load_file(tmp_path / "straight" / final), load_file(tmp_path / "resumed" / final)
+    assert a.keys() == b.keys() and all(torch.equal(a[name], b[name]) for name in a)
