@@ -116,7 +116,14 @@ class ProgressBar:
 
     def close(self) -> None:
         self._until_first_log.stop()
-        self._bar.close()
+        try:
+            self._bar.close()
+        except BaseException:
+            # A data loading process's death raises from torch's signal handler wherever the main
+            # thread is; a second death, here, would cut the bar's line short and glue the
+            # command's error line to it: end the line, then let the error go on.
+            sys.stderr.write("\n")
+            raise
 
 
 class MetricsWindow:
