@@ -20,3 +20,28 @@ KILLED_RUN = textwrap.dedent("""
     trainer.save_checkpoint = save_then_die
     trainer.pretrain(load_config(sys.argv[1], sys.argv[3:]))
 """)
+
+
+class Died(BaseException):
+    """An in-process run's 'death' right after a checkpoint (`pretrain_dying_after`)."""
+
+
+def pretrain_dying_after(config, step: int, monkeypatch) -> None:
+    """Train `config` in this process until checkpoint `step` is complete, then stop as a crash
+    would (no end-of-run work). In-process, so rows a test registered in a table stay there."""
+    import pytest
+
+    import bertpre.train.trainer as trainer
+
+    original = trainer.save_checkpoint
+
+    def save_then_die(run_dir, saved_step, **kwargs):
+        folder = original(run_dir, saved_step, **kwargs)
+        if saved_step == step:
+            raise Died
+        return folder
+
+    with monkeypatch.context() as patch:
+        patch.setattr(trainer, "save_checkpoint", save_then_die)
+        with pytest.raises(Died):
+            trainer.pretrain(config)

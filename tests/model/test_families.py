@@ -5,6 +5,7 @@ import json
 
 import pytest
 import torch
+from _killed_run import pretrain_dying_after
 
 from bertpre.config import load_config
 from bertpre.config.sections import OBJECTIVES as CONFIG_OBJECTIVES
@@ -178,10 +179,6 @@ RUN_SETTINGS = {
 }
 
 
-class Died(BaseException):
-    """The run 'dies' right after a checkpoint, in-process (so a toy row stays registered)."""
-
-
 def train_losses(data, out, architecture: str, monkeypatch, stop_after: int | None = None) -> list[float]:
     """Four steps of the row's tiny config into `out`, a checkpoint a step; with `stop_after`, the
     run dies once that checkpoint is saved and a second run takes it up."""
@@ -192,18 +189,7 @@ def train_losses(data, out, architecture: str, monkeypatch, stop_after: int | No
                                   "train.log_every=1", "train.eval_every=1000", "train.save_every=1",
                                   "data.max_seq_length=32", *settings])
     if stop_after is not None:
-        original = trainer.save_checkpoint
-
-        def save_then_die(run_dir, step, **kwargs):
-            folder = original(run_dir, step, **kwargs)
-            if step == stop_after:
-                raise Died
-            return folder
-
-        with monkeypatch.context() as patch:
-            patch.setattr(trainer, "save_checkpoint", save_then_die)
-            with pytest.raises(Died):
-                trainer.pretrain(config)
+        pretrain_dying_after(config, stop_after, monkeypatch)
     trainer.pretrain(config)
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     return [row["train/loss"] for row in rows if "train/loss" in row]

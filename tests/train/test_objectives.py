@@ -9,6 +9,7 @@ import math
 from pathlib import Path
 
 import pytest
+from _killed_run import pretrain_dying_after
 from _toy_objective import ToyObjective
 
 import bertpre.config.run as config_run
@@ -40,10 +41,6 @@ def toy_row(monkeypatch):
     monkeypatch.setattr(config_run, "OBJECTIVES", (*config_run.OBJECTIVES, "toy"))
 
 
-class Stopped(BaseException):
-    """The process 'dies' right after a checkpoint (in-process: the toy row stays registered)."""
-
-
 def run(data: Path, out: Path, objective: str, *, stop_after: int | None = None, monkeypatch=None) -> list[dict]:
     """Train `objective` for STEPS steps into `out` (a checkpoint each step); with `stop_after`, the
     run stops once that checkpoint is saved. Returns metrics.jsonl's rows."""
@@ -51,18 +48,7 @@ def run(data: Path, out: Path, objective: str, *, stop_after: int | None = None,
                                 "train.log_every=1", "train.eval_every=1000", "train.save_every=1",
                                 *ROWS[objective]])
     if stop_after is not None:
-        original = trainer.save_checkpoint
-
-        def save_then_stop(run_dir, step, **kwargs):
-            folder = original(run_dir, step, **kwargs)
-            if step == stop_after:
-                raise Stopped
-            return folder
-
-        monkeypatch.setattr(trainer, "save_checkpoint", save_then_stop)
-        with pytest.raises(Stopped):
-            trainer.pretrain(config)
-        monkeypatch.setattr(trainer, "save_checkpoint", original)
+        pretrain_dying_after(config, stop_after, monkeypatch)
     trainer.pretrain(config)
     return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
 
