@@ -83,13 +83,13 @@ def _cell(text: str) -> str:
 
 def config_page() -> str:
     from bertpre.config import PHASE_KEYS, RULES, SECTIONS, Config, load_config
+    from bertpre.config.objectives import PLM_PLANS
     from bertpre.config.rules import LENGTHS, SWITCH_WORDS
     from bertpre.config.sections import (
         DECAY_SHAPES,
         DEVICES,
         OBJECTIVES,
         OPTIMIZERS,
-        PLM_PLANS,
         PRECISIONS,
         SCHEDULES,
         key_names,

@@ -7,16 +7,15 @@ from pathlib import Path
 from typing import Any
 
 from bertpre.config.loading import parse_override, read_yaml, resolve_config_path
+from bertpre.config.objectives import OBJECTIVE_RULES, objective_rules
 from bertpre.config.rules import MAX_STEPS, RULES, check_number
 from bertpre.config.sections import (
     DECAY_SHAPES,
     DEVICES,
     INIT_FROM,
     LR_SCHEDULES,
-    OBJECTIVES,
     OPTIMIZERS,
     PHASE_KEYS,
-    PLM_PLANS,
     PRECISIONS,
     SCHEDULES,
     SECTIONS,
@@ -164,7 +163,7 @@ def _validate_objective(config: Config) -> None:
     """The objective and the pair task against the architecture, and plm/clm's own keys."""
     model, data = config.model, config.data
     _check_choice("model.architecture", model.architecture, tuple(FAMILIES))
-    _check_choice("data.objective", data.objective, OBJECTIVES)
+    _check_choice("data.objective", data.objective, tuple(OBJECTIVE_RULES))
     row = family(model)
     if data.objective not in row.objectives:
         trained_by = [name for name, other in FAMILIES.items() if data.objective in other.objectives]
@@ -172,17 +171,9 @@ def _validate_objective(config: Config) -> None:
                         f"{' or '.join(row.objectives)}, not {data.objective}; set model.architecture: "
                         f"{' or '.join(trained_by)} for {data.objective}, or data.objective: "
                         f"{' or '.join(row.objectives)}")
-    if not data.recurrent:  # the masked LM: its pair task needs a pair head
-        if not row.pair_task and data.pair_task != "none":
-            raise UserError(no_pair_head(row.display_name, data.pair_task, f"model.architecture {model.architecture}"))
-        return
-    if data.pair_task != "none":
-        raise UserError(f"data.objective {data.objective} reads documents as consecutive segments, "
-                        f"with no sentence pairs; set data.pair_task: none (it is {data.pair_task!r})")
-    _check_choice("data.plm_plan", data.plm_plan, PLM_PLANS)
-    if data.max_span_length > 1 / data.plm_probability + 1e-9:
-        raise UserError(f"data.max_span_length ({data.max_span_length}) must be at most "
-                        f"1 / data.plm_probability ({1 / data.plm_probability:g}): each span needs its context")
+    if not row.pair_task and data.pair_task != "none" and not data.recurrent:  # a pair task needs a pair head
+        raise UserError(no_pair_head(row.display_name, data.pair_task, f"model.architecture {model.architecture}"))
+    objective_rules(data.objective).check_keys(data)
 
 
 def _check_lengths(config: Config) -> None:
@@ -192,18 +183,7 @@ def _check_lengths(config: Config) -> None:
     model, data = config.model, config.data
     if config.init_from is None:  # else the positions are the source's, checked against it (`adopt_shape`)
         check_sequence_length(data.max_seq_length, model)
-    if not data.recurrent:
-        return
-    if data.objective == "plm" and data.plm_plan == "hf" and data.max_seq_length % 2:
-        raise UserError(f"data.plm_plan hf orders each half of a row apart, so data.max_seq_length must be "
-                        f"even (it is {data.max_seq_length})")
-    if data.objective == "plm" and data.plm_plan == "xlnet" and data.max_seq_length % data.segment_step:
-        raise UserError(f"data.max_seq_length ({data.max_seq_length}) must be a multiple of data.reuse_length "
-                        f"({data.segment_step}): XLNet draws each row's order within blocks of reuse_length "
-                        "tokens, so that the part kept as memory never depends on the rest")
-    if data.reuse_length is not None and data.reuse_length > data.max_seq_length:
-        raise UserError(f"data.reuse_length ({data.reuse_length}) is longer than a segment "
-                        f"(data.max_seq_length {data.max_seq_length}); segments would skip text")
+    objective_rules(data.objective).check_lengths(data)
 
 
 def no_pair_head(display_name: str, pair_task: str, what: str) -> str:

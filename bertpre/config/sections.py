@@ -15,10 +15,10 @@ from typing import Any
 import yaml
 
 import bertpre
+from bertpre.config.objectives import OBJECTIVE_RULES, objective_rules
 from bertpre.config.rules import FLOAT_TEXT, LENGTHS, RULES, SWITCH_WORDS, check_number, shown
 from bertpre.errors import UserError
 from bertpre.model.config import BertConfig
-from bertpre.model.families import FAMILIES
 
 OPTIMIZERS = ("adamw", "lamb")
 SCHEDULES = ("linear", "cosine", "constant", "wsd")
@@ -29,10 +29,9 @@ WSD_DEFAULTS = {"decay_fraction": 0.2, "decay_shape": "1-sqrt"}
 DECAY_SHAPES = ("1-sqrt", "linear")
 PRECISIONS = ("auto", "fp32", "fp16", "bf16")
 DEVICES = ("auto", "cpu", "cuda")
-# What the model learns to predict, as the family table lists it: BERT's masked tokens, or
-# (model.architecture xlnet) XLNet's permutation LM or Transformer-XL's left-to-right LM.
-OBJECTIVES = tuple(dict.fromkeys(name for row in FAMILIES.values() for name in row.objectives))
-PLM_PLANS = ("xlnet", "hf")
+# What the model learns to predict (each family's row lists those it trains with): BERT's masked
+# tokens, or (model.architecture xlnet) XLNet's permutation LM or Transformer-XL's left-to-right LM.
+OBJECTIVES = tuple(OBJECTIVE_RULES)
 # `model.init_from` names the weights a run starts from; it is not a field of the model's shape.
 INIT_FROM = "init_from"
 MIXTURE_KEYS = ("path", "weight")
@@ -64,15 +63,13 @@ class DataConfig:
 
     @property
     def recurrent(self) -> bool:
-        """Whether rows are read as consecutive segments carrying memory (plm, clm)."""
-        return self.objective != "mlm"
+        """Whether rows are read as consecutive segments carrying memory (the objective's row says)."""
+        return objective_rules(self.objective).recurrent
 
     @property
     def segment_step(self) -> int:
-        """Tokens from one segment's start to the next's (`reuse_length` resolved)."""
-        if self.reuse_length is not None:
-            return self.reuse_length
-        return self.max_seq_length // 2 if self.objective == "plm" else self.max_seq_length
+        """Tokens from one segment's start to the next's (`reuse_length` resolved by the objective)."""
+        return objective_rules(self.objective).segment_step(self)
 
     @property
     def sources(self) -> list[tuple[str, float]]:

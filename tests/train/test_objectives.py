@@ -12,9 +12,10 @@ import pytest
 from _killed_run import pretrain_dying_after
 from _toy_objective import ToyObjective
 
-import bertpre.config.run as config_run
 import bertpre.train.trainer as trainer
 from bertpre.config import load_config
+from bertpre.config.objectives import OBJECTIVE_RULES, ObjectiveRules
+from bertpre.errors import UserError
 from bertpre.model.families import FAMILIES
 from bertpre.train.objectives import OBJECTIVES, objective_for
 
@@ -32,13 +33,13 @@ ROWS = {
 
 @pytest.fixture
 def toy_row(monkeypatch):
-    """The toy objective as one more row of OBJECTIVES, for this test only. The config's choice of
-    objectives is the family table's (the config sits below the training package, so it cannot
-    ask OBJECTIVES): BERT's row is told it trains with `toy` too."""
+    """The toy objective as one more row of OBJECTIVES and of the config's OBJECTIVE_RULES (the
+    config sits below the training package, so it cannot ask OBJECTIVES), for this test only;
+    BERT's row is told it trains with `toy` too."""
     monkeypatch.setitem(OBJECTIVES, "toy", ToyObjective)
+    monkeypatch.setitem(OBJECTIVE_RULES, "toy", ObjectiveRules("toy"))
     bert = FAMILIES["bert"]
     monkeypatch.setitem(FAMILIES, "bert", dataclasses.replace(bert, objectives=(*bert.objectives, "toy")))
-    monkeypatch.setattr(config_run, "OBJECTIVES", (*config_run.OBJECTIVES, "toy"))
 
 
 def run(data: Path, out: Path, objective: str, *, stop_after: int | None = None, monkeypatch=None) -> list[dict]:
@@ -89,3 +90,27 @@ def test_the_toy_objective_logs_its_own_statistic_and_weighs_its_terms(toy_row, 
     assert "train/mlm_loss" not in rows[0] and "train/pair_loss" not in rows[0]
     last = rows[-1]
     assert last["train/loss"] == pytest.approx(last["train/masked_loss"] + 0.5 * last["train/copy_loss"], rel=1e-12)
+
+
+def test_each_objective_s_config_rules_are_its_row(toy_row):
+    """The config and the Trainer read one answer of each objective (`Objective.rules`), and every
+    objective a family trains with has its row on both sides."""
+    trained = {name for row in FAMILIES.values() for name in row.objectives}
+    assert trained == set(OBJECTIVES) == set(OBJECTIVE_RULES)
+    for name in OBJECTIVES:
+        assert objective_for(name).rules is OBJECTIVE_RULES[name]
+    assert [name for name in OBJECTIVES if objective_for(name).recurrent] == ["plm", "clm"]
+
+
+def test_an_objective_s_row_decides_what_the_config_asks_of_it(toy_row, tiny_data):
+    """A new objective that reads sentence pairs is one row that says so: the config does not
+    take every objective but the masked LM for a recurrent one (as it did by name)."""
+    config = load_config(TINY, [f"data.path={tiny_data}", "data.objective=toy", "data.pair_task=nsp",
+                                "data.max_span_length=100"])
+    assert (config.data.recurrent, config.data.segment_step) == (False, config.data.max_seq_length)
+    segments = load_config(TINY, [f"data.path={tiny_data}", "model.architecture=xlnet", "data.objective=plm",
+                                  "data.pair_task=none", "data.max_seq_length=32"])
+    assert (segments.data.recurrent, segments.data.segment_step) == (True, 16)
+    with pytest.raises(UserError, match="data.pair_task: none"):
+        load_config(TINY, [f"data.path={tiny_data}", "model.architecture=xlnet", "data.objective=clm",
+                           "data.pair_task=nsp"])

@@ -25,6 +25,7 @@ import torch
 from torch import nn
 
 from bertpre.batches import BatchStream
+from bertpre.config.objectives import objective_rules
 from bertpre.train.runtime import Runtime, all_reduce_sum
 
 if TYPE_CHECKING:  # the config sits above the training package's data classes
@@ -115,8 +116,6 @@ class Objective:
     """
 
     name: str = ""
-    # Whether rows are read as consecutive segments, each carrying memory to the next.
-    recurrent: bool = False
     # Which audit `bertpre inspect` runs on the objective's batches (`bertpre.tools.audit.AUDITS`).
     audit: str = "masking"
     # The counts `host_counts` takes of a host batch, in its order; `tokens` (real tokens) is
@@ -125,6 +124,13 @@ class Objective:
 
     def __init__(self, name: str) -> None:
         self.name = name
+        # What the config knows of it (`bertpre.config.objectives`): one answer for both sides.
+        self.rules = objective_rules(name)
+
+    @property
+    def recurrent(self) -> bool:
+        """Whether rows are read as consecutive segments, each carrying memory to the next."""
+        return self.rules.recurrent
 
     @property
     def terms(self) -> tuple[LossTerm, ...]:

@@ -206,7 +206,6 @@ class PermutationLanguageModel(Objective):
     micro-batch slot carrying its rows' memory to the next step's. Its one loss term is named
     for it: `train/plm_loss`, `train/clm_acc`."""
 
-    recurrent = True
     audit = "segments"
 
     def predicted_share(self, data_config: DataConfig) -> float:
