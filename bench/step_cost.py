@@ -4,6 +4,7 @@
     .venv/bin/python -m bench.step_cost --architecture modernbert        # ModernBERT-base, 32 x 1024
     .venv/bin/python -m bench.step_cost --set low_precision_layernorm=false   # a model key changed (A/B)
     .venv/bin/python -m bench.step_cost --json trace.json                # the report as JSON too
+    .venv/bin/python -m bench.step_cost --set unpad=true [--unpad-bucket 1024]   # the real tokens alone
 
 The step is `bench.gpu`'s bertpre side (the trainer's `MaskedLMStep` on (B, P)
 `masked_lm_positions`, loss sums over counts taken on the CPU), forward and backward, on
@@ -267,6 +268,7 @@ class StepShape:
     seq_length: int | None = None
     short_rows: float = 0.1
     changes: dict[str, Any] = field(default_factory=dict)
+    unpad_bucket: int = 1  # under unpad=true: the token count rounded up to a multiple (train.compile's)
 
     def __post_init__(self) -> None:
         defaults = DEFAULTS[self.architecture]
@@ -298,6 +300,12 @@ def build_step(shape: StepShape, fake_mode) -> tuple[torch.nn.Module, Callable, 
         model = (ModernBertForMaskedLM if modernbert else BertForPreTraining)(config).train()
     slots = prediction_slots(shape.seq_length, [batch], capped=not modernbert)
     inputs, totals = trainer_batches([batch], slots, torch.device("cpu"), keep_attention_mask=False)
+    if getattr(config, "unpad", False):  # the collator's layout of the real tokens (`model.unpad`)
+        from bertpre.batches.padding import unpadded_layout
+
+        layout = unpadded_layout(batch["attention_mask"].bool().numpy(), inputs[0]["masked_lm_positions"].numpy(),
+                                 bucket=shape.unpad_bucket)
+        inputs[0].update({name: torch.from_numpy(array) for name, array in layout.items()})
     fake_batch = {name: fake_mode.from_tensor(tensor) for name, tensor in inputs[0].items()}
     return model, objective_loss(MaskedLMStep(model), totals), fake_batch, totals, config
 
@@ -568,6 +576,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--refit", type=Path, action="append", default=[], metavar="PROFILE_JSON",
                         help="fit the step-time constants on a bench.gpu --profile result first; twice "
                              "(an A/B of one shape): bandwidth and µs a kernel solved from both")
+    parser.add_argument("--unpad-bucket", type=int, default=1, metavar="N",
+                        help="with --set unpad=true: round the token count up to a multiple of N "
+                             "(train.compile's bucket, 1024), else the exact count")
     parser.add_argument("--json", type=Path, default=None, metavar="OUT", help="write the report as JSON")
     args = parser.parse_args(argv)
     fit = FIT
@@ -576,7 +587,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"refitted: {fit}")
     torch.manual_seed(0)
     shape = StepShape(args.architecture, args.model, args.batch_size, args.seq_length, args.short_rows,
-                      parse_changes(args.changes))
+                      parse_changes(args.changes), args.unpad_bucket)
     report = summarize(*trace_step(shape), shape, fit)
     print_report(report)
     if args.json is not None:

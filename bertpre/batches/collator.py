@@ -41,7 +41,7 @@ from tokenizers import Tokenizer
 
 from bertpre.batches import keyed_random
 from bertpre.batches.instance_batch import InstanceBatch, as_instance_batch
-from bertpre.batches.padding import pad_instances, padded_length, prediction_slots
+from bertpre.batches.padding import pad_instances, padded_length, prediction_slots, unpadded_layout
 from bertpre.errors import UserError
 from bertpre.labels import IGNORE_INDEX, KEPT, MASK_COUNTS, MASKED, NO_ACTION, RANDOM_TOKEN
 from bertpre.tokenizer.roles import token_roles
@@ -72,6 +72,10 @@ class MaskingCollator:
         seed: mixed into every instance's key; two collators with different seeds mask differently.
         pad_to_multiple_of: pad the batch's longest length up to a multiple of this (e.g. 8).
         pad_to_length: pad every batch to exactly this length (for compiled models).
+        unpad_bucket: add the real tokens' layout (`padding.unpadded_layout`: `token_index`,
+            `cu_seqlens`, `document_ids`, `cls_token_index`, `masked_lm_token_index`), the token
+            count rounded up to a multiple of this, for a step on the real tokens alone
+            (`model.unpad`); None: none.
 
     Instances are dicts with `input_ids` and optionally `token_type_ids`,
     `next_sentence_label` and `seed_key` (an int; without it the key is a hash of the ids).
@@ -95,6 +99,7 @@ class MaskingCollator:
         seed: int = 0,
         pad_to_multiple_of: int | None = None,
         pad_to_length: int | None = None,
+        unpad_bucket: int | None = None,
     ) -> None:
         if not 0.0 < mlm_probability <= 1.0:
             raise UserError(f"mlm_probability must be in (0, 1], not {mlm_probability}")
@@ -110,6 +115,7 @@ class MaskingCollator:
             ("max_predictions_per_seq", max_predictions_per_seq),
             ("pad_to_multiple_of", pad_to_multiple_of),
             ("pad_to_length", pad_to_length),
+            ("unpad_bucket", unpad_bucket),
         ):
             if value is not None and value < 1:
                 raise UserError(f"{name} must be a positive integer or null, not {value}")
@@ -123,6 +129,7 @@ class MaskingCollator:
         self.max_predictions_per_seq = max_predictions_per_seq
         self.pad_to_multiple_of = pad_to_multiple_of
         self.pad_to_length = pad_to_length
+        self.unpad_bucket = unpad_bucket
         self.seed_key = keyed_random.derive_key(seed, _COLLATOR_TAG)
 
         vocab = tokenizer.get_vocab(with_added_tokens=True)  # token -> id
@@ -154,17 +161,19 @@ class MaskingCollator:
 
     @classmethod
     def from_config(cls, tokenizer: Tokenizer, data_config: DataConfig, seed: int, *,
-                    fixed_shapes: bool = False) -> MaskingCollator:
+                    fixed_shapes: bool = False, unpad_bucket: int | None = None) -> MaskingCollator:
         """The collator a run's `data:` section describes.
 
-        With `fixed_shapes` (a compiled step) every batch is padded to `max_seq_length`.
+        With `fixed_shapes` (a compiled step) every batch is padded to `max_seq_length`;
+        `unpad_bucket`: see the class.
         """
         return cls(tokenizer, mlm_probability=data_config.mlm_probability,
                    mask_replace_prob=data_config.mask_replace_prob,
                    random_replace_prob=data_config.random_replace_prob,
                    whole_word_mask=data_config.whole_word_mask, mask_count=data_config.mask_count,
                    max_predictions_per_seq=data_config.max_predictions_per_seq, seed=seed,
-                   pad_to_length=data_config.max_seq_length if fixed_shapes else None)
+                   pad_to_length=data_config.max_seq_length if fixed_shapes else None,
+                   unpad_bucket=unpad_bucket)
 
     def __call__(self, instances: Sequence[dict] | InstanceBatch) -> dict[str, torch.Tensor]:
         instances = as_instance_batch(instances)
@@ -182,6 +191,10 @@ class MaskingCollator:
         positions, ids = self.fixed_size_predictions(labels)
         batch["masked_lm_positions"] = torch.from_numpy(positions)
         batch["masked_lm_ids"] = torch.from_numpy(ids)
+        if self.unpad_bucket is not None:
+            layout = unpadded_layout(attention_mask, positions, document_starts=instances.document_starts,
+                                     bucket=self.unpad_bucket)
+            batch.update({name: torch.from_numpy(array) for name, array in layout.items()})
         if instances.next_sentence_label is not None:
             batch["next_sentence_label"] = torch.from_numpy(instances.next_sentence_label.astype(np.int64))
         return batch

@@ -34,6 +34,9 @@ class InstanceBatch:
     # (B,) bool, for segments read lane by lane (`SegmentInstances`): the row's recurrent memory
     # starts empty here (a new document, or the lane's first step); None: no memory.
     memory_reset: np.ndarray | None = None
+    # (B,) int64, for rows packed from two documents (`data.pack_documents`): the position where
+    # the second begins (the row's length where there is none); None: one document a row.
+    document_starts: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.lengths)
@@ -114,7 +117,7 @@ class InstanceBatch:
             seed_keys=self.seed_keys[order],
             **{name: None if getattr(self, name) is None else getattr(self, name)[order]
                for name in ("next_sentence_label", "truncated", "single_sentence_chunk", "document_index",
-                            "memory_reset")},
+                            "memory_reset", "document_starts")},
         )
 
 

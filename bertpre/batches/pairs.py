@@ -546,5 +546,7 @@ class PretrainingInstances(MappedTokens, torch.utils.data.Dataset):
             single_sentence_chunk=single.astype(bool),
             document_index=document,
             word_starts=np.concatenate(flags).astype(np.uint8) if with_words else None,
+            # A packed row's second document begins after the first's [SEP] (RoBERTa's second </s> is its).
+            document_starts=np.where(with_b, length_a + 2, lengths) if self.pack_documents else None,
         )
 

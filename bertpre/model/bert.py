@@ -27,7 +27,7 @@ from bertpre.model.positions import (
     sinusoid_table,
     transformer_xl_bias,
 )
-from bertpre.model.unpad import Unpadded
+from bertpre.model.unpad import Unpadded, varlen_attention, varlen_usable
 from bertpre.tokenizer.roles import token_roles
 
 # --- the network ---------------------------------------------------------------------------
@@ -52,7 +52,10 @@ Rows = int | torch.Tensor
 
 
 def read_rows(states: torch.Tensor, rows: Rows) -> torch.Tensor:
-    """(B, T, ...) → (B, R, ...): the first `rows` positions, or those the (B, R) index names."""
+    """(B, T, ...) → (B, R, ...): the first `rows` positions, or those the (B, R) index names;
+    of unpadded tokens (N, C), the (B, R) tokens a flat index names (B, R, C)."""
+    if states.dim() == 2:
+        return states.index_select(0, rows.flatten()).view(*rows.shape, states.shape[-1])
     if isinstance(rows, int):
         return states[:, :rows]
     index = rows.view(*rows.shape, *(1,) * (states.dim() - 2)).expand(*rows.shape, *states.shape[2:])
@@ -170,15 +173,23 @@ class BertSelfAttention(nn.Module):
                       if self.fused(hidden_states) else (self.key(hidden_states), self.value(hidden_states)))
                 key, value = (part.view(shape).transpose(1, 2) for part in kv)  # (B, nh, T, hs)
         else:
-            if rows is not None:
-                raise ValueError("rows reads the padded layout: pad the tokens first")
             (B, T), C = (unpadded.batch, unpadded.length), hidden_states.shape[-1]
             Q, shape = T, (B, T, self.num_attention_heads, self.attention_head_size)
-            if self.fused(hidden_states):  # padded once, (B, T, 3C), then split
-                parts = unpadded.pad(self.qkv_joined(hidden_states)).chunk(3, dim=-1)
+            dropout_p = self.dropout_prob if self.training else 0.0
+            if rows is None and positions is None and varlen_usable(hidden_states, unpadded, dropout_p):
+                return varlen_attention(self.qkv(hidden_states), unpadded, self.num_attention_heads)  # (N, C)
+            if rows is not None:  # (B, R) flat indices of the tokens that query
+                Q = rows.shape[1]
+                query = self.query(read_rows(hidden_states, rows)).view(B, Q, *shape[2:]).transpose(1, 2)
+                kv = (self.qkv_joined(hidden_states, (self.key, self.value)).chunk(2, dim=-1)
+                      if self.fused(hidden_states) else (self.key(hidden_states), self.value(hidden_states)))
+                key, value = (unpadded.pad(part).view(shape).transpose(1, 2) for part in kv)  # (B, nh, T, hs)
             else:
-                parts = tuple(unpadded.pad(part) for part in self.qkv(hidden_states))
-            query, key, value = (part.view(shape).transpose(1, 2) for part in parts)  # (B, nh, T, hs)
+                if self.fused(hidden_states):  # padded once, (B, T, 3C), then split
+                    parts = unpadded.pad(self.qkv_joined(hidden_states)).chunk(3, dim=-1)
+                else:
+                    parts = tuple(unpadded.pad(part) for part in self.qkv(hidden_states))
+                query, key, value = (part.view(shape).transpose(1, 2) for part in parts)  # (B, nh, T, hs)
         if positions is not None and positions.kind == "rope":
             query = apply_rotary(query, query_angles(positions.cos, rows), query_angles(positions.sin, rows))
             key = apply_rotary(key, positions.cos, positions.sin)
@@ -199,7 +210,7 @@ class BertSelfAttention(nn.Module):
             dropout_p=self.dropout_prob if self.training else 0.0,
         )  # (B, nh, Q, hs)
         context = context.transpose(1, 2).reshape(B, Q, C)
-        return context if unpadded is None else unpadded.unpad(context)  # (N, C)
+        return context if unpadded is None or rows is not None else unpadded.unpad(context)  # (N, C)
 
 
 class BertSelfOutput(nn.Module):
@@ -325,11 +336,16 @@ class BertEncoder(nn.Module):
             hidden_states = self.embedding_hidden_mapping_in(hidden_states)  # (B, T, E) -> (B, T, C)
         length = hidden_states.shape[1] if unpadded is None else unpadded.length
         positions = self.position_inputs(length, hidden_states.device)
+        flat_rows = unpadded is not None and unpadded.cls_index is not None  # a pretraining layout
+        if flat_rows:
+            attention_mask = unpadded.key_mask()  # (B, 1, 1 or T, T): padding, and other documents
         for index in range(self.num_hidden_layers):
             layer = self.layer[index % len(self.layer)]
             rows = last_rows if index == self.num_hidden_layers - 1 else None
-            if rows is not None and unpadded is not None:
+            if rows is not None and unpadded is not None and not flat_rows:
                 hidden_states, unpadded = unpadded.pad(hidden_states), None  # rows are read padded
+            elif rows is not None and flat_rows and unpadded.packed:
+                attention_mask = unpadded.key_mask(rows)  # (B, 1, R, T): the rows' own documents
             if self.gradient_checkpointing and self.training:
                 hidden_states = checkpoint(layer, hidden_states, attention_mask, positions, rows, unpadded,
                                            use_reentrant=False)
@@ -390,8 +406,18 @@ class BertModel(nn.Module):
         the pooler), or for the (B, R) positions an index names, [CLS] first where the pooler
         reads it; `last_hidden_state` is then (B, R, C); `unpadded`: the mask's real
         tokens (`Unpadded.from_mask`), so that the layers compute nothing for padding (the
-        outputs at padding are then zeros, where Hugging Face's are values no one reads)."""
+        outputs at padding are then zeros, where Hugging Face's are values no one reads).
+        A pretraining layout (`Unpadded.from_batch`) reads `last_rows` (B, R) as flat token
+        indices and gives (B, R, C), computing the last layer for them alone where
+        `model.last_layer_rows` says so (in training); the attention mask is then its own."""
         hidden_states = self.embeddings(input_ids, token_type_ids)
+        if unpadded is not None and unpadded.cls_index is not None:
+            computed = last_rows if self.config.last_layer_rows and self.training else None
+            hidden_states = self.encoder(unpadded.unpad(hidden_states), None, computed, unpadded)
+            if computed is None:  # the whole last layer ran: read the rows of its (N, C)
+                hidden_states = read_rows(hidden_states, last_rows)  # (B, R, C)
+            pooled = None if self.pooler is None else self.pooler(hidden_states)
+            return BertModelOutput(last_hidden_state=hidden_states, pooler_output=pooled)
         if unpadded is not None:
             if attention_mask is None:
                 raise ValueError("unpadded needs the attention mask it was made from")
@@ -523,6 +549,7 @@ class BertForPreTraining(nn.Module):
         label_smoothing: float = 0.0,
         masked_lm_positions: torch.Tensor | None = None,
         masked_lm_ids: torch.Tensor | None = None,
+        unpadded: Unpadded | None = None,
     ) -> PreTrainingOutput:
         """Args:
             labels: (B, T) with -100 where nothing is predicted (Hugging Face's layout).
@@ -531,9 +558,14 @@ class BertForPreTraining(nn.Module):
                 slots); it replaces `labels` and keeps every shape fixed: no host sync, no
                 data-dependent shape, so the whole forward compiles as one graph. The last
                 layer then computes [CLS] and these positions alone (`model.last_layer_rows`).
+            unpadded: the batch's real tokens (`Unpadded.from_batch`, `model.unpad`): every
+                layer computes them alone, and the heads read [CLS] and the slots' tokens.
         """
-        rows = read_positions(self.config, masked_lm_positions, cls_first=True, training=self.training)  # (B, 1 + P) or None
-        encoded = self.bert(input_ids, attention_mask, token_type_ids, last_rows=rows)
+        if unpadded is not None:
+            rows = torch.cat([unpadded.cls_index[:, None], unpadded.predicted_index], dim=1)  # (B, 1 + P) flat
+        else:
+            rows = read_positions(self.config, masked_lm_positions, cls_first=True, training=self.training)  # (B, 1 + P) or None
+        encoded = self.bert(input_ids, attention_mask, token_type_ids, last_rows=rows, unpadded=unpadded)
         seq_relationship_logits = self.cls.seq_relationship(encoded.pooler_output)  # (B, 2)
         prediction_logits, mlm_loss, mlm_loss_sum = masked_lm_predictions(
             self.cls.predictions, encoded.last_hidden_state, labels=labels, label_smoothing=label_smoothing,
@@ -672,8 +704,10 @@ class MaskedLMOnly(nn.Module):
         raise NotImplementedError
 
     def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
-               token_type_ids: torch.Tensor | None, rows: torch.Tensor | None = None) -> torch.Tensor:
-        """The encoder's last states (B, T, C); with `rows` (B, R), those positions' alone (B, R, C)."""
+               token_type_ids: torch.Tensor | None, rows: torch.Tensor | None = None,
+               unpadded: Unpadded | None = None) -> torch.Tensor:
+        """The encoder's last states (B, T, C); with `rows` (B, R), those positions' alone (B, R, C);
+        with `unpadded` (`model.unpad`, a family with a position table), `rows` are flat token indices."""
         raise NotImplementedError
 
     def predict(self, hidden_states: torch.Tensor) -> torch.Tensor:
@@ -696,13 +730,18 @@ class MaskedLMOnly(nn.Module):
         label_smoothing: float = 0.0,
         masked_lm_positions: torch.Tensor | None = None,
         masked_lm_ids: torch.Tensor | None = None,
+        unpadded: Unpadded | None = None,
     ) -> PreTrainingOutput:
         """`BertForPreTraining.forward`'s inputs and outputs (the pair's are None: there is no pair head)."""
         if next_sentence_label is not None:
             raise ValueError(f"{self.layout()} has no pair head: pretrain it with data.pair_task none")
-        # No pooler: the last layer computes the predicted positions alone (`model.last_layer_rows`).
-        rows = read_positions(self.config, masked_lm_positions, cls_first=False, training=self.training)  # (B, P) or None
-        hidden_states = self.encode(input_ids, attention_mask, token_type_ids, rows)  # (B, T or P, C)
+        if unpadded is not None:  # `model.unpad`: the slots' tokens, read from the real tokens alone
+            rows = unpadded.predicted_index  # (B, P) flat
+            hidden_states = self.encode(input_ids, attention_mask, token_type_ids, rows, unpadded=unpadded)
+        else:
+            # No pooler: the last layer computes the predicted positions alone (`model.last_layer_rows`).
+            rows = read_positions(self.config, masked_lm_positions, cls_first=False, training=self.training)  # (B, P) or None
+            hidden_states = self.encode(input_ids, attention_mask, token_type_ids, rows)  # (B, T or P, C)
         prediction_logits, mlm_loss, mlm_loss_sum = masked_lm_predictions(
             self.predict, hidden_states, labels=labels, label_smoothing=label_smoothing,
             masked_lm_positions=masked_lm_positions, masked_lm_ids=masked_lm_ids,

@@ -17,7 +17,7 @@ from bertpre.model.positions import POSITION_EMBEDDING_TYPES
 
 HIDDEN_ACTS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu", "swish")
 # How a model computes, not what it is: no config.json carries them (an export reads as before).
-RUNTIME_FIELDS = ("low_precision_layernorm", "fused_qkv", "last_layer_rows")
+RUNTIME_FIELDS = ("low_precision_layernorm", "fused_qkv", "last_layer_rows", "unpad")
 # The family table, by `model.architecture`: `bertpre.model.families.FAMILIES` is this dict,
 # filled there (importing `bertpre.model` fills it). A row's `config` is its `FamilyConfig`.
 FAMILIES: dict[str, Any] = {}
@@ -117,6 +117,11 @@ class BertConfig:
     # positions), its keys and values still from every token; false: every position (A/B). How the
     # model runs, not its shape: no config.json has it.
     last_layer_rows: bool = True
+    # Pretraining steps compute on the real tokens alone, (N, C) from the embeddings to the heads,
+    # attention on each row's (each packed document's) own tokens; false: the padded (B, T, C)
+    # batch. Off by default: dropout draws (N, C) masks, so a seed's losses differ from the padded
+    # path's. Families with a position table (BERT, ALBERT, RoBERTa, XLM-R). No config.json has it.
+    unpad: bool = False
     # ModernBERT's (architecture: modernbert); defaults are ModernBERT-base's.
     hidden_activation: str = "gelu"
     norm_eps: float = 1e-5
@@ -186,6 +191,8 @@ class BertConfig:
                 raise UserError(f"model.{name} must be true, false or auto, got {value!r}")
         if not isinstance(self.last_layer_rows, bool):
             raise UserError(f"model.last_layer_rows must be true or false, got {self.last_layer_rows!r}")
+        if not isinstance(self.unpad, bool):
+            raise UserError(f"model.unpad must be true or false, got {self.unpad!r}")
         if self.embedding_size is not None and (
             not isinstance(self.embedding_size, int) or self.embedding_size < 1
         ):
@@ -201,6 +208,9 @@ class BertConfig:
             with_memory = next((name for name, row in FAMILIES.items() if row.config.memory), "another")
             raise UserError(f"model.mem_len is Transformer-XL's memory, which {self.architecture}'s layout does "
                             f"not carry; set model.architecture: {with_memory}, or model.mem_len: 0")
+        if self.unpad and own.relative_positions(self):
+            raise UserError(f"model.unpad needs positions from a table (BERT, ALBERT, RoBERTa, XLM-R); "
+                            f"{self.architecture}'s enter attention: set model.unpad false")
         own.validate(self)
 
     def architecture_fields(self) -> tuple[str, ...]:

@@ -128,8 +128,10 @@ class RobertaForMaskedLM(MaskedLMOnly):
         return display_name(self.config)
 
     def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
-               token_type_ids: torch.Tensor | None, rows: torch.Tensor | None = None) -> torch.Tensor:
-        return self.roberta(input_ids, attention_mask, token_type_ids, last_rows=rows).last_hidden_state  # (B, T|R, C)
+               token_type_ids: torch.Tensor | None, rows: torch.Tensor | None = None,
+               unpadded: Unpadded | None = None) -> torch.Tensor:
+        return self.roberta(input_ids, attention_mask, token_type_ids, last_rows=rows,
+                            unpadded=unpadded).last_hidden_state  # (B, T|R, C)
 
     def predict(self, hidden_states: torch.Tensor) -> torch.Tensor:
         """The MLM logits (..., V) of encoder states (..., C)."""

@@ -14,6 +14,7 @@ from bertpre.batches import MaskingCollator, MixedInstances, PretrainingInstance
 from bertpre.labels import IGNORE_INDEX, MASK_ACTION_NAMES
 from bertpre.model import BertForPreTraining
 from bertpre.model.families import family_of
+from bertpre.model.unpad import Unpadded
 from bertpre.train.objectives.base import LossTerm, Objective, copy_inputs, perplexity
 
 if TYPE_CHECKING:
@@ -22,7 +23,13 @@ if TYPE_CHECKING:
 
 # What the model reads of a batch; `labels` and `mask_action` stay on the host.
 MODEL_INPUTS = ("input_ids", "token_type_ids", "attention_mask", "masked_lm_positions",
-                "masked_lm_ids", "next_sentence_label")
+                "masked_lm_ids", "next_sentence_label",
+                # `model.unpad`: the real tokens' layout, built by the collator (`unpadded_layout`)
+                "token_index", "cu_seqlens", "document_ids", "cls_token_index", "masked_lm_token_index")
+# `model.unpad` under `train.compile`: the token count is rounded up to a multiple of this (or of an
+# eighth of the micro-batch's B·T, where smaller), so the step compiles for at most
+# max(B·T / 1024, 8) token counts; at 256 x 128, 32 (a step's counts spread over a few).
+UNPAD_BUCKET = 1024
 
 
 class MaskedLMCounts(NamedTuple):
@@ -63,10 +70,12 @@ class MaskedLMStep(nn.Module):
         stand alone)."""
         masked_lm_ids = batch["masked_lm_ids"]  # (B, P)
         pair_labels = batch.get("next_sentence_label")  # (B,)
+        unpadded = Unpadded.from_batch(batch) if "token_index" in batch else None  # model.unpad
         out = self.model(batch["input_ids"], attention_mask=batch.get("attention_mask"),
                          token_type_ids=batch["token_type_ids"], next_sentence_label=pair_labels,
                          label_smoothing=self.label_smoothing,
-                         masked_lm_positions=batch["masked_lm_positions"], masked_lm_ids=masked_lm_ids)
+                         masked_lm_positions=batch["masked_lm_positions"], masked_lm_ids=masked_lm_ids,
+                         unpadded=unpadded)
         mlm_loss_sum = out.mlm_loss_sum
         pair_loss_sum = out.pair_loss_sum if pair_labels is not None else mlm_loss_sum.new_zeros(())
         with torch.no_grad():
@@ -79,6 +88,16 @@ class MaskedLMStep(nn.Module):
             sums = torch.stack([mlm_loss_sum.detach().double(), mlm_correct.double(),
                                 pair_loss_sum.detach().double(), pair_correct.double()])
         return (mlm_loss_sum, pair_loss_sum), sums, None
+
+
+def unpad_bucket(config: Config) -> int | None:
+    """The collator's `unpad_bucket`: None without `model.unpad`; 1 (the exact count) for an eager
+    step; under `train.compile`, `UNPAD_BUCKET` or an eighth of a micro-batch's B·T, where smaller."""
+    if not config.model.unpad:
+        return None
+    if config.train.compile is not True:
+        return 1
+    return min(UNPAD_BUCKET, max(1, config.train.micro_batch_size * config.data.max_seq_length // 8))
 
 
 def freeze_pair_head(model: BertForPreTraining) -> None:
@@ -119,7 +138,8 @@ class MaskedLanguageModel(Objective):
             print(f"data: {instances.size:,} instances an epoch from {len(instances.names)} "
                   f"sources, every epoch: {shares}", file=sys.stderr)
         collate = MaskingCollator.from_config(mixture.tokenizer, config.data, seed,
-                                              fixed_shapes=config.train.compile is True)
+                                              fixed_shapes=config.train.compile is True,
+                                              unpad_bucket=unpad_bucket(config))
         return instances, collate
 
     def shares(self, instances: Any) -> dict[str, float]:

@@ -1,0 +1,181 @@
+"""`model.unpad`: a pretraining step on the real tokens alone (issue 49, item 4)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from bertpre.batches.padding import unpadded_layout
+from bertpre.errors import UserError
+from bertpre.model import BertConfig, BertForPreTraining
+from bertpre.model.roberta import RobertaForMaskedLM
+from bertpre.model.unpad import Unpadded, varlen_usable
+from bertpre.train.objectives.mlm import MaskedLMStep
+
+B, T, P = 4, 16, 4
+LENGTHS = np.array([16, 9, 12, 5])  # ragged: 42 real tokens of 64
+
+
+def tiny_config(architecture: str = "bert", **changes) -> BertConfig:
+    return BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=3, num_attention_heads=4,
+                      intermediate_size=64, max_position_embeddings=64, architecture=architecture,
+                      hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+                      **({"pad_token_id": 1} if architecture == "roberta" else {}), **changes)
+
+
+def ragged_batch(pad_token_id: int = 0, pair: bool = True) -> tuple[dict[str, torch.Tensor], np.ndarray]:
+    mask = np.arange(T)[None] < LENGTHS[:, None]  # (B, T)
+    generator = torch.Generator().manual_seed(0)
+    ids = torch.randint(5, 100, (B, T), generator=generator)
+    ids[~torch.from_numpy(mask)] = pad_token_id
+    positions, labels = np.zeros((B, P), np.int64), np.full((B, P), -100)
+    for row, length in enumerate(LENGTHS):
+        chosen = np.sort(np.random.default_rng(row).choice(np.arange(1, length), 3, replace=False))
+        positions[row, :3], labels[row, :3] = chosen, ids[row, chosen].numpy()
+    batch = {"input_ids": ids, "token_type_ids": torch.zeros_like(ids),
+             "attention_mask": torch.from_numpy(mask).long(),
+             "masked_lm_positions": torch.from_numpy(positions), "masked_lm_ids": torch.from_numpy(labels)}
+    if pair:
+        batch["next_sentence_label"] = torch.tensor([0, 1, 0, 1])
+    return batch, mask
+
+
+def with_layout(batch: dict[str, torch.Tensor], mask: np.ndarray, **options) -> dict[str, torch.Tensor]:
+    layout = unpadded_layout(mask, batch["masked_lm_positions"].numpy(), **options)
+    return {**batch, **{name: torch.from_numpy(array) for name, array in layout.items()}}
+
+
+def build(architecture: str, **changes) -> torch.nn.Module:
+    torch.manual_seed(0)
+    model_class = RobertaForMaskedLM if architecture == "roberta" else BertForPreTraining
+    return model_class(tiny_config(architecture, **changes)).train()
+
+
+def loss_and_grads(step: MaskedLMStep, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    step.model.zero_grad()
+    (mlm, pair), _, _ = step(batch)
+    (mlm + pair).backward()
+    return (mlm + pair).detach(), [p.grad.clone() for p in step.model.parameters() if p.grad is not None]
+
+
+def test_the_layout_is_built_on_the_host_exactly():
+    mask = np.arange(4)[None] < np.array([4, 2, 3])[:, None]  # (3, 4), 9 real tokens
+    positions = np.array([[1, 2], [1, 0], [2, 0]])
+    layout = unpadded_layout(mask, positions, bucket=4)  # 9 -> 12: three padding positions
+    assert layout["token_index"].tolist() == [0, 1, 2, 3, 4, 5, 8, 9, 10, 6, 7, 11]
+    assert layout["cu_seqlens"].tolist() == [0, 4, 6, 9, 12]
+    assert layout["cls_token_index"].tolist() == [0, 4, 6]
+    assert layout["masked_lm_token_index"].tolist() == [[1, 2], [5, 4], [8, 6]]
+    packed = unpadded_layout(mask, positions, document_starts=np.array([2, 2, 3]))
+    assert packed["cu_seqlens"].tolist() == [0, 2, 4, 6, 6, 9, 9, 9]
+    assert packed["document_ids"].tolist() == [[1, 1, 2, 2], [1, 1, 0, 0], [1, 1, 1, 0]]
+
+
+@pytest.mark.parametrize("architecture,changes", [
+    ("bert", {}), ("bert", {"last_layer_rows": False}), ("bert", {"embedding_size": 16, "share_layers": True}),
+    ("roberta", {}), ("roberta", {"last_layer_rows": False}),
+])
+@pytest.mark.parametrize("bucket", [1, 16])
+def test_losses_and_gradients_equal_the_padded_paths(architecture, changes, bucket):
+    model = build(architecture, **changes)
+    step = MaskedLMStep(model)
+    batch, mask = ragged_batch(pad_token_id=model.config.pad_token_id, pair=architecture == "bert")
+    padded_loss, padded_grads = loss_and_grads(step, batch)
+    loss, grads = loss_and_grads(step, with_layout(batch, mask, bucket=bucket))
+    torch.testing.assert_close(loss, padded_loss, rtol=0, atol=1e-5)
+    assert len(grads) == len(padded_grads)
+    for grad, padded_grad in zip(grads, padded_grads, strict=True):
+        torch.testing.assert_close(grad, padded_grad, rtol=0, atol=1e-5)
+
+
+class MatmulRows(TorchDispatchMode):
+    """The rows of every matrix product's input."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rows: list[int] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func in (torch.ops.aten.addmm.default, torch.ops.aten.mm.default):
+            self.rows.append((args[1] if func is torch.ops.aten.addmm.default else args[0]).shape[0])
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("last_layer_rows", [True, False])
+def test_matrix_products_compute_the_real_tokens_alone(last_layer_rows):
+    model = build("bert", last_layer_rows=last_layer_rows)
+    batch, mask = ragged_batch()
+    real = int(LENGTHS.sum())  # 42
+    with torch.no_grad(), MatmulRows() as padded:
+        MaskedLMStep(model)(batch)
+    with torch.no_grad(), MatmulRows() as unpadded:
+        MaskedLMStep(model)(with_layout(batch, mask))
+    assert B * T in padded.rows  # today's path: the padding's rows too
+    # Every layer's projections and feed-forward on the 42 real tokens; the heads on [CLS] and the
+    # slots (B·(1 + P) in the last layer's rows, B·P in the MLM head, B in the pooler).
+    layer_products = 4 * 2 if model.config.fused_qkv is True else 6
+    heads = {B * (1 + P), B * P, B}
+    assert set(unpadded.rows) <= {real} | heads
+    computed_layers = model.config.num_hidden_layers - (1 if last_layer_rows else 0)
+    assert unpadded.rows.count(real) == computed_layers * layer_products + (2 if last_layer_rows else 0)
+
+
+def test_packed_documents_do_not_attend_across():
+    model = build("roberta").eval()
+    batch, mask = ragged_batch(pad_token_id=1, pair=False)
+    starts = np.array([10, 9, 6, 5])  # rows 0 and 2 hold a second document from 10 and 6 on
+    changed = batch["input_ids"].clone()
+    changed[0, 10:16] = 7  # the second documents' tokens, and nothing else
+    changed[2, 6:12] = 7
+
+    def logits(input_ids: torch.Tensor, **options) -> torch.Tensor:
+        laid_out = with_layout({**batch, "input_ids": input_ids}, mask, **options)
+        with torch.no_grad():
+            out = model(input_ids, masked_lm_positions=laid_out["masked_lm_positions"],
+                        unpadded=Unpadded.from_batch(laid_out))
+        return out.prediction_logits  # (B, P, V)
+
+    first_document = torch.from_numpy(batch["masked_lm_positions"].numpy() < starts[:, None])  # (B, P) slots
+    separate, separate_changed = logits(batch["input_ids"], document_starts=starts), logits(changed, document_starts=starts)
+    torch.testing.assert_close(separate[first_document], separate_changed[first_document], rtol=0, atol=0)
+    joined, joined_changed = logits(batch["input_ids"]), logits(changed)  # one document a row: they do read it
+    assert not torch.allclose(joined[first_document], joined_changed[first_document])
+
+
+def test_the_varlen_kernel_is_cuda_only_and_its_inputs_are_the_layouts():
+    batch, mask = ragged_batch()
+    unpadded = Unpadded.from_batch(with_layout(batch, mask, bucket=16))
+    assert unpadded.cu_seqlens.dtype == torch.int32 and unpadded.cu_seqlens.tolist() == [0, 16, 25, 37, 42, 48]
+    assert not varlen_usable(torch.zeros(48, 32, dtype=torch.bfloat16), unpadded, 0.0)  # a CPU tensor
+
+
+@pytest.mark.parametrize("architecture", ["modernbert", "xlnet"])
+def test_families_whose_positions_enter_attention_refuse_it(architecture):
+    config = BertConfig(vocab_size=100, architecture=architecture, unpad=True)
+    with pytest.raises(UserError, match="model.unpad"):
+        config.validate()
+
+
+def test_a_compiled_step_compiles_at_most_a_graph_a_bucket_and_breaks_none():
+    model = build("bert")
+    graphs = []
+
+    def count_graphs(graph_module, example_inputs):
+        graphs.append(graph_module)
+        return graph_module.forward
+
+    torch._dynamo.reset()
+    step = torch.compile(MaskedLMStep(model), backend=count_graphs, fullgraph=True)  # a break raises
+    batch, mask = ragged_batch()
+    buckets = set()
+    for cut in range(6):  # 42, 40, ... 32 real tokens: buckets of 16 give 48 and 32
+        trimmed = mask.copy()
+        trimmed[0, T - 2 * cut:] = False
+        trimmed_batch = {**batch, "attention_mask": torch.from_numpy(trimmed).long()}
+        layout = with_layout(trimmed_batch, trimmed, bucket=16)
+        buckets.add(layout["token_index"].shape[0])
+        step(layout)
+    torch._dynamo.reset()
+    assert buckets == {48, 32}
+    assert 1 <= len(graphs) <= len(buckets)
