@@ -310,12 +310,33 @@ def build_step(shape: StepShape, fake_mode) -> tuple[torch.nn.Module, Callable, 
     return model, objective_loss(MaskedLMStep(model), totals), fake_batch, totals, config
 
 
-def trace_step(shape: StepShape) -> tuple[Trace, Any, Any]:
-    """Forward and backward of one step under emulated CUDA bf16 autocast: (trace, host counts, config)."""
+def build_peer_step(shape: StepShape, fake_mode) -> tuple[Callable, dict]:
+    """`bench.gpu`'s peer, `transformers.BertForPreTraining` (built under `fake_mode` from the
+    shared shape, bertpre's `--set` changes left out), its step Hugging Face's way (`model(**batch).loss`
+    from full-length `labels`) and its fake batch: the same batch as bertpre's."""
+    import transformers
+
+    if shape.architecture != "bert":
+        # ModernBertForMaskedLM's sparse prediction selects its rows by a boolean mask: a
+        # data-dependent shape, which fake tensors cannot trace without a shape environment.
+        raise SystemExit(f"--peer traces BertForPreTraining only, not {shape.architecture}'s peer")
+    with fake_mode, mock.patch.object(torch.nn.init, "trunc_normal_", lambda tensor, *args, **kwargs: tensor):
+        config = transformers.BertConfig(**model_config(shape.model, shape.seq_length))
+        model = transformers.BertForPreTraining(config).train()
+    batch = make_batch(shape.batch_size, shape.seq_length, "cpu", 0, shape.short_rows)
+    return lambda inputs: model(**inputs).loss, {name: fake_mode.from_tensor(t) for name, t in batch.items()}
+
+
+def trace_step(shape: StepShape, peer: bool = False) -> tuple[Trace, Any, Any]:
+    """Forward and backward of one step under emulated CUDA bf16 autocast: (trace, host counts,
+    config); with `peer`, the trace is the peer's step on the same batch (the counts and config
+    stay bertpre's: the useful work is the same)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
     model, loss_of, batch, totals, config = build_step(shape, fake_mode)
+    if peer:
+        loss_of, batch = build_peer_step(shape, fake_mode)
     trace = Trace()
     with fake_mode, KernelRecorder(trace):
         with CudaAutocast(trace), torch.autocast("cpu", dtype=torch.bfloat16):
@@ -579,6 +600,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--unpad-bucket", type=int, default=1, metavar="N",
                         help="with --set unpad=true: round the token count up to a multiple of N "
                              "(train.compile's bucket, 1024), else the exact count")
+    parser.add_argument("--peer", action="store_true",
+                        help="also trace bench.gpu's peer (transformers.BertForPreTraining, eager) on the same "
+                             "batch: its predicted step and the predicted ratio of bertpre's tokens/s to its")
     parser.add_argument("--json", type=Path, default=None, metavar="OUT", help="write the report as JSON")
     args = parser.parse_args(argv)
     fit = FIT
@@ -590,6 +614,14 @@ def main(argv: list[str] | None = None) -> int:
                       parse_changes(args.changes), args.unpad_bucket)
     report = summarize(*trace_step(shape), shape, fit)
     print_report(report)
+    if args.peer:
+        peer = summarize(*trace_step(shape, peer=True), shape, fit)
+        ratio = peer["predicted_ms"]["step"] / report["predicted_ms"]["step"]
+        report["peer"] = {"model": "transformers.BertForPreTraining, eager", **peer,
+                          "predicted_ratio": ratio}
+        print("\npeer: transformers.BertForPreTraining, eager, the same batch (useful work counted as bertpre's)")
+        print_report(peer)
+        print(f"predicted ratio, bertpre's tokens/s over the peer's: {ratio:.2f}x (a prediction, not a measurement)")
     if args.json is not None:
         args.json.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
         print(f"wrote {args.json}")

@@ -166,3 +166,17 @@ def test_the_last_layer_computes_the_rows_read_alone(fp32_layernorm, rows_read):
     assert sum(report["matmuls"].values()) == sum(whole["matmuls"].values())
     assert report["layer_norms"] == whole["layer_norms"] and report["host_syncs"] == 0
     assert report["gb_other"] < whole["gb_other"]
+
+
+def test_the_peer_is_traced_on_the_same_batch_with_its_head_on_every_position(fp32_layernorm):
+    """`--peer`: transformers.BertForPreTraining's step, whose MLM decoder reads every position
+    where bertpre's reads the predicted rows; the same batch, so the same real tokens."""
+    shape = step_cost.StepShape("bert", "tiny", BATCH, LENGTH, short_rows=0.0)
+    kernels, totals, config = step_cost.trace_step(shape, peer=True)
+    peer = step_cost.summarize(kernels, totals, config, shape)
+    ours_kernels, ours = fp32_layernorm
+    decoder = 2 * BATCH * LENGTH * HIDDEN * config.vocab_size  # forward FLOPs of the decoder on all B·T rows
+    forward_flops = lambda trace: {k.flops for k in trace.kernels if k.kind == "matmul" and k.phase == "forward"}  # noqa: E731
+    assert decoder in forward_flops(kernels) and decoder not in forward_flops(ours_kernels)
+    assert peer["tokens"] == ours["tokens"] and peer["matmul_tflop"] > ours["matmul_tflop"]
+    assert Counter(k.op for k in kernels.kernels)["native_layer_norm"] == 2 * LAYERS + 2  # embeddings, MLM transform
