@@ -7,7 +7,12 @@ from pathlib import Path
 from typing import Any
 
 from bertpre.config.loading import parse_override, read_yaml, resolve_config_path
-from bertpre.config.objectives import OBJECTIVE_RULES, objective_rules
+from bertpre.config.objectives import (
+    OBJECTIVE_RULES,
+    OBJECTIVE_SECTION,
+    build_objective_keys,
+    objective_rules,
+)
 from bertpre.config.rules import MAX_STEPS, RULES, check_number
 from bertpre.config.sections import (
     DECAY_SHAPES,
@@ -50,14 +55,25 @@ def _apply_override(raw: dict, override: str) -> None:
 def _set_value(raw: dict, dotted: str, value: Any) -> None:
     """Set `section.key` in `raw` to `value`, the section and key known."""
     section, key = dotted.split(".", 1)
+    if section == OBJECTIVE_SECTION:  # its keys are the objective's, known once data.objective is read
+        _objective_values(raw)[key] = value
+        return
     if section not in SECTIONS:
-        raise unknown("config section", section, list(SECTIONS))
+        raise unknown("config section", section, [*SECTIONS, OBJECTIVE_SECTION])
     if key not in key_names(section):
         raise unknown(f"key in {section}", key, key_names(section))
     current = raw.setdefault(section, {})
     if not isinstance(current, dict):
         raise UserError(f"config section {section!r} must be a mapping")
     current[key] = value
+
+
+def _objective_values(raw: dict) -> dict:
+    """The `objective:` mapping of `raw` (made where absent)."""
+    current = raw.setdefault(OBJECTIVE_SECTION, {})
+    if not isinstance(current, dict):
+        raise UserError(f"config section {OBJECTIVE_SECTION!r} must be a mapping")
+    return current
 
 
 def _check_choice(where: str, value: str, choices: tuple[str, ...]) -> None:
@@ -174,6 +190,7 @@ def _validate_objective(config: Config) -> None:
     if not row.pair_task and data.pair_task != "none" and not data.recurrent:  # a pair task needs a pair head
         raise UserError(no_pair_head(row.display_name, data.pair_task, f"model.architecture {model.architecture}"))
     objective_rules(data.objective).check_keys(data)
+    objective_rules(data.objective).check_model(config)
 
 
 def _check_lengths(config: Config) -> None:
@@ -210,8 +227,8 @@ def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] 
     """
     raw = _read_pretraining_yaml(resolve_config_path(path)) if path is not None else {}
     for name in raw:
-        if name not in SECTIONS and name != "phases":
-            raise unknown("config section", name, [*SECTIONS, "phases"])
+        if name not in SECTIONS and name not in ("phases", OBJECTIVE_SECTION):
+            raise unknown("config section", name, [*SECTIONS, OBJECTIVE_SECTION, "phases"])
     for override in overrides:
         _apply_override(raw, override)
     for dotted, value in (values or {}).items():
@@ -237,6 +254,8 @@ def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] 
     if ratio_given and not warmup_given:
         config.optim.warmup_steps = None
     config.data_keys_given = frozenset(data_raw)
+    if config.data.objective in OBJECTIVE_RULES:  # else refused naming the choices (`_validate_objective`)
+        config.objective = build_objective_keys(config.data.objective, raw.get(OBJECTIVE_SECTION))
     if "pair_task" not in data_raw and not family(config.model).pair_task:
         config.data.pair_task = "none"  # a default never written is no error: XLNet reads no sentence pairs
     if raw.get("phases") is not None:

@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 
 import bertpre
-from bertpre.config.objectives import OBJECTIVE_RULES, objective_rules
+from bertpre.config.objectives import OBJECTIVE_RULES, OBJECTIVE_SECTION, objective_rules
 from bertpre.config.rules import FLOAT_TEXT, LENGTHS, RULES, SWITCH_WORDS, check_number, shown
 from bertpre.errors import UserError
 from bertpre.model.config import BertConfig
@@ -166,6 +166,9 @@ class Config:
     model_keys_given: frozenset[str] = field(default=frozenset(), compare=False, repr=False)
     # The `data:` keys they gave: a family without a pair head drops a default pair task, never a given one.
     data_keys_given: frozenset[str] = field(default=frozenset(), compare=False, repr=False)
+    # `objective:`, the keys of `data.objective`'s own (`ObjectiveRules.keys`); None for an objective
+    # that has none (mlm, plm, clm), whose config.yaml has no such section.
+    objective: Any = None
 
     def to_dict(self) -> dict[str, dict[str, Any]]:
         """The config as plain data, in the YAML layout."""
@@ -173,6 +176,8 @@ class Config:
         # the model keys of its architecture alone (a BERT run's config.yaml has no ModernBERT keys)
         sections["model"] = {name: sections["model"][name] for name in self.model.architecture_fields()}
         sections["model"][INIT_FROM] = self.init_from
+        if self.objective is not None:
+            sections[OBJECTIVE_SECTION] = dataclasses.asdict(self.objective)
         if self.phases:
             sections["phases"] = [phase.to_dict() for phase in self.phases]
         return sections

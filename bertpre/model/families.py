@@ -68,6 +68,7 @@ from bertpre.model.modernbert_heads import (
     ModernBertForTokenClassification,
     write_modernbert_task_folder,
 )
+from bertpre.model.replaced_token import refuse_pair
 from bertpre.model.roberta import (
     RobertaForMaskedLM,
     RobertaForQuestionAnswering,
@@ -288,7 +289,7 @@ FAMILIES.update({
         pretraining_class=BertForPreTraining, sequence_head=BertForSequenceClassification,
         token_head=BertForTokenClassification, question_answering_head=BertForQuestionAnswering,
         hf_task_prefix=hf_format.bert_task_prefix, encoder_attribute="bert",
-        padding_side="right", objectives=("mlm",), pair_task=True,
+        padding_side="right", objectives=("mlm", "rtd"), pair_task=True,
         build_pretraining=build_bert, build_encoder=BertModel, tokenizer_layout=same_layout,
         read_weights=read_bert_weights, optional_encoder_parts=("pooler.",),
         optional_parts={"bert.pooler.": "the pooler (bert.pooler)", "cls.predictions.": "the MLM head (cls.predictions)",
@@ -368,6 +369,7 @@ def load_pretraining_model(folder: str | Path, *, strict: bool = False) -> nn.Mo
     """The pretraining model (of whichever family config.json names) of a Hugging Face folder; the
     parts a folder may lack (a BertModel-only folder's heads) are newly initialized, unless `strict`."""
     row = family(hf_format.read_config(hf_format.check_folder(folder)))
+    refuse_pair(folder)  # a generator and discriminator is no family's model yet
     return row.pretraining_class.from_pretrained(folder, strict=strict)
 
 

@@ -193,7 +193,9 @@ def build_model(run: ResolvedRun, say: Callable[[str], None]) -> nn.Module:
     """The run's pretraining model, drawn from the current seed, its family's as the table says;
     a new run from `model.init_from` takes the source's weights (each thing to know said)."""
     # A copy: a phase changes the model's own (`Trainer.fit_model`), never the run's config.
-    model = family(run.config.model).build_pretraining(copy.copy(run.config.model), run.data.tokenizer)
+    objective = objective_for(run.config.data.objective, run.config.objective)
+    model = objective.build_model(copy.copy(run.config.model), run.data.tokenizer,
+                                  family(run.config.model).build_pretraining)
     if run.source is not None:
         # Loaded before it is announced: a damaged source is refused without a note saying it is used.
         notes = load_source_weights(model, run.source, run.new_pieces)

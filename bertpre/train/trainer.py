@@ -101,7 +101,7 @@ class Trainer:
         if runtime.is_main:
             print("".join(f"warning: {warning}\n" for warning in self.config.warnings()), end="", file=sys.stderr)
         seed_everything(train.seed)
-        self.objective = objective_for(self.config.data.objective)
+        self.objective = objective_for(self.config.data.objective, self.config.objective)
         self.model = build_model(run, self.say)
         self.model.to(runtime.device)
         self.model.set_gradient_checkpointing(train.gradient_checkpointing)

@@ -28,6 +28,7 @@ ROWS = {
     "plm": ["model.architecture=xlnet", "data.objective=plm", "data.pair_task=none", "model.mem_len=16",
             "data.max_seq_length=32", "data.reuse_length=16", "train.batch_size=8", "train.micro_batch_size=4"],
     "toy": ["data.objective=toy", "data.pair_task=none"],
+    "rtd": ["data.objective=rtd", "data.pair_task=none"],
 }
 
 
@@ -58,7 +59,7 @@ def train_rows(rows: list[dict]) -> list[dict]:
     return [row for row in rows if "train/loss" in row]
 
 
-@pytest.mark.parametrize("objective", ["mlm", "plm", "toy"])
+@pytest.mark.parametrize("objective", ["mlm", "plm", "toy", "rtd"])
 def test_an_objective_trains_logs_its_named_terms_and_resumes_exactly(objective, tiny_data, tmp_path, one_thread,
                                                                       request, monkeypatch):
     if objective == "toy":

@@ -29,8 +29,11 @@ from bertpre.config.objectives import objective_rules
 from bertpre.train.runtime import Runtime, all_reduce_sum
 
 if TYPE_CHECKING:  # the config sits above the training package's data classes
+    from tokenizers import Tokenizer
+
     from bertpre.config import Config, DataConfig
     from bertpre.data import DataFolder, DataMixture
+    from bertpre.model.config import BertConfig
 
 
 @dataclass(frozen=True)
@@ -122,10 +125,12 @@ class Objective:
     # what every objective counts, for tokens/s and the tokens seen.
     host_stats: tuple[str, ...] = ("predictions", "tokens")
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, keys: Any = None) -> None:
         self.name = name
         # What the config knows of it (`bertpre.config.objectives`): one answer for both sides.
         self.rules = objective_rules(name)
+        # Its own keys (`objective:` of the config; their defaults where not given); None: it has none.
+        self.keys = keys if keys is not None else self.rules.default_keys()
 
     @property
     def recurrent(self) -> bool:
@@ -235,6 +240,12 @@ class Objective:
         """What each of a step's `slots` micro-batches hands the next step's in a phase of `config`
         (none by default)."""
         return NoCarry()
+
+    def build_model(self, config: BertConfig, tokenizer: Tokenizer,
+                    family_builder: Callable[[BertConfig, Tokenizer], nn.Module]) -> nn.Module:
+        """The model a run of it trains, from the model's config (its own copy): the family's
+        pretraining model (`family_builder`) by default."""
+        return family_builder(config, tokenizer)
 
     def prepare_model(self, model: nn.Module, config: Config) -> None:
         """Fit the model to a phase's config, after its optimizer is built (nothing by default)."""

@@ -1,0 +1,197 @@
+"""ELECTRA's generator and discriminator as one module (`data.objective: rtd`): a small masked-LM
+generator and a discriminator of the same family, sharing one embedding module, so that the
+optimizer, DDP, compile and checkpoints cover both. Names are Hugging Face's ELECTRA's
+(`electra`, `discriminator_predictions`, `generator_predictions`, `generator_lm_head`).
+
+BERT's encoder alone for now; the ELECTRA family row (its export as `ElectraForPreTraining` plus
+a `generator/` folder) comes later.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from functools import partial
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from bertpre.errors import UserError
+from bertpre.model import hf_format
+from bertpre.model.bert import (
+    BertModel,
+    activation,
+    init_weights,
+    masked_lm_predictions,
+    read_positions,
+)
+from bertpre.model.config import BertConfig
+from bertpre.model.layer_norm import LayerNorm
+
+# config.json's key that marks a generator-discriminator pair and gives the generator's fraction.
+PAIR_KEY = "bertpre_replaced_token_detection"
+# Tensors the generator reads from the discriminator's (saved once, under the discriminator's names).
+SHARED_PREFIXES = ("generator.electra.embeddings.", "generator.generator_lm_head.weight")
+EXPORT_LATER = ("export of replaced-token detection (data.objective rtd) runs comes with the ELECTRA "
+                "family; it is not built yet")
+
+
+def generator_config(config: BertConfig, generator_size: float) -> BertConfig:
+    """The generator's shape: the discriminator's hidden size, heads and intermediate size times
+    `generator_size`, reading the discriminator's embeddings (projected where widths differ).
+
+    Raises:
+        ValueError: a size that is not a whole number, or not a whole head.
+    """
+    sizes = {name: getattr(config, name) * generator_size
+             for name in ("hidden_size", "num_attention_heads", "intermediate_size")}
+    broken = [f"{name} {value:g} (of {getattr(config, name)})" for name, value in sizes.items()
+              if abs(value - round(value)) > 1e-9 or round(value) < 1]
+    if broken:
+        raise ValueError(f"the generator's {', '.join(broken)} must be whole numbers; choose a fraction that "
+                         "divides the discriminator's hidden size, heads and intermediate size (e.g. 0.25 or 0.5)")
+    hidden, heads, intermediate = (round(value) for value in sizes.values())
+    if hidden % heads:
+        raise ValueError(f"the generator's hidden size {hidden} is not divisible by its {heads} heads")
+    width = config.embedding_size or config.hidden_size
+    return dataclasses.replace(config, hidden_size=hidden, num_attention_heads=heads, intermediate_size=intermediate,
+                               embedding_size=None if width == hidden else width)
+
+
+class ElectraDiscriminatorPredictions(nn.Module):
+    """dense, activation, dense to one logit a token: whether it was replaced."""
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.activation = activation(config.hidden_act)
+        self.dense_prediction = nn.Linear(config.hidden_size, 1)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.dense_prediction(self.activation(self.dense(hidden_states))).squeeze(-1)  # (B, T)
+
+
+class ElectraGeneratorPredictions(nn.Module):
+    """dense to the embedding width, activation, LayerNorm: what the tied vocabulary projection reads."""
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        width = config.embedding_size or config.hidden_size
+        self.dense = nn.Linear(config.hidden_size, width)
+        self.activation = activation(config.hidden_act)
+        self.LayerNorm = LayerNorm(width, eps=config.layer_norm_eps, low_precision=config.low_precision_layernorm)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.LayerNorm(self.activation(self.dense(hidden_states)))
+
+
+class ElectraGenerator(nn.Module):
+    """The masked-LM generator: its own encoder on `embeddings` (the discriminator's), its head,
+    and the vocabulary projection tied to the word embeddings (Hugging Face's ElectraForMaskedLM)."""
+
+    def __init__(self, config: BertConfig, embeddings: nn.Module) -> None:
+        super().__init__()
+        self.config = config
+        self.electra = BertModel(config, add_pooling_layer=False)
+        self.electra.embeddings = embeddings  # one module: ELECTRA shares the whole embedding scope
+        self.generator_predictions = ElectraGeneratorPredictions(config)
+        self.generator_lm_head = nn.Linear(config.embedding_size or config.hidden_size, config.vocab_size)
+        self.generator_predictions.apply(partial(init_weights, std=config.initializer_range))
+        nn.init.zeros_(self.generator_lm_head.bias)
+        self.tie_weights()
+
+    def tie_weights(self) -> None:
+        self.generator_lm_head.weight = self.electra.embeddings.word_embeddings.weight
+
+    def predict(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.generator_lm_head(self.generator_predictions(hidden_states))
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, token_type_ids: torch.Tensor,
+                masked_lm_positions: torch.Tensor, masked_lm_ids: torch.Tensor, label_smoothing: float = 0.0
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The logits (B, P, V) of the P slots of `masked_lm_positions` and their summed loss; the
+        last layer computes those rows alone in training (`model.last_layer_rows`)."""
+        rows = read_positions(self.config, masked_lm_positions, cls_first=False, training=self.training)
+        encoded = self.electra(input_ids, attention_mask, token_type_ids, last_rows=rows)
+        logits, _, loss_sum = masked_lm_predictions(
+            self.predict, encoded.last_hidden_state, label_smoothing=label_smoothing,
+            masked_lm_positions=masked_lm_positions, masked_lm_ids=masked_lm_ids,
+            predicted_states=None if rows is None else encoded.last_hidden_state)
+        return logits, loss_sum
+
+
+class ReplacedTokenDetection(nn.Module):
+    """The discriminator (`electra`, `discriminator_predictions`) and its generator (`generator`)
+    as one module; `config` is the discriminator's."""
+
+    def __init__(self, config: BertConfig, generator_size: float) -> None:
+        super().__init__()
+        self.config = config
+        self.generator_size = generator_size
+        self.electra = BertModel(config, add_pooling_layer=False)
+        self.discriminator_predictions = ElectraDiscriminatorPredictions(config)
+        self.discriminator_predictions.apply(partial(init_weights, std=config.initializer_range))
+        self.generator = ElectraGenerator(generator_config(config, generator_size), self.electra.embeddings)
+
+    def discriminate(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
+                     token_type_ids: torch.Tensor) -> torch.Tensor:
+        """One logit a token (B, T): above 0, the discriminator takes it for replaced."""
+        encoded = self.electra(input_ids, attention_mask, token_type_ids)
+        return self.discriminator_predictions(encoded.last_hidden_state)
+
+    def set_gradient_checkpointing(self, enabled: bool = True) -> None:
+        self.electra.encoder.gradient_checkpointing = enabled
+        self.generator.electra.encoder.gradient_checkpointing = enabled
+
+    def num_parameters(self) -> int:
+        """Trainable parameters of both networks, the shared ones counted once."""
+        return sum(p.numel() for p in self.parameters())
+
+    def save_pretrained(self, folder: str | Path) -> None:
+        """config.json (the discriminator's, and the generator's fraction) and model.safetensors
+        (every tensor once: the shared ones under the discriminator's names)."""
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        tensors = {name: tensor.detach().contiguous().cpu() for name, tensor in self.state_dict().items()
+                   if not name.startswith(SHARED_PREFIXES)}
+        hf_format.write_json(folder / hf_format.CONFIG_NAME, {
+            **self.config.to_hf_dict(), PAIR_KEY: {"generator_size": self.generator_size}})
+        save_file(tensors, folder / hf_format.SAFETENSORS_NAME, metadata={"format": "pt"})
+
+    @classmethod
+    def from_pretrained(cls, folder: str | Path, *, strict: bool = True) -> ReplacedTokenDetection:
+        """A pair saved by `save_pretrained` (a checkpoint of an rtd run)."""
+        folder = hf_format.check_folder(folder)
+        generator_size = pair_generator_size(folder)
+        if generator_size is None:
+            raise UserError(f"{folder} holds no generator and discriminator (its config.json has no {PAIR_KEY})")
+        model = cls(hf_format.read_config(folder), generator_size)
+        tensors = load_file(folder / hf_format.SAFETENSORS_NAME)
+        expected = {name: tensor.shape for name, tensor in model.state_dict().items()
+                    if not name.startswith(SHARED_PREFIXES)}
+        wrong = sorted(set(expected) ^ set(tensors)) or [
+            name for name, shape in expected.items() if tensors[name].shape != shape]
+        if wrong:
+            raise UserError(f"{folder}: the weights do not fit the generator and discriminator its config.json "
+                            f"describes ({', '.join(wrong[:3])}); use another checkpoint")
+        with torch.no_grad():
+            model.load_state_dict(tensors, strict=False)
+        return model
+
+
+def pair_generator_size(folder: Path) -> float | None:
+    """The generator's fraction a pair's config.json records, or None for any other model folder."""
+    path = folder / hf_format.CONFIG_NAME
+    try:
+        values = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    pair = values.get(PAIR_KEY) if isinstance(values, dict) else None
+    return pair.get("generator_size") if isinstance(pair, dict) else None
+
+
+def refuse_pair(folder: str | Path) -> None:
+    """Refuse, in one line, a generator-discriminator checkpoint where a family's model is read."""
+    if pair_generator_size(Path(folder)) is not None:
+        raise UserError(f"{folder} is a checkpoint of a replaced-token detection run; {EXPORT_LATER}")

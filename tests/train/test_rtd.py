@@ -1,0 +1,147 @@
+"""ELECTRA's replaced-token detection (`data.objective: rtd`): its own config keys, the generator
+and discriminator as one module sharing its embeddings, a tiny run's named terms and statistics,
+and a run stopped after a checkpoint continuing bit for bit."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from _killed_run import pretrain_dying_after
+
+import bertpre.train.trainer as trainer
+from bertpre.config import load_config
+from bertpre.errors import UserError
+from bertpre.model.replaced_token import ReplacedTokenDetection
+from bertpre.train.objectives import objective_for
+from bertpre.train.objectives.rtd import sample_tokens
+
+ROOT = Path(__file__).parents[2]
+TINY = ROOT / "configs" / "tiny.yaml"
+RTD = ["data.objective=rtd", "data.pair_task=none"]
+
+
+def rtd_config(*overrides: str):
+    return load_config(TINY, [*RTD, *overrides])
+
+
+def test_the_objective_s_keys_take_their_defaults_and_set_values():
+    config = rtd_config()
+    assert (config.objective.generator_size, config.objective.rtd_weight, config.objective.embedding_sharing) == (
+        0.25, 50.0, "tied")
+    assert config.to_dict()["objective"] == {"generator_size": 0.25, "rtd_weight": 50.0, "embedding_sharing": "tied"}
+    config = rtd_config("objective.rtd_weight=20", "objective.generator_size=0.5")
+    assert (config.objective.rtd_weight, config.objective.generator_size) == (20.0, 0.5)
+    assert objective_for("rtd", config.objective).terms[1].weight == 20.0
+
+
+def test_an_objective_without_keys_writes_no_objective_section():
+    config = load_config(TINY)
+    assert config.objective is None and "objective" not in config.to_dict()
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    (["objective.rtd_weight=.nan"], "objective.rtd_weight must be a finite number"),
+    (["objective.rtd_weight=-1"], "objective.rtd_weight must be a finite number of at least 0"),
+    (["objective.generator_size=2"], r"objective.generator_size must be in \(0, 1\]"),
+    (["objective.generator_size=0.3"], "hidden_size 19.2 .* must be whole numbers"),
+    (["objective.generator_size=0.125"], "num_attention_heads 0.5"),
+    (["objective.generator_sise=0.5"], "did you mean 'generator_size'"),
+    (["objective.embedding_sharing=gdes"], "gdes is not built yet"),
+    (["data.pair_task=nsp"], "rtd trains no sentence-pair task"),
+    (["model.unpad=true"], "set model.unpad: false"),
+])
+def test_bad_rtd_keys_are_refused_in_one_line(overrides, message):
+    with pytest.raises(UserError, match=message) as error:
+        rtd_config(*overrides)
+    assert "\n" not in str(error.value)
+
+
+def test_another_objective_s_key_is_refused_naming_the_objective_that_has_it():
+    with pytest.raises(UserError, match="objective.rtd_weight is data.objective rtd's key, and this config's "
+                                        "objective is mlm"):
+        load_config(TINY, ["objective.rtd_weight=20"])
+
+
+def test_the_pair_shares_one_embedding_module_and_has_electra_s_names():
+    config = rtd_config().model
+    config.vocab_size = 100
+    torch.manual_seed(0)
+    pair = ReplacedTokenDetection(config, 0.25)
+    generator = pair.generator
+    assert generator.electra.embeddings is pair.electra.embeddings
+    word = pair.electra.embeddings.word_embeddings.weight
+    assert generator.generator_lm_head.weight is word
+    assert (generator.config.hidden_size, generator.config.num_attention_heads,
+            generator.config.intermediate_size, generator.config.embedding_size) == (16, 1, 64, 64)
+    # the generator's width differs from the embeddings': projected (ELECTRA's embeddings_project)
+    assert generator.electra.encoder.embedding_hidden_mapping_in.weight.shape == (16, 64)
+    names = set(dict(pair.named_parameters()))
+    assert {"discriminator_predictions.dense.weight", "discriminator_predictions.dense_prediction.weight",
+            "generator.generator_predictions.dense.weight", "generator.generator_lm_head.bias"} <= names
+    assert not any(name.startswith("generator.electra.embeddings.") for name in names)  # counted once
+    ids = torch.randint(5, 100, (2, 12))
+    assert pair.discriminate(ids, None, torch.zeros_like(ids)).shape == (2, 12)
+
+
+def test_a_saved_pair_loads_back_exactly(tmp_path):
+    config = rtd_config().model
+    config.vocab_size = 100
+    torch.manual_seed(0)
+    pair = ReplacedTokenDetection(config, 0.5)
+    pair.save_pretrained(tmp_path)
+    loaded = ReplacedTokenDetection.from_pretrained(tmp_path)
+    assert loaded.generator.config.hidden_size == 32
+    assert loaded.generator.electra.embeddings is loaded.electra.embeddings
+    for (name, tensor), (other, loaded_tensor) in zip(pair.state_dict().items(), loaded.state_dict().items(),
+                                                      strict=True):
+        assert name == other and torch.equal(tensor, loaded_tensor), name
+
+
+def test_samples_follow_the_generator_s_distribution():
+    logits = torch.log(torch.tensor([0.7, 0.2, 0.1])).expand(20000, 3)
+    torch.manual_seed(0)
+    drawn = sample_tokens(logits, torch.rand(20000, 3))
+    shares = torch.bincount(drawn, minlength=3) / 20000
+    torch.testing.assert_close(shares, torch.tensor([0.7, 0.2, 0.1]), atol=0.015, rtol=0)
+
+
+def run(data: Path, out: Path, steps: int, *extra: str, stop_after: int | None = None, monkeypatch=None) -> list[dict]:
+    config = load_config(TINY, [f"data.path={data}", f"train.out={out}", f"train.max_steps={steps}",
+                                "train.log_every=1", "train.eval_every=1000", *RTD, *extra])
+    if stop_after is not None:
+        pretrain_dying_after(config, stop_after, monkeypatch)
+    trainer.pretrain(config)
+    return [row for row in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()) if "train/loss" in row]
+
+
+def test_a_tiny_rtd_run_logs_its_named_terms_and_resumes_bit_for_bit(tiny_data, tmp_path, one_thread, monkeypatch):
+    extra = ("train.save_every=2", "objective.rtd_weight=20")
+    straight = run(tiny_data, tmp_path / "straight", 4, *extra)
+    assert [row["step"] for row in straight] == [1, 2, 3, 4]
+    for row in straight:
+        assert row["train/loss"] == pytest.approx(row["train/mlm_loss"] + 20 * row["train/rtd_loss"], rel=1e-12)
+        assert 0.05 < row["train/replaced_share"] < 0.2  # the masked 15%, less the samples equal to the original
+        assert 0 <= row["train/rtd_acc_replaced"] <= 1 and 0 <= row["train/rtd_acc_original"] <= 1
+    resumed = run(tiny_data, tmp_path / "resumed", 4, *extra, stop_after=2, monkeypatch=monkeypatch)
+    def trained(rows: list[dict]) -> list[dict]:
+        return [{name: value for name, value in row.items() if name.startswith("train/")} for row in rows]
+
+    assert trained(resumed) == trained(straight)
+    first = ReplacedTokenDetection.from_pretrained(tmp_path / "straight" / "checkpoints" / "step-00000004")
+    second = ReplacedTokenDetection.from_pretrained(tmp_path / "resumed" / "checkpoints" / "step-00000004")
+    for (name, tensor), other in zip(first.state_dict().items(), second.state_dict().values(), strict=True):
+        assert torch.equal(tensor, other), name  # both networks
+    optimizer = [torch.load(tmp_path / run_dir / "checkpoints" / "step-00000004" / "optimizer.pt", weights_only=True)
+                 for run_dir in ("straight", "resumed")]
+    for state, other in zip(optimizer[0]["state"].values(), optimizer[1]["state"].values(), strict=True):
+        assert all(torch.equal(state[key], other[key]) for key in state)
+
+
+def test_export_refuses_an_rtd_checkpoint_in_one_line(tiny_data, tmp_path, one_thread):
+    from bertpre.tools.export import export
+
+    run(tiny_data, tmp_path / "run", 1, "train.save_every=1")
+    with pytest.raises(UserError, match="comes with the ELECTRA family"):
+        export(tmp_path / "run", tmp_path / "export")
