@@ -98,6 +98,8 @@ MODERNBERT_MASKING = 0.3  # the share of tokens ModernBERT's recipe predicts
 # --seq-length and --batch-size when not given: ModernBERT's 1024 tokens a row (so that local
 # layers matter), and as many tokens a step as BERT's default.
 DEFAULTS = {"bert": {"seq_length": 128, "batch_size": 256}, "modernbert": {"seq_length": 1024, "batch_size": 32}}
+# What transformers' BertForPreTraining reads of a batch (a DATA folder's batches hold more).
+BERT_PEER_INPUTS = ("input_ids", "token_type_ids", "attention_mask", "labels", "next_sentence_label")
 # What transformers' ModernBertForMaskedLM reads of a batch (no token types, no pair labels).
 MODERNBERT_PEER_INPUTS = ("input_ids", "attention_mask", "labels")
 MODERNBERT_FLOPS_NOTE = ("local layers counted at their window (window_pairs); FlexAttention still "
@@ -111,29 +113,29 @@ NO_CUDA = "no CUDA device: skipping"
 Loss = Callable[[dict[str, torch.Tensor]], torch.Tensor]
 
 
-def model_config(shape: str, seq_length: int) -> dict:
-    """HF BertConfig fields shared by both models."""
-    return dict(vocab_size=VOCAB_SIZE, max_position_embeddings=max(512, seq_length), **SHAPES[shape])
+def model_config(shape: str, seq_length: int, vocab_size: int | None = None) -> dict:
+    """HF BertConfig fields shared by both models (`vocab_size`: BERT's 30,522 unless given)."""
+    return dict(vocab_size=vocab_size or VOCAB_SIZE, max_position_embeddings=max(512, seq_length), **SHAPES[shape])
 
 
-def modernbert_config(shape: str, seq_length: int, changes: dict | None = None):
+def modernbert_config(shape: str, seq_length: int, changes: dict | None = None, vocab_size: int | None = None):
     """bertpre's BertConfig of a ModernBERT of this size (no dropout, as ModernBERT trains), with
-    `changes` (bertpre's model keys, `--set`) over it."""
+    `changes` (bertpre's model keys, `--set`) over it (`vocab_size`: ModernBERT's unless given)."""
     from bertpre.model.config import BertConfig
 
-    return BertConfig(architecture="modernbert", vocab_size=MODERNBERT_VOCAB_SIZE, pad_token_id=0,
+    return BertConfig(architecture="modernbert", vocab_size=vocab_size or MODERNBERT_VOCAB_SIZE, pad_token_id=0,
                       max_position_embeddings=max(8192, seq_length),
                       **{**MODERNBERT_SHAPES[shape], **(changes or {})})
 
 
 def build_modernbert_models(shape: str, seq_length: int, device: torch.device, peer: bool,
-                            changes: dict | None = None) -> dict[str, torch.nn.Module]:
+                            changes: dict | None = None, vocab_size: int | None = None) -> dict[str, torch.nn.Module]:
     """bertpre's ModernBERT and, with `peer`, transformers' loaded from bertpre's export of the same
     weights with `sparse_prediction: true`, in train mode."""
     from bertpre.model.modernbert import ModernBertForMaskedLM
 
     torch.manual_seed(0)
-    ours = ModernBertForMaskedLM(modernbert_config(shape, seq_length, changes))
+    ours = ModernBertForMaskedLM(modernbert_config(shape, seq_length, changes, vocab_size))
     models = {"bertpre": ours.to(device).train()}
     if peer:
         import transformers
@@ -146,20 +148,21 @@ def build_modernbert_models(shape: str, seq_length: int, device: torch.device, p
 
 
 def build_models(shape: str, seq_length: int, device: torch.device, peer: bool,
-                 checkpointing: bool = False, changes: dict | None = None) -> dict[str, torch.nn.Module]:
+                 checkpointing: bool = False, changes: dict | None = None,
+                 vocab_size: int | None = None) -> dict[str, torch.nn.Module]:
     """bertpre's model and, with `peer`, transformers' with the same weights, in train mode;
     `changes` (`--set`) are bertpre's model keys over the shared shape, bertpre's side alone."""
     from bertpre.model import BertConfig, BertForPreTraining
 
     torch.manual_seed(0)
-    config = BertConfig(**{**model_config(shape, seq_length), **(changes or {})})
+    config = BertConfig(**{**model_config(shape, seq_length, vocab_size), **(changes or {})})
     ours = BertForPreTraining(config).to(device).train()
     ours.set_gradient_checkpointing(checkpointing)
     models = {"bertpre": ours}
     if peer:
         import transformers
 
-        theirs = transformers.BertForPreTraining(transformers.BertConfig(**model_config(shape, seq_length)))
+        theirs = transformers.BertForPreTraining(transformers.BertConfig(**model_config(shape, seq_length, vocab_size)))
         theirs.load_state_dict(ours.state_dict(), strict=False)  # same weights: same work per step
         if checkpointing:
             theirs.gradient_checkpointing_enable()
@@ -171,8 +174,42 @@ def prediction_slots(seq_length: int, batches: list[dict[str, torch.Tensor]], ca
     """P of the (B, P) layout: Google's cap that `make_batch` applies at this length (20 at 128,
     76 at 512), as `data.max_predictions_per_seq`; at other lengths, or uncapped, the most
     predictions of a row."""
+    if "masked_lm_ids" in batches[0]:  # the collator's (B, P): `data.max_predictions_per_seq` or a batch's longest row
+        return max(batch["masked_lm_ids"].shape[1] for batch in batches)
     most = max(int((batch["labels"] != IGNORE_INDEX).sum(dim=1).max()) for batch in batches)
     return (MAX_PREDICTIONS.get(seq_length) if capped else None) or max(most, 1)
+
+
+def data_batches(path: Path, architecture: str, seq_length: int, batch_size: int, micro_batch_size: int
+                 ) -> tuple[list[dict[str, torch.Tensor]], dict]:
+    """The trainer's first micro-batches of a step from a tokenized DATA folder (`bertpre tokenize`):
+    the masked LM's stream (its instances from epoch 0 and its masking collator) as a run of the
+    family's preset (`base`, `modernbert-base`) at this length draws them, and what describes them:
+    the folder, its tokenizer's vocabulary size, the preset and the data keys the batches follow."""
+    from bertpre.config import load_config
+    from bertpre.data import load_mixture
+    from bertpre.train.objectives import objective_for
+
+    preset = "modernbert-base" if architecture == "modernbert" else "base"
+    overrides = [f"data.path={path}", f"data.max_seq_length={seq_length}", "data.num_workers=0",
+                 f"train.micro_batch_size={micro_batch_size}", f"train.batch_size={batch_size}"]
+    if architecture != "modernbert" and seq_length in MAX_PREDICTIONS:  # Google's cap at this length
+        overrides.append(f"data.max_predictions_per_seq={MAX_PREDICTIONS[seq_length]}")
+    config = load_config(preset, overrides)
+    mixture = load_mixture(config.data.sources)
+    objective = objective_for(config.data.objective)
+    stream = objective.stream(mixture, config, accumulation=batch_size // micro_batch_size, rank=0,
+                              world_size=1, pin_memory=False)
+    batches = [stream.next() for _ in range(batch_size // micro_batch_size)]
+    for batch in batches:
+        batch.pop("mask_action", None)  # the audit's, read by neither model
+    data = config.data
+    described = {"path": str(path), "vocab_size": mixture.tokenizer.get_vocab_size(), "preset": preset,
+                 "batches": f"the trainer's ({type(objective).__name__}.stream: epoch 0's instances, its collator)",
+                 "pair_task": data.pair_task, "mlm_probability": data.mlm_probability,
+                 "max_predictions_per_seq": data.max_predictions_per_seq,
+                 "pack_documents": data.pack_documents}
+    return batches, described
 
 
 def fixed_size_predictions(labels: torch.Tensor, slots: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -194,12 +231,16 @@ def fixed_size_predictions(labels: torch.Tensor, slots: int) -> tuple[torch.Tens
 
 def trainer_batches(batches: list[dict[str, torch.Tensor]], slots: int, device: torch.device,
                     keep_attention_mask: bool) -> tuple[list[dict[str, torch.Tensor]], MaskedLMCounts]:
-    """`make_batch`'s CPU micro-batches as the trainer copies them to `device`, and the step's
-    counts, taken on the CPU as `Trainer.train_step` does."""
+    """`make_batch`'s CPU micro-batches (or the collator's, which have their (B, P) predictions
+    already) as the trainer copies them to `device`, and the step's counts, taken on the CPU as
+    `Trainer.train_step` does."""
     from bertpre.train.objectives.mlm import MaskedLMCounts, device_batch, mlm_host_counts
 
     host = []
     for batch in batches:
+        if "masked_lm_positions" in batch:  # the collator's own (B, P) layout (`--data`)
+            host.append(batch)
+            continue
         positions, ids = fixed_size_predictions(batch["labels"], slots)
         host.append({**batch, "masked_lm_positions": positions, "masked_lm_ids": ids})
     counts = [mlm_host_counts(batch) for batch in host]
@@ -337,13 +378,15 @@ def measure_step_rate(shape: str, seq_length: int, micro_batch_size: int, steps:
                       fused: bool = True, compile_model: bool = False, short_rows: float = 0.1,
                       device: torch.device | None = None, precision: str = "bf16",
                       architecture: str = "bert", local_attention: str = "auto", profile: int = 0,
-                      changes: dict | None = None) -> dict:
+                      changes: dict | None = None, data: Path | None = None) -> dict:
     """Median step time and sequences/s for bertpre (and the peer), rounds alternating.
 
     `local_attention` (ModernBERT): auto (`uses_flex`), flex or sdpa for bertpre's local layers.
     `profile`: after the timing, that many more steps of each side under torch.profiler; the
     kernels that took the most device time are printed and kept in the result.
-    `changes`: bertpre's model keys (`--set`, e.g. low_precision_layernorm=false), its side alone."""
+    `changes`: bertpre's model keys (`--set`, e.g. low_precision_layernorm=false), its side alone.
+    `data`: a tokenized DATA folder whose batches the trainer would draw (`data_batches`) instead
+    of synthetic rows; both models' vocabulary is then its tokenizer's."""
     from bertpre.model.config import RUNTIME_FIELDS
 
     device = device or torch.device("cuda")
@@ -351,26 +394,29 @@ def measure_step_rate(shape: str, seq_length: int, micro_batch_size: int, steps:
     if batch_size % micro_batch_size:
         raise SystemExit(f"--batch-size {batch_size} is not a multiple of --micro-batch-size {micro_batch_size}")
     modernbert = architecture == "modernbert"
+    # Made on the CPU: the trainer's counts and mask decisions are taken there, once, at set-up.
+    drawn = None
+    if data is not None:
+        batches, drawn = data_batches(data, architecture, seq_length, batch_size, micro_batch_size)
     build = build_modernbert_models if modernbert else build_models
-    models = build(shape, seq_length, device, peer, changes=changes)
+    models = build(shape, seq_length, device, peer, changes=changes, vocab_size=drawn and drawn["vocab_size"])
     if modernbert and local_attention != "auto":
         models["bertpre"].model.flex_attention = local_attention == "flex"
-    # Made on the CPU: the trainer's counts and mask decisions are taken there, once, at set-up.
-    if modernbert:  # no pair labels (pair_task: none), ModernBERT's vocabulary and masking
+    if drawn is None and modernbert:  # no pair labels (pair_task: none), ModernBERT's vocabulary and masking
         batches = [make_batch(micro_batch_size, seq_length, "cpu", seed, short_rows, MODERNBERT_MASKING,
                               capped=False, vocab_size=MODERNBERT_VOCAB_SIZE)
                    for seed in range(batch_size // micro_batch_size)]
         for batch in batches:
             del batch["next_sentence_label"]
-    else:
+    elif drawn is None:
         batches = [make_batch(micro_batch_size, seq_length, "cpu", seed, short_rows)
                    for seed in range(batch_size // micro_batch_size)]
     ours, ours_inputs, described = bertpre_stepper(models["bertpre"], batches, device, fused, precision,
                                                    compile_model, capped=not modernbert)
     steppers, inputs = {"bertpre": ours}, {"bertpre": ours_inputs}
     if peer:
-        peer_batches = [{name: batch[name] for name in MODERNBERT_PEER_INPUTS} for batch in batches] \
-            if modernbert else batches
+        peer_batches = [{name: batch[name] for name in (MODERNBERT_PEER_INPUTS if modernbert else BERT_PEER_INPUTS)
+                         if name in batch} for batch in batches]
         steppers["transformers"], inputs["transformers"] = peer_stepper(models["transformers"], peer_batches,
                                                                         device, fused, precision)
     tokens, predicted = described["tokens"], described["predictions"]  # not padding
@@ -402,7 +448,9 @@ def measure_step_rate(shape: str, seq_length: int, micro_batch_size: int, steps:
                            "model_changes": dict(changes or {}),
                            # every run-time key as bertpre's side ran it (bench.step_cost's refit reads it)
                            "model_runtime": {name: getattr(models["bertpre"].config, name)
-                                             for name in RUNTIME_FIELDS}}}
+                                             for name in RUNTIME_FIELDS},
+                           # the trainer's own batches of a DATA folder, or null: synthetic rows (make_batch)
+                           "data": drawn}}
     for name in names:
         seconds = median(times[name])
         result[name] = {"median_step_s": seconds, "median_step_ms": 1e3 * seconds,
@@ -420,8 +468,8 @@ def measure_step_rate(shape: str, seq_length: int, micro_batch_size: int, steps:
         settings["architecture"] = "modernbert"
         settings["bertpre_step"] = settings["bertpre_step"].replace(
             "MaskedLMStep", "MaskedLMStep (no pair labels)")
-        settings["masking"] = MODERNBERT_MASKING
-        settings["vocab_size"] = MODERNBERT_VOCAB_SIZE
+        settings["masking"] = MODERNBERT_MASKING if drawn is None else drawn["mlm_probability"]
+        settings["vocab_size"] = models["bertpre"].config.vocab_size
         settings["local_attention"] = MODERNBERT_SHAPES[shape]["local_attention"]
         encoder = models["bertpre"].model
         # Whether local layers took FlexAttention's block mask (else SDPA with a dense window mask).
@@ -446,14 +494,15 @@ def run_throughput(args: argparse.Namespace, device: torch.device) -> dict:
                                fused=not args.no_fused, compile_model=args.compile,
                                short_rows=args.short_rows, device=device, precision=args.precision,
                                architecture=args.architecture, local_attention=args.local_attention,
-                               profile=args.profile, changes=args.changes)
+                               profile=args.profile, changes=args.changes, data=args.data)
     share = result["settings"]["predicted_share"]
+    vocab_size = result["settings"]["data"] and result["settings"]["data"]["vocab_size"]
     if modernbert:
-        parts = modernbert_flops_by_part(modernbert_config(args.model, args.seq_length, args.changes),
+        parts = modernbert_flops_by_part(modernbert_config(args.model, args.seq_length, args.changes, vocab_size),
                                          args.seq_length, share)
         flops = parts.total
     else:
-        flops = training_flops_per_token(BertConfig(**model_config(args.model, args.seq_length)),
+        flops = training_flops_per_token(BertConfig(**model_config(args.model, args.seq_length, vocab_size)),
                                          args.seq_length, share)
     measured = {"fp16": matmul_rate(torch.float16), "bf16": matmul_rate(torch.bfloat16)} \
         if device.type == "cuda" else {"fp16": float("nan"), "bf16": float("nan")}
@@ -631,6 +680,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     throughput.add_argument("--set", dest="changes", action="append", default=[], metavar="KEY=VALUE",
                             help="a bertpre model key for bertpre's side (A/B), e.g. low_precision_layernorm=false; "
                                  "named in the result's file name")
+    throughput.add_argument("--data", type=Path, default=None, metavar="DATA",
+                            help="time the trainer's own batches of this tokenized DATA folder (bertpre tokenize) "
+                                 "instead of synthetic rows; their padding share is recorded")
     throughput.add_argument("--profile", type=int, default=0, metavar="STEPS",
                             help="then profile this many steps of each side: the costliest kernels")
     checkpointing.add_argument("--micro-batch-size", type=int, default=64)
@@ -677,6 +729,8 @@ def main(argv: list[str] | None = None) -> int:
         suffix += f"-{args.local_attention}"
     for name, value in getattr(args, "changes", {}).items():
         suffix += f"-{name.replace('_', '-')}-{str(value).lower()}"
+    if getattr(args, "data", None) is not None:
+        suffix += "-data"
     if getattr(args, "profile", 0):
         suffix += "-profile"
     path = write_result(f"gpu-{args.command}{suffix}", result, args.out, argv,

@@ -134,7 +134,8 @@ RULES: dict[str, Range] = {
 # A list key's length, where it has one.
 LENGTHS = {"optim.betas": 2}
 # The words a true/false key also takes (auto: decided by the run, e.g. by its precision).
-SWITCH_WORDS = {"model.low_precision_layernorm": ("auto",), "model.fused_qkv": ("auto",), "train.compile": ("auto",)}
+SWITCH_WORDS = {"model.low_precision_layernorm": ("auto",), "model.fused_qkv": ("auto",),
+                "model.low_precision_rotary": ("auto",), "train.compile": ("auto",)}
 
 
 def shown(value: Any) -> str:

@@ -17,7 +17,7 @@ from bertpre.model.positions import POSITION_EMBEDDING_TYPES
 
 HIDDEN_ACTS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu", "swish")
 # How a model computes, not what it is: no config.json carries them (an export reads as before).
-RUNTIME_FIELDS = ("low_precision_layernorm", "fused_qkv", "last_layer_rows", "unpad")
+RUNTIME_FIELDS = ("low_precision_layernorm", "fused_qkv", "last_layer_rows", "unpad", "low_precision_rotary")
 # The family table, by `model.architecture`: `bertpre.model.families.FAMILIES` is this dict,
 # filled there (importing `bertpre.model` fills it). A row's `config` is its `FamilyConfig`.
 FAMILIES: dict[str, Any] = {}
@@ -122,6 +122,10 @@ class BertConfig:
     # batch. Off by default: dropout draws (N, C) masks, so a seed's losses differ from the padded
     # path's. Families with a position table (BERT, ALBERT, RoBERTa, XLM-R). No config.json has it.
     unpad: bool = False
+    # ModernBERT's rotary positions applied in the autocast dtype instead of float32 and cast back
+    # (`modernbert.rotate`): true, false, or auto (under bf16 autocast alone). How the model runs,
+    # not its shape: no config.json has it.
+    low_precision_rotary: bool | str = "auto"
     # ModernBERT's (architecture: modernbert); defaults are ModernBERT-base's.
     hidden_activation: str = "gelu"
     norm_eps: float = 1e-5
@@ -185,7 +189,7 @@ class BertConfig:
         if isinstance(self.rope_theta, bool) or not isinstance(self.rope_theta, (int, float)) \
                 or not self.rope_theta > 1:
             raise UserError(f"model.rope_theta must be a number above 1 (e.g. 10000), got {self.rope_theta!r}")
-        for name in ("low_precision_layernorm", "fused_qkv"):  # the run-time switches: true, false or auto
+        for name in ("low_precision_layernorm", "fused_qkv", "low_precision_rotary"):  # the run-time switches: true, false or auto
             value = getattr(self, name)
             if value not in LOW_PRECISION_CHOICES or not isinstance(value, (bool, str)):
                 raise UserError(f"model.{name} must be true, false or auto, got {value!r}")

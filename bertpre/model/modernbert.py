@@ -36,7 +36,7 @@ from bertpre.model.bert import (
 )
 from bertpre.model.bert_cost import ForwardShape
 from bertpre.model.config import BertConfig
-from bertpre.model.layer_norm import LayerNorm
+from bertpre.model.layer_norm import LayerNorm, low_precision_dtype
 from bertpre.model.positions import rotary_angles
 from bertpre.model.roberta import TOKENIZER_FILES
 from bertpre.tokenizer import load_tokenizer
@@ -169,12 +169,31 @@ def norm(config: BertConfig) -> LayerNorm:
                      low_precision=config.low_precision_layernorm)
 
 
-def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotary positions on (B, nh, T, hs) with cos, sin (T, hs), in float32 whatever x's dtype
-    (as transformers does), returned in x's dtype."""
-    first, second = x.float().chunk(2, dim=-1)
-    rotated_half = torch.cat([-second, first], dim=-1)
-    return (x.float() * cos + rotated_half * sin).to(x.dtype)
+def rotate(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
+    """Rotary positions on (B, nh, T, hs) with the tables cos and signed sin (T, hs): sin with its
+    first half negated (`rotation_tables`), in the tables' dtype, returned in x's: float32 whatever
+    x's dtype, as transformers does, or the autocast dtype (`model.low_precision_rotary`), where q
+    and k are rotated as the products gave them, with no float32 copy and cast back.
+
+    x·cos + (second, first)·(−sin, sin): the swapped halves are one kernel where the rotate-half
+    form (−second, first) takes a negation and a concatenation, the same numbers bit for bit."""
+    x_rotated = x.to(cos.dtype)
+    first, second = x_rotated.chunk(2, dim=-1)
+    return (x_rotated * cos + torch.cat([second, first], dim=-1) * signed_sin).to(x.dtype)
+
+
+def rotation_tables(cos: torch.Tensor, sin: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """`rotate`'s tables of `positions.rotary_angles`' cos and sin (T, hs), in `dtype`: cos, and
+    sin with its first half negated."""
+    half = sin.shape[-1] // 2
+    return cos.to(dtype), torch.cat([-sin[:, :half], sin[:, half:]], dim=-1).to(dtype)
+
+
+def rotation_dtype(setting: bool | str, device_type: str) -> torch.dtype:
+    """The dtype rotary positions are applied in now (`model.low_precision_rotary`: true, false,
+    or auto, as `model.low_precision_layernorm` reads them): the autocast dtype where it asks for
+    it, else float32."""
+    return low_precision_dtype(setting, device_type) or torch.float32
 
 
 class ModernBertEmbeddings(nn.Module):
@@ -338,8 +357,10 @@ class ModernBertModel(nn.Module):
         masks = AttentionMasks(attention_mask, length, self.config.sliding_window, device, self.uses_flex(device, length))
         positions = torch.arange(length, device=device)
         head_size = self.config.hidden_size // self.config.num_attention_heads
-        rotations = {True: rotary_angles(positions, head_size, self.config.global_rope_theta),
-                     False: rotary_angles(positions, head_size, self.config.local_rope_theta)}  # (T, hs) each
+        dtype = rotation_dtype(self.config.low_precision_rotary, device.type)  # cast once a forward, not a layer
+        rotations = {is_global: rotation_tables(*rotary_angles(positions, head_size, theta), dtype)
+                     for is_global, theta in ((True, self.config.global_rope_theta),
+                                              (False, self.config.local_rope_theta))}  # (T, hs) each
         last = self.layers[-1]
         kept = None
         if last_rows is not None and not last.attn.is_global and masks.flex:

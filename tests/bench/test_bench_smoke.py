@@ -455,3 +455,37 @@ def test_gpu_throughput_steps_the_last_layer_on_the_rows_read_unless_set_off(cha
                                        short_rows=0.0, device=torch.device("cpu"), changes=changes)
     assert set(seen) == {rows}
     assert result["settings"]["model_runtime"]["last_layer_rows"] is changes.get("last_layer_rows", True)
+
+
+def test_gpu_throughput_times_the_trainers_batches_of_a_data_folder(tiny_data):
+    """--data: the batches are the trainer's stream of DATA (base's recipe at this length), both
+    models sized to its tokenizer; the record holds their padding share, counted from the batches,
+    and bertpre's loss on them equals transformers'."""
+    pytest.importorskip("transformers")
+    from bertpre.config import load_config
+    from bertpre.data import load_mixture
+    from bertpre.train.objectives import objective_for
+
+    batches, drawn = gpu.data_batches(tiny_data, "bert", 32, batch_size=8, micro_batch_size=4)
+    config = load_config("base", [f"data.path={tiny_data}", "data.max_seq_length=32", "data.num_workers=0",
+                                  "train.micro_batch_size=4", "train.batch_size=8"])
+    stream = objective_for("mlm").stream(load_mixture(config.data.sources), config, accumulation=2, rank=0,
+                                         world_size=1, pin_memory=False)
+    for ours, trainers in zip(batches, [stream.next(), stream.next()], strict=True):
+        assert all(torch.equal(ours[name], trainers[name]) for name in ours)
+    assert drawn["vocab_size"] == load_mixture(config.data.sources).tokenizer.get_vocab_size()
+    padding = 1 - sum(int(batch["attention_mask"].sum()) for batch in batches) / (8 * 32)
+    assert padding > 0
+    result = gpu.measure_step_rate("tiny", 32, 4, steps=1, peer=True, batch_size=8, warmup=1, round_steps=1,
+                                   device=torch.device("cpu"), data=tiny_data)
+    settings = result["settings"]
+    assert settings["data"] == drawn and settings["padding_share"] == pytest.approx(padding)
+    assert settings["prediction_slots"] == 20  # base's data.max_predictions_per_seq, the collator's (B, P)
+    models = gpu.build_models("tiny", 32, torch.device("cpu"), peer=True, vocab_size=drawn["vocab_size"])
+    for network in models.values():
+        network.eval()  # no dropout: the same function of the same weights
+    stepper, inputs, _ = gpu.bertpre_stepper(models["bertpre"], batches[:1], torch.device("cpu"), True, "bf16")
+    with torch.no_grad():
+        mine = float(stepper.loss(inputs[0]))
+        theirs = models["transformers"](**{name: batches[0][name] for name in gpu.BERT_PEER_INPUTS}).loss
+    assert mine == pytest.approx(float(theirs), rel=1e-5)

@@ -180,3 +180,30 @@ def test_the_peer_is_traced_on_the_same_batch_with_its_head_on_every_position(fp
     assert decoder in forward_flops(kernels) and decoder not in forward_flops(ours_kernels)
     assert peer["tokens"] == ours["tokens"] and peer["matmul_tflop"] > ours["matmul_tflop"]
     assert Counter(k.op for k in kernels.kernels)["native_layer_norm"] == 2 * LAYERS + 2  # embeddings, MLM transform
+
+
+def test_modernberts_rotation_runs_in_bf16_without_a_float32_copy():
+    """model.low_precision_rotary: under bf16 autocast q and k are rotated as Wqkv gave them, with
+    no float32 (B, T, C)-sized kernel (cast or arithmetic) in a layer; off, each of q and k is cast to
+    float32 and back and rotated there, the old path. The matrix products are the same."""
+    def modernbert(switch):
+        shape = step_cost.StepShape("modernbert", "tiny", BATCH, 64, short_rows=0.0,
+                                    changes={"low_precision_rotary": switch})
+        kernels, totals, config = step_cost.trace_step(shape)
+        return kernels, step_cost.summarize(kernels, totals, config, shape)
+
+    (on, on_report), (off, off_report) = modernbert("auto"), modernbert(False)
+    layers, activation = 3, BATCH * 64 * 64  # tiny ModernBERT: 3 layers, hidden 64
+
+    def fp32_rotation_kernels(trace):
+        return Counter(k.op for k in trace.kernels if k.phase == "forward" and k.numel == activation
+                       and "torch.float32" in (k.cast or (k.dtype,)) and k.op in ("_to_copy", "mul", "add", "cat"))
+
+    assert fp32_rotation_kernels(on) == {"_to_copy": 1}  # the embeddings' sum into bf16 by their LayerNorm
+    # q and k a layer, but the last layer's q of the rows read alone: each the cast up, x·cos, the
+    # swapped halves, ·sin, the sum, the cast back
+    rotations = 2 * layers - 1
+    assert fp32_rotation_kernels(off) == {"_to_copy": 2 * rotations + 1, "mul": 2 * rotations, "add": rotations,
+                                          "cat": rotations}
+    assert on_report["matmuls"] == off_report["matmuls"]
+    assert on_report["kernels"] < off_report["kernels"] and on_report["gb_casts"] < off_report["gb_casts"]
