@@ -230,19 +230,26 @@ def fixed_size_predictions(labels: torch.Tensor, slots: int) -> tuple[torch.Tens
 
 
 def trainer_batches(batches: list[dict[str, torch.Tensor]], slots: int, device: torch.device,
-                    keep_attention_mask: bool) -> tuple[list[dict[str, torch.Tensor]], MaskedLMCounts]:
+                    keep_attention_mask: bool, unpad_bucket: int | None = None
+                    ) -> tuple[list[dict[str, torch.Tensor]], MaskedLMCounts]:
     """`make_batch`'s CPU micro-batches (or the collator's, which have their (B, P) predictions
     already) as the trainer copies them to `device`, and the step's counts, taken on the CPU as
-    `Trainer.train_step` does."""
+    `Trainer.train_step` does. `unpad_bucket` (`model.unpad`): each batch also carries the real
+    tokens' layout, as the collator adds it (one sequence a row: the synthetic rows, and `--data`'s
+    rows here, carry no document boundaries)."""
+    from bertpre.batches.padding import unpadded_layout
     from bertpre.train.objectives.mlm import MaskedLMCounts, device_batch, mlm_host_counts
 
     host = []
     for batch in batches:
-        if "masked_lm_positions" in batch:  # the collator's own (B, P) layout (`--data`)
-            host.append(batch)
-            continue
-        positions, ids = fixed_size_predictions(batch["labels"], slots)
-        host.append({**batch, "masked_lm_positions": positions, "masked_lm_ids": ids})
+        if "masked_lm_positions" not in batch:  # else the collator's own (B, P) layout (`--data`)
+            positions, ids = fixed_size_predictions(batch["labels"], slots)
+            batch = {**batch, "masked_lm_positions": positions, "masked_lm_ids": ids}
+        if unpad_bucket is not None:
+            layout = unpadded_layout(batch["attention_mask"].bool().numpy(), batch["masked_lm_positions"].numpy(),
+                                     bucket=unpad_bucket)
+            batch = {**batch, **{name: torch.from_numpy(array) for name, array in layout.items()}}
+        host.append(batch)
     counts = [mlm_host_counts(batch) for batch in host]
     totals = MaskedLMCounts(predictions=sum(count.predictions for count in counts),
                         pairs=sum(count.pairs for count in counts),
@@ -302,16 +309,19 @@ def bertpre_stepper(model: torch.nn.Module, batches: list[dict[str, torch.Tensor
                     fused: bool, precision: str, compile_model: bool = False, capped: bool = True
                     ) -> tuple[Stepper, list[dict[str, torch.Tensor]], dict]:
     """bertpre's side as the trainer runs it, its device micro-batches and what describes them."""
-    from bertpre.train.objectives.mlm import MaskedLMStep
+    from bertpre.train.objectives.mlm import UNPAD_BUCKET, MaskedLMStep
 
     slots = prediction_slots(batches[0]["input_ids"].shape[1], batches, capped)
+    bucket = None  # model.unpad: the exact count eager, bucketed compiled (`mlm.unpad_bucket`)
+    if getattr(model.config, "unpad", False):
+        bucket = min(UNPAD_BUCKET, max(1, batches[0]["input_ids"].numel() // 8)) if compile_model else 1
     # A compiled step keeps the mask, as the trainer does: one graph for every batch.
-    inputs, totals = trainer_batches(batches, slots, device, keep_attention_mask=compile_model)
+    inputs, totals = trainer_batches(batches, slots, device, keep_attention_mask=compile_model, unpad_bucket=bucket)
     objective = MaskedLMStep(model)
     if compile_model:
         objective = torch.compile(objective, fullgraph=True)
     described = {"prediction_slots": slots, "predictions": totals.predictions, "pairs": totals.pairs,
-                 "tokens": totals.tokens,
+                 "tokens": totals.tokens, "unpad_bucket": bucket,
                  "micro_batches_without_mask": sum("attention_mask" not in batch for batch in inputs)}
     return Stepper(model, objective_loss(objective, totals), device, fused, precision), inputs, described
 

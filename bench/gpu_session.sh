@@ -11,12 +11,16 @@
 #    process and profiled 2 steps (the step-cost trace's refit): the step as it is now (LayerNorm in
 #    bf16 and one QKV product: model.low_precision_layernorm and model.fused_qkv auto), each change
 #    off in turn (--set fused_qkv=false; then both off, the 2026-11-26 step), then the step compiled.
+#    Then the round-2 changes against their controls: the whole last layer (last_layer_rows=false),
+#    the trainer's batches of DATA (--data), model.unpad against the same step padded (both without
+#    attention dropout).
 # 2. pytest -m gpu.
 # 3. bertpre pretrain --config configs/base.yaml, STEPS steps on DATA (made on the CPU and carried,
 #    default .gpu-wheels/data): deterministic bf16, killed (-9) once its middle checkpoint exists and
 #    resumed (its last weights must equal the straight run's, bit for bit); then as a user runs it
 #    for speed: not deterministic, data.num_workers 4 (tokens/s and perf/mfu beside step 1's).
-# 4. ModernBERT-base at 1024 beside ModernBertForMaskedLM (sparse prediction, SDPA); at 4096,
+# 4. ModernBERT-base at 1024 beside ModernBertForMaskedLM (sparse prediction, SDPA), and its rotary
+#    in float32 (low_precision_rotary=false, the control); at 4096,
 #    FlexAttention's block mask against SDPA with the dense window mask (bertpre alone).
 # 5. If time is left: the compiled control (LayerNorm in float32, compiled).
 #
@@ -150,6 +154,15 @@ step throughput-bert-qkv3 75 $GPU throughput --set fused_qkv=false "${PROFILE[@]
 step throughput-bert-ln-fp32 75 $GPU throughput --set low_precision_layernorm=false --set fused_qkv=false \
     "${PROFILE[@]}" "${SMALL[@]}"
 step throughput-bert-compile 120 $GPU throughput --compile "${PROFILE[@]}" "${SMALL[@]}"
+# 1b. the round-2 changes since the last device run, each against its control (bertpre's side alone
+#     changes; the peer is the same): the whole last layer; the trainer's own batches of DATA (their
+#     padding); the real tokens alone (model.unpad) against the same step padded, both without
+#     attention dropout (varlen_attn has none: with BERT's 0.1 the unpadded step pads for SDPA)
+step throughput-bert-rows-off 75 $GPU throughput --set last_layer_rows=false "${SMALL[@]}"
+step throughput-bert-data 75 $GPU throughput --data "$DATA" "${SMALL[@]}"
+step throughput-bert-dropout0 75 $GPU throughput --set attention_probs_dropout_prob=0 "${PROFILE[@]}" "${SMALL[@]}"
+step throughput-bert-unpad 75 $GPU throughput --set unpad=true --set attention_probs_dropout_prob=0 \
+    "${PROFILE[@]}" "${SMALL[@]}"
 # 2. the CUDA-marked tests
 # (the first H100 run: 20 s to collect, 47 s for the four tests then)
 step pytest-gpu 150 "$PYTHON" -m pytest "${PYTEST_ARGS[@]}" -m gpu -p no:cacheprovider ${PYTEST_PATHS:-tests}
@@ -159,6 +172,8 @@ step pretrain-kill-resume 60 kill_and_resume
 step pretrain-fast 50 pretrain run-fast bf16 --set train.deterministic=false --set data.num_workers=4
 # 4. ModernBERT beside its peer at 1024; at 4096 FlexAttention against the dense window
 step throughput-modernbert 90 $GPU throughput --architecture modernbert "${MODERNBERT_SMALL[@]}"
+step modernbert-rotary-fp32 90 $GPU throughput --architecture modernbert --no-peer --set low_precision_rotary=false \
+    "${MODERNBERT_SMALL[@]}"
 step modernbert-4096-flex 60 $GPU throughput --architecture modernbert --no-peer --local-attention "$FLEX" "${LONG_SMALL[@]}"
 step modernbert-4096-sdpa 60 $GPU throughput --architecture modernbert --no-peer --local-attention sdpa "${LONG_SMALL[@]}"
 # 5. the compiled control, if time is left
