@@ -90,6 +90,21 @@ def test_imports_point_one_way():
     assert wrong == []
 
 
+# The families' network modules are peers: each imports what they share from model/common.py,
+# and only BERT's layers where it is built on them (RoBERTa's layers; MaskedLMOnly, the
+# masked-LM-only forward RoBERTa's and ModernBERT's models share, still lives in bert.py).
+FAMILY_MODULES = ("bert", "roberta", "modernbert", "xlnet")
+FAMILY_IMPORTS = {("roberta", "bert"), ("modernbert", "bert")}
+
+
+def test_family_modules_import_no_other_family_but_bert_layers():
+    modules = module_files()
+    edges = {(name, other) for name in FAMILY_MODULES for other in FAMILY_MODULES if other != name
+             and any(target == f"bertpre.model.{other}" or target.startswith(f"bertpre.model.{other}.")
+                     for target in imports_of(modules[f"bertpre.model.{name}"], modules))}
+    assert edges == FAMILY_IMPORTS
+
+
 def test_no_import_cycles():
     modules = module_files()
     graph = {module: imports_of(path, modules) - {module} for module, path in modules.items()}

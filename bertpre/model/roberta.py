@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import shutil
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -25,7 +24,7 @@ from torch import nn
 
 import bertpre
 from bertpre.errors import UserError
-from bertpre.model import hf_format
+from bertpre.model import common, hf_format
 from bertpre.model.bert import (
     BertEmbeddings,
     BertModel,
@@ -34,6 +33,7 @@ from bertpre.model.bert import (
     init_weights,
 )
 from bertpre.model.bert_cost import ForwardShape
+from bertpre.model.common import TOKENIZER_FILES
 from bertpre.model.config import BertConfig
 from bertpre.model.layer_norm import LayerNorm
 from bertpre.model.roberta_config import ROBERTA_CLASS_PREFIXES
@@ -44,9 +44,6 @@ from bertpre.tokenizer.roles import attach_roles, token_roles
 # Tensors Hugging Face's RobertaForMaskedLM stores under a second name (tied), and buffers.
 TIED_KEYS = ("lm_head.decoder.weight", "lm_head.decoder.bias")
 BUFFER_SUFFIXES = ("position_ids", "token_type_ids")
-# The files a Hugging Face tokenizer folder may hold, copied into an export as they are.
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
-                   "vocab.json", "merges.txt", "vocab.txt", "sentencepiece.bpe.model", "spiece.model")
 
 
 # --- the network ---------------------------------------------------------------------------
@@ -310,11 +307,7 @@ def copy_tokenizer_files(tokenizer_folder: Path, folder: Path) -> list[str]:
     (`roberta_layout`), and its tokenizer_config.json names transformers' generic fast tokenizer,
     which reads that layout from tokenizer.json (`BertTokenizer` would lay pairs out as BERT's,
     with a second token type RoBERTa has not)."""
-    copied = []
-    for name in TOKENIZER_FILES:
-        if (tokenizer_folder / name).is_file():
-            shutil.copyfile(tokenizer_folder / name, folder / name)
-            copied.append(name)
+    copied = common.copy_tokenizer_files(tokenizer_folder, folder)
     path, config_path = folder / TOKENIZER_FILES[0], folder / TOKENIZER_FILES[1]
     if path.is_file():
         tokenizer = Tokenizer.from_file(str(path))
