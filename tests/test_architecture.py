@@ -12,7 +12,7 @@ import tomllib
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "bertpre"
 # What each part may import (besides itself). Layers: tools → train → model, batches → data →
-# tokenizer; `labels`, `errors`, `claim`, `links`, `folders` and `heartbeat` are shared by all; `config` is
+# tokenizer; `labels`, `ranges`, `errors`, `claim`, `links`, `folders` and `heartbeat` are shared by all; `config` is
 # the run config.
 ALLOWED = {
     "errors": set(),
@@ -22,12 +22,13 @@ ALLOWED = {
     "inventory": {"claim", "errors", "links"},
     "folders": {"errors", "claim", "inventory", "links"},
     "labels": set(),
+    "ranges": set(),
     "configs": set(),
     "tokenizer": {"errors"},
     "data": {"tokenizer", "errors", "folders", "claim", "inventory", "links"},
     "batches": {"data", "tokenizer", "errors", "labels"},
-    "model": {"errors", "labels", "tokenizer"},
-    "config": {"configs", "model", "tokenizer", "errors", "labels"},
+    "model": {"errors", "labels", "tokenizer", "ranges"},
+    "config": {"configs", "model", "tokenizer", "errors", "labels", "ranges"},
     "train": {"config", "model", "batches", "data", "tokenizer", "errors", "labels", "folders",
               "claim", "inventory", "links", "heartbeat"},
     "tools": {"train", "config", "model", "batches", "data", "tokenizer", "errors", "labels",
