@@ -246,3 +246,56 @@ def test_a_checkpoint_naming_an_architecture_not_built_is_one_line(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({**BertConfig(**TINY).to_hf_dict(), ARCHITECTURE_KEY: "gpt"}))
     with pytest.raises(UserError, match="config.json names bertpre architecture 'gpt', which this bertpre does not build"):
         read_config(tmp_path)
+
+
+# task: (transformers' Auto class, bertpre's label names); every task kind's `--save-model`
+SAVED_TASKS = {
+    "classification": ("AutoModelForSequenceClassification", ["neg", "neutral", "pos"]),
+    "regression": ("AutoModelForSequenceClassification", []),
+    "tagging": ("AutoModelForTokenClassification", ["O", "B-X", "I-X"]),
+    "qa": ("AutoModelForQuestionAnswering", []),
+}
+
+
+@pytest.mark.parametrize("task", list(SAVED_TASKS))
+def test_a_rows_saved_task_model_loads_in_transformers_with_every_weight_and_equal_logits(
+        conforming, task, tiny_data, tmp_path):
+    """`--save-model` of every task kind for every row: the folder loads through transformers'
+    Auto class with no missing, unexpected or redrawn tensor and gives the task model's logits
+    on a padded batch."""
+    import inspect
+
+    from bertpre.finetune.model import build_task_model
+    from bertpre.finetune.saved_model import save_task_model
+
+    row, config = conforming
+    auto_class, label_names = SAVED_TASKS[task]
+    torch.manual_seed(0)
+    encoder_state = row.build_encoder(config).state_dict()
+    ours = build_task_model(config, encoder_state, {"regression": 1, "qa": 2}.get(task, len(label_names)),
+                            tagging=task == "tagging", question_answering=task == "qa")
+    with torch.no_grad():
+        for parameter in ours.parameters():  # every weight off its init, so that each one counts
+            parameter.add_(torch.randn_like(parameter) * 0.05)
+    ours.eval()
+    saved = save_task_model(tmp_path, ours, config, task=task, label_names=label_names,
+                            tokenizer_folder=tiny_data / "tokenizer")
+    theirs, loading = getattr(transformers, auto_class).from_pretrained(saved, output_loading_info=True)
+    assert all(len(keys) == 0 for keys in loading.values()), loading
+    input_ids, attention_mask = padded_ids()
+    token_type_ids = torch.zeros_like(input_ids)
+    inputs = {"input_ids": input_ids, "attention_mask": attention_mask}
+    if "token_type_ids" in inspect.signature(theirs.forward).parameters:
+        inputs["token_type_ids"] = token_type_ids
+    with torch.no_grad():
+        mine = ours(input_ids, attention_mask, token_type_ids)
+        out = theirs.eval()(**inputs)
+    real = attention_mask.bool()
+    if task == "qa":
+        torch.testing.assert_close(out.start_logits[real], mine[..., 0][real], atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(out.end_logits[real], mine[..., 1][real], atol=1e-4, rtol=1e-4)
+    elif task == "tagging":
+        torch.testing.assert_close(out.logits[real], mine[real], atol=1e-4, rtol=1e-4)
+    else:
+        torch.testing.assert_close(out.logits, mine, atol=1e-4, rtol=1e-4)
+    assert mine.abs().max() > 0.01  # not a trivially equal pair of zeros
