@@ -5,7 +5,9 @@ import math
 import re
 from typing import Any
 
+import bertpre.model  # noqa: F401 - fills the family table
 from bertpre.errors import UserError
+from bertpre.model.config import FAMILIES
 from bertpre.ranges import (  # noqa: F401 - the bounds are the config's names too (bertpre.config.MAX_*)
     MAX_BATCH,
     MAX_SEED,
@@ -52,17 +54,8 @@ RULES: dict[str, Range] = {
     "data.reuse_length": integers(1, MAX_SEQ_LENGTH),
     "model.mem_len": integers(0, MAX_SEQ_LENGTH),
     "model.clamp_len": integers(-1, MAX_SEQ_LENGTH),
-    # ModernBERT's (model.architecture modernbert)
-    "model.norm_eps": numbers("(0, 1]"),
-    "model.local_attention": integers(1, MAX_SEQ_LENGTH),  # the whole window: local_attention // 2 each way
-    "model.global_attn_every_n_layers": integers(1, MAX_SIZE),  # 1: every layer global
-    "model.global_rope_theta": numbers("(1, 1e12]"),
-    "model.local_rope_theta": numbers("(1, 1e12]"),
-    "model.embedding_dropout": numbers("[0, 1)"),
-    "model.attention_dropout": numbers("[0, 1)"),
-    "model.mlp_dropout": numbers("[0, 1)"),
-    "model.classifier_dropout": numbers("[0, 1)"),
-    "model.initializer_cutoff_factor": numbers("(0, 100]"),  # truncation at ± factor × std
+    # each family's own keys (ModernBERT's), as its row states them (`FamilyConfig.ranges`)
+    **{f"model.{name}": rule for row in FAMILIES.values() for name, rule in row.config.ranges.items()},
     "data.path[].weight": numbers(f"(0, {MAX_WEIGHT:g}]"),
     "optim.lr": numbers("(0, 1]"),
     "optim.betas[]": numbers("[0, 1)"),

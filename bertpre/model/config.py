@@ -14,6 +14,7 @@ from typing import Any
 from bertpre.errors import UserError
 from bertpre.model.layer_norm import LOW_PRECISION_CHOICES
 from bertpre.model.positions import POSITION_EMBEDDING_TYPES
+from bertpre.ranges import Range
 
 HIDDEN_ACTS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu", "swish")
 # How a model computes, not what it is: no config.json carries them (an export reads as before).
@@ -47,6 +48,8 @@ class FamilyConfig:
     refused_keys: dict[str, str] = field(default_factory=dict)
     # what its refusal of another family's key says: "ModernBERT's"
     owner: str = ""
+    # the ranges of its own numeric keys, by name: the run config's rules take them from the table
+    ranges: dict[str, Range] = field(default_factory=dict)
     # whether it keeps Transformer-XL's memory (`model.mem_len`); `mem_len` and `clamp_len` stay
     # shared keys (at 0 and -1) because every BERT run's config.yaml writes them
     memory: bool = False

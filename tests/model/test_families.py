@@ -120,6 +120,18 @@ def test_a_row_builds_its_model_and_counts_its_parameters_by_its_own_formula(con
     assert set(row.config.shape_fields) <= set(config.to_dict()) and "architecture" in row.config.shape_fields
 
 
+def test_a_rows_own_numeric_keys_are_ranged_by_the_row_and_the_config_asks_it(conforming):
+    from bertpre.config.rules import RULES
+
+    row, _ = conforming
+    assert set(row.config.ranges) <= set(row.config.own_keys)
+    assert all(RULES[f"model.{name}"] is rule for name, rule in row.config.ranges.items())
+    if row.architecture == "modernbert":
+        assert "local_attention" in row.config.ranges
+        with pytest.raises(UserError, match="model.local_attention must be a positive integer of at most"):
+            load_config("tiny-modernbert", ["model.local_attention=0"])
+
+
 def test_a_rows_export_loads_in_transformers_with_every_weight_and_equal_logits_and_starts_a_run(
         conforming, tmp_path):
     row, config = conforming
