@@ -19,13 +19,13 @@ from bertpre.ranges import Range
 HIDDEN_ACTS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu", "swish")
 # How a model computes, not what it is: no config.json carries them (an export reads as before).
 RUNTIME_FIELDS = ("low_precision_layernorm", "fused_qkv", "last_layer_rows")
+# The family table, by `model.architecture`: `bertpre.model.families.FAMILIES` is this dict,
+# filled there (importing `bertpre.model` fills it). A row's `config` is its `FamilyConfig`.
+FAMILIES: dict[str, Any] = {}
 # A checkpoint's config.json names its bertpre architecture under this key beside the
 # model_type, and `from_hf_dict` reads it first: a family that writes another's model_type (a
 # family that exports as BERT) reads back as itself. Folders without it route by model_type.
 ARCHITECTURE_KEY = "bertpre_architecture"
-# The family table, by `model.architecture`: `bertpre.model.families.FAMILIES` is this dict,
-# filled there (importing `bertpre.model` fills it). A row's `config` is its `FamilyConfig`.
-FAMILIES: dict[str, Any] = {}
 
 
 @dataclass(frozen=True)
