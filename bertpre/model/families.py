@@ -30,8 +30,7 @@ from bertpre.model.bert_cost import (
     estimate_bert_inference_memory,
     estimate_bert_memory,
 )
-from bertpre.model.config import FAMILIES, BertConfig, FamilyConfig
-from bertpre.model.heads import (
+from bertpre.model.bert_heads import (
     BertForQuestionAnswering,
     BertForSequenceClassification,
     BertForTokenClassification,
@@ -40,6 +39,7 @@ from bertpre.model.heads import (
     XLNetForTokenClassification,
     xlnet_encoder,
 )
+from bertpre.model.config import FAMILIES, BertConfig, FamilyConfig
 from bertpre.model.modernbert import (
     ModernBertForMaskedLM,
     ModernBertModel,
