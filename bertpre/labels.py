@@ -12,3 +12,10 @@ MASK_COUNTS = ("exact", "sampled")  # round(p·n) predictions a sequence, or eac
 # mask_action codes: not predicted, replaced by [MASK], replaced by a random token, kept as is.
 NO_ACTION, MASKED, RANDOM_TOKEN, KEPT = 0, 1, 2, 3
 MASK_ACTION_NAMES = {MASKED: "mask", RANDOM_TOKEN: "random", KEPT: "kept"}
+
+
+def query_rows(length: int, share: float) -> int:
+    """P, the predicted positions (XLNet's query rows) a row of `length` tokens has room for
+    at a predicted `share`: round(length · share), at least 1 (share 1: every row). The one
+    count the collator, the objective's cost options, the cost model and `info` all read."""
+    return max(1, int(length * share + 0.5))

@@ -12,7 +12,7 @@ import tomllib
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "bertpre"
 # What each part may import (besides itself). Layers: tools → train → model, batches → data →
-# tokenizer; `labels`, `errors`, `claim`, `links`, `folders` and `heartbeat` are shared by all; `config` is
+# tokenizer; `labels`, `ranges`, `errors`, `claim`, `links`, `folders` and `heartbeat` are shared by all; `config` is
 # the run config.
 ALLOWED = {
     "errors": set(),
@@ -22,12 +22,13 @@ ALLOWED = {
     "inventory": {"claim", "errors", "links"},
     "folders": {"errors", "claim", "inventory", "links"},
     "labels": set(),
+    "ranges": set(),
     "configs": set(),
     "tokenizer": {"errors"},
     "data": {"tokenizer", "errors", "folders", "claim", "inventory", "links"},
     "batches": {"data", "tokenizer", "errors", "labels"},
-    "model": {"errors", "labels", "tokenizer"},
-    "config": {"configs", "model", "tokenizer", "errors", "labels"},
+    "model": {"errors", "labels", "tokenizer", "ranges"},
+    "config": {"configs", "model", "tokenizer", "errors", "labels", "ranges"},
     "train": {"config", "model", "batches", "data", "tokenizer", "errors", "labels", "folders",
               "claim", "inventory", "links", "heartbeat"},
     "tools": {"train", "config", "model", "batches", "data", "tokenizer", "errors", "labels",
@@ -88,6 +89,21 @@ def test_imports_point_one_way():
             if there not in (here, "bertpre") and there not in ALLOWED[here]:
                 wrong.append(f"{module} imports {target}")
     assert wrong == []
+
+
+# The families' network modules are peers: each imports what they share from model/common.py,
+# and only BERT's layers where it is built on them (RoBERTa's layers; MaskedLMOnly, the
+# masked-LM-only forward RoBERTa's and ModernBERT's models share, still lives in bert.py).
+FAMILY_MODULES = ("bert", "roberta", "modernbert", "xlnet")
+FAMILY_IMPORTS = {("roberta", "bert"), ("modernbert", "bert")}
+
+
+def test_family_modules_import_no_other_family_but_bert_layers():
+    modules = module_files()
+    edges = {(name, other) for name in FAMILY_MODULES for other in FAMILY_MODULES if other != name
+             and any(target == f"bertpre.model.{other}" or target.startswith(f"bertpre.model.{other}.")
+                     for target in imports_of(modules[f"bertpre.model.{name}"], modules))}
+    assert edges == FAMILY_IMPORTS
 
 
 def test_no_import_cycles():

@@ -48,7 +48,7 @@ from bertpre.batches import keyed_random
 from bertpre.batches.instance_batch import InstanceBatch, as_instance_batch
 from bertpre.batches.padding import pad_instances, padded_length, prediction_slots
 from bertpre.errors import UserError
-from bertpre.labels import IGNORE_INDEX
+from bertpre.labels import IGNORE_INDEX, query_rows
 from bertpre.tokenizer.roles import token_roles
 from bertpre.tokenizer.word_boundaries import continues_word
 
@@ -67,7 +67,7 @@ def target_count(eligible: int, plm_probability: float) -> int:
     """How many of a row's `eligible` tokens the `xlnet` plan predicts: round(n·p), at least 1."""
     if eligible <= 0:
         return 0
-    return min(eligible, max(1, int(eligible * plm_probability + 0.5)))
+    return min(eligible, query_rows(eligible, plm_probability))
 
 
 def span_mask_xlnet(word_starts: np.ndarray, eligible: np.ndarray, goal: int, *, plm_probability: float,
@@ -210,7 +210,7 @@ class PermutationCollator:
         """P, the predicted positions a row has room for at padded length T."""
         if self.objective == "clm" or self.plan == "hf":
             return length
-        return max(1, int(length * self.plm_probability + 0.5))
+        return query_rows(length, self.plm_probability)
 
     def __call__(self, instances: Sequence[dict] | InstanceBatch) -> dict[str, torch.Tensor]:
         instances = as_instance_batch(instances)

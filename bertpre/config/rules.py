@@ -3,63 +3,26 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
 from typing import Any
 
+import bertpre.model  # noqa: F401 - fills the family table
 from bertpre.errors import UserError
+from bertpre.model.config import FAMILIES
+from bertpre.ranges import (  # noqa: F401 - the bounds are the config's names too (bertpre.config.MAX_*)
+    MAX_BATCH,
+    MAX_SEED,
+    MAX_SEQ_LENGTH,
+    MAX_SIZE,
+    MAX_STEPS,
+    MAX_WEIGHT,
+    MAX_WORKERS,
+    Range,
+    integers,
+    numbers,
+)
 
 # A number as YAML 1.1 may leave it a string: 1e-4 and 1e6 (no dot) are read as text.
 FLOAT_TEXT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
-
-
-@dataclass(frozen=True)
-class Range:
-    """The values one numeric key may take: `low` to `high`, an end excluded where it is open;
-    `words` are the strings it also takes (`auto`)."""
-
-    low: float
-    high: float
-    integer: bool = False
-    low_open: bool = False
-    high_open: bool = False
-    words: tuple[str, ...] = ()
-
-    def __contains__(self, value: float) -> bool:
-        above = value > self.low if self.low_open else value >= self.low
-        below = value < self.high if self.high_open else value <= self.high
-        return above and below
-
-    def describe(self) -> str:
-        """The range in words: 'a positive integer of at most 4,096', 'in (0, 1]'."""
-        if self.integer:
-            if self.low == 1:
-                return f"a positive integer of at most {self.high:,}"
-            return f"an integer from {self.low:,} to {self.high:,}"
-        if self.high == math.inf:
-            return f"a finite number {'above' if self.low_open else 'of at least'} {self.low:g}"
-        return (f"in {'(' if self.low_open else '['}{self.low:g}, {self.high:g}"
-                f"{')' if self.high_open else ']'}")
-
-
-def integers(low: int, high: int, words: tuple[str, ...] = ()) -> Range:
-    return Range(low, high, integer=True, words=words)
-
-
-def numbers(interval: str) -> Range:
-    """A range of reals written as an interval: '[0, 1)', '(0, inf)'."""
-    low, high = (float(end) for end in interval[1:-1].split(","))
-    return Range(low, high, low_open=interval[0] == "(", high_open=interval[-1] == ")")
-
-
-# Bounds that no real run comes near, chosen so that no arithmetic on a config can overflow
-# (an ETA, an int64 tensor, a padded batch): steps, widths and lengths beyond them are typos.
-MAX_STEPS = 10**12  # a million steps a second for 30 years
-MAX_SIZE = 10**15  # a model dimension; whether the model fits is checked from its memory estimate
-MAX_SEQ_LENGTH = 2**20  # tokens a sequence; one padded micro-batch of them is already GiBs
-MAX_BATCH = 2**24  # sequences a step: 256× the largest BERT batch published (65,536)
-MAX_SEED = 2**32 - 1  # what every random generator (Python, NumPy, PyTorch) accepts
-MAX_WORKERS = 256  # DataLoader processes
-MAX_WEIGHT = 1e15  # a mixture weight; token counts as weights fit, and their sum stays finite
 
 # One rule per numeric key, `section.key`. A float key must also be finite (YAML's .nan, .inf
 # are refused); an integer key takes an integral number however written (1e6, 1.0e+6), never
@@ -91,17 +54,8 @@ RULES: dict[str, Range] = {
     "data.reuse_length": integers(1, MAX_SEQ_LENGTH),
     "model.mem_len": integers(0, MAX_SEQ_LENGTH),
     "model.clamp_len": integers(-1, MAX_SEQ_LENGTH),
-    # ModernBERT's (model.architecture modernbert)
-    "model.norm_eps": numbers("(0, 1]"),
-    "model.local_attention": integers(1, MAX_SEQ_LENGTH),  # the whole window: local_attention // 2 each way
-    "model.global_attn_every_n_layers": integers(1, MAX_SIZE),  # 1: every layer global
-    "model.global_rope_theta": numbers("(1, 1e12]"),
-    "model.local_rope_theta": numbers("(1, 1e12]"),
-    "model.embedding_dropout": numbers("[0, 1)"),
-    "model.attention_dropout": numbers("[0, 1)"),
-    "model.mlp_dropout": numbers("[0, 1)"),
-    "model.classifier_dropout": numbers("[0, 1)"),
-    "model.initializer_cutoff_factor": numbers("(0, 100]"),  # truncation at ± factor × std
+    # each family's own keys (ModernBERT's), as its row states them (`FamilyConfig.ranges`)
+    **{f"model.{name}": rule for row in FAMILIES.values() for name, rule in row.config.ranges.items()},
     "data.path[].weight": numbers(f"(0, {MAX_WEIGHT:g}]"),
     "optim.lr": numbers("(0, 1]"),
     "optim.betas[]": numbers("[0, 1)"),

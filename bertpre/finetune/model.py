@@ -12,9 +12,6 @@ from bertpre.finetune.kinds import task_kind
 from bertpre.model import BertConfig
 from bertpre.model.families import Family, encoder_of, family
 
-# The families whose sequence head pools as `classifier_pooling` says (transformers' key).
-POOLING_HEADS = ("modernbert",)
-
 
 def build_task_model(config: BertConfig, encoder_state: dict[str, torch.Tensor], num_labels: int,
                      *, tagging: bool = False, question_answering: bool = False, head: str | None = None,
@@ -64,7 +61,7 @@ def task_config(config: BertConfig, hp: Hyperparameters, task: str) -> BertConfi
     if hp.classifier_pooling is None:
         return config
     row = family(config)
-    if row.architecture not in POOLING_HEADS:
+    if "classifier_pooling" not in row.config.own_keys:  # a family whose sequence head pools as it says
         raise UserError(f"classifier_pooling is ModernBERT's (transformers' ModernBertForSequenceClassification "
                         f"reads it); a {row.display_name}'s sequence head reads its own classification token, "
                         "so the setting would be ignored: leave it out")

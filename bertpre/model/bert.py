@@ -17,7 +17,8 @@ from bertpre.errors import UserError
 from bertpre.labels import IGNORE_INDEX
 from bertpre.model import hf_format
 from bertpre.model.bert_cost import ForwardShape
-from bertpre.model.config import HIDDEN_ACTS, BertConfig
+from bertpre.model.common import activation, summed_cross_entropy
+from bertpre.model.config import BertConfig
 from bertpre.model.layer_norm import LayerNorm
 from bertpre.model.positions import (
     PositionInputs,
@@ -31,19 +32,6 @@ from bertpre.model.unpad import Unpadded, varlen_attention, varlen_usable
 from bertpre.tokenizer.roles import token_roles
 
 # --- the network ---------------------------------------------------------------------------
-
-
-def activation(name: str) -> Callable[[torch.Tensor], torch.Tensor]:
-    """The activation function for a Hugging Face `hidden_act` name."""
-    if name == "gelu":
-        return F.gelu  # BERT's exact erf form
-    if name in ("gelu_new", "gelu_pytorch_tanh"):
-        return partial(F.gelu, approximate="tanh")
-    if name == "relu":
-        return F.relu
-    if name in ("silu", "swish"):
-        return F.silu
-    raise UserError(f"model.hidden_act {name!r} is not supported; use one of " + ", ".join(HIDDEN_ACTS))
 
 
 # The positions a layer computes its outputs for: the first N of each sequence (an int), or a
@@ -809,12 +797,3 @@ def bert_mask_logits(model: nn.Module, tokenizer: Tokenizer, text: str,
     input_ids = input_ids.to(device)
     return model(input_ids, attention_mask=torch.ones_like(input_ids), token_type_ids=torch.zeros_like(input_ids),
                  masked_lm_positions=positions[None].to(device)).prediction_logits[0]  # (M, V)
-
-
-def summed_cross_entropy(
-    logits: torch.Tensor, targets: torch.Tensor, label_smoothing: float = 0.0
-) -> torch.Tensor:
-    """Cross-entropy summed over the rows whose target is not -100 (0, still in the graph,
-    when there are none), in float32 whatever the autocast dtype."""
-    return F.cross_entropy(logits.float().flatten(0, -2), targets.flatten(), ignore_index=IGNORE_INDEX,
-                           reduction="sum", label_smoothing=label_smoothing)

@@ -14,6 +14,7 @@ from typing import Any
 from bertpre.errors import UserError
 from bertpre.model.layer_norm import LOW_PRECISION_CHOICES
 from bertpre.model.positions import POSITION_EMBEDDING_TYPES
+from bertpre.ranges import Range
 
 HIDDEN_ACTS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu", "swish")
 # How a model computes, not what it is: no config.json carries them (an export reads as before).
@@ -21,6 +22,10 @@ RUNTIME_FIELDS = ("low_precision_layernorm", "fused_qkv", "last_layer_rows", "un
 # The family table, by `model.architecture`: `bertpre.model.families.FAMILIES` is this dict,
 # filled there (importing `bertpre.model` fills it). A row's `config` is its `FamilyConfig`.
 FAMILIES: dict[str, Any] = {}
+# A checkpoint's config.json names its bertpre architecture under this key beside the
+# model_type, and `from_hf_dict` reads it first: a family that writes another's model_type (a
+# family that exports as BERT) reads back as itself. Folders without it route by model_type.
+ARCHITECTURE_KEY = "bertpre_architecture"
 
 
 @dataclass(frozen=True)
@@ -43,6 +48,8 @@ class FamilyConfig:
     refused_keys: dict[str, str] = field(default_factory=dict)
     # what its refusal of another family's key says: "ModernBERT's"
     owner: str = ""
+    # the ranges of its own numeric keys, by name: the run config's rules take them from the table
+    ranges: dict[str, Range] = field(default_factory=dict)
     # whether it keeps Transformer-XL's memory (`model.mem_len`); `mem_len` and `clamp_len` stay
     # shared keys (at 0 and -1) because every BERT run's config.yaml writes them
     memory: bool = False
@@ -281,7 +288,14 @@ class BertConfig:
     @classmethod
     def from_hf_dict(cls, hf: dict) -> BertConfig:
         """Build from a Hugging Face config.json dict of any family the table holds (the family
-        whose `model_types` name its `model_type`); unknown keys are ignored."""
+        whose `model_types` name its `model_type`, or the one `ARCHITECTURE_KEY` names where a
+        checkpoint's config.json has it); unknown keys are ignored."""
+        architecture = hf.get(ARCHITECTURE_KEY)
+        if architecture is not None:
+            if architecture not in FAMILIES:
+                raise UserError(f"config.json names bertpre architecture {architecture!r}, which this bertpre "
+                                f"does not build; it builds {', '.join(FAMILIES)}")
+            return FAMILIES[architecture].config.read_hf(hf)
         model_type = hf.get("model_type", "bert")
         for row in FAMILIES.values():
             if model_type in row.config.model_types:

@@ -30,16 +30,12 @@ from bertpre.model.bert_cost import (
     estimate_bert_inference_memory,
     estimate_bert_memory,
 )
-from bertpre.model.config import FAMILIES, BertConfig, FamilyConfig
-from bertpre.model.heads import (
+from bertpre.model.bert_heads import (
     BertForQuestionAnswering,
     BertForSequenceClassification,
     BertForTokenClassification,
-    XLNetForQuestionAnsweringSimple,
-    XLNetForSequenceClassification,
-    XLNetForTokenClassification,
-    xlnet_encoder,
 )
+from bertpre.model.config import FAMILIES, BertConfig, FamilyConfig
 from bertpre.model.modernbert import (
     ModernBertForMaskedLM,
     ModernBertModel,
@@ -71,9 +67,6 @@ from bertpre.model.modernbert_heads import (
 from bertpre.model.replaced_token import refuse_pair
 from bertpre.model.roberta import (
     RobertaForMaskedLM,
-    RobertaForQuestionAnswering,
-    RobertaForSequenceClassification,
-    RobertaForTokenClassification,
     RobertaModel,
     build_roberta,
     read_roberta_weights,
@@ -87,6 +80,11 @@ from bertpre.model.roberta_cost import (
     count_roberta_parameters,
     estimate_roberta_inference_memory,
     estimate_roberta_memory,
+)
+from bertpre.model.roberta_heads import (
+    RobertaForQuestionAnswering,
+    RobertaForSequenceClassification,
+    RobertaForTokenClassification,
 )
 from bertpre.model.token_types import bert_token_types, no_token_types, xlnet_token_types
 from bertpre.model.vocab_growth import grow_vocab_rows
@@ -108,6 +106,12 @@ from bertpre.model.xlnet_cost import (
     estimate_xlnet_memory,
     xlnet_training_flops,
     xlnet_training_flops_per_token,
+)
+from bertpre.model.xlnet_heads import (
+    XLNetForQuestionAnsweringSimple,
+    XLNetForSequenceClassification,
+    XLNetForTokenClassification,
+    xlnet_encoder,
 )
 from bertpre.tokenizer.roles import token_roles
 from bertpre.tokenizer.xlnet_layout import xlnet_layout

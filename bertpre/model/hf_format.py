@@ -21,7 +21,7 @@ from safetensors.torch import load_file, save_file
 import bertpre
 from bertpre.errors import UserError
 from bertpre.model.bert_config import REMOTE_AUTO_MAP
-from bertpre.model.config import BertConfig
+from bertpre.model.config import ARCHITECTURE_KEY, BertConfig
 from bertpre.tokenizer.wordpiece import TOKENIZER_CONFIG_FILE, TOKENIZER_FILES
 
 CONFIG_NAME = "config.json"
@@ -115,6 +115,13 @@ def read_config(folder: Path) -> BertConfig:
         return BertConfig.from_hf_dict(values)
     except TypeError as error:
         raise UserError(f"{path}: {error}") from None
+
+
+def record_architecture(folder: Path, architecture: str) -> None:
+    """Name bertpre's `architecture` in `folder/config.json` (`ARCHITECTURE_KEY`, which
+    `read_config` reads before the model_type), as a checkpoint's does."""
+    path = folder / CONFIG_NAME
+    write_json(path, {**json.loads(path.read_text(encoding="utf-8")), ARCHITECTURE_KEY: architecture})
 
 
 def source_architecture(path: str | Path) -> str | None:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -29,16 +28,15 @@ from bertpre.errors import UserError
 from bertpre.model import hf_format
 from bertpre.model.bert import (
     MaskedLMOnly,
-    activation,
     bert_mask_logits,
     query_angles,
     read_rows,
 )
 from bertpre.model.bert_cost import ForwardShape
+from bertpre.model.common import activation, copy_tokenizer_files
 from bertpre.model.config import BertConfig
 from bertpre.model.layer_norm import LayerNorm, low_precision_dtype
 from bertpre.model.positions import rotary_angles
-from bertpre.model.roberta import TOKENIZER_FILES
 from bertpre.tokenizer import load_tokenizer
 from bertpre.tokenizer.roles import token_roles
 
@@ -481,18 +479,6 @@ def special_token_ids(tokenizer_folder: Path) -> dict[str, int | None]:
         return {}
     return {"cls_token_id": roles.cls_token_id, "bos_token_id": roles.cls_token_id,
             "sep_token_id": roles.sep_token_id, "eos_token_id": roles.sep_token_id}
-
-
-def copy_tokenizer_files(tokenizer_folder: Path, folder: Path) -> list[str]:
-    """The tokenizer folder's files (whichever of `TOKENIZER_FILES` it holds), copied as they are:
-    ModernBERT reads a pair as the tokenizer lays it out ([CLS] A [SEP] B [SEP] for a WordPiece
-    vocabulary or ModernBERT's own), with no token types to write."""
-    copied = []
-    for name in TOKENIZER_FILES:
-        if (tokenizer_folder / name).is_file():
-            shutil.copyfile(tokenizer_folder / name, folder / name)
-            copied.append(name)
-    return copied
 
 
 def modernbert_export_writer(model: ModernBertForMaskedLM,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from bertpre.errors import UserError
 from bertpre.model.config import HIDDEN_ACTS, BertConfig, FamilyConfig
+from bertpre.ranges import MAX_SEQ_LENGTH, MAX_SIZE, integers, numbers
 
 # ModernBERT's own keys (Hugging Face's ModernBertConfig names); other architectures refuse them.
 MODERNBERT_FIELDS = ("hidden_activation", "norm_eps", "norm_bias", "local_attention", "global_attn_every_n_layers",
@@ -26,6 +27,19 @@ MODERNBERT_INSTEAD = {
     "share_layers": "nothing: ModernBERT's layers are not shared",
     "mem_len": "nothing: ModernBERT has no Transformer-XL memory",
     "clamp_len": "nothing: ModernBERT has no Transformer-XL memory",
+}
+# The ranges of its numeric keys (`config.rules.RULES` takes them from the row).
+MODERNBERT_RANGES = {
+    "norm_eps": numbers("(0, 1]"),
+    "local_attention": integers(1, MAX_SEQ_LENGTH),  # the whole window: local_attention // 2 each way
+    "global_attn_every_n_layers": integers(1, MAX_SIZE),  # 1: every layer global
+    "global_rope_theta": numbers("(1, 1e12]"),
+    "local_rope_theta": numbers("(1, 1e12]"),
+    "embedding_dropout": numbers("[0, 1)"),
+    "attention_dropout": numbers("[0, 1)"),
+    "mlp_dropout": numbers("[0, 1)"),
+    "classifier_dropout": numbers("[0, 1)"),
+    "initializer_cutoff_factor": numbers("(0, 100]"),  # truncation at ± factor × std
 }
 CLASSIFIER_POOLINGS = ("cls", "mean")
 # Fields that shape a ModernBERT's weights.
@@ -121,4 +135,4 @@ def global_layer_period(layer_types: list, num_hidden_layers: int) -> int:
 MODERNBERT_CONFIG = FamilyConfig(
     model_types=("modernbert",), read_hf=from_modernbert_dict, write_hf=modernbert_hf_dict,
     shape_fields=MODERNBERT_SHAPE_FIELDS, validate=validate_modernbert, own_keys=MODERNBERT_FIELDS,
-    refused_keys=MODERNBERT_INSTEAD, owner="ModernBERT's")
+    refused_keys=MODERNBERT_INSTEAD, owner="ModernBERT's", ranges=MODERNBERT_RANGES)

@@ -81,6 +81,23 @@ class ModernBertFlops:
         return (self.attention_projections + self.global_attention + self.local_attention
                 + self.feed_forward + self.head + self.decoder)
 
+    def parts(self, config: BertConfig, seq_length: int) -> list[tuple[str, float, str]]:
+        """(part, FLOPs, what it covers) for each part, as `bertpre info` lists them."""
+        global_layers = global_layer_count(config)
+        local_layers = config.num_hidden_layers - global_layers
+        keys = min(seq_length, 2 * config.sliding_window + 1)
+
+        def layers(count: int) -> str:
+            return f"{count} layer" + ("" if count == 1 else "s")
+
+        return [("attention Wqkv, Wo", self.attention_projections, layers(config.num_hidden_layers)),
+                ("global attention", self.global_attention, f"{layers(global_layers)}, {seq_length:,} keys a token"),
+                ("local attention", self.local_attention,
+                 f"{layers(local_layers)}, at most {keys:,} keys a token" if local_layers else "no local layer"),
+                ("feed-forward (GeGLU)", self.feed_forward, f"Wi to 2 x {config.intermediate_size}, Wo"),
+                ("MLM head dense", self.head, "the predicted rows"),
+                ("decoder", self.decoder, f"the predicted rows, {config.vocab_size:,} tokens")]
+
 
 def modernbert_flops_by_part(config: BertConfig, seq_length: int, predicted_share: float) -> ModernBertFlops:
     """Matmul FLOPs of one ModernBERT training step per input token, by part.

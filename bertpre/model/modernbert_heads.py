@@ -18,11 +18,11 @@ from torch import nn
 
 import bertpre
 from bertpre.model import hf_format
+from bertpre.model.common import copy_tokenizer_files
 from bertpre.model.config import BertConfig
 from bertpre.model.modernbert import (
     ModernBertModel,
     ModernBertPredictionHead,
-    copy_tokenizer_files,
     init_std,
     special_token_ids,
     trunc_normal,

@@ -4,8 +4,8 @@ What differs from BERT, and nothing else: positions start after the padding's ro
 real tokens alone (a left-padded row reads the same positions as the unpadded one); one token
 type; no pooler and no pair head (RoBERTa was pretrained on the masked LM alone); the MLM head's
 own layout (`lm_head.dense`, `lm_head.layer_norm`, `lm_head.decoder` tied to the word
-embeddings, `lm_head.bias`), with exact GELU whatever `hidden_act` says; the task heads of
-`RobertaFor*`; the pair layout `<s> A </s></s> B </s>` (`roberta_layout`). The embeddings' LayerNorm eps (1e-5) and the one token type are RoBERTa's
+embeddings, `lm_head.bias`), with exact GELU whatever `hidden_act` says (the task heads of
+`RobertaFor*` are `roberta_heads`); the pair layout `<s> A </s></s> B </s>` (`roberta_layout`). The embeddings' LayerNorm eps (1e-5) and the one token type are RoBERTa's
 config values (`families.ROBERTA_MODEL_DEFAULTS`), not code. The layers are BERT's own
 (`bertpre.model.bert`).
 """
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import shutil
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -25,7 +24,7 @@ from torch import nn
 
 import bertpre
 from bertpre.errors import UserError
-from bertpre.model import hf_format
+from bertpre.model import common, hf_format
 from bertpre.model.bert import (
     BertEmbeddings,
     BertModel,
@@ -34,19 +33,16 @@ from bertpre.model.bert import (
     init_weights,
 )
 from bertpre.model.bert_cost import ForwardShape
+from bertpre.model.common import TOKENIZER_FILES
 from bertpre.model.config import BertConfig
 from bertpre.model.layer_norm import LayerNorm
 from bertpre.model.roberta_config import ROBERTA_CLASS_PREFIXES
-from bertpre.model.unpad import Unpadded
 from bertpre.tokenizer import load_tokenizer
 from bertpre.tokenizer.roles import attach_roles, token_roles
 
 # Tensors Hugging Face's RobertaForMaskedLM stores under a second name (tied), and buffers.
 TIED_KEYS = ("lm_head.decoder.weight", "lm_head.decoder.bias")
 BUFFER_SUFFIXES = ("position_ids", "token_type_ids")
-# The files a Hugging Face tokenizer folder may hold, copied into an export as they are.
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
-                   "vocab.json", "merges.txt", "vocab.txt", "sentencepiece.bpe.model", "spiece.model")
 
 
 # --- the network ---------------------------------------------------------------------------
@@ -155,93 +151,6 @@ def display_name(config: BertConfig) -> str:
     return "XLM-RoBERTa" if config.architecture == "xlm-roberta" else "RoBERTa"
 
 
-# --- task heads ----------------------------------------------------------------------------
-
-
-class RobertaTaskModel(nn.Module):
-    """`roberta` (no pooler) and a head drawn from the seed: what RoBERTa's task models share."""
-
-    takes_unpadded = True  # forward's `unpadded`: the layers compute nothing for padding
-
-    def __init__(self, config: BertConfig, num_labels: int) -> None:
-        super().__init__()
-        self.num_labels = num_labels
-        self.roberta = RobertaModel(config)
-
-    def reset_head(self) -> None:
-        """Draw the head's initial weights from the current torch seed, as transformers does."""
-        for name, module in self.named_children():
-            if name != "roberta":
-                module.apply(partial(init_weights, std=self.roberta.config.initializer_range))
-
-    def hidden_states(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                      token_type_ids: torch.Tensor | None = None, unpadded: Unpadded | None = None) -> torch.Tensor:
-        """The encoder's output for every token (B, T, C)."""
-        return self.roberta(input_ids, attention_mask, token_type_ids, unpadded=unpadded).last_hidden_state
-
-
-class RobertaClassificationHead(nn.Module):
-    """<s>'s output → dropout → dense → tanh → dropout → out_proj (RoBERTa's own, where BERT
-    reads its pooler)."""
-
-    def __init__(self, config: BertConfig, num_labels: int) -> None:
-        super().__init__()
-        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
-        self.out_proj = nn.Linear(config.hidden_size, num_labels)
-
-    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        """(B, T, C) → (B, num_labels)."""
-        first = self.dropout(hidden_states[:, 0])
-        return self.out_proj(self.dropout(torch.tanh(self.dense(first))))
-
-
-class RobertaForSequenceClassification(RobertaTaskModel):
-    """`roberta` → `classifier` on <s> (Hugging Face's names and math); `num_labels` 1 is regression."""
-
-    def __init__(self, config: BertConfig, num_labels: int) -> None:
-        super().__init__(config, num_labels)
-        self.classifier = RobertaClassificationHead(config, num_labels)
-        self.reset_head()
-
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                token_type_ids: torch.Tensor | None = None, unpadded: Unpadded | None = None) -> torch.Tensor:
-        """Logits (B, num_labels)."""
-        # The head reads <s> alone: the last layer computes that position only (exact).
-        hidden = self.roberta(input_ids, attention_mask, token_type_ids, last_rows=1,
-                              unpadded=unpadded).last_hidden_state  # (B, 1, C)
-        return self.classifier(hidden)
-
-
-class RobertaForTokenClassification(RobertaTaskModel):
-    """`roberta` → every token's output → dropout → `classifier` (Hugging Face's names and math)."""
-
-    def __init__(self, config: BertConfig, num_labels: int) -> None:
-        super().__init__(config, num_labels)
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
-        self.classifier = nn.Linear(config.hidden_size, num_labels)
-        self.reset_head()
-
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                token_type_ids: torch.Tensor | None = None, unpadded: Unpadded | None = None) -> torch.Tensor:
-        """Logits (B, T, num_labels)."""
-        return self.classifier(self.dropout(self.hidden_states(input_ids, attention_mask, token_type_ids, unpadded)))
-
-
-class RobertaForQuestionAnswering(RobertaTaskModel):
-    """`roberta` → every token's output → `qa_outputs` (C → 2), no dropout (Hugging Face's names and math)."""
-
-    def __init__(self, config: BertConfig, num_labels: int = 2) -> None:
-        super().__init__(config, num_labels)
-        self.qa_outputs = nn.Linear(config.hidden_size, num_labels)
-        self.reset_head()
-
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                token_type_ids: torch.Tensor | None = None, unpadded: Unpadded | None = None) -> torch.Tensor:
-        """Logits (B, T, 2): the start logit of each token at [..., 0], the end logit at [..., 1]."""
-        return self.qa_outputs(self.hidden_states(input_ids, attention_mask, token_type_ids, unpadded))
-
-
 # --- Hugging Face folders ------------------------------------------------------------------
 
 
@@ -312,11 +221,7 @@ def copy_tokenizer_files(tokenizer_folder: Path, folder: Path) -> list[str]:
     (`roberta_layout`), and its tokenizer_config.json names transformers' generic fast tokenizer,
     which reads that layout from tokenizer.json (`BertTokenizer` would lay pairs out as BERT's,
     with a second token type RoBERTa has not)."""
-    copied = []
-    for name in TOKENIZER_FILES:
-        if (tokenizer_folder / name).is_file():
-            shutil.copyfile(tokenizer_folder / name, folder / name)
-            copied.append(name)
+    copied = common.copy_tokenizer_files(tokenizer_folder, folder)
     path, config_path = folder / TOKENIZER_FILES[0], folder / TOKENIZER_FILES[1]
     if path.is_file():
         tokenizer = Tokenizer.from_file(str(path))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from bertpre.labels import query_rows
 from bertpre.model.bert_cost import (
     BYTES_PER_ELEMENT,
     ForwardShape,
@@ -33,9 +34,9 @@ def count_xlnet_parameters(config: BertConfig) -> ParameterCounts:
 
 
 def plm_query_rows(seq_length: int, predicted_share: float) -> int:
-    """P, the query stream's rows at length T: `PermutationCollator.slots`' rounding of T·share
-    (share 1 for the hf plan and clm: every row)."""
-    return max(1, int(seq_length * predicted_share + 0.5))
+    """P, the query stream's rows at length T (`labels.query_rows`; share 1 for the hf plan and
+    clm: every row)."""
+    return query_rows(seq_length, predicted_share)
 
 
 @dataclass

@@ -17,7 +17,6 @@ from bertpre.model.cost import (
     count_parameters,
     estimate_inference_memory,
     estimate_memory,
-    global_layer_count,
     plm_query_rows,
     readable,
     training_flops_per_token,
@@ -176,7 +175,7 @@ def format_encoder_info(info: ModelInfo, here: torch.device | None = None) -> st
     lines += [
         "",
         f"training FLOPs per token (s={info.seq_length}, predicted share {info.predicted_share:g})",
-        *modernbert_flops_lines(info),
+        *flops_part_lines(info),
         f"  sparse MLM head  {figure(info.flops_per_token / 1e6, 1):>10} MFLOP"
         f"   (dense head would be {figure(info.dense_head_flops_per_token / 1e6, 1)} MFLOP)",
         f"  per sequence     {figure(info.flops_per_token * info.seq_length / 1e9, 2)} GFLOP",
@@ -195,26 +194,14 @@ def format_encoder_info(info: ModelInfo, here: torch.device | None = None) -> st
     return "\n".join(lines + ([note] if note else []))
 
 
-def modernbert_flops_lines(info: ModelInfo) -> list[str]:
-    """A ModernBERT's training FLOPs per token by part (none for other families)."""
-    flops, config = info.flops_by_part, info.config
+def flops_part_lines(info: ModelInfo) -> list[str]:
+    """The training FLOPs per token by part, where the family's row gives them
+    (`Family.flops_by_part`, whose record lists its parts: ModernBERT's)."""
+    flops = info.flops_by_part
     if flops is None:
         return []
-    global_layers = global_layer_count(config)
-    local_layers = config.num_hidden_layers - global_layers
-    keys = min(info.seq_length, 2 * config.sliding_window + 1)
-    def layers(count: int) -> str:
-        return f"{count} layer" + ("" if count == 1 else "s")
-
-    parts = [("attention Wqkv, Wo", flops.attention_projections, layers(config.num_hidden_layers)),
-             ("global attention", flops.global_attention, f"{layers(global_layers)}, {info.seq_length:,} keys a token"),
-             ("local attention", flops.local_attention,
-              f"{layers(local_layers)}, at most {keys:,} keys a token" if local_layers else "no local layer"),
-             ("feed-forward (GeGLU)", flops.feed_forward, f"Wi to 2 x {config.intermediate_size}, Wo"),
-             ("MLM head dense", flops.head, "the predicted rows"),
-             ("decoder", flops.decoder, f"the predicted rows, {config.vocab_size:,} tokens")]
     return [f"  {name:<22}{figure(value / 1e6, 3):>10} MFLOP  {100 * value / flops.total:5.1f}%  {what}"
-            for name, value, what in parts]
+            for name, value, what in flops.parts(info.config, info.seq_length)]
 
 
 def model_names(config: BertConfig) -> tuple[str, str, str]:

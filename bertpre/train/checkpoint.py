@@ -1,7 +1,7 @@
 """Checkpoints: write `RUN/checkpoints/step-NNNNNNNN/` atomically, find `latest`, load safely.
 
 A checkpoint folder holds the model (`config.json` + `model.safetensors`, from
-`save_pretrained`), `optimizer.pt`, `scaler.pt` (fp16 only), one `rng_state_<rank>.pt` per
+`save_pretrained`; config.json names bertpre's architecture too, `hf_format.record_architecture`), `optimizer.pt`, `scaler.pt` (fp16 only), one `rng_state_<rank>.pt` per
 process and `trainer_state.json` (step, epoch, data position, skipped steps). Every `.pt` file
 loads with `torch.load(weights_only=True)`; anything else is refused. `checksums.json`, written
 last, holds every other file's size and sha256, and those of the run's tokenizer files: a
@@ -29,7 +29,8 @@ from bertpre.errors import UserError, signals_held
 from bertpre.inventory import Inventory, file_digest, foreign_paths, restore_kept, shown, swap_in
 from bertpre.links import link_target
 from bertpre.model.config import BertConfig
-from bertpre.model.hf_format import CONFIG_NAME, read_config
+from bertpre.model.families import pretraining_config
+from bertpre.model.hf_format import CONFIG_NAME, read_config, record_architecture
 from bertpre.tokenizer.wordpiece import load_tokenizer
 from bertpre.train.rng_state import capture_rng_state, restore_rng_state
 from bertpre.train.runtime import Runtime, barrier
@@ -92,6 +93,8 @@ def save_checkpoint(run_dir: Path, step: int, *, model: torch.nn.Module,
     barrier(runtime)
     if runtime.is_main:
         model.save_pretrained(staging)
+        # the family by bertpre's name: a config.json's model_type may be another family's
+        record_architecture(staging, pretraining_config(model).architecture)
         torch.save(optimizer.state_dict(), staging / "optimizer.pt")
         if scaler is not None:
             torch.save(scaler.state_dict(), staging / "scaler.pt")

@@ -12,7 +12,7 @@ from tokenizers.models import WordPiece
 
 from bertpre.batches.plm import PermutationCollator, expand_plm, target_count, xlnet_spans
 from bertpre.errors import UserError
-from bertpre.labels import IGNORE_INDEX
+from bertpre.labels import IGNORE_INDEX, query_rows
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 WORDS = [f"w{i}" for i in range(60)]
@@ -200,3 +200,20 @@ def test_a_batch_of_short_rows_is_padded_to_whole_blocks_of_the_order(tokenizer)
     assert batch["input_ids"].shape[1] % 8 == 0
     odd = [row for row in made if len(row["input_ids"]) % 2] or made
     assert PermutationCollator(tokenizer, plan="hf", seed=1)(odd[:1])["input_ids"].shape[1] % 2 == 0
+
+
+def test_the_collator_the_objective_and_the_cost_model_count_one_p(tokenizer):
+    """P is one function (`labels.query_rows`): the collator's slots, the objective's cost option
+    and the cost model's query rows are its value, round(T·share) and at least 1."""
+    from bertpre.config import load_config
+    from bertpre.model.cost import plm_query_rows
+    from bertpre.train.objectives import objective_for
+
+    assert [query_rows(length, 1 / 6) for length in (1, 2, 3, 32, 512)] == [1, 1, 1, 5, 85]
+    for length, share in ((32, 1 / 6), (100, 0.15), (512, 1 / 6), (7, 0.01)):
+        collator = PermutationCollator(tokenizer, plm_probability=share, seed=1)
+        config = load_config(None, ["model.architecture=xlnet", "data.objective=plm", f"data.plm_probability={share}",
+                                    f"data.max_seq_length={max(length, 8)}"])
+        rows = objective_for("plm").cost_options(config)["query_rows"]
+        assert collator.slots(length) == plm_query_rows(length, share) == query_rows(length, share)
+        assert rows == query_rows(max(length, 8), share)

@@ -280,7 +280,7 @@ def test_the_saved_model_loads_in_transformers_with_the_same_logits(
     import torch
     from safetensors.torch import load_file
 
-    from bertpre.model.heads import BertForSequenceClassification, BertForTokenClassification
+    from bertpre.model.bert_heads import BertForSequenceClassification, BertForTokenClassification
     from bertpre.model.hf_format import read_config
 
     if task == "tagging":

@@ -12,9 +12,10 @@ from safetensors.torch import load_file
 from bertpre.finetune.model import build_task_model
 from bertpre.finetune.saved_model import save_task_model
 from bertpre.model import BertConfig
+from bertpre.model.bert_heads import BertForQuestionAnswering
 from bertpre.model.families import family
-from bertpre.model.heads import BertForQuestionAnswering, XLNetForQuestionAnsweringSimple
 from bertpre.model.hf_format import read_config
+from bertpre.model.xlnet_heads import XLNetForQuestionAnsweringSimple
 from bertpre.tokenizer import load_tokenizer
 
 transformers = pytest.importorskip("transformers")

@@ -13,7 +13,7 @@ from safetensors.torch import load_file
 from test_finetune import run_main, write_conll, write_task
 
 from bertpre.model.hf_format import read_config
-from bertpre.model.roberta import (
+from bertpre.model.roberta_heads import (
     RobertaForQuestionAnswering,
     RobertaForSequenceClassification,
     RobertaForTokenClassification,

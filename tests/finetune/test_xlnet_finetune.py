@@ -19,7 +19,7 @@ from bertpre.finetune.loop import encoder_features
 from bertpre.finetune.model import build_task_model
 from bertpre.finetune.source import load_encoder
 from bertpre.labels import IGNORE_INDEX
-from bertpre.model.heads import XLNetForSequenceClassification, XLNetForTokenClassification
+from bertpre.model.xlnet_heads import XLNetForSequenceClassification, XLNetForTokenClassification
 from bertpre.tools.export import export
 from bertpre.train.runtime import Runtime
 

@@ -11,6 +11,7 @@ from bertpre.config import load_config
 from bertpre.config.sections import OBJECTIVES as CONFIG_OBJECTIVES
 from bertpre.errors import UserError
 from bertpre.model import BertConfig, BertForPreTraining, XLNetLMHeadModel
+from bertpre.model.config import ARCHITECTURE_KEY
 from bertpre.model.cost import ForwardShape, inference_shortfall
 from bertpre.model.families import (
     FAMILIES,
@@ -20,6 +21,7 @@ from bertpre.model.families import (
     load_pretraining_model,
     token_types,
 )
+from bertpre.model.hf_format import read_config
 from bertpre.train.objectives import OBJECTIVES
 from tests._toy_family import ARCHITECTURE, TOY
 
@@ -118,6 +120,18 @@ def test_a_row_builds_its_model_and_counts_its_parameters_by_its_own_formula(con
     assert set(row.config.shape_fields) <= set(config.to_dict()) and "architecture" in row.config.shape_fields
 
 
+def test_a_rows_own_numeric_keys_are_ranged_by_the_row_and_the_config_asks_it(conforming):
+    from bertpre.config.rules import RULES
+
+    row, _ = conforming
+    assert set(row.config.ranges) <= set(row.config.own_keys)
+    assert all(RULES[f"model.{name}"] is rule for name, rule in row.config.ranges.items())
+    if row.architecture == "modernbert":
+        assert "local_attention" in row.config.ranges
+        with pytest.raises(UserError, match="model.local_attention must be a positive integer of at most"):
+            load_config("tiny-modernbert", ["model.local_attention=0"])
+
+
 def test_a_rows_export_loads_in_transformers_with_every_weight_and_equal_logits_and_starts_a_run(
         conforming, tmp_path):
     row, config = conforming
@@ -203,14 +217,6 @@ def test_a_rows_run_died_after_a_checkpoint_goes_on_bit_for_bit(conforming, tiny
                                                               one_thread):
     row, _ = conforming
     straight = train_losses(tiny_data, tmp_path / "straight", row.architecture, monkeypatch)
-    if row.architecture == ARCHITECTURE:
-        # The seam's gap, found here: a checkpoint says its family by its config.json's
-        # model_type, and the toy writes BERT's, so its checkpoint reads back as BERT's and the
-        # run is refused. A real family writes its own model_type; the toy cannot (transformers
-        # would not load its export). When checkpoints name their family, this resumes too.
-        with pytest.raises(UserError, match=r"is for a different model \(architecture 'bert', config has 'toy'\)"):
-            train_losses(tiny_data, tmp_path / "resumed", row.architecture, monkeypatch, stop_after=2)
-        return
     resumed = train_losses(tiny_data, tmp_path / "resumed", row.architecture, monkeypatch, stop_after=2)
     assert len(straight) == 4 and resumed == straight
     from safetensors.torch import load_file
@@ -218,3 +224,90 @@ def test_a_rows_run_died_after_a_checkpoint_goes_on_bit_for_bit(conforming, tiny
     final = "checkpoints/step-00000004/model.safetensors"
     a, b = load_file(tmp_path / "straight" / final), load_file(tmp_path / "resumed" / final)
     assert a.keys() == b.keys() and all(torch.equal(a[name], b[name]) for name in a)
+    # the checkpoint names its family by bertpre's name, whatever model_type it writes (the toy: BERT's)
+    written = json.loads((tmp_path / "resumed" / "checkpoints/step-00000004/config.json").read_text())
+    assert written[ARCHITECTURE_KEY] == row.architecture
+    assert read_config(tmp_path / "resumed" / "checkpoints/step-00000004").architecture == row.architecture
+
+
+def test_a_checkpoint_written_before_it_named_its_architecture_still_resumes(tiny_data, tmp_path, monkeypatch,
+                                                                           one_thread):
+    """An older checkpoint (no ARCHITECTURE_KEY, no checksums.json) routes by its model_type."""
+    straight = train_losses(tiny_data, tmp_path / "straight", "roberta", monkeypatch)
+    config = load_config(RUN_SETTINGS["roberta"][0], [
+        f"data.path={tiny_data}", f"train.out={tmp_path / 'resumed'}", "train.max_steps=4", "train.log_every=1",
+        "train.eval_every=1000", "train.save_every=1", "data.max_seq_length=32", *RUN_SETTINGS["roberta"][1]])
+    pretrain_dying_after(config, 2, monkeypatch)
+    for step in (1, 2):
+        folder = tmp_path / "resumed" / "checkpoints" / f"step-{step:08d}"
+        if not folder.is_dir():
+            continue
+        hf = json.loads((folder / "config.json").read_text())
+        del hf[ARCHITECTURE_KEY]
+        (folder / "config.json").write_text(json.dumps(hf))
+        (folder / "checksums.json").unlink()
+        assert read_config(folder).architecture == "roberta"  # its model_type's row
+    import bertpre.train.trainer as trainer
+
+    trainer.pretrain(config)
+    rows = [json.loads(line) for line in (tmp_path / "resumed" / "metrics.jsonl").read_text().splitlines()]
+    assert [row["train/loss"] for row in rows if "train/loss" in row] == straight
+
+
+def test_a_checkpoint_naming_an_architecture_not_built_is_one_line(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({**BertConfig(**TINY).to_hf_dict(), ARCHITECTURE_KEY: "gpt"}))
+    with pytest.raises(UserError, match="config.json names bertpre architecture 'gpt', which this bertpre does not build"):
+        read_config(tmp_path)
+
+
+# task: (transformers' Auto class, bertpre's label names); every task kind's `--save-model`
+SAVED_TASKS = {
+    "classification": ("AutoModelForSequenceClassification", ["neg", "neutral", "pos"]),
+    "regression": ("AutoModelForSequenceClassification", []),
+    "tagging": ("AutoModelForTokenClassification", ["O", "B-X", "I-X"]),
+    "qa": ("AutoModelForQuestionAnswering", []),
+}
+
+
+@pytest.mark.parametrize("task", list(SAVED_TASKS))
+def test_a_rows_saved_task_model_loads_in_transformers_with_every_weight_and_equal_logits(
+        conforming, task, tiny_data, tmp_path):
+    """`--save-model` of every task kind for every row: the folder loads through transformers'
+    Auto class with no missing, unexpected or redrawn tensor and gives the task model's logits
+    on a padded batch."""
+    import inspect
+
+    from bertpre.finetune.model import build_task_model
+    from bertpre.finetune.saved_model import save_task_model
+
+    row, config = conforming
+    auto_class, label_names = SAVED_TASKS[task]
+    torch.manual_seed(0)
+    encoder_state = row.build_encoder(config).state_dict()
+    ours = build_task_model(config, encoder_state, {"regression": 1, "qa": 2}.get(task, len(label_names)),
+                            tagging=task == "tagging", question_answering=task == "qa")
+    with torch.no_grad():
+        for parameter in ours.parameters():  # every weight off its init, so that each one counts
+            parameter.add_(torch.randn_like(parameter) * 0.05)
+    ours.eval()
+    saved = save_task_model(tmp_path, ours, config, task=task, label_names=label_names,
+                            tokenizer_folder=tiny_data / "tokenizer")
+    theirs, loading = getattr(transformers, auto_class).from_pretrained(saved, output_loading_info=True)
+    assert all(len(keys) == 0 for keys in loading.values()), loading
+    input_ids, attention_mask = padded_ids()
+    token_type_ids = torch.zeros_like(input_ids)
+    inputs = {"input_ids": input_ids, "attention_mask": attention_mask}
+    if "token_type_ids" in inspect.signature(theirs.forward).parameters:
+        inputs["token_type_ids"] = token_type_ids
+    with torch.no_grad():
+        mine = ours(input_ids, attention_mask, token_type_ids)
+        out = theirs.eval()(**inputs)
+    real = attention_mask.bool()
+    if task == "qa":
+        torch.testing.assert_close(out.start_logits[real], mine[..., 0][real], atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(out.end_logits[real], mine[..., 1][real], atol=1e-4, rtol=1e-4)
+    elif task == "tagging":
+        torch.testing.assert_close(out.logits[real], mine[real], atol=1e-4, rtol=1e-4)
+    else:
+        torch.testing.assert_close(out.logits, mine, atol=1e-4, rtol=1e-4)
+    assert mine.abs().max() > 0.01  # not a trivially equal pair of zeros

@@ -26,15 +26,17 @@ from bertpre.model.hf_format import read_config
 from bertpre.model.roberta import (
     RobertaEmbeddings,
     RobertaForMaskedLM,
-    RobertaForQuestionAnswering,
-    RobertaForSequenceClassification,
-    RobertaForTokenClassification,
     copy_tokenizer_files,
     read_roberta_weights,
     roberta_export_writer,
     roberta_layout,
     roberta_mask_logits,
     write_roberta_task_folder,
+)
+from bertpre.model.roberta_heads import (
+    RobertaForQuestionAnswering,
+    RobertaForSequenceClassification,
+    RobertaForTokenClassification,
 )
 
 transformers = pytest.importorskip("transformers")

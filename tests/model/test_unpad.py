@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from bertpre.model import BertConfig, BertModel
-from bertpre.model.heads import BertForSequenceClassification, BertForTokenClassification
+from bertpre.model.bert_heads import BertForSequenceClassification, BertForTokenClassification
 from bertpre.model.unpad import Unpadded
 
 SHAPES = {

@@ -23,7 +23,7 @@ from torch import nn
 from bertpre.batches.plm import PermutationCollator, expand_plm
 from bertpre.batches.segments import MixedSegments, SegmentInstances
 from bertpre.errors import UserError
-from bertpre.labels import IGNORE_INDEX
+from bertpre.labels import IGNORE_INDEX, query_rows
 from bertpre.model.xlnet import XLNetLMHeadModel
 from bertpre.train.checkpoint import MEMORY_FILE, USE_ANOTHER_CHECKPOINT, read_rank_tensors
 from bertpre.train.objectives.base import Objective, copy_inputs, perplexity
@@ -257,7 +257,7 @@ class PermutationLanguageModel(Objective):
         data = config.data
         length = data.max_seq_length
         share = self.predicted_share(data)
-        rows = length if share == 1.0 else max(1, int(length * share + 0.5))
+        rows = query_rows(length, share)  # share 1: every row
         return {"memory_length": config.model.mem_len, "query_rows": rows,
                 "micro_batch_size": config.train.micro_batch_size}
 
