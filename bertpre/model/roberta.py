@@ -37,6 +37,7 @@ from bertpre.model.common import TOKENIZER_FILES
 from bertpre.model.config import BertConfig
 from bertpre.model.layer_norm import LayerNorm
 from bertpre.model.roberta_config import ROBERTA_CLASS_PREFIXES
+from bertpre.model.unpad import Unpadded
 from bertpre.tokenizer import load_tokenizer
 from bertpre.tokenizer.roles import attach_roles, token_roles
 
