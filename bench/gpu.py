@@ -309,12 +309,12 @@ def bertpre_stepper(model: torch.nn.Module, batches: list[dict[str, torch.Tensor
                     fused: bool, precision: str, compile_model: bool = False, capped: bool = True
                     ) -> tuple[Stepper, list[dict[str, torch.Tensor]], dict]:
     """bertpre's side as the trainer runs it, its device micro-batches and what describes them."""
-    from bertpre.train.objectives.mlm import UNPAD_BUCKET, MaskedLMStep
+    from bertpre.train.objectives.mlm import MaskedLMStep, compiled_unpad_bucket
 
     slots = prediction_slots(batches[0]["input_ids"].shape[1], batches, capped)
     bucket = None  # model.unpad: the exact count eager, bucketed compiled (`mlm.unpad_bucket`)
     if getattr(model.config, "unpad", False):
-        bucket = min(UNPAD_BUCKET, max(1, batches[0]["input_ids"].numel() // 8)) if compile_model else 1
+        bucket = compiled_unpad_bucket(batches[0]["input_ids"].numel()) if compile_model else 1
     # A compiled step keeps the mask, as the trainer does: one graph for every batch.
     inputs, totals = trainer_batches(batches, slots, device, keep_attention_mask=compile_model, unpad_bucket=bucket)
     objective = MaskedLMStep(model)

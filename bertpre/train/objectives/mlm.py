@@ -97,7 +97,13 @@ def unpad_bucket(config: Config) -> int | None:
         return None
     if config.train.compile is not True:
         return 1
-    return min(UNPAD_BUCKET, max(1, config.train.micro_batch_size * config.data.max_seq_length // 8))
+    return compiled_unpad_bucket(config.train.micro_batch_size * config.data.max_seq_length)
+
+
+def compiled_unpad_bucket(positions: int) -> int:
+    """The compiled step's bucket for a micro-batch of `positions` (B·T): `UNPAD_BUCKET`, or an
+    eighth of B·T where smaller."""
+    return min(UNPAD_BUCKET, max(1, positions // 8))
 
 
 def freeze_pair_head(model: BertForPreTraining) -> None:
