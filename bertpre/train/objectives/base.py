@@ -66,6 +66,17 @@ def step_totals(counts: list[Sequence[int]], runtime: Runtime) -> list[int]:
     return [int(value) for value in all_reduce_sum(reduced, runtime).tolist()]
 
 
+def summed_over_processes(device_sums: torch.Tensor, host_counts: torch.Tensor,
+                          world_size: int) -> tuple[list[float], list[float]]:
+    """An evaluator's device sums and host counts, summed over the `world_size` processes that each
+    scored a share of the batches, read once."""
+    if world_size > 1:
+        torch.distributed.all_reduce(device_sums)
+        host_counts = host_counts.to(device_sums.device)
+        torch.distributed.all_reduce(host_counts)
+    return device_sums.tolist(), host_counts.tolist()
+
+
 def copy_inputs(batch: dict[str, torch.Tensor], names: tuple[str, ...], device: torch.device, *,
                 keep_attention_mask: bool) -> dict[str, torch.Tensor]:
     """The model's inputs (`names`) of a host batch, copied without waiting (from pinned memory).

@@ -15,7 +15,13 @@ from bertpre.labels import IGNORE_INDEX, MASK_ACTION_NAMES
 from bertpre.model import BertForPreTraining
 from bertpre.model.families import family_of
 from bertpre.model.unpad import Unpadded
-from bertpre.train.objectives.base import LossTerm, Objective, copy_inputs, perplexity
+from bertpre.train.objectives.base import (
+    LossTerm,
+    Objective,
+    copy_inputs,
+    perplexity,
+    summed_over_processes,
+)
 
 if TYPE_CHECKING:
     from bertpre.config import Config, DataConfig
@@ -242,12 +248,9 @@ class Evaluator:
                 *[(hits & (slot_actions == code)).sum() for code in actions],
             ]).double()
         model.train(was_training)
-        if self.world_size > 1:
-            torch.distributed.all_reduce(device_sums)
-            host_counts = host_counts.to(device)
-            torch.distributed.all_reduce(host_counts)
-        (mlm_loss, correct, pair_loss, pair_correct, *action_correct) = device_sums.tolist()
-        (predictions, pairs, sequences, *action_counts) = host_counts.tolist()
+        device_values, host_values = summed_over_processes(device_sums, host_counts, self.world_size)
+        (mlm_loss, correct, pair_loss, pair_correct, *action_correct) = device_values
+        (predictions, pairs, sequences, *action_counts) = host_values
 
         def ratio(numerator: float, denominator: float) -> float:
             return numerator / denominator if denominator else float("nan")

@@ -26,7 +26,7 @@ from bertpre.errors import UserError
 from bertpre.labels import IGNORE_INDEX, query_rows
 from bertpre.model.xlnet import XLNetLMHeadModel
 from bertpre.train.checkpoint import MEMORY_FILE, USE_ANOTHER_CHECKPOINT, read_rank_tensors
-from bertpre.train.objectives.base import Objective, copy_inputs, perplexity
+from bertpre.train.objectives.base import Objective, copy_inputs, perplexity, summed_over_processes
 
 if TYPE_CHECKING:
     from bertpre.config import Config, DataConfig
@@ -316,11 +316,7 @@ class SegmentEvaluator:
             memory.keep(0, carry)
             device_sums += sums
         model.train(was_training)
-        if self.world_size > 1:
-            torch.distributed.all_reduce(device_sums)
-            host_counts = host_counts.to(device)
-            torch.distributed.all_reduce(host_counts)
-        (loss, correct), (predictions, sequences) = device_sums.tolist(), host_counts.tolist()
+        (loss, correct), (predictions, sequences) = summed_over_processes(device_sums, host_counts, self.world_size)
         loss = loss / predictions if predictions else float("nan")
         return {f"{self.objective}_loss": loss,
                 "perplexity": perplexity(loss),

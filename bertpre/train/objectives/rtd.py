@@ -19,7 +19,7 @@ from bertpre.batches import MaskingCollator, PretrainingInstances
 from bertpre.labels import IGNORE_INDEX
 from bertpre.model.config import BertConfig
 from bertpre.model.replaced_token import ReplacedTokenDetection
-from bertpre.train.objectives.base import LossTerm, perplexity
+from bertpre.train.objectives.base import LossTerm, perplexity, summed_over_processes
 from bertpre.train.objectives.mlm import MaskedLanguageModel, device_batch
 
 if TYPE_CHECKING:
@@ -34,6 +34,11 @@ EXTRA_STATS = ("replaced_correct", "replaced_tokens")
 def generator_data(data_config: DataConfig) -> DataConfig:
     """The masking the generator reads: every masked token [MASK] (no 80/10/10, as ELECTRA)."""
     return dataclasses.replace(data_config, mask_replace_prob=1.0, random_replace_prob=0.0)
+
+
+def replaced_token_host_counts(batch: dict[str, torch.Tensor]) -> list[int]:
+    """A host batch's predictions (the generator's term) and real tokens (the discriminator's)."""
+    return [int((batch["masked_lm_ids"] != IGNORE_INDEX).sum()), int(batch["attention_mask"].sum())]
 
 
 def sample_tokens(logits: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
@@ -125,7 +130,7 @@ class ReplacedTokenObjective(MaskedLanguageModel):
         return super().build_batches(mixture, config, accumulation=accumulation, rank=rank, world_size=world_size)
 
     def host_counts(self, batch: dict[str, torch.Tensor]) -> list[int]:
-        return [int((batch["masked_lm_ids"] != IGNORE_INDEX).sum()), int(batch["attention_mask"].sum())]
+        return replaced_token_host_counts(batch)
 
     def step_module(self, model: nn.Module, label_smoothing: float = 0.0) -> nn.Module:
         return ReplacedTokenStep(model, label_smoothing)
@@ -184,20 +189,15 @@ class ReplacedTokenEvaluator:
         for start in starts[self.rank::self.world_size]:
             rows = range(start, min(start + self.micro_batch_size, len(self.instances)))
             batch = self.collate(self.instances.__getitems__(rows))
-            host_counts += torch.tensor([int((batch["masked_lm_ids"] != IGNORE_INDEX).sum()),
-                                         int(batch["attention_mask"].sum())], dtype=torch.float64)
+            host_counts += torch.tensor(replaced_token_host_counts(batch), dtype=torch.float64)
             inputs = device_batch(batch, device, keep_attention_mask=True)
             with autocast or contextlib.nullcontext():
                 *_, sums = replaced_token_sums(model, inputs, lambda logits: torch.rand(
                     logits.shape, generator=draws, device=logits.device))
             device_sums += sums
         model.train(was_training)
-        if self.world_size > 1:
-            torch.distributed.all_reduce(device_sums)
-            host_counts = host_counts.to(device)
-            torch.distributed.all_reduce(host_counts)
-        mlm_loss, mlm_correct, rtd_loss, rtd_correct, replaced_correct, replaced = device_sums.tolist()
-        predictions, tokens = host_counts.tolist()
+        device_values, (predictions, tokens) = summed_over_processes(device_sums, host_counts, self.world_size)
+        mlm_loss, mlm_correct, rtd_loss, rtd_correct, replaced_correct, replaced = device_values
 
         def ratio(numerator: float, denominator: float) -> float:
             return numerator / denominator if denominator else float("nan")
