@@ -118,12 +118,9 @@ def run_config(args, objective: str, data: Path, out: Path, seed: int, steps: in
 
 def flops_per_token(config, vocab_size: int) -> float:
     """Training FLOPs per position of `config` (forward + backward, the cost model's terms)."""
-    from bertpre.model.cost import training_flops_per_token
-    from bertpre.train.setup import cost_options, predicted_share
+    from bertpre.train.setup import token_flops
 
-    model = dataclasses.replace(config.model, vocab_size=vocab_size)
-    return training_flops_per_token(model, config.data.max_seq_length, predicted_share(config.data),
-                                    **cost_options(config))
+    return token_flops(dataclasses.replace(config, model=dataclasses.replace(config.model, vocab_size=vocab_size)))
 
 
 def fill_in_windows(data, length: int, seed: int = 1234) -> dict[str, torch.Tensor]:

@@ -3,6 +3,8 @@ memory; each family's own functions (`bert_cost`, `xlnet_cost`, `roberta_cost`, 
 the family table names them."""
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from bertpre.model.bert_cost import (
     BYTES_PER_ELEMENT,
     ForwardShape,
@@ -104,14 +106,22 @@ def training_memory_floor(config: BertConfig, seq_length: int, predicted_share: 
 def memory_shortfall(config: BertConfig, seq_length: int, predicted_share: float,
                      micro_batch_size: int, available: int, where: str, *, memory_length: int | None = None,
                      query_rows: int | None = None, memory_rows: int | None = None,
-                     device_type: str = "cuda") -> str | None:
+                     device_type: str = "cuda", beside: Sequence[tuple[BertConfig, float]] = ()) -> str | None:
     """Why a run on a device of `device_type` cannot fit in `available` bytes even at its leanest
-    (`training_memory_floor`), or None when it may; `where` names the memory ('the GPU has')."""
+    (`training_memory_floor`), or None when it may; `where` names the memory ('the GPU has').
+    `beside`: other networks the run trains with it, each (config, predicted share) (ELECTRA's
+    generator), whose floors are added."""
     model, activations = training_memory_floor(config, seq_length, predicted_share, micro_batch_size,
                                                memory_length=memory_length, query_rows=query_rows,
                                                memory_rows=memory_rows, device_type=device_type)
+    parameters = count_parameters(config).total
+    for other, share in beside:
+        other_model, other_activations = training_memory_floor(other, seq_length, share, micro_batch_size,
+                                                               device_type=device_type)
+        model, activations = model + other_model, activations + other_activations
+        parameters += count_parameters(other).total
     if model > available:
-        return (f"the model has {count_parameters(config).total:,} parameters, whose weights, gradients "
+        return (f"the model has {parameters:,} parameters, whose weights, gradients "
                 f"and AdamW state alone need {readable(model)}, but {where} {readable(available)}; make "
                 "model.hidden_size, num_hidden_layers, intermediate_size or vocab_size smaller")
     if model + activations > available:

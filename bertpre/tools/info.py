@@ -1,6 +1,8 @@
 """The report behind `bertpre info`: a config's parameters, training FLOPs and memory, for people."""
 from __future__ import annotations
 
+import copy
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -20,10 +22,12 @@ from bertpre.model.cost import (
     plm_query_rows,
     readable,
     training_flops_per_token,
+    training_memory_floor,
 )
 from bertpre.model.families import family
 from bertpre.train.evaluation import evaluation_forward
 from bertpre.train.memory import pretraining_shortfall
+from bertpre.train.objectives import objective_for
 from bertpre.train.setup import predicted_share, resolved_config
 
 DEFAULT_VOCAB_SIZE = 30522  # BERT's uncased WordPiece vocabulary, used for vocab_size: auto
@@ -35,7 +39,7 @@ def info_report(config: Config) -> str:
     DATA where it is tokenized, the shape of `model.init_from`)."""
     here = device_here(config.train.device)
     config = resolved_config(config)
-    return format_info(model_info(
+    report = format_info(model_info(
         config.model,
         seq_length=config.data.max_seq_length,
         predicted_share=predicted_share(config.data),
@@ -47,6 +51,42 @@ def info_report(config: Config) -> str:
         evaluation=evaluation_forward(config.data, config.train.micro_batch_size, config.model.mem_len),
         device_type=estimated_device(config.train.device),
     ), here)
+    return "\n".join([report, *objective_lines(config)])
+
+
+def objective_lines(config: Config) -> list[str]:
+    """Where the objective trains more than one network (ELECTRA's discriminator and generator),
+    each one's parameters (counted on a model built on the meta device: exact, nothing allocated;
+    shared tensors once), training FLOPs per token (their sum is what `perf/mfu` counts) and the
+    least memory its training needs; nothing for one network."""
+    if config.model.vocab_size == "auto":
+        config = dataclasses.replace(config, model=dataclasses.replace(config.model, vocab_size=DEFAULT_VOCAB_SIZE))
+    objective = objective_for(config.data.objective, config.objective)
+    parts = objective.cost_parts(config)
+    if len(parts) == 1:
+        return []
+    with torch.device("meta"):
+        model = objective.build_model(copy.copy(config.model), None, family(config.model).build_pretraining)
+    claimed = [part.prefix for part in parts if part.prefix]
+    options = objective.cost_options(config)
+    seq_length, micro_batch_size = config.data.max_seq_length, config.train.micro_batch_size
+    device_type = estimated_device(config.train.device)
+    lines = ["", f"data.objective {objective.name}: {len(parts)} networks trained together "
+             f"(s={seq_length}, micro_batch_size {micro_batch_size})",
+             f"  {'':<16}{'parameters':>14}  {'MFLOP/token':>12}  {'memory at least':>16}"]
+    total_flops = 0.0
+    for part in parts:
+        parameters = sum(tensor.numel() for name, tensor in model.named_parameters()
+                         if (name.startswith(part.prefix) if part.prefix else not name.startswith(tuple(claimed))))
+        flops = training_flops_per_token(part.model, seq_length, part.predicted_share, **options) + part.head_flops
+        weights, activations = training_memory_floor(part.model, seq_length, part.predicted_share, micro_batch_size,
+                                                     device_type=device_type)
+        total_flops += flops
+        lines.append(f"  {part.name:<16}{parameters:>14,}  {figure(flops / 1e6, 1):>12}  "
+                     f"{readable(weights + activations):>16}")
+    lines.append(f"  {'total':<16}{sum(p.numel() for p in model.parameters()):>14,}  "
+                 f"{figure(total_flops / 1e6, 1):>12}  (perf/mfu counts this total)")
+    return lines
 
 
 def estimated_device(requested: str) -> str:

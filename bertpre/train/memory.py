@@ -3,6 +3,7 @@ allocated (the device's memory read one way for every command)."""
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 
 import torch
 
@@ -27,17 +28,19 @@ def device_memory(device: torch.device) -> tuple[int, str]:
 
 
 def pretraining_shortfall(config: BertConfig, seq_length: int, predicted_share: float, micro_batch_size: int,
-                          device: torch.device, **options: int | None) -> str | None:
+                          device: torch.device, beside: Sequence[tuple[BertConfig, float]] = (),
+                          **options: int | None) -> str | None:
     """Why pretraining on `device` cannot fit its whole memory even at its leanest
     (`cost.memory_shortfall`), judged by the estimate for the device's type (a CPU runs no
     FlexAttention: ModernBERT's dense window grows as T² there), or None when it may.
 
     Args:
+        beside: other networks trained with it, each (config, predicted share): ELECTRA's generator.
         options: the objective's cost options (XLNet's `memory_length`, `query_rows`, `memory_rows`).
     """
     available, where = device_memory(device)
     return memory_shortfall(config, seq_length, predicted_share, micro_batch_size, available, where,
-                            device_type=device.type, **options)
+                            device_type=device.type, beside=beside, **options)
 
 
 def check_forward_fits(config: BertConfig, shape: ForwardShape, device: torch.device, *, what: str,

@@ -153,23 +153,22 @@ def resolved_config(given: Config, data: DataFolder | None = None) -> Config:
     return config
 
 
-def cost_options(config: Config) -> dict[str, int]:
-    """The cost model's objective-specific arguments for one phase's config (none for mlm)."""
-    return objective_for(config.data.objective).cost_options(config)
-
-
 def check_fits_in_memory(config: Config, device: torch.device, world_size: int = 1) -> None:
     """Refuse, before anything is allocated, a run that cannot fit in the device's whole memory
     even at its leanest (`bertpre.model.cost.training_memory_floor`, the estimate for the
-    device's type), in any of its phases."""
+    device's type, of every network the objective trains: `Objective.cost_parts`), in any of its
+    phases."""
     for index in range(max(1, len(config.phases))):
         phase = config.for_phase(index)
-        options = cost_options(phase)
+        objective = objective_for(phase.data.objective, phase.objective)
+        options = objective.cost_options(phase)
         options.pop("micro_batch_size", None)
         if options:  # every row of the device's share of a step keeps its memory
             options["memory_rows"] = phase.train.batch_size // world_size
-        problem = pretraining_shortfall(phase.model, phase.data.max_seq_length, predicted_share(phase.data),
-                                        phase.train.micro_batch_size, device, **options)
+        main, *beside = objective.cost_parts(phase)
+        problem = pretraining_shortfall(main.model, phase.data.max_seq_length, main.predicted_share,
+                                        phase.train.micro_batch_size, device,
+                                        beside=[(part.model, part.predicted_share) for part in beside], **options)
         if problem:
             where_phase = f"phase {index + 1}: " if config.phases else ""
             raise UserError(f"{where_phase}{problem} (`bertpre info --config CFG` estimates the memory)")
@@ -220,6 +219,9 @@ def predicted_share(data_config: DataConfig) -> float:
 
 
 def token_flops(config: Config) -> float:
-    """Training FLOPs per token of one phase's config (what MFU is measured against)."""
-    return training_flops_per_token(config.model, config.data.max_seq_length, predicted_share(config.data),
-                                    **cost_options(config))
+    """Training FLOPs per token of one phase's config (what MFU is measured against): every network
+    its objective trains (`Objective.cost_parts`), each at its own predicted share."""
+    objective = objective_for(config.data.objective, config.objective)
+    options = objective.cost_options(config)
+    return sum(training_flops_per_token(part.model, config.data.max_seq_length, part.predicted_share, **options)
+               + part.head_flops for part in objective.cost_parts(config))

@@ -26,6 +26,7 @@ from torch import nn
 
 from bertpre.batches import BatchStream
 from bertpre.config.objectives import objective_rules
+from bertpre.model.config import BertConfig
 from bertpre.train.runtime import Runtime, all_reduce_sum
 
 if TYPE_CHECKING:  # the config sits above the training package's data classes
@@ -33,7 +34,21 @@ if TYPE_CHECKING:  # the config sits above the training package's data classes
 
     from bertpre.config import Config, DataConfig
     from bertpre.data import DataFolder, DataMixture
-    from bertpre.model.config import BertConfig
+
+
+@dataclass(frozen=True)
+class CostPart:
+    """One network a run of an objective trains, as the cost model charges it: its config, the
+    share of a row's tokens its vocabulary head predicts, and the FLOPs a token of any other head
+    costs (ELECTRA's discriminator: a one-logit head on every token)."""
+
+    name: str  # "model"; ELECTRA's "discriminator", "generator"
+    model: BertConfig
+    predicted_share: float
+    head_flops: float = 0.0  # training FLOPs per token beside the family's cost model
+    # the names of its parameters in the objective's model ("generator."); "": every one no other
+    # part's prefix claims (a tensor two parts share counts once, for the part that owns it)
+    prefix: str = ""
 
 
 @dataclass(frozen=True)
@@ -263,6 +278,11 @@ class Objective:
 
     def source_evaluator(self, folder: DataFolder, data_config: DataConfig, **options: Any) -> Any:
         raise NotImplementedError
+
+    def cost_parts(self, config: Config) -> tuple[CostPart, ...]:
+        """The networks a phase of `config` trains, each as the cost model charges it (FLOPs per
+        token, memory): the family's model at the objective's predicted share by default."""
+        return (CostPart("model", config.model, self.predicted_share(config.data)),)
 
     def cost_options(self, config: Config) -> dict[str, int]:
         """The cost model's objective-specific arguments for a phase's config (none by default)."""

@@ -18,8 +18,8 @@ from torch import nn
 from bertpre.batches import MaskingCollator, PretrainingInstances
 from bertpre.labels import IGNORE_INDEX
 from bertpre.model.config import BertConfig
-from bertpre.model.replaced_token import ReplacedTokenDetection
-from bertpre.train.objectives.base import LossTerm, perplexity, summed_over_processes
+from bertpre.model.replaced_token import ReplacedTokenDetection, generator_config
+from bertpre.train.objectives.base import CostPart, LossTerm, perplexity, summed_over_processes
 from bertpre.train.objectives.mlm import MaskedLanguageModel, device_batch
 
 if TYPE_CHECKING:
@@ -149,6 +149,16 @@ class ReplacedTokenObjective(MaskedLanguageModel):
 
     def source_evaluator(self, folder: DataFolder, data_config: DataConfig, **options: Any) -> ReplacedTokenEvaluator:
         return ReplacedTokenEvaluator(folder, data_config, **options)
+
+    def cost_parts(self, config: Config) -> tuple[CostPart, ...]:
+        """The discriminator (its encoder on every token, no vocabulary head, and its one-logit
+        head: dense d×d then d×1, on every token) and the generator (its encoder and masked-LM
+        head on the predicted share)."""
+        model = config.model
+        head = 6 * (model.hidden_size * model.hidden_size + model.hidden_size)
+        return (CostPart("discriminator", model, 0.0, head),
+                CostPart("generator", generator_config(model, self.keys.generator_size),
+                         self.predicted_share(config.data), prefix="generator."))
 
     def describe(self, data_config: DataConfig) -> str:
         return (f"generator {self.keys.generator_size:g} of the discriminator, rtd_weight {self.keys.rtd_weight:g}, "
