@@ -169,8 +169,9 @@ def test_families_whose_positions_enter_attention_refuse_it(architecture, change
     BertConfig(vocab_size=100, architecture="modernbert", unpad=True).validate()  # rotary, and built
 
 
-def test_a_compiled_step_compiles_at_most_a_graph_a_bucket_and_breaks_none():
-    model = build("bert")
+@pytest.mark.parametrize("architecture", ["bert", "modernbert"])
+def test_a_compiled_step_compiles_at_most_a_graph_a_bucket_and_breaks_none(architecture):
+    model = build(architecture)
     graphs = []
 
     def count_graphs(graph_module, example_inputs):
@@ -179,7 +180,7 @@ def test_a_compiled_step_compiles_at_most_a_graph_a_bucket_and_breaks_none():
 
     torch._dynamo.reset()
     step = torch.compile(MaskedLMStep(model), backend=count_graphs, fullgraph=True)  # a break raises
-    batch, mask = ragged_batch()
+    batch, mask = ragged_batch(pair=architecture == "bert")
     buckets = set()
     for cut in range(6):  # 42, 40, ... 32 real tokens: buckets of 16 give 48 and 32
         trimmed = mask.copy()
