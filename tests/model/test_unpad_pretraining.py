@@ -289,3 +289,43 @@ def test_modernbert_on_varlen_attention_gives_the_padded_views_step(packed, monk
     torch.testing.assert_close(loss, padded_view_loss, rtol=0, atol=1e-5)
     for grad, padded_view_grad in zip(grads, padded_view_grads, strict=True):
         torch.testing.assert_close(grad, padded_view_grad, rtol=0, atol=1e-5)
+
+
+@pytest.mark.gpu
+def test_modernbert_s_varlen_step_on_cuda_equals_the_padded_views(monkeypatch):
+    """On a GPU under bf16 autocast the unpadded step takes `varlen_attn` (layer 0 global, layer 1
+    local with the window (64, 64); the last layer's slots read the padded view) and gives the
+    padded view's loss and gradients to bf16's precision, packed documents included."""
+    torch.manual_seed(8)
+    config = BertConfig(vocab_size=1000, architecture="modernbert", hidden_size=256, num_hidden_layers=3,
+                        num_attention_heads=4, intermediate_size=384, local_attention=128,
+                        max_position_embeddings=1024, pad_token_id=0)
+    model = ModernBertForMaskedLM(config).cuda().train()
+    lengths, length = np.array([512, 300, 450, 77]), 512
+    mask = np.arange(length)[None] < lengths[:, None]
+    ids = torch.randint(5, 1000, (4, length), generator=torch.Generator().manual_seed(0))
+    ids[~torch.from_numpy(mask)] = 0
+    positions = np.stack([np.sort(np.random.default_rng(row).choice(np.arange(1, size), 20, replace=False))
+                          for row, size in enumerate(lengths)])
+    batch = {"input_ids": ids, "token_type_ids": torch.zeros_like(ids), "attention_mask": torch.from_numpy(mask).long(),
+             "masked_lm_positions": torch.from_numpy(positions),
+             "masked_lm_ids": ids.gather(1, torch.from_numpy(positions))}
+    laid_out = {name: tensor.cuda() for name, tensor in with_layout(
+        batch, mask, document_starts=np.array([200, 300, 100, 77]), bucket=256).items()}
+    step, windows, kernel = MaskedLMStep(model), [], unpad.varlen_attn
+    monkeypatch.setattr(unpad, "varlen_attn", lambda *args, **options: windows.append(options["window_size"])
+                        or kernel(*args, **options))
+
+    def loss_and_grad() -> tuple[torch.Tensor, torch.Tensor]:
+        model.zero_grad()
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            (mlm, _), _, _ = step(laid_out)
+        mlm.backward()
+        return mlm.detach().float(), model.model.layers[1].attn.Wqkv.weight.grad.clone()
+
+    varlen = loss_and_grad()
+    assert windows == [(-1, -1), (64, 64)]
+    monkeypatch.setattr(modernbert, "varlen_usable", lambda *args: False)
+    padded_view = loss_and_grad()
+    torch.testing.assert_close(varlen[0], padded_view[0], rtol=1e-2, atol=0)
+    torch.testing.assert_close(varlen[1], padded_view[1], rtol=5e-2, atol=1e-3)
