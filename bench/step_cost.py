@@ -5,6 +5,7 @@
     .venv/bin/python -m bench.step_cost --set low_precision_layernorm=false   # a model key changed (A/B)
     .venv/bin/python -m bench.step_cost --json trace.json                # the report as JSON too
     .venv/bin/python -m bench.step_cost --set unpad=true [--unpad-bucket 1024]   # the real tokens alone
+    .venv/bin/python -m bench.step_cost --architecture modernbert --set unpad=true   # on varlen_attn, windowed
 
 The step is `bench.gpu`'s bertpre side (the trainer's `MaskedLMStep` on (B, P)
 `masked_lm_positions`, loss sums over counts taken on the CPU), forward and backward, on
@@ -14,7 +15,9 @@ policy, emulated (`CudaAutocast`): matrix products in bf16, layer_norm, softmax,
 the losses in fp32 and returning fp32, as CUDA autocast does (CPU autocast keeps layer_norm in its
 input dtype and would hide the fp32 residual stream). Attention stands in as one fused kernel each
 way (cuDNN / FlashAttention on the H100: no (T, T) tensor in memory) and dropout as CUDA's
-`native_dropout` (one kernel, a 1-byte mask).
+`native_dropout` (one kernel, a 1-byte mask). Under `unpad=true`, attention that a GPU runs as
+`varlen_attn` (no attention dropout: ModernBERT's, not BERT's 0.1) is traced as that kernel
+(`FusedVarlenAttention`), at the FLOPs of the tiles it computes, not as the CPU's padded view.
 
 Reported: kernels a step; executed FLOPs (matrix products, attention at the FLOPs its kernel
 computes: a dense window mask computes every pair) against useful FLOPs
@@ -36,6 +39,7 @@ variants only with each other), the optimizer's own traffic (a constant).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import math
@@ -48,6 +52,7 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
@@ -202,6 +207,69 @@ class FusedAttention(torch.autograd.Function):
         return query.new_empty(query.shape), key.new_empty(key.shape), value.new_empty(value.shape), None, None
 
 
+# FlashAttention's query and key blocks: a (tile x tile) block of scores is computed whole or skipped.
+VARLEN_TILE = 128
+
+
+def varlen_pairs(lengths: list[int], window: int | None, tile: int = VARLEN_TILE) -> int:
+    """The (query, key) pairs `varlen_attn` computes on sequences of `lengths` tokens: every block
+    of each sequence's tiles (cut at its end); with a `window` (keys within that many positions
+    each way), the blocks that hold a pair within it alone, the others skipped."""
+    pairs = 0
+    for length in lengths:
+        sizes = [min(tile, length - start) for start in range(0, length, tile)]
+        for a, rows in enumerate(sizes):
+            for b, columns in enumerate(sizes):
+                nearest = 0 if a == b else (abs(a - b) - 1) * tile + 1  # the closest pair's distance
+                if window is None or nearest <= window:
+                    pairs += rows * columns
+    return pairs
+
+
+class FusedVarlenAttention(torch.autograd.Function):
+    """`varlen_attn` as a GPU runs it (FlashAttention on `cu_seqlens`): one kernel each way, q, k,
+    v (N, nh, hs), at 4·nh·hs FLOPs a computed pair (`varlen_pairs`) forward, twice that backward."""
+
+    @staticmethod
+    def forward(ctx, query, key, value, pairs: int, trace: Trace):
+        N, H, hs = query.shape
+        ctx.save_for_backward(query, key, value)
+        ctx.trace, ctx.flops = trace, 4 * H * hs * pairs
+        trace.add(Kernel(op="varlen_attention", phase="forward", kind="attention", flops=ctx.flops,
+                         read=nbytes(query) + nbytes(key) + nbytes(value), written=nbytes(query) + N * H * 4,
+                         dtype=str(query.dtype), numel=query.numel()))
+        return query.new_empty(query.shape)
+
+    @staticmethod
+    def backward(ctx, grad):
+        query, key, value = ctx.saved_tensors
+        io = nbytes(query) + nbytes(key) + nbytes(value)
+        ctx.trace.add(Kernel(op="varlen_attention_backward", phase="backward", kind="attention",
+                             flops=2 * ctx.flops, read=io + 2 * nbytes(query) + query.shape[0] * query.shape[1] * 4,
+                             written=io, dtype=str(query.dtype), numel=query.numel()))
+        return query.new_empty(query.shape), key.new_empty(key.shape), value.new_empty(value.shape), None, None
+
+
+def varlen_as_on_a_gpu(trace: Trace, lengths: list[int]) -> contextlib.ExitStack:
+    """Patches under which the traced model takes `varlen_attn` where a GPU would (`varlen_usable`
+    with a CUDA device and bf16 autocast: no attention dropout, a pretraining layout), traced as
+    `FusedVarlenAttention` on the host layout's sequence `lengths` (fake tensors hold no values)."""
+    from bertpre.model import bert, modernbert, unpad
+
+    def usable(hidden_states, unpadded, dropout_p):
+        return dropout_p == 0.0 and unpadded.cu_seqlens is not None
+
+    def varlen_attn(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, *, window_size=(-1, -1), **options):
+        window = None if tuple(window_size) == (-1, -1) else window_size[0]
+        return FusedVarlenAttention.apply(query, key, value, varlen_pairs(lengths, window), trace)
+
+    stack = contextlib.ExitStack()
+    for module in (bert, modernbert):
+        stack.enter_context(mock.patch.object(module, "varlen_usable", usable))
+    stack.enter_context(mock.patch.object(unpad, "varlen_attn", varlen_attn))
+    return stack
+
+
 class CudaAutocast(TorchFunctionMode):
     """CUDA's autocast policy, applied wherever the real CPU autocast state is on (so that
     `torch.is_autocast_enabled`, `get_autocast_dtype` and a model's `autocast(enabled=False)`
@@ -276,9 +344,9 @@ class StepShape:
         self.seq_length = self.seq_length or defaults["seq_length"]
 
 
-def build_step(shape: StepShape, fake_mode) -> tuple[torch.nn.Module, Callable, dict, Any, Any]:
+def build_step(shape: StepShape, fake_mode) -> tuple[torch.nn.Module, Callable, dict, Any, Any, list[int] | None]:
     """The model (built under `fake_mode`), `bench.gpu`'s bertpre loss, its fake batch, the step's
-    host counts and the model's config."""
+    host counts, the model's config and, under `unpad`, the lengths of the layout's sequences."""
     from bertpre.model import BertConfig, BertForPreTraining
     from bertpre.model.modernbert import ModernBertForMaskedLM
     from bertpre.train.objectives.mlm import MaskedLMStep
@@ -300,14 +368,16 @@ def build_step(shape: StepShape, fake_mode) -> tuple[torch.nn.Module, Callable, 
         model = (ModernBertForMaskedLM if modernbert else BertForPreTraining)(config).train()
     slots = prediction_slots(shape.seq_length, [batch], capped=not modernbert)
     inputs, totals = trainer_batches([batch], slots, torch.device("cpu"), keep_attention_mask=False)
+    lengths = None
     if getattr(config, "unpad", False):  # the collator's layout of the real tokens (`model.unpad`)
         from bertpre.batches.padding import unpadded_layout
 
         layout = unpadded_layout(batch["attention_mask"].bool().numpy(), inputs[0]["masked_lm_positions"].numpy(),
                                  bucket=shape.unpad_bucket)
         inputs[0].update({name: torch.from_numpy(array) for name, array in layout.items()})
+        lengths = [length for length in np.diff(layout["cu_seqlens"]).tolist() if length]
     fake_batch = {name: fake_mode.from_tensor(tensor) for name, tensor in inputs[0].items()}
-    return model, objective_loss(MaskedLMStep(model), totals), fake_batch, totals, config
+    return model, objective_loss(MaskedLMStep(model), totals), fake_batch, totals, config, lengths
 
 
 def build_peer_step(shape: StepShape, fake_mode) -> tuple[Callable, dict]:
@@ -334,11 +404,12 @@ def trace_step(shape: StepShape, peer: bool = False) -> tuple[Trace, Any, Any]:
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
-    model, loss_of, batch, totals, config = build_step(shape, fake_mode)
+    model, loss_of, batch, totals, config, lengths = build_step(shape, fake_mode)
     if peer:
         loss_of, batch = build_peer_step(shape, fake_mode)
     trace = Trace()
-    with fake_mode, KernelRecorder(trace):
+    varlen = varlen_as_on_a_gpu(trace, lengths) if lengths is not None and not peer else contextlib.nullcontext()
+    with fake_mode, varlen, KernelRecorder(trace):
         with CudaAutocast(trace), torch.autocast("cpu", dtype=torch.bfloat16):
             loss = loss_of(batch)
         trace.phase = "backward"

@@ -48,8 +48,8 @@ class InstanceBatch:
     @classmethod
     def from_instances(cls, instances: Sequence[dict]) -> InstanceBatch:
         """From dicts with `input_ids` and optionally `token_type_ids` (default 0),
-        `next_sentence_label` (kept when every instance has one) and `seed_key` (default: a
-        hash of the ids; Python's int/tuple hash is not salted per process)."""
+        `next_sentence_label` and `document_starts` (each kept when every instance has it) and
+        `seed_key` (default: a hash of the ids; Python's int/tuple hash is not salted per process)."""
         lengths = np.fromiter((len(instance["input_ids"]) for instance in instances), np.int64, len(instances))
         total = int(lengths.sum())
         input_ids = np.fromiter(chain.from_iterable(instance["input_ids"] for instance in instances),
@@ -71,8 +71,11 @@ class InstanceBatch:
         reset = None
         if all("memory_reset" in instance for instance in instances):
             reset = np.array([bool(instance["memory_reset"]) for instance in instances])
+        document_starts = None
+        if all("document_starts" in instance for instance in instances):
+            document_starts = np.array([int(instance["document_starts"]) for instance in instances], np.int64)
         return cls(input_ids, token_type_ids, lengths, np.array([key & _KEY_MASK for key in keys], np.uint64),
-                   labels, word_starts=word_starts, memory_reset=reset)
+                   labels, word_starts=word_starts, memory_reset=reset, document_starts=document_starts)
 
     def instance(self, i: int) -> dict:
         """Instance i as a dict of Python values (the form `PretrainingInstances[i]` gives)."""
@@ -85,7 +88,7 @@ class InstanceBatch:
         if self.word_starts is not None:
             instance["word_starts"] = self.word_starts[start:stop].tolist()
         for name in ("truncated", "single_sentence_chunk", "document_index", "next_sentence_label",
-                     "memory_reset"):
+                     "memory_reset", "document_starts"):
             column = getattr(self, name)
             if column is not None:
                 instance[name] = column[i].item()

@@ -82,4 +82,5 @@ def read_bert_layout(hf: dict, architecture: str, pad_token_id: int) -> BertConf
 BERT_CONFIG = FamilyConfig(
     model_types=("bert", REMOTE_MODEL_TYPE),
     read_hf=lambda hf: read_bert_layout(hf, "bert", pad_token_id=0),
-    write_hf=write_bert_hf, shape_fields=BERT_SHAPE_FIELDS, relative_positions=bert_relative_positions)
+    write_hf=write_bert_hf, shape_fields=BERT_SHAPE_FIELDS, relative_positions=bert_relative_positions,
+    unpads=lambda config: not bert_relative_positions(config))

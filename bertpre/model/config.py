@@ -40,6 +40,8 @@ class FamilyConfig:
     shape_fields: tuple[str, ...]  # what two models must share for one's weights to load into the other
     validate: Callable[[BertConfig], None] = lambda config: None  # its own rules, after the shared ones
     relative_positions: Callable[[BertConfig], bool] = lambda config: True  # positions enter attention
+    # `model.unpad`: whether its pretraining step computes the real tokens alone (its layers take `Unpadded`)
+    unpads: Callable[[BertConfig], bool] = lambda config: False
     # the position-table row of a sequence's first token (RoBERTa's pad_token_id + 1)
     position_offset: Callable[[BertConfig], int] = lambda config: 0
     # `model:` keys only it reads; another family's config refuses them
@@ -219,9 +221,9 @@ class BertConfig:
             with_memory = next((name for name, row in FAMILIES.items() if row.config.memory), "another")
             raise UserError(f"model.mem_len is Transformer-XL's memory, which {self.architecture}'s layout does "
                             f"not carry; set model.architecture: {with_memory}, or model.mem_len: 0")
-        if self.unpad and own.relative_positions(self):
-            raise UserError(f"model.unpad needs positions from a table (BERT, ALBERT, RoBERTa, XLM-R); "
-                            f"{self.architecture}'s enter attention: set model.unpad false")
+        if self.unpad and not own.unpads(self):
+            raise UserError(f"model.unpad is built for ModernBERT and for BERT, ALBERT, RoBERTa, XLM-R with "
+                            f"positions from a table; {self.architecture}'s enter attention: set model.unpad false")
         own.validate(self)
 
     def architecture_fields(self) -> tuple[str, ...]:

@@ -9,7 +9,10 @@ LayerNorm, then the decoder tied to the embeddings with its own bias. Layers 0, 
 
 Attention is torch SDPA with exact masks (padding and window) everywhere; on a GPU with
 FlexAttention, local layers use a block mask instead, so that the blocks outside the window are
-skipped rather than computed and masked.
+skipped rather than computed and masked. Under `model.unpad` a pretraining step computes the real
+tokens alone (N, C) from the embeddings on: attention is FlashAttention's `varlen_attn` on each
+row's documents (local layers with its window) on a GPU, SDPA on a padded view with the same
+document and window mask elsewhere.
 """
 from __future__ import annotations
 
@@ -37,6 +40,7 @@ from bertpre.model.common import activation, copy_tokenizer_files
 from bertpre.model.config import BertConfig
 from bertpre.model.layer_norm import LayerNorm, low_precision_dtype
 from bertpre.model.positions import rotary_angles
+from bertpre.model.unpad import Unpadded, varlen_attention, varlen_usable
 from bertpre.tokenizer import load_tokenizer
 from bertpre.tokenizer.roles import token_roles
 
@@ -95,21 +99,30 @@ class AttentionMasks:
     layer, and autograd keeps each one for backward (a local layer's is T²·p bytes a row).
     """
 
-    def __init__(self, attention_mask: torch.Tensor | None, length: int, window: int,
-                 device: torch.device, flex: bool) -> None:
-        keys = None if attention_mask is None else attention_mask.to(device=device, dtype=torch.bool)  # (B, T)
-        self.global_mask = None if keys is None else keys[:, None, None, :]  # (B, 1, 1, T)
-        self.flex = flex
+    def __init__(self, global_mask: torch.Tensor | None, local_mask, flex: bool = False) -> None:
+        self.global_mask, self.local_mask, self.flex = global_mask, local_mask, flex
         self._additive: dict[tuple[bool, torch.dtype], torch.Tensor] = {}
+
+    @classmethod
+    def of_padding(cls, attention_mask: torch.Tensor | None, length: int, window: int,
+                   device: torch.device, flex: bool) -> AttentionMasks:
+        """The masks of a padded batch's (B, T) 1/0 `attention_mask` (None: no padding)."""
+        keys = None if attention_mask is None else attention_mask.to(device=device, dtype=torch.bool)  # (B, T)
+        global_mask = None if keys is None else keys[:, None, None, :]  # (B, 1, 1, T)
         if flex:
-            self.local_mask = _window_block_mask(keys, length, window, device)
-            return
+            return cls(global_mask, _window_block_mask(keys, length, window, device), flex=True)
         positions = torch.arange(length, device=device)
         distance = (positions[:, None] - positions[None, :]).abs()  # (T, T)
         local = (distance <= window)[None, None]  # (1, 1, T, T)
         if keys is not None:
             local = (local & keys[:, None, None, :]) | torch.eye(length, dtype=torch.bool, device=device)
-        self.local_mask = local
+        return cls(global_mask, local)
+
+    @classmethod
+    def of_documents(cls, unpadded: Unpadded, window: int) -> AttentionMasks:
+        """The masks of a pretraining layout's padded view (`model.unpad` where `varlen_attn` does
+        not run): each query reads the real keys of its own document, within `window` in a local layer."""
+        return cls(unpadded.key_mask(), unpadded.key_mask(window=window))  # (B, 1, 1 or T, T), (B, 1, T, T)
 
     def sdpa_mask(self, is_global: bool, dtype: torch.dtype) -> torch.Tensor | None:
         """The mask a global or local layer hands SDPA for a query of `dtype`: additive (0 where
@@ -215,15 +228,20 @@ class ModernBertAttention(nn.Module):
         self.num_heads = config.num_attention_heads
         self.head_size = config.hidden_size // config.num_attention_heads
         self.is_global = config.layer_is_global(layer_index)
+        self.window = config.sliding_window  # a local layer's keys: within this many positions each way
         self.dropout = config.attention_dropout
         self.Wqkv = nn.Linear(config.hidden_size, 3 * config.hidden_size, bias=config.attention_bias)
         self.Wo = nn.Linear(config.hidden_size, config.hidden_size, bias=config.attention_bias)
         self.out_drop = nn.Dropout(config.attention_dropout) if config.attention_dropout > 0 else nn.Identity()
 
     def forward(self, hidden_states: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                masks: AttentionMasks, rows: torch.Tensor | None = None) -> torch.Tensor:
+                masks: AttentionMasks | None, rows: torch.Tensor | None = None,
+                unpadded: Unpadded | None = None) -> torch.Tensor:
         """(B, T, C) → (B, T, C); with `rows` (B, R), those positions alone query (B, R, C), over
-        the keys and values of every position (SDPA only: FlexAttention's block mask is not cut)."""
+        the keys and values of every position (SDPA only: FlexAttention's block mask is not cut).
+        With `unpadded`, the real tokens (N, C) → (N, C) or (B, R, C) (`unpadded_context`)."""
+        if unpadded is not None:
+            return self.out_drop(self.Wo(self.unpadded_context(hidden_states, cos, sin, masks, rows, unpadded)))
         B, T, C = hidden_states.shape
         if rows is None:
             qkv = self.Wqkv(hidden_states).view(B, T, 3, self.num_heads, self.head_size)
@@ -250,6 +268,42 @@ class ModernBertAttention(nn.Module):
             out = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout)
         out = out.transpose(1, 2).reshape(B, Q, C)
         return self.out_drop(self.Wo(out))
+
+    def unpadded_context(self, hidden_states: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                         masks: AttentionMasks | None, rows: torch.Tensor | None, unpadded: Unpadded
+                         ) -> torch.Tensor:
+        """The attention context of a pretraining layout's real tokens (`model.unpad`): (N, C) → (N, C),
+        or of the (B, R) flat `rows` alone (B, R, C). `cos`, `sin` (N, hs): each token's rotation.
+        `masks` None: FlashAttention's `varlen_attn` on the documents (the model found it usable),
+        else SDPA on the padded view with these masks; `rows` always read the padded view."""
+        N, C = hidden_states.shape
+        B, heads = unpadded.batch, (self.num_heads, self.head_size)
+        cos_tokens, sin_tokens = cos[:, None], sin[:, None]  # (N, 1, hs): broadcast over the heads
+        if rows is None:
+            query, key, value = self.Wqkv(hidden_states).view(N, 3, *heads).unbind(dim=1)  # (N, nh, hs) each
+            query = rotate(query, cos_tokens, sin_tokens)
+        else:
+            weight, bias = self.Wqkv.weight, self.Wqkv.bias  # rows [query; key; value], C each
+            query = F.linear(read_rows(hidden_states, rows), weight[:C], None if bias is None else bias[:C])
+            query = query.view(B, -1, *heads).transpose(1, 2)  # (B, nh, R, hs)
+            query = rotate(query, query_angles(cos, rows), query_angles(sin, rows))
+            kv = F.linear(hidden_states, weight[C:], None if bias is None else bias[C:])
+            key, value = kv.view(N, 2, *heads).unbind(dim=1)  # (N, nh, hs) each
+        key = rotate(key, cos_tokens, sin_tokens)
+        local = None if self.is_global else self.window
+        if rows is None and masks is None:
+            return varlen_attention((query.flatten(1), key.flatten(1), value.flatten(1)), unpadded,
+                                    self.num_heads, window=local)  # (N, C)
+        key, value = (unpadded.pad(part).transpose(1, 2) for part in (key, value))  # (B, nh, T, hs)
+        if rows is None:
+            query = unpadded.pad(query).transpose(1, 2)  # (B, nh, T, hs)
+            mask = masks.sdpa_mask(self.is_global, query.dtype)
+        else:
+            mask = unpadded.key_mask(rows, window=local)  # (B, 1, 1 or R, T)
+        dropout = self.dropout if self.training else 0.0
+        out = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout)
+        out = out.transpose(1, 2).reshape(B, -1, C)  # (B, T or R, C)
+        return out if rows is not None else unpadded.unpad(out)  # (B, R, C) or (N, C)
 
 
 class ModernBertMLP(nn.Module):
@@ -279,11 +333,13 @@ class ModernBertEncoderLayer(nn.Module):
         self.mlp = ModernBertMLP(config)
 
     def forward(self, hidden_states: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                masks: AttentionMasks, rows: torch.Tensor | None = None) -> torch.Tensor:
-        """(B, T, C) → (B, T, C); with `rows` (B, R), those positions' outputs alone (B, R, C)."""
+                masks: AttentionMasks | None, rows: torch.Tensor | None = None,
+                unpadded: Unpadded | None = None) -> torch.Tensor:
+        """(B, T, C) → (B, T, C); with `rows` (B, R), those positions' outputs alone (B, R, C).
+        With `unpadded`, the real tokens (N, C) → (N, C), or `rows` (B, R) flat: (B, R, C)."""
         # one expression: a name for the attention output would keep it alive through the MLP
         hidden_states = (hidden_states if rows is None else read_rows(hidden_states, rows)) \
-            + self.attn(self.attn_norm(hidden_states), cos, sin, masks, rows)
+            + self.attn(self.attn_norm(hidden_states), cos, sin, masks, rows, unpadded)
         return hidden_states + self.mlp(self.mlp_norm(hidden_states))
 
 
@@ -343,22 +399,31 @@ class ModernBertModel(nn.Module):
             return self.flex_attention
         return flex_runs(self.config, device.type, length, self.training)
 
+    def rotations(self, positions: torch.Tensor) -> dict[bool, tuple[torch.Tensor, torch.Tensor]]:
+        """`rotate`'s tables (cos, signed sin), each (T, hs), of the (T,) `positions`, for global
+        (True) and local (False) layers, in the dtype `model.low_precision_rotary` asks for: cast
+        once a forward, not a layer."""
+        head_size = self.config.hidden_size // self.config.num_attention_heads
+        dtype = rotation_dtype(self.config.low_precision_rotary, positions.device.type)
+        return {is_global: rotation_tables(*rotary_angles(positions, head_size, theta), dtype)
+                for is_global, theta in ((True, self.config.global_rope_theta), (False, self.config.local_rope_theta))}
+
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                token_type_ids: torch.Tensor | None = None, last_rows: torch.Tensor | None = None) -> torch.Tensor:
+                token_type_ids: torch.Tensor | None = None, last_rows: torch.Tensor | None = None,
+                unpadded: Unpadded | None = None) -> torch.Tensor:
         """The last hidden states (B, T, C). `attention_mask` (B, T): 1 at tokens, 0 at padding
         (None: no padding); `token_type_ids` is taken for BERT's call and not read (ModernBERT
         has no token types); `last_rows` (B, R): the last layer computes those positions alone
         (B, R, C), as `BertModel`'s (a local last layer on FlexAttention computes every position
-        and keeps those)."""
+        and keeps those). `unpadded`: a pretraining layout (`Unpadded.from_batch`, `model.unpad`),
+        see `forward_unpadded`."""
+        if unpadded is not None:
+            return self.forward_unpadded(input_ids, last_rows, unpadded)
         hidden_states = self.embeddings(input_ids)  # (B, T, C)
         length, device = input_ids.shape[1], input_ids.device
-        masks = AttentionMasks(attention_mask, length, self.config.sliding_window, device, self.uses_flex(device, length))
-        positions = torch.arange(length, device=device)
-        head_size = self.config.hidden_size // self.config.num_attention_heads
-        dtype = rotation_dtype(self.config.low_precision_rotary, device.type)  # cast once a forward, not a layer
-        rotations = {is_global: rotation_tables(*rotary_angles(positions, head_size, theta), dtype)
-                     for is_global, theta in ((True, self.config.global_rope_theta),
-                                              (False, self.config.local_rope_theta))}  # (T, hs) each
+        masks = AttentionMasks.of_padding(attention_mask, length, self.config.sliding_window, device,
+                                          self.uses_flex(device, length))
+        rotations = self.rotations(torch.arange(length, device=device))
         last = self.layers[-1]
         kept = None
         if last_rows is not None and not last.attn.is_global and masks.flex:
@@ -372,6 +437,36 @@ class ModernBertModel(nn.Module):
                 hidden_states = layer(hidden_states, cos, sin, masks, rows)
         if kept is not None:
             hidden_states = read_rows(hidden_states, kept)  # (B, R, C)
+        return self.final_norm(hidden_states)
+
+    def forward_unpadded(self, input_ids: torch.Tensor, rows: torch.Tensor, unpadded: Unpadded) -> torch.Tensor:
+        """The last states (B, R, C) of the (B, R) flat token indices `rows`, every layer computing
+        the batch's real tokens alone (N, C), from the embeddings on: the last layer computes
+        `rows` alone where `model.last_layer_rows` says so (in training). Attention is `varlen_attn`
+        on each row's documents where `varlen_usable` says so (a CUDA device, no attention
+        dropout), else SDPA on a padded view with the same document and window masks. A token's
+        rotation is its position in its row: a packed document's second part starts past 0, which
+        rotary attention, reading distances alone within a document, does not see."""
+        hidden_states = self.embeddings(unpadded.unpad(input_ids))  # (N, C)
+        dropout = self.config.attention_dropout if self.training else 0.0
+        varlen = varlen_usable(hidden_states, unpadded, dropout)
+        masks = None if varlen else AttentionMasks.of_documents(unpadded, self.config.sliding_window)
+        positions = unpadded.index % unpadded.length  # (N,) each token's place in its row
+        rotations = {is_global: (cos[positions], sin[positions])  # (N, hs) each
+                     for is_global, (cos, sin) in self.rotations(torch.arange(unpadded.length,
+                                                                              device=input_ids.device)).items()}
+        computed = rows if self.config.last_layer_rows and self.training else None
+        last = self.layers[-1]
+        for layer in self.layers:
+            cos, sin = rotations[layer.attn.is_global]
+            layer_rows = computed if layer is last else None
+            if self.gradient_checkpointing and self.training:
+                hidden_states = checkpoint(layer, hidden_states, cos, sin, masks, layer_rows, unpadded,
+                                           use_reentrant=False)
+            else:
+                hidden_states = layer(hidden_states, cos, sin, masks, layer_rows, unpadded)
+        if computed is None:  # the whole last layer ran: read the rows of its (N, C)
+            hidden_states = read_rows(hidden_states, rows)  # (B, R, C)
         return self.final_norm(hidden_states)
 
 
@@ -423,10 +518,11 @@ class ModernBertForMaskedLM(MaskedLMOnly):
         return "ModernBERT"
 
     def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
-               token_type_ids: torch.Tensor | None, rows: torch.Tensor | None = None) -> torch.Tensor:
-        """The encoder's states (B, T, C), or those of `rows` (B, R, C); `token_type_ids` is not
-        read (no token types)."""
-        return self.model(input_ids, attention_mask, last_rows=rows)
+               token_type_ids: torch.Tensor | None, rows: torch.Tensor | None = None,
+               unpadded: Unpadded | None = None) -> torch.Tensor:
+        """The encoder's states (B, T, C), or those of `rows` (B, R, C) (flat token indices with
+        `unpadded`); `token_type_ids` is not read (no token types)."""
+        return self.model(input_ids, attention_mask, last_rows=rows, unpadded=unpadded)
 
     def save_pretrained(self, folder: str | Path) -> None:
         """Write `config.json` and `model.safetensors` as Hugging Face's ModernBertForMaskedLM has them."""

@@ -135,4 +135,4 @@ def global_layer_period(layer_types: list, num_hidden_layers: int) -> int:
 MODERNBERT_CONFIG = FamilyConfig(
     model_types=("modernbert",), read_hf=from_modernbert_dict, write_hf=modernbert_hf_dict,
     shape_fields=MODERNBERT_SHAPE_FIELDS, validate=validate_modernbert, own_keys=MODERNBERT_FIELDS,
-    refused_keys=MODERNBERT_INSTEAD, owner="ModernBERT's", ranges=MODERNBERT_RANGES)
+    refused_keys=MODERNBERT_INSTEAD, owner="ModernBERT's", ranges=MODERNBERT_RANGES, unpads=lambda config: True)

@@ -46,4 +46,5 @@ def roberta_config_part(architecture: str) -> FamilyConfig:
         model_types=(architecture,),
         read_hf=lambda hf: read_bert_layout(hf, architecture, pad_token_id=1),  # transformers' default
         write_hf=write_roberta_hf, shape_fields=ROBERTA_SHAPE_FIELDS, validate=validate_roberta,
-        relative_positions=bert_relative_positions, position_offset=lambda config: config.pad_token_id + 1)
+        relative_positions=bert_relative_positions, position_offset=lambda config: config.pad_token_id + 1,
+        unpads=lambda config: not bert_relative_positions(config))

@@ -50,17 +50,27 @@ class Unpadded:
         """(B, T, ...) → (N, ...): the real tokens' rows, in order."""
         return padded.flatten(0, 1).index_select(0, self.index)
 
-    def key_mask(self, rows: torch.Tensor | None = None) -> torch.Tensor:
+    def key_mask(self, rows: torch.Tensor | None = None, window: int | None = None) -> torch.Tensor:
         """The boolean SDPA mask of attention on the padded view: (B, 1, 1, T), the real keys of
-        each row; for `packed` rows (B, 1, Q, T), the keys of the query's own document (a padding
-        position's query, whose output no one reads, sees its row's real keys: never none, so no
-        NaN). `rows` (B, R), flat token indices: those tokens alone query (Q = R)."""
+        each row; for `packed` rows or a `window`, (B, 1, Q, T). `packed`: the keys of the query's
+        own document (a padding position's query, whose output no one reads, sees its row's real
+        keys). `window` (a local layer's): the keys within that many positions of the query, and
+        the query itself always (a padding query far from every real key still reads one: never
+        no key, so no NaN). `rows` (B, R), flat token indices: those tokens alone query (Q = R)."""
         keys = self.document_ids  # (B, T)
-        real = (keys > 0)[:, None, None, :]
-        if not self.packed:
-            return real
-        queries = keys if rows is None else keys.flatten().index_select(0, self.index)[rows]  # (B, Q)
-        return real & ((queries[:, None, :, None] == keys[:, None, None, :]) | (queries == 0)[:, None, :, None])
+        mask = (keys > 0)[:, None, None, :]
+        if not self.packed and window is None:
+            return mask
+        if self.packed:
+            queries = keys if rows is None else keys.flatten().index_select(0, self.index)[rows]  # (B, Q)
+            mask = mask & ((queries[:, None, :, None] == keys[:, None, None, :]) | (queries == 0)[:, None, :, None])
+        if window is not None:
+            key_positions = torch.arange(self.length, device=keys.device)
+            query_positions = key_positions if rows is None else self.index[rows] % self.length  # (T,) or (B, Q)
+            distance = (query_positions[..., :, None] - key_positions).abs()  # (T, T) or (B, Q, T)
+            distance = distance[None, None] if rows is None else distance[:, None]  # (1 or B, 1, Q, T)
+            mask = (mask & (distance <= window)) | (distance == 0)
+        return mask
 
     def pad(self, tokens: torch.Tensor) -> torch.Tensor:
         """(N, ...) → (B, T, ...), zeros at the padding."""
@@ -88,12 +98,16 @@ def varlen_usable(hidden_states: torch.Tensor, unpadded: Unpadded, dropout_p: fl
                                                         and torch.get_autocast_dtype("cuda") in sixteen_bit)))
 
 
-def varlen_attention(qkv: tuple[torch.Tensor, ...], unpadded: Unpadded, heads: int) -> torch.Tensor:
+def varlen_attention(qkv: tuple[torch.Tensor, ...], unpadded: Unpadded, heads: int,
+                     window: int | None = None) -> torch.Tensor:
     """Attention of the real tokens (N, C) over their own sequence (their own document where
     rows are packed; the bucket's fillers as one more), without a padded view: `varlen_attn` on
-    `cu_seqlens`, the row length as the longest (a bound known on the host: no sync). Where
-    `varlen_usable` says so."""
+    `cu_seqlens`, the row length as the longest (a bound known on the host: no sync); `window`:
+    the keys within that many positions each way alone (FlashAttention's sliding window, whose
+    blocks outside it are skipped). Where `varlen_usable` says so."""
     query, key, value = qkv  # each (N, C)
     shaped = [part.unflatten(-1, (heads, -1)) for part in (query, key, value)]  # (N, nh, hs)
-    context = varlen_attn(*shaped, unpadded.cu_seqlens, unpadded.cu_seqlens, unpadded.length, unpadded.length)
+    sides = (-1, -1) if window is None else (window, window)
+    context = varlen_attn(*shaped, unpadded.cu_seqlens, unpadded.cu_seqlens, unpadded.length, unpadded.length,
+                          window_size=sides)
     return context.flatten(1)  # (N, C)

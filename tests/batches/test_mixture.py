@@ -17,6 +17,7 @@ from bertpre.batches import (
     PretrainingInstances,
     build_instances,
 )
+from bertpre.batches.instance_batch import InstanceBatch
 from bertpre.batches.mixture import largest_remainder
 from bertpre.config import DataConfig
 from bertpre.data import DataMixture, load_mixture
@@ -165,3 +166,26 @@ def test_one_folder_is_not_wrapped(tiny_data):
     plain = PretrainingInstances.from_config(single.folders[0].train, single.tokenizer, DATA_CONFIG, seed=5)
     assert type(instances) is PretrainingInstances
     assert np.array_equal(instances.__getitems__(range(20)).input_ids, plain.__getitems__(range(20)).input_ids)
+
+
+def test_packed_documents_keep_their_starts_through_a_mixture_into_the_unpadded_layout(mixture):
+    """`data.pack_documents` rows of a mixture: each instance's second document starts where its
+    source built alone puts it (so `model.unpad`'s document mask sees it), also through the dict
+    form (`__getitem__`, `InstanceBatch.from_instances`)."""
+    config = DataConfig(max_seq_length=32, pair_task="none")  # pack_documents: true by default
+    instances = build_instances(mixture, config, seed=5)
+    asked = list(range(64))
+    batch = instances.__getitems__(asked)
+    sources = instances.source_of(asked)
+    packed = batch.document_starts < batch.lengths
+    assert packed[sources == 0].any() and packed[sources == 1].any()  # both sources pack rows
+    alone = [int(instances.__getitems__([index]).document_starts[0]) for index in asked]
+    assert batch.document_starts.tolist() == alone
+    from_dicts = InstanceBatch.from_instances([instances[index] for index in asked])
+    assert np.array_equal(from_dicts.document_starts, batch.document_starts)
+    collated = MaskingCollator.from_config(mixture.tokenizer, config, 5, unpad_bucket=1)(batch)
+    assert collated["cu_seqlens"].shape[0] == 2 * len(asked) + 2  # two documents a row, the fillers
+    positions = np.arange(collated["input_ids"].shape[1])[None, :]
+    real = positions < batch.lengths[:, None]
+    expected = np.where(real, 1 + (positions >= batch.document_starts[:, None]), 0)
+    assert np.array_equal(collated["document_ids"].numpy(), expected)

@@ -190,6 +190,7 @@ def test_packing_a_one_document_split_leaves_its_chunks_alone(tokenizer):
     dataset = datasets.Dataset.from_dict({"input_ids": [[[11, 12, 13], [14, 15], [16]]]})
     options = dict(max_seq_length=16, pair_task="none", seed=3)
     rows = all_instances(PretrainingInstances(dataset, tokenizer, pack_documents=True, **options))
+    assert all(r.pop("document_starts") == len(r["input_ids"]) for r in rows)  # no second document
     assert rows == all_instances(PretrainingInstances(dataset, tokenizer, **options))
     assert all(r["input_ids"].count(3) == 1 for r in rows)
 

@@ -207,3 +207,28 @@ def test_modernberts_rotation_runs_in_bf16_without_a_float32_copy():
                                           "cat": rotations}
     assert on_report["matmuls"] == off_report["matmuls"]
     assert on_report["kernels"] < off_report["kernels"] and on_report["gb_casts"] < off_report["gb_casts"]
+
+
+def test_varlen_attention_computes_whole_tiles_within_the_window():
+    # 300 tokens: tiles of 128, 128, 44; a window of 64 reaches the next tile (nearest pair 1 apart), not
+    # the one after (129 apart)
+    assert step_cost.varlen_pairs([300], None) == 300 * 300
+    assert step_cost.varlen_pairs([300], 64) == 128 * 128 * 2 + 44 * 44 + 2 * 128 * 128 + 2 * 128 * 44
+    assert step_cost.varlen_pairs([300], 200) == 300 * 300
+    # tiles of 2: (2, 2, 1) and (2, 2, 2, 1); a window of 1 computes each tile's block and its neighbours'
+    assert step_cost.varlen_pairs([5, 7], 1, tile=2) == (4 + 4 + 1) + 2 * (4 + 2) + (4 + 4 + 4 + 1) + 2 * (4 + 4 + 2)
+
+
+def test_an_unpadded_modernbert_step_is_traced_on_varlen_attention():
+    """unpad=true: attention a GPU runs as `varlen_attn` (no attention dropout) is one kernel each way,
+    at the pairs of its sequences; the last layer's rows read alone keep SDPA on the padded view."""
+    shape = step_cost.StepShape("modernbert", "tiny", BATCH, 64, short_rows=0.0, changes={"unpad": True})
+    kernels, totals, config = step_cost.trace_step(shape)
+    varlen = [k for k in kernels.kernels if k.op.startswith("varlen_attention")]
+    heads, head_size = 4, 16  # tiny ModernBERT: hidden 64, 4 heads; layer 0 global, 1 and 2 local
+    pairs = BATCH * 64 * 64  # rows of 64, shorter than a tile: the window skips no block
+    assert [(k.op, k.flops) for k in varlen] == [("varlen_attention", 4 * heads * head_size * pairs)] * 2 + [
+        ("varlen_attention_backward", 8 * heads * head_size * pairs)] * 2
+    assert Counter(k.op for k in kernels.kernels)["fused_attention"] == 1  # the last layer's rows
+    bert, _, _ = step_cost.trace_step(step_cost.StepShape("bert", "tiny", BATCH, LENGTH, changes={"unpad": True}))
+    assert not any(k.op.startswith("varlen") for k in bert.kernels)  # BERT's attention dropout 0.1

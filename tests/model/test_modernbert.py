@@ -345,7 +345,7 @@ def test_sdpa_gets_one_additive_mask_for_every_layer_while_gradients_are_kept():
     """What SDPA would make of the boolean mask (0 or -inf), made once and handed to every layer;
     without gradients the boolean mask itself (SDPA's copy is freed after each layer)."""
     attention_mask = torch.tensor([[1, 1, 1, 1, 1, 0], [1, 1, 1, 0, 0, 0]])
-    masks = AttentionMasks(attention_mask, 6, 2, torch.device("cpu"), flex=False)
+    masks = AttentionMasks.of_padding(attention_mask, 6, 2, torch.device("cpu"), flex=False)
     for is_global, boolean in ((True, masks.global_mask), (False, masks.local_mask)):
         additive = masks.sdpa_mask(is_global, torch.bfloat16)
         assert additive is masks.sdpa_mask(is_global, torch.bfloat16) and additive.dtype == torch.bfloat16
@@ -353,4 +353,4 @@ def test_sdpa_gets_one_additive_mask_for_every_layer_while_gradients_are_kept():
         with torch.no_grad():
             assert masks.sdpa_mask(is_global, torch.bfloat16) is boolean
     assert masks.sdpa_mask(False, torch.float32).dtype == torch.float32
-    assert AttentionMasks(None, 6, 2, torch.device("cpu"), flex=False).sdpa_mask(True, torch.float32) is None
+    assert AttentionMasks.of_padding(None, 6, 2, torch.device("cpu"), flex=False).sdpa_mask(True, torch.float32) is None

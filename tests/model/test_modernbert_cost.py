@@ -105,7 +105,7 @@ def test_window_pairs_are_the_masks_true_entries(length: int, window: int) -> No
     allowed = sliding_window_bidirectional_overlay(half)
     brute_force = sum(bool(allowed(0, 0, query, key)) for query in range(length) for key in range(length))
     assert window_pairs(length, window) == brute_force
-    bertpre_mask = AttentionMasks(None, length, half, torch.device("cpu"), flex=False).local_mask
+    bertpre_mask = AttentionMasks.of_padding(None, length, half, torch.device("cpu"), flex=False).local_mask
     assert window_pairs(length, window) == int(bertpre_mask.sum())
     assert window_pairs(length, window) <= min(length * length, length * (window + 1))
 
