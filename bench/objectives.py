@@ -1,6 +1,6 @@
-"""MLM or PLM? BERT's masked LM and XLNet's permutation LM (and Transformer-XL's left-to-right LM)
-pretrained at equal training FLOPs on two kinds of corpus, scored by held-out loss and a
-downstream linear probe, K seeds each.
+"""MLM, PLM or RTD? BERT's masked LM, XLNet's permutation LM (and Transformer-XL's left-to-right LM)
+and ELECTRA's replaced-token detection (tied and GDES embeddings) pretrained at equal training
+FLOPs on two kinds of corpus, scored by held-out loss and a downstream linear probe, K seeds each.
 
 - objectives, one shape (hidden, layers, heads = hidden / 64, FFN 4 × hidden, length, batch,
   AdamW, linear warmup over a tenth of the steps then linear decay to 0, the same peak lr):
@@ -8,7 +8,13 @@ downstream linear probe, K seeds each.
   runs them (15% masked, 80/10/10, documents packed); `plm`: `architecture: xlnet`, XLNet's plan
   (1/6 of each row predicted, spans of up to 5 words, the order drawn within `reuse_length` =
   length / 2), `mem_len` = length; `clm`: `architecture: xlnet`, the left-to-right order, every
-  token predicted, `mem_len` = length.
+  token predicted, `mem_len` = length; `rtd`: `architecture: electra` at BERT's shape (the
+  discriminator is BERT's encoder), `data.objective: rtd` with its defaults (a generator a quarter
+  of the discriminator's width, λ 50, the masked 15% all [MASK] for the generator); `rtd-gdes`: the
+  same with `objective.embedding_sharing: gdes`. RTD's cost counts both networks
+  (`Objective.cost_parts`), so its runs buy fewer steps than MLM's; it predicts no tokens, so it
+  has no fill-in score: its own held-out scores are the discriminator's loss, accuracy and
+  accuracy on replaced tokens (with the share replaced).
 - equal compute: equal training FLOPs by `bertpre.model.cost.training_flops_per_token` (exact
   against FlopCounterMode for both architectures), times the batch's positions. MLM runs
   `--steps` steps; each other objective runs as many steps as that budget buys at its own cost
@@ -64,7 +70,11 @@ import torch
 from bench.common import CORPORA, RESULTS, ROOT, read_wikitext, write_bert_format, write_result
 from bench.learning import bertpre_overrides, downstream_identity, downstream_task, probe, welch
 
-OBJECTIVES = ("mlm", "plm", "clm")
+OBJECTIVES = ("mlm", "plm", "clm", "rtd", "rtd-gdes")
+# ELECTRA's replaced-token detection: the discriminator is BERT's encoder (`model.architecture:
+# electra` at BERT's shape, no factorized embeddings), a generator of `objective.generator_size`
+# beside it; `rtd-gdes` shares their embeddings as DeBERTa-v3 does.
+REPLACED_TOKEN = ("rtd", "rtd-gdes")
 POOLINGS = ("mean", "cls")
 SPEECHES_PER_DOCUMENT = 24  # about a scene's worth of turns
 FILL_IN_SHARE = 0.15
@@ -101,6 +111,9 @@ def objective_settings(objective: str, args) -> list[str]:
     """The config overrides that make a run `objective` (beside the shared shape and recipe)."""
     if objective == "mlm":
         return []
+    if objective in REPLACED_TOKEN:
+        return ["model.architecture=electra", "data.objective=rtd",
+                f"objective.embedding_sharing={'gdes' if objective == 'rtd-gdes' else 'tied'}"]
     return ["model.architecture=xlnet", f"data.objective={objective}", "data.plm_plan=xlnet",
             f"model.mem_len={args.length}"]
 
@@ -174,6 +187,11 @@ def held_out(model, config, data, objective: str, windows, tokenizer) -> dict:
     """Every held-out score of a final model (see the module for which are comparable)."""
     from bertpre.train.evaluation import evaluate
 
+    if objective in REPLACED_TOKEN:  # the discriminator predicts no tokens: its own scores alone
+        result = evaluate(model, data, config.data, micro_batch_size=32, seed=1234)
+        return {"own": {"loss": result["rtd_loss"], "acc": result["rtd_acc"],
+                        "acc_replaced": result["rtd_acc_replaced"], "replaced_share": result["replaced_share"],
+                        "generator_mlm_loss": result["mlm_loss"], "tokens": result["tokens"]}}
     scores = {"fill_in": fill_in(model, windows, tokenizer, xlnet=objective != "mlm")}
     if objective == "mlm":
         result = evaluate(model, data, config.data, micro_batch_size=32, seed=1234)
@@ -205,15 +223,18 @@ def train_run(args, objective: str, data_path: Path, run: Path, seed: int, steps
     return {"config": config, "objective": objective, "seed": seed, "steps": steps,
             "warmup_steps": config.optim.warmup_steps, "flops_per_token": per_token, "flops": per_token * positions,
             "positions": positions, "new_tokens": steps * args.batch_size * config.data.segment_step
-            if objective != "mlm" else positions, "train_s": round(train_s, 1),
+            if config.data.recurrent else positions, "train_s": round(train_s, 1),
             "tokens_per_s_median": statistics.median(rates) if rates else None}
 
 
 def load_final(run: Path, objective: str):
     from bertpre.model import BertForPreTraining, XLNetLMHeadModel
+    from bertpre.model.replaced_token import ReplacedTokenDetection
     from bertpre.train.checkpoint import latest_checkpoint
 
     checkpoint = latest_checkpoint(run)
+    if objective in REPLACED_TOKEN:
+        return ReplacedTokenDetection.from_pretrained(checkpoint).eval()
     model_class = BertForPreTraining if objective == "mlm" else XLNetLMHeadModel
     return model_class.from_pretrained(checkpoint).eval()
 
@@ -231,6 +252,7 @@ MEASURES = {
     "fill_in_loss": (("held_out", "fill_in", "loss"), False),
     "fill_in_acc": (("held_out", "fill_in", "acc"), True),
     "own_loss": (("held_out", "own", "loss"), False),
+    "rtd_acc_replaced": (("held_out", "own", "acc_replaced"), True),
     "xlnet_plm_loss": (("held_out", "xlnet_plm", "loss"), False),
     "xlnet_clm_loss": (("held_out", "xlnet_clm", "loss"), False),
     "train_s": (("train_s",), None),
@@ -270,6 +292,7 @@ def summarise(runs: list[dict], objectives: list[str]) -> tuple[dict, dict]:
         if objective != "mlm":
             compare(objective, "mlm", COMPARED)
     compare("clm", "plm", (*COMPARED, "xlnet_plm_loss", "xlnet_clm_loss"))
+    compare("rtd-gdes", "rtd", (*COMPARED, "own_loss", "rtd_acc_replaced"))
     return summary, differences
 
 
@@ -331,13 +354,13 @@ def print_table(results: dict) -> None:
              ("tokens_per_s", "tokens/s", "{:.0f}"), ("flops", "FLOPs", "{:.3g}")]
     for corpus, result in results.items():
         print(f"\n{corpus}: mean ± std over seeds (steps {result['steps']}, equal FLOPs {result['flops_budget']:.3g})")
-        print(f"  {'':<5}" + "".join(f"{label:>20}" for _, label, _ in shown))
+        print(f"  {'':<9}" + "".join(f"{label:>20}" for _, label, _ in shown))
         for objective, by_name in result["summary"].items():
             cells = []
             for name, _, form in shown:
                 value = by_name.get(name)
                 cells.append(f"{form.format(value['mean'])} ± {form.format(value['std'])}" if value else "-")
-            print(f"  {objective:<5}" + "".join(f"{cell:>20}" for cell in cells))
+            print(f"  {objective:<9}" + "".join(f"{cell:>20}" for cell in cells))
         for pair, by_name in result["differences"].items():
             for name, entry in by_name.items():
                 interval = entry["interval"]
