@@ -3,8 +3,8 @@ generator and a discriminator of the same family, sharing one embedding module, 
 optimizer, DDP, compile and checkpoints cover both. Names are Hugging Face's ELECTRA's
 (`electra`, `discriminator_predictions`, `generator_predictions`, `generator_lm_head`).
 
-BERT's encoder alone for now; the ELECTRA family row (its export as `ElectraForPreTraining` plus
-a `generator/` folder) comes later.
+BERT's encoder, of the `bert` or `electra` row (`model.electra` writes the latter's export: the
+discriminator as `ElectraForPreTraining`, the generator as `ElectraForMaskedLM` in `generator/`).
 """
 from __future__ import annotations
 
@@ -33,8 +33,8 @@ from bertpre.model.layer_norm import LayerNorm
 PAIR_KEY = "bertpre_replaced_token_detection"
 # Tensors the generator reads from the discriminator's (saved once, under the discriminator's names).
 SHARED_PREFIXES = ("generator.electra.embeddings.", "generator.generator_lm_head.weight")
-EXPORT_LATER = ("export of replaced-token detection (data.objective rtd) runs comes with the ELECTRA "
-                "family; it is not built yet")
+EXPORT_LATER = ("its export, evaluation and fill-mask are built for model.architecture electra alone; train "
+                "with model.architecture: electra")
 
 
 def generator_config(config: BertConfig, generator_size: float) -> BertConfig:
@@ -73,13 +73,15 @@ class ElectraDiscriminatorPredictions(nn.Module):
 
 
 class ElectraGeneratorPredictions(nn.Module):
-    """dense to the embedding width, activation, LayerNorm: what the tied vocabulary projection reads."""
+    """dense to the embedding width, gelu, LayerNorm: what the tied vocabulary projection reads
+    (transformers' ElectraForMaskedLM applies gelu whatever `hidden_act` says; so does this, so that
+    an exported generator computes what it trained with)."""
 
     def __init__(self, config: BertConfig) -> None:
         super().__init__()
         width = config.embedding_size or config.hidden_size
         self.dense = nn.Linear(config.hidden_size, width)
-        self.activation = activation(config.hidden_act)
+        self.activation = activation("gelu")
         self.LayerNorm = LayerNorm(width, eps=config.layer_norm_eps, low_precision=config.low_precision_layernorm)
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
@@ -148,6 +150,28 @@ class ReplacedTokenDetection(nn.Module):
         """Trainable parameters of both networks, the shared ones counted once."""
         return sum(p.numel() for p in self.parameters())
 
+    def load_weights(self, state_dict: dict[str, torch.Tensor], folder: Path, *,
+                     strict: bool = False) -> tuple[list[str], list[str]]:
+        """A released discriminator's tensors (`electra.`, `discriminator_predictions.`: bertpre's
+        names) into this pair (`model.init_from`); the generator, which a discriminator's folder
+        lacks, keeps its fresh draw, and so does a head a bare encoder's folder lacks.
+
+        Returns:
+            (missing names, unexpected names).
+        """
+        if not any(name.startswith("electra.") for name in state_dict):
+            raise UserError(f"model.init_from {folder} holds no ELECTRA discriminator (no electra.* weights); "
+                            "data.objective rtd starts from an ELECTRA folder (ElectraForPreTraining or ElectraModel)")
+        expected = {name: tensor.shape for name, tensor in self.state_dict().items()
+                    if not name.startswith(SHARED_PREFIXES)}
+        missing, unexpected = hf_format.match_state_dict(
+            expected, state_dict, folder, layout="ELECTRA",
+            optional=("discriminator_predictions.", "generator."), strict=strict)
+        with torch.no_grad():
+            self.load_state_dict({k: v for k, v in state_dict.items() if k in expected}, strict=False)
+        self.generator.tie_weights()
+        return missing, unexpected
+
     def save_pretrained(self, folder: str | Path) -> None:
         """config.json (the discriminator's, and the generator's fraction) and model.safetensors
         (every tensor once: the shared ones under the discriminator's names)."""
@@ -191,7 +215,8 @@ def pair_generator_size(folder: Path) -> float | None:
     return pair.get("generator_size") if isinstance(pair, dict) else None
 
 
-def refuse_pair(folder: str | Path) -> None:
-    """Refuse, in one line, a generator-discriminator checkpoint where a family's model is read."""
+def refuse_pair(folder: str | Path, family: str) -> None:
+    """Refuse, in one line, a generator-discriminator checkpoint of a family other than ELECTRA
+    where a family's model is read."""
     if pair_generator_size(Path(folder)) is not None:
-        raise UserError(f"{folder} is a checkpoint of a replaced-token detection run; {EXPORT_LATER}")
+        raise UserError(f"{folder} is a checkpoint of a replaced-token detection run of {family}; {EXPORT_LATER}")

@@ -35,6 +35,7 @@ WORDS = [["The", "Normans", "gave", "their", "name", "to", "Normandy", "."], ["R
 # (at `length` for one text): a new family needs its line here.
 EXPECTED: dict[str, Callable[[int, int], list[int]]] = {
     "bert": lambda length, second: [0] * second + [1] * (length - second),
+    "electra": lambda length, second: [0] * second + [1] * (length - second),  # BERT's two token types
     "roberta": lambda length, second: [0] * length,
     "xlm-roberta": lambda length, second: [0] * length,
     "modernbert": lambda length, second: [0] * length,
