@@ -234,6 +234,22 @@ def generator_fraction(discriminator: BertConfig, generator: BertConfig, where: 
     return size
 
 
+def released_generator(folder: Path, discriminator: BertConfig, generator_size: float) -> dict[str, torch.Tensor]:
+    """The generator's tensors (the pair's names, `generator.…`, less the embeddings it shares) in
+    `folder/generator/` beside a discriminator a run starts from, or none where there is no such
+    folder. One that does not pair with the discriminator, or is not `generator_size` of it, is
+    refused in one line."""
+    where = Path(folder) / GENERATOR_DIR
+    if not (where / hf_format.CONFIG_NAME).is_file():
+        return {}
+    size = generator_fraction(discriminator, hf_format.read_config(where), where)
+    if abs(size - generator_size) > 1e-9:
+        raise UserError(f"the generator at {where} is {size:g} of the discriminator, and objective.generator_size "
+                        f"is {generator_size:g}; set objective.generator_size: {size:g}")
+    return {f"generator.{name}": tensor for name, tensor in read_electra_weights(where).items()
+            if not name.startswith("electra.embeddings.")}
+
+
 @torch.no_grad()
 def electra_mask_logits(model: nn.Module, tokenizer: Tokenizer, text: str,
                         fits: Callable[[ForwardShape], None] = lambda shape: None) -> torch.Tensor:

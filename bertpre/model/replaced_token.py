@@ -153,8 +153,9 @@ class ReplacedTokenDetection(nn.Module):
     def load_weights(self, state_dict: dict[str, torch.Tensor], folder: Path, *,
                      strict: bool = False) -> tuple[list[str], list[str]]:
         """A released discriminator's tensors (`electra.`, `discriminator_predictions.`: bertpre's
-        names) into this pair (`model.init_from`); the generator, which a discriminator's folder
-        lacks, keeps its fresh draw, and so does a head a bare encoder's folder lacks.
+        names) into this pair (`model.init_from`), with the generator in its `generator/` where it
+        has one (an ELECTRA export's); else the generator keeps its fresh draw, and so does a head a
+        bare encoder's folder lacks.
 
         Returns:
             (missing names, unexpected names).
@@ -162,6 +163,10 @@ class ReplacedTokenDetection(nn.Module):
         if not any(name.startswith("electra.") for name in state_dict):
             raise UserError(f"model.init_from {folder} holds no ELECTRA discriminator (no electra.* weights); "
                             "data.objective rtd starts from an ELECTRA folder (ElectraForPreTraining or ElectraModel)")
+        # the family's folders: `model.electra` imports this module
+        from bertpre.model.electra import released_generator
+
+        state_dict = {**state_dict, **released_generator(folder, self.config, self.generator_size)}
         expected = {name: tensor.shape for name, tensor in self.state_dict().items()
                     if not name.startswith(SHARED_PREFIXES)}
         missing, unexpected = hf_format.match_state_dict(

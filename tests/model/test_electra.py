@@ -5,6 +5,7 @@ input refused in one line."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -207,10 +208,37 @@ def test_bad_electra_settings_are_refused_in_one_line(overrides, message):
 
 def test_resuming_an_rtd_run_with_another_generator_size_is_one_line(electra_run, tiny_data, tmp_path):
     copy = tmp_path / "run"
-    import shutil
-
     shutil.copytree(electra_run, copy)
     with pytest.raises(UserError, match=r"was started with objective.generator_size=0.25 and this config has 0.5; "
                                         "resume with the run's own value") as error:
         pretrain(tiny_data, copy, "objective.generator_size=0.5", steps=3)
+    assert "\n" not in str(error.value)
+
+
+def test_a_run_from_an_electra_export_takes_its_generator_too_and_refuses_one_that_does_not_pair(
+        electra_run, electra_export, tiny_data, tmp_path):
+    from bertpre.train.setup import build_model, resolve_run
+
+    def start(source: Path, *extra: str):
+        config = load_config(None, [f"model.init_from={source}", f"data.path={tiny_data}", "data.objective=rtd",
+                                    f"train.out={tmp_path / 'run'}", "data.max_seq_length=32", *extra])
+        said: list[str] = []
+        return build_model(resolve_run(config, world_size=1), said.append), said
+
+    started, said = start(electra_export)
+    assert said == [f"starting from the weights of {electra_export}"]  # nothing drawn fresh
+    trained = ReplacedTokenDetection.from_pretrained(electra_run / "checkpoints" / "step-00000002")
+    for (name, tensor), other in zip(trained.state_dict().items(), started.state_dict().values(), strict=True):
+        assert torch.equal(tensor, other), name
+    with pytest.raises(UserError, match=r"generator is 0.25 of the discriminator, and objective.generator_size is "
+                                        r"0.5; set objective.generator_size: 0.25$"):
+        start(electra_export, "objective.generator_size=0.5")
+    # a generator of another vocabulary
+    other = tmp_path / "other"
+    shutil.copytree(electra_export, other)
+    hf = json.loads((other / "generator" / "config.json").read_text())
+    (other / "generator" / "config.json").write_text(json.dumps({**hf, "vocab_size": hf["vocab_size"] + 8}))
+    with pytest.raises(UserError, match=r"the generator at .* has a vocabulary of \d+ and the discriminator \d+; "
+                                        "they share one embedding table") as error:
+        start(other)
     assert "\n" not in str(error.value)
