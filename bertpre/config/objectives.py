@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from bertpre.config.rules import Range, check_number, numbers
 from bertpre.errors import UserError
-from bertpre.model.replaced_token import generator_config
+from bertpre.model.electra_generator import generator_config
 
 if TYPE_CHECKING:  # the sections import this table
     from bertpre.config.sections import Config, DataConfig

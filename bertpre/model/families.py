@@ -42,7 +42,6 @@ from bertpre.model.electra import (
     electra_export_writer,
     electra_mask_logits,
     load_electra,
-    read_electra_weights,
 )
 from bertpre.model.electra_config import ELECTRA_CONFIG
 from bertpre.model.electra_cost import (
@@ -50,6 +49,7 @@ from bertpre.model.electra_cost import (
     estimate_electra_inference_memory,
     estimate_electra_memory,
 )
+from bertpre.model.electra_generator import read_electra_weights
 from bertpre.model.electra_heads import (
     ElectraForQuestionAnswering,
     ElectraForSequenceClassification,

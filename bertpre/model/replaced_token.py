@@ -8,7 +8,6 @@ discriminator as `ElectraForPreTraining`, the generator as `ElectraForMaskedLM` 
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 from functools import partial
 from pathlib import Path
@@ -27,6 +26,7 @@ from bertpre.model.bert import (
     read_positions,
 )
 from bertpre.model.config import BertConfig
+from bertpre.model.electra_generator import generator_config, released_generator
 from bertpre.model.layer_norm import LayerNorm
 
 # config.json's key that marks a generator-discriminator pair and gives the generator's fraction.
@@ -35,28 +35,6 @@ PAIR_KEY = "bertpre_replaced_token_detection"
 SHARED_PREFIXES = ("generator.electra.embeddings.", "generator.generator_lm_head.weight")
 EXPORT_LATER = ("its export, evaluation and fill-mask are built for model.architecture electra alone; train "
                 "with model.architecture: electra")
-
-
-def generator_config(config: BertConfig, generator_size: float) -> BertConfig:
-    """The generator's shape: the discriminator's hidden size, heads and intermediate size times
-    `generator_size`, reading the discriminator's embeddings (projected where widths differ).
-
-    Raises:
-        ValueError: a size that is not a whole number, or not a whole head.
-    """
-    sizes = {name: getattr(config, name) * generator_size
-             for name in ("hidden_size", "num_attention_heads", "intermediate_size")}
-    broken = [f"{name} {value:g} (of {getattr(config, name)})" for name, value in sizes.items()
-              if abs(value - round(value)) > 1e-9 or round(value) < 1]
-    if broken:
-        raise ValueError(f"the generator's {', '.join(broken)} must be whole numbers; choose a fraction that "
-                         "divides the discriminator's hidden size, heads and intermediate size (e.g. 0.25 or 0.5)")
-    hidden, heads, intermediate = (round(value) for value in sizes.values())
-    if hidden % heads:
-        raise ValueError(f"the generator's hidden size {hidden} is not divisible by its {heads} heads")
-    width = config.embedding_size or config.hidden_size
-    return dataclasses.replace(config, hidden_size=hidden, num_attention_heads=heads, intermediate_size=intermediate,
-                               embedding_size=None if width == hidden else width)
 
 
 class ElectraDiscriminatorPredictions(nn.Module):
@@ -163,9 +141,6 @@ class ReplacedTokenDetection(nn.Module):
         if not any(name.startswith("electra.") for name in state_dict):
             raise UserError(f"model.init_from {folder} holds no ELECTRA discriminator (no electra.* weights); "
                             "data.objective rtd starts from an ELECTRA folder (ElectraForPreTraining or ElectraModel)")
-        # the family's folders: `model.electra` imports this module
-        from bertpre.model.electra import released_generator
-
         state_dict = {**state_dict, **released_generator(folder, self.config, self.generator_size)}
         expected = {name: tensor.shape for name, tensor in self.state_dict().items()
                     if not name.startswith(SHARED_PREFIXES)}

@@ -13,7 +13,7 @@ import torch
 from test_finetune import run_main, write_conll, write_task
 
 from bertpre.config import load_config
-from bertpre.model.electra import read_electra_weights
+from bertpre.model.electra_generator import read_electra_weights
 from bertpre.model.electra_heads import (
     ElectraForQuestionAnswering,
     ElectraForSequenceClassification,
