@@ -242,3 +242,15 @@ def test_a_run_from_an_electra_export_takes_its_generator_too_and_refuses_one_th
                                         "they share one embedding table") as error:
         start(other)
     assert "\n" not in str(error.value)
+
+
+def test_evaluate_scores_an_electra_run_and_its_export_with_the_rtd_metrics(electra_run, electra_export, tiny_data,
+                                                                            monkeypatch, capsys):
+    scores = []
+    for args in (["evaluate", electra_run], ["evaluate", electra_export, "--data", tiny_data]):
+        code, stdout, stderr = run_main(args, monkeypatch, capsys)
+        assert code == 0, stderr
+        values = dict(line.split() for line in stdout.splitlines() if line.strip())
+        assert {"mlm_loss", "rtd_loss", "rtd_acc", "replaced_share"} <= set(values)
+        scores.append(float(values["rtd_loss"]))
+    assert all(0.3 < score < 1.5 for score in scores)  # near log 2 after two steps
