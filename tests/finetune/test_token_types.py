@@ -170,4 +170,5 @@ def test_each_layout_says_how_many_special_tokens_come_before_the_second_text(wo
     from bertpre.tokenizer.roles import specials_before_second_text
 
     assert {name: specials_before_second_text(family_inputs(name, wordpiece, tmp_path / name)[1])
-            for name in FAMILIES} == {"bert": 2, "roberta": 3, "xlm-roberta": 3, "modernbert": 2, "xlnet": 1}
+            for name in FAMILIES} == {"bert": 2, "roberta": 3, "xlm-roberta": 3, "modernbert": 2, "xlnet": 1,
+                                      "electra": 2}
