@@ -7,7 +7,7 @@ from importlib.resources.abc import Traversable
 
 def preset_names() -> list[str]:
     """The shipped presets by name: albert-base, base, large, large-batch, mini, modernbert-base, tiny,
-    tiny-modernbert."""
+    tiny-electra, tiny-modernbert."""
     return sorted(entry.name.removesuffix(".yaml") for entry in files(__name__).iterdir()
                   if entry.name.endswith(".yaml"))
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from bertpre.config.rules import Range, check_number, numbers
 from bertpre.errors import UserError
-from bertpre.model.replaced_token import generator_config
+from bertpre.model.electra_generator import generator_config
 
 if TYPE_CHECKING:  # the sections import this table
     from bertpre.config.sections import Config, DataConfig
@@ -132,8 +132,9 @@ def check_replaced_token_keys(data: DataConfig) -> None:
 
 
 def check_replaced_token_model(config: Config) -> None:
-    """rtd: the generator's shape is whole numbers of the discriminator's, its embedding sharing
-    is built, and what the pair does not take yet is refused."""
+    """rtd: the generator's shape is whole numbers of the discriminator's (asked again once
+    `model.init_from`'s shape is adopted), its embedding sharing is built, and what the pair does
+    not take is refused."""
     keys, model = config.objective, config.model
     if keys.embedding_sharing not in EMBEDDING_SHARING:
         raise UserError(f"objective.embedding_sharing is {keys.embedding_sharing!r}; use one of "
@@ -142,9 +143,6 @@ def check_replaced_token_model(config: Config) -> None:
         generator_config(model, keys.generator_size)
     except ValueError as error:
         raise UserError(f"objective.generator_size {keys.generator_size:g}: {error}") from None
-    if config.init_from is not None:
-        raise UserError("data.objective rtd trains a new generator and discriminator; model.init_from "
-                        "(starting from released ELECTRA weights) comes with the ELECTRA family; remove it")
     if model.unpad:
         raise UserError("data.objective rtd reads every token of a padded batch; set model.unpad: false")
 

@@ -36,6 +36,26 @@ from bertpre.model.bert_heads import (
     BertForTokenClassification,
 )
 from bertpre.model.config import FAMILIES, BertConfig, FamilyConfig
+from bertpre.model.electra import (
+    ElectraForPreTraining,
+    electra_encoder,
+    electra_export_writer,
+    electra_mask_logits,
+    load_electra,
+)
+from bertpre.model.electra_config import ELECTRA_CONFIG
+from bertpre.model.electra_cost import (
+    count_electra_parameters,
+    estimate_electra_inference_memory,
+    estimate_electra_memory,
+)
+from bertpre.model.electra_generator import read_electra_weights
+from bertpre.model.electra_heads import (
+    ElectraForQuestionAnswering,
+    ElectraForSequenceClassification,
+    ElectraForTokenClassification,
+    write_electra_task_folder,
+)
 from bertpre.model.modernbert import (
     ModernBertForMaskedLM,
     ModernBertModel,
@@ -184,6 +204,10 @@ class Family:
     class_names: Callable[[BertConfig], tuple[str, str]] | None = None
     # `bertpre info`: training FLOPs per token by part, (config, seq_length, predicted_share, micro_batch_size)
     flops_by_part: Callable[..., Any] | None = None
+    # (folder, strict) -> the model a folder of the family holds, where that is more than
+    # `pretraining_class.from_pretrained` (ELECTRA's: a run's generator and discriminator, or an
+    # export's discriminator with its generator/); None: `pretraining_class.from_pretrained`
+    load_pretrained: Callable[..., nn.Module] | None = None
 
 
 # Model keys a run may set whatever the source says: they shape training, not the weights.
@@ -285,6 +309,30 @@ MODERNBERT = Family(
     flops_by_part=lambda config, seq_length, predicted_share, micro_batch_size: modernbert_flops_by_part(
         config, seq_length, predicted_share))
 
+# ELECTRA: BERT's encoder (embeddings `embedding_size` wide where that differs from the layers'), the
+# discriminator as its pretraining model; it trains with replaced-token detection alone, its generator
+# the rtd objective's (`model.replaced_token`), exported beside it in `generator/`.
+ELECTRA = Family(
+    architecture="electra", config=ELECTRA_CONFIG, display_name="ELECTRA",
+    pretraining_class=ElectraForPreTraining, sequence_head=ElectraForSequenceClassification,
+    token_head=ElectraForTokenClassification, question_answering_head=ElectraForQuestionAnswering,
+    hf_task_prefix=lambda config: "Electra", encoder_attribute="electra",
+    padding_side="right", objectives=("rtd",), pair_task=False,
+    build_pretraining=lambda config, tokenizer=None: ElectraForPreTraining(config), build_encoder=electra_encoder,
+    tokenizer_layout=same_layout, read_weights=read_electra_weights, optional_encoder_parts=(),
+    optional_parts={"discriminator_predictions.": "the discriminator head (discriminator_predictions)",
+                    "generator.": "the generator (generator/: drawn at objective.generator_size)"},
+    export_writer=electra_export_writer, write_task_folder=write_electra_task_folder,
+    native_task_models=lambda config: True,
+    count_parameters=count_electra_parameters, training_flops=bert_training_flops,
+    estimate_memory=estimate_electra_memory, estimate_inference_memory=estimate_electra_inference_memory,
+    max_input_tokens=table_positions,
+    shape_words=lambda config: (f"{config.num_hidden_layers} layers, hidden {config.hidden_size}, embeddings "
+                                f"{config.embedding_size or config.hidden_size}, absolute positions"),
+    source_fields=BERT_SOURCE_FIELDS, grow_vocabulary=None, mask_logits=electra_mask_logits,
+    token_types=bert_token_types, shape_details=bert_shape_details,
+    class_names=lambda config: ("ElectraModel", "ElectraForPreTraining"), load_pretrained=load_electra)
+
 # The table is `bertpre.model.config.FAMILIES`, filled here: the config routes each key and
 # config.json's model_type by asking it, without importing the families' networks.
 FAMILIES.update({
@@ -333,6 +381,7 @@ FAMILIES.update({
     "xlm-roberta": replace(ROBERTA, architecture="xlm-roberta", config=roberta_config_part("xlm-roberta"),
                            display_name="XLM-RoBERTa"),
     "modernbert": MODERNBERT,
+    "electra": ELECTRA,
 })
 
 
@@ -373,7 +422,9 @@ def load_pretraining_model(folder: str | Path, *, strict: bool = False) -> nn.Mo
     """The pretraining model (of whichever family config.json names) of a Hugging Face folder; the
     parts a folder may lack (a BertModel-only folder's heads) are newly initialized, unless `strict`."""
     row = family(hf_format.read_config(hf_format.check_folder(folder)))
-    refuse_pair(folder)  # a generator and discriminator is no family's model yet
+    if row.load_pretrained is not None:
+        return row.load_pretrained(folder, strict=strict)
+    refuse_pair(folder, row.display_name)  # another family's rtd run: its export is not built
     return row.pretraining_class.from_pretrained(folder, strict=strict)
 
 

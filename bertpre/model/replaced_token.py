@@ -3,12 +3,11 @@ generator and a discriminator of the same family, sharing one embedding module, 
 optimizer, DDP, compile and checkpoints cover both. Names are Hugging Face's ELECTRA's
 (`electra`, `discriminator_predictions`, `generator_predictions`, `generator_lm_head`).
 
-BERT's encoder alone for now; the ELECTRA family row (its export as `ElectraForPreTraining` plus
-a `generator/` folder) comes later.
+BERT's encoder, of the `bert` or `electra` row (`model.electra` writes the latter's export: the
+discriminator as `ElectraForPreTraining`, the generator as `ElectraForMaskedLM` in `generator/`).
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 from functools import partial
 from pathlib import Path
@@ -27,36 +26,15 @@ from bertpre.model.bert import (
     read_positions,
 )
 from bertpre.model.config import BertConfig
+from bertpre.model.electra_generator import generator_config, released_generator
 from bertpre.model.layer_norm import LayerNorm
 
 # config.json's key that marks a generator-discriminator pair and gives the generator's fraction.
 PAIR_KEY = "bertpre_replaced_token_detection"
 # Tensors the generator reads from the discriminator's (saved once, under the discriminator's names).
 SHARED_PREFIXES = ("generator.electra.embeddings.", "generator.generator_lm_head.weight")
-EXPORT_LATER = ("export of replaced-token detection (data.objective rtd) runs comes with the ELECTRA "
-                "family; it is not built yet")
-
-
-def generator_config(config: BertConfig, generator_size: float) -> BertConfig:
-    """The generator's shape: the discriminator's hidden size, heads and intermediate size times
-    `generator_size`, reading the discriminator's embeddings (projected where widths differ).
-
-    Raises:
-        ValueError: a size that is not a whole number, or not a whole head.
-    """
-    sizes = {name: getattr(config, name) * generator_size
-             for name in ("hidden_size", "num_attention_heads", "intermediate_size")}
-    broken = [f"{name} {value:g} (of {getattr(config, name)})" for name, value in sizes.items()
-              if abs(value - round(value)) > 1e-9 or round(value) < 1]
-    if broken:
-        raise ValueError(f"the generator's {', '.join(broken)} must be whole numbers; choose a fraction that "
-                         "divides the discriminator's hidden size, heads and intermediate size (e.g. 0.25 or 0.5)")
-    hidden, heads, intermediate = (round(value) for value in sizes.values())
-    if hidden % heads:
-        raise ValueError(f"the generator's hidden size {hidden} is not divisible by its {heads} heads")
-    width = config.embedding_size or config.hidden_size
-    return dataclasses.replace(config, hidden_size=hidden, num_attention_heads=heads, intermediate_size=intermediate,
-                               embedding_size=None if width == hidden else width)
+EXPORT_LATER = ("its export, evaluation and fill-mask are built for model.architecture electra alone; train "
+                "with model.architecture: electra")
 
 
 class ElectraDiscriminatorPredictions(nn.Module):
@@ -73,13 +51,15 @@ class ElectraDiscriminatorPredictions(nn.Module):
 
 
 class ElectraGeneratorPredictions(nn.Module):
-    """dense to the embedding width, activation, LayerNorm: what the tied vocabulary projection reads."""
+    """dense to the embedding width, gelu, LayerNorm: what the tied vocabulary projection reads
+    (transformers' ElectraForMaskedLM applies gelu whatever `hidden_act` says; so does this, so that
+    an exported generator computes what it trained with)."""
 
     def __init__(self, config: BertConfig) -> None:
         super().__init__()
         width = config.embedding_size or config.hidden_size
         self.dense = nn.Linear(config.hidden_size, width)
-        self.activation = activation(config.hidden_act)
+        self.activation = activation("gelu")
         self.LayerNorm = LayerNorm(width, eps=config.layer_norm_eps, low_precision=config.low_precision_layernorm)
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
@@ -148,6 +128,30 @@ class ReplacedTokenDetection(nn.Module):
         """Trainable parameters of both networks, the shared ones counted once."""
         return sum(p.numel() for p in self.parameters())
 
+    def load_weights(self, state_dict: dict[str, torch.Tensor], folder: Path, *,
+                     strict: bool = False) -> tuple[list[str], list[str]]:
+        """A released discriminator's tensors (`electra.`, `discriminator_predictions.`: bertpre's
+        names) into this pair (`model.init_from`), with the generator in its `generator/` where it
+        has one (an ELECTRA export's); else the generator keeps its fresh draw, and so does a head a
+        bare encoder's folder lacks.
+
+        Returns:
+            (missing names, unexpected names).
+        """
+        if not any(name.startswith("electra.") for name in state_dict):
+            raise UserError(f"model.init_from {folder} holds no ELECTRA discriminator (no electra.* weights); "
+                            "data.objective rtd starts from an ELECTRA folder (ElectraForPreTraining or ElectraModel)")
+        state_dict = {**state_dict, **released_generator(folder, self.config, self.generator_size)}
+        expected = {name: tensor.shape for name, tensor in self.state_dict().items()
+                    if not name.startswith(SHARED_PREFIXES)}
+        missing, unexpected = hf_format.match_state_dict(
+            expected, state_dict, folder, layout="ELECTRA",
+            optional=("discriminator_predictions.", "generator."), strict=strict)
+        with torch.no_grad():
+            self.load_state_dict({k: v for k, v in state_dict.items() if k in expected}, strict=False)
+        self.generator.tie_weights()
+        return missing, unexpected
+
     def save_pretrained(self, folder: str | Path) -> None:
         """config.json (the discriminator's, and the generator's fraction) and model.safetensors
         (every tensor once: the shared ones under the discriminator's names)."""
@@ -191,7 +195,8 @@ def pair_generator_size(folder: Path) -> float | None:
     return pair.get("generator_size") if isinstance(pair, dict) else None
 
 
-def refuse_pair(folder: str | Path) -> None:
-    """Refuse, in one line, a generator-discriminator checkpoint where a family's model is read."""
+def refuse_pair(folder: str | Path, family: str) -> None:
+    """Refuse, in one line, a generator-discriminator checkpoint of a family other than ELECTRA
+    where a family's model is read."""
     if pair_generator_size(Path(folder)) is not None:
-        raise UserError(f"{folder} is a checkpoint of a replaced-token detection run; {EXPORT_LATER}")
+        raise UserError(f"{folder} is a checkpoint of a replaced-token detection run of {family}; {EXPORT_LATER}")

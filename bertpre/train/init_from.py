@@ -9,6 +9,7 @@ from tokenizers import Tokenizer
 from torch import nn
 
 from bertpre.config import Config, check_phase_lengths, no_pair_head
+from bertpre.config.objectives import objective_rules
 from bertpre.errors import UserError
 from bertpre.model import BertConfig
 from bertpre.model.families import family
@@ -38,6 +39,8 @@ def adopt_shape(config: Config, shape: BertConfig, where: str | Path) -> None:
         if "pair_task" in config.data_keys_given:
             raise UserError(no_pair_head(row.display_name, config.data.pair_task, f"{where}'s model"))
         config.data.pair_task = "none"  # BERT's default pair task, never asked for
+    # the objective's rules on the model's keys, against the source's shape (rtd's generator fraction)
+    objective_rules(config.data.objective).check_model(config)
     # every length a phase reads, against what the source's family reads at once (its row's
     # `max_input_tokens`: ModernBERT's trained length too), before any weight is read
     check_phase_lengths(config, where)

@@ -129,6 +129,9 @@ class Trainer:
             self.enter_phase(0)
             return
         runtime = self.runtime
+        # A changed key the run computes with is refused before the checkpoint is read: its weights
+        # would not fit a model of another shape (rtd's objective.generator_size).
+        resume_notes(self.run_dir, self.config, 0)
         self.load_state_dict(load_checkpoint(latest, model=self.model, optimizer=self.optimizer,
                                              scaler=self.scaler, runtime=runtime), latest)
         if self.stream.state_dict()["position"]:  # a phase's end starts the next with no carry

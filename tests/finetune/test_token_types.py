@@ -35,6 +35,7 @@ WORDS = [["The", "Normans", "gave", "their", "name", "to", "Normandy", "."], ["R
 # (at `length` for one text): a new family needs its line here.
 EXPECTED: dict[str, Callable[[int, int], list[int]]] = {
     "bert": lambda length, second: [0] * second + [1] * (length - second),
+    "electra": lambda length, second: [0] * second + [1] * (length - second),  # BERT's two token types
     "roberta": lambda length, second: [0] * length,
     "xlm-roberta": lambda length, second: [0] * length,
     "modernbert": lambda length, second: [0] * length,
@@ -169,4 +170,5 @@ def test_each_layout_says_how_many_special_tokens_come_before_the_second_text(wo
     from bertpre.tokenizer.roles import specials_before_second_text
 
     assert {name: specials_before_second_text(family_inputs(name, wordpiece, tmp_path / name)[1])
-            for name in FAMILIES} == {"bert": 2, "roberta": 3, "xlm-roberta": 3, "modernbert": 2, "xlnet": 1}
+            for name in FAMILIES} == {"bert": 2, "roberta": 3, "xlm-roberta": 3, "modernbert": 2, "xlnet": 1,
+                                      "electra": 2}

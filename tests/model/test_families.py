@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -74,7 +75,9 @@ CONFORMING = [*FAMILIES, ARCHITECTURE]  # the toy's row is added by `register_to
 # positions after the padding's row
 TINY_EXTRA = {"modernbert": dict(local_attention=16, max_position_embeddings=64),
               "roberta": dict(max_position_embeddings=66), "xlm-roberta": dict(max_position_embeddings=66),
-              "bert": dict(max_position_embeddings=64), ARCHITECTURE: dict(max_position_embeddings=64)}
+              "bert": dict(max_position_embeddings=64), ARCHITECTURE: dict(max_position_embeddings=64),
+              # ELECTRA's factorized embeddings, projected to the layers (transformers' embeddings_project)
+              "electra": dict(max_position_embeddings=64, embedding_size=16)}
 
 
 @pytest.fixture
@@ -191,6 +194,8 @@ RUN_SETTINGS = {
     "modernbert": ("tiny-modernbert", []),
     "xlnet": ("tiny", ["model.architecture=xlnet", "data.objective=plm", "data.pair_task=none", "model.mem_len=16"]),
     ARCHITECTURE: ("tiny", [f"model.architecture={ARCHITECTURE}", "data.pair_task=none", "model.type_vocab_size=1"]),
+    # the preset's file: the shared venv's editable install finds presets in the main checkout's configs/
+    "electra": (str(Path(__file__).parents[2] / "configs" / "tiny-electra.yaml"), []),
 }
 
 

@@ -279,7 +279,7 @@ def test_an_unbuilt_model_type_is_refused_in_one_line_naming_the_built_ones(tmp_
         read_config(folder)
     message = str(refused.value)
     assert "\n" not in message
-    assert "model_type 'deberta-v2', which bertpre does not build; it builds bert, roberta, xlm-roberta, modernbert and xlnet" \
+    assert "model_type 'deberta-v2', which bertpre does not build; it builds bert, roberta, xlm-roberta, modernbert, xlnet and electra" \
         in message
 
 

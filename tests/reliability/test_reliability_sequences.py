@@ -44,6 +44,7 @@ FAMILY_SETTINGS = {
     "xlm-roberta": ["model.architecture=xlm-roberta", "data.pair_task=none", "model.max_position_embeddings=34"],
     "modernbert": ["model.architecture=modernbert", "data.pair_task=none", "model.local_attention=16"],
     "xlnet": ["model.architecture=xlnet", "data.objective=plm", "data.pair_task=none", "model.mem_len=16"],
+    "electra": ["model.architecture=electra", "data.objective=rtd", "data.pair_task=none", "model.embedding_size=32"],
 }
 # Names bertpre writes inside each command's output, where a user of round 4 puts a link of theirs.
 WRITTEN_NAMES = {"pretrain": ["metrics.jsonl", "config.yaml", "tensorboard", "checkpoints/latest"],

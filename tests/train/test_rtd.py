@@ -143,5 +143,6 @@ def test_export_refuses_an_rtd_checkpoint_in_one_line(tiny_data, tmp_path, one_t
     from bertpre.tools.export import export
 
     run(tiny_data, tmp_path / "run", 1, "train.save_every=1")
-    with pytest.raises(UserError, match="comes with the ELECTRA family"):
+    with pytest.raises(UserError, match="of BERT; its export, evaluation and fill-mask are built for model.architecture "
+                                        "electra alone"):
         export(tmp_path / "run", tmp_path / "export")

@@ -1,0 +1,106 @@
+"""ELECTRA's generator as a shape and as a folder: its sizes as a fraction of the discriminator's
+(`generator_config`), an ELECTRA folder's tensors under bertpre's names (`read_electra_weights`), and
+the generator in `generator/` beside a discriminator, checked to pair with it. Below both the pair
+(`model.replaced_token`) and the family (`model.electra`), which import it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+
+import torch
+
+from bertpre.errors import UserError
+from bertpre.model import hf_format
+from bertpre.model.config import BertConfig
+
+GENERATOR_DIR = "generator"  # an export's generator, beside its discriminator
+# bertpre's name of the projection -> transformers' ELECTRA's
+PROJECTION = ("encoder.embedding_hidden_mapping_in.", "embeddings_project.")
+# transformers' tied copy of the word embeddings in the generator's head
+GENERATOR_TIED = "generator_lm_head.weight"
+HEAD_PREFIXES = ("discriminator_predictions.", "generator_predictions.", "generator_lm_head.")
+
+
+def generator_config(config: BertConfig, generator_size: float) -> BertConfig:
+    """The generator's shape: the discriminator's hidden size, heads and intermediate size times
+    `generator_size`, reading the discriminator's embeddings (projected where widths differ).
+
+    Raises:
+        ValueError: a size that is not a whole number, or not a whole head.
+    """
+    sizes = {name: getattr(config, name) * generator_size
+             for name in ("hidden_size", "num_attention_heads", "intermediate_size")}
+    broken = [f"{name} {value:g} (of {getattr(config, name)})" for name, value in sizes.items()
+              if abs(value - round(value)) > 1e-9 or round(value) < 1]
+    if broken:
+        raise ValueError(f"the generator's {', '.join(broken)} must be whole numbers; choose a fraction that "
+                         "divides the discriminator's hidden size, heads and intermediate size (e.g. 0.25 or 0.5)")
+    hidden, heads, intermediate = (round(value) for value in sizes.values())
+    if hidden % heads:
+        raise ValueError(f"the generator's hidden size {hidden} is not divisible by its {heads} heads")
+    width = config.embedding_size or config.hidden_size
+    return dataclasses.replace(config, hidden_size=hidden, num_attention_heads=heads, intermediate_size=intermediate,
+                               embedding_size=None if width == hidden else width)
+
+
+def read_electra_weights(folder: Path) -> dict[str, torch.Tensor]:
+    """An ELECTRA folder's tensors under bertpre's names: a discriminator's, a generator's, a task
+    model's or a bare `ElectraModel`'s (its names get `electra.`); buffers and tied copies dropped."""
+    weights = hf_format.read_weights(folder)
+    bare = not any(name.startswith("electra.") for name in weights)
+    ours, theirs = PROJECTION
+    state = {}
+    for name, tensor in weights.items():
+        if name.endswith(hf_format.BUFFER_SUFFIXES) or name == GENERATOR_TIED:
+            continue
+        name = re.sub(r"LayerNorm\.gamma$", "LayerNorm.weight", re.sub(r"LayerNorm\.beta$", "LayerNorm.bias", name))
+        if bare and not name.startswith(HEAD_PREFIXES):
+            name = "electra." + name
+        state[name.replace("electra." + theirs, "electra." + ours, 1)] = tensor
+    return state
+
+
+def generator_fraction(discriminator: BertConfig, generator: BertConfig, where: Path) -> float:
+    """The generator's size as a fraction of the discriminator's (`objective.generator_size`), or a
+    UserError where the two do not pair: another vocabulary, embedding width or shape."""
+    width = discriminator.embedding_size or discriminator.hidden_size
+    if generator.vocab_size != discriminator.vocab_size:
+        raise UserError(f"the generator at {where} has a vocabulary of {generator.vocab_size} and the "
+                        f"discriminator {discriminator.vocab_size}; they share one embedding table: use the "
+                        "generator trained with that discriminator")
+    if (generator.embedding_size or generator.hidden_size) != width:
+        raise UserError(f"the generator at {where} has embeddings {generator.embedding_size or generator.hidden_size} "
+                        f"wide and the discriminator {width}; they share one embedding table: use the "
+                        "generator trained with that discriminator")
+    size = generator.hidden_size / discriminator.hidden_size
+    try:
+        expected = generator_config(discriminator, size)
+    except ValueError as error:
+        raise UserError(f"the generator at {where} is not a fraction of the discriminator: {error}") from None
+    shape = ("num_hidden_layers", "num_attention_heads", "intermediate_size", "max_position_embeddings",
+             "type_vocab_size")
+    wrong = [name for name in shape if getattr(expected, name) != getattr(generator, name)]
+    if size > 1 or wrong:
+        raise UserError(f"the generator at {where} is not {size:g} of the discriminator (hidden size "
+                        f"{generator.hidden_size} of {discriminator.hidden_size}"
+                        + (f"; {', '.join(wrong)} differ" if wrong else "") + "); bertpre pairs a generator whose "
+                        "hidden size, heads and intermediate size are one fraction of the discriminator's")
+    return size
+
+
+def released_generator(folder: Path, discriminator: BertConfig, generator_size: float) -> dict[str, torch.Tensor]:
+    """The generator's tensors (the pair's names, `generator.…`, less the embeddings it shares) in
+    `folder/generator/` beside a discriminator a run starts from, or none where there is no such
+    folder. One that does not pair with the discriminator, or is not `generator_size` of it, is
+    refused in one line."""
+    where = Path(folder) / GENERATOR_DIR
+    if not (where / hf_format.CONFIG_NAME).is_file():
+        return {}
+    size = generator_fraction(discriminator, hf_format.read_config(where), where)
+    if abs(size - generator_size) > 1e-9:
+        raise UserError(f"the generator at {where} is {size:g} of the discriminator, and objective.generator_size "
+                        f"is {generator_size:g}; set objective.generator_size: {size:g}")
+    return {f"generator.{name}": tensor for name, tensor in read_electra_weights(where).items()
+            if not name.startswith("electra.embeddings.")}
