@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from bertpre.config.rules import Range, check_number, numbers
 from bertpre.errors import UserError
-from bertpre.model.electra_generator import generator_config
+from bertpre.model.electra_generator import EMBEDDING_SHARING, generator_config
 
 if TYPE_CHECKING:  # the sections import this table
     from bertpre.config.sections import Config, DataConfig
@@ -44,11 +44,10 @@ class ReplacedTokenKeys:
     generator_size: float = 0.25
     # λ, the discriminator's loss weight beside the generator's masked LM (ELECTRA's 50).
     rtd_weight: float = 50.0
-    # How the two networks share their embeddings: tied (one set of tables, ELECTRA's).
+    # How the two networks share their embeddings: tied (one set of tables, ELECTRA's) or gdes
+    # (DeBERTa-v3's gradient-disentangled sharing: the discriminator reads stop-gradient(the
+    # generator's word table) + a residual table of its own).
     embedding_sharing: str = "tied"
-
-
-EMBEDDING_SHARING = ("tied",)
 # The numeric keys' ranges, as `rules.RULES` states the sections' (a generator is at most the
 # discriminator's size; λ may be 0, the generator alone).
 KEY_RULES: dict[str, Range] = {
@@ -138,7 +137,7 @@ def check_replaced_token_model(config: Config) -> None:
     keys, model = config.objective, config.model
     if keys.embedding_sharing not in EMBEDDING_SHARING:
         raise UserError(f"objective.embedding_sharing is {keys.embedding_sharing!r}; use one of "
-                        f"{', '.join(EMBEDDING_SHARING)} (gdes is not built yet)")
+                        f"{', '.join(EMBEDDING_SHARING)}")
     try:
         generator_config(model, keys.generator_size)
     except ValueError as error:

@@ -39,6 +39,7 @@ from bertpre.model.replaced_token import (
     ElectraDiscriminatorPredictions,
     ElectraGenerator,
     ReplacedTokenDetection,
+    own_tensors,
     pair_generator_size,
 )
 from bertpre.tokenizer.wordpiece import TOKENIZER_FILES
@@ -135,7 +136,10 @@ def generator_state(pair: ReplacedTokenDetection) -> dict[str, torch.Tensor]:
 
 
 def discriminator_state(model: nn.Module) -> dict[str, torch.Tensor]:
-    """The discriminator's tensors of a pair or of a discriminator alone."""
+    """The discriminator's tensors of a pair (`ReplacedTokenDetection.discriminator_state`: a
+    `gdes` pair's word table the sum it reads) or of a discriminator alone."""
+    if isinstance(model, ReplacedTokenDetection):
+        return model.discriminator_state()
     return {name: tensor for name, tensor in model.state_dict().items() if not name.startswith("generator.")}
 
 
@@ -168,18 +172,24 @@ def electra_export_writer(model: nn.Module, tokenizer_folder: Path) -> tuple[str
 
 
 def load_export_pair(folder: Path, *, strict: bool = False) -> ReplacedTokenDetection:
-    """An ELECTRA export's discriminator and its `generator/` as one pair (the generator reads the
-    discriminator's embeddings: an export's two copies of them are equal)."""
+    """An ELECTRA export's discriminator and its `generator/` as one pair. The generator reads the
+    discriminator's embeddings: an export of a `tied` pair has two equal copies of them; one whose
+    word tables differ was `gdes`, and comes back as such (its residual the difference)."""
     config = hf_format.read_config(folder)
     generator_folder = folder / GENERATOR_DIR
     generator = hf_format.read_config(generator_folder)
     size = generator_fraction(config, generator, generator_folder)
-    pair = ReplacedTokenDetection(config, size)
     state = read_electra_weights(folder)
-    state.update({f"generator.{name}": tensor for name, tensor in read_electra_weights(generator_folder).items()
+    generator_weights = read_electra_weights(generator_folder)
+    word = "electra.embeddings.word_embeddings.weight"
+    gdes = word in state and word in generator_weights and not torch.equal(state[word], generator_weights[word])
+    pair = ReplacedTokenDetection(config, size, "gdes" if gdes else "tied")
+    if gdes:
+        state["electra.embeddings.word_embeddings.delta"] = state.pop(word) - generator_weights[word]
+        state[f"generator.{word}"] = generator_weights[word]
+    state.update({f"generator.{name}": tensor for name, tensor in generator_weights.items()
                   if not name.startswith("electra.embeddings.")})
-    expected = {name: tensor.shape for name, tensor in pair.state_dict().items()
-                if not name.startswith(("generator.electra.embeddings.", "generator." + GENERATOR_TIED))}
+    expected = {name: tensor.shape for name, tensor in own_tensors(pair).items()}
     hf_format.match_state_dict(expected, state, folder, layout="ELECTRA's generator and discriminator",
                                optional=("discriminator_predictions.",), strict=strict)
     with torch.no_grad():

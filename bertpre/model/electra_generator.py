@@ -16,6 +16,10 @@ from bertpre.model import hf_format
 from bertpre.model.config import BertConfig
 
 GENERATOR_DIR = "generator"  # an export's generator, beside its discriminator
+# How the two networks share their embeddings (`objective.embedding_sharing`): `tied`, ELECTRA's
+# one set of tables that both losses train; `gdes`, DeBERTa-v3's gradient-disentangled sharing
+# (`replaced_token.DisentangledEmbedding`).
+EMBEDDING_SHARING = ("tied", "gdes")
 # bertpre's name of the projection -> transformers' ELECTRA's
 PROJECTION = ("encoder.embedding_hidden_mapping_in.", "embeddings_project.")
 # transformers' tied copy of the word embeddings in the generator's head

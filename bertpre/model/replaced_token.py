@@ -13,6 +13,7 @@ from functools import partial
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from torch import nn
 
@@ -26,13 +27,12 @@ from bertpre.model.bert import (
     read_positions,
 )
 from bertpre.model.config import BertConfig
-from bertpre.model.electra_generator import generator_config, released_generator
+from bertpre.model.electra_generator import EMBEDDING_SHARING, generator_config, released_generator
 from bertpre.model.layer_norm import LayerNorm
 
-# config.json's key that marks a generator-discriminator pair and gives the generator's fraction.
+# config.json's key that marks a generator-discriminator pair and gives the generator's fraction
+# and how the two share their embeddings.
 PAIR_KEY = "bertpre_replaced_token_detection"
-# Tensors the generator reads from the discriminator's (saved once, under the discriminator's names).
-SHARED_PREFIXES = ("generator.electra.embeddings.", "generator.generator_lm_head.weight")
 EXPORT_LATER = ("its export, evaluation and fill-mask are built for model.architecture electra alone; train "
                 "with model.architecture: electra")
 
@@ -101,18 +101,82 @@ class ElectraGenerator(nn.Module):
         return logits, loss_sum
 
 
+class DisentangledEmbedding(nn.Module):
+    """DeBERTa-v3's gradient-disentangled embedding sharing (GDES): the discriminator reads
+    stop-gradient(the generator's table) + `delta`, a residual table of its own that starts at
+    zero. The generator's masked LM alone trains the shared table; the discriminator's loss trains
+    `delta` alone, so the two losses stop pulling one table two ways (the "tug of war")."""
+
+    def __init__(self, source: nn.Embedding) -> None:
+        super().__init__()
+        self.delta = nn.Parameter(torch.zeros_like(source.weight))  # (V, E)
+        self.padding_idx = source.padding_idx
+        # the generator's module, which owns it: read here, not registered a second time
+        object.__setattr__(self, "source", source)
+
+    @property
+    def weight(self) -> torch.Tensor:
+        """The discriminator's table (V, E): what an export writes as its word embeddings."""
+        return self.source.weight.detach() + self.delta
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return F.embedding(input_ids, self.weight, self.padding_idx)
+
+
+def disentangled(shared: nn.Module, config: BertConfig) -> nn.Module:
+    """The generator's embedding module under `gdes`: the same position and token-type tables and
+    LayerNorm as `shared` (the discriminator's, tied as ELECTRA ties them) and the word table
+    `shared` had, which the discriminator now reads through a `DisentangledEmbedding`. Built on
+    the meta device and filled with `shared`'s modules: no draw, so `tied` and `gdes` start equal."""
+    with torch.device("meta"):
+        generator = type(shared)(config)
+    for name, module in shared.named_children():
+        setattr(generator, name, module)
+    shared.word_embeddings = DisentangledEmbedding(generator.word_embeddings)
+    return generator
+
+
+def own_tensors(module: nn.Module) -> dict[str, torch.Tensor]:
+    """Every tensor of `module`'s state once, under the first name it has (a shared or tied tensor
+    is saved once: under the discriminator's name where it reads it, else the generator's)."""
+    seen: set[int] = set()
+    tensors = {}
+    for name, tensor in module.state_dict(keep_vars=True).items():
+        if id(tensor) not in seen:
+            seen.add(id(tensor))
+            tensors[name] = tensor
+    return tensors
+
+
 class ReplacedTokenDetection(nn.Module):
     """The discriminator (`electra`, `discriminator_predictions`) and its generator (`generator`)
-    as one module; `config` is the discriminator's."""
+    as one module; `config` is the discriminator's. `embedding_sharing` (`EMBEDDING_SHARING`):
+    `tied`, one embedding module; `gdes`, the discriminator's word table disentangled."""
 
-    def __init__(self, config: BertConfig, generator_size: float) -> None:
+    def __init__(self, config: BertConfig, generator_size: float, embedding_sharing: str = "tied") -> None:
         super().__init__()
+        if embedding_sharing not in EMBEDDING_SHARING:
+            raise ValueError(f"embedding_sharing {embedding_sharing!r} is not one of {', '.join(EMBEDDING_SHARING)}")
         self.config = config
         self.generator_size = generator_size
+        self.embedding_sharing = embedding_sharing
         self.electra = BertModel(config, add_pooling_layer=False)
         self.discriminator_predictions = ElectraDiscriminatorPredictions(config)
         self.discriminator_predictions.apply(partial(init_weights, std=config.initializer_range))
-        self.generator = ElectraGenerator(generator_config(config, generator_size), self.electra.embeddings)
+        embeddings = self.electra.embeddings
+        if embedding_sharing == "gdes":
+            embeddings = disentangled(embeddings, config)
+        self.generator = ElectraGenerator(generator_config(config, generator_size), embeddings)
+
+    def discriminator_state(self) -> dict[str, torch.Tensor]:
+        """The discriminator's tensors under a plain discriminator's names (`electra.`,
+        `discriminator_predictions.`): under `gdes` its word table is the sum it reads."""
+        state = {name: tensor for name, tensor in self.state_dict().items() if not name.startswith("generator.")}
+        delta = "electra.embeddings.word_embeddings.delta"
+        if delta in state:
+            del state[delta]
+            state["electra.embeddings.word_embeddings.weight"] = self.electra.embeddings.word_embeddings.weight.detach()
+        return state
 
     def discriminate(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
                      token_type_ids: torch.Tensor) -> torch.Tensor:
@@ -142,8 +206,12 @@ class ReplacedTokenDetection(nn.Module):
             raise UserError(f"model.init_from {folder} holds no ELECTRA discriminator (no electra.* weights); "
                             "data.objective rtd starts from an ELECTRA folder (ElectraForPreTraining or ElectraModel)")
         state_dict = {**state_dict, **released_generator(folder, self.config, self.generator_size)}
-        expected = {name: tensor.shape for name, tensor in self.state_dict().items()
-                    if not name.startswith(SHARED_PREFIXES)}
+        if self.embedding_sharing == "gdes":  # the released table becomes the shared one; delta starts at 0
+            state_dict = {name.replace("electra.embeddings.word_embeddings.weight",
+                                       "generator.electra.embeddings.word_embeddings.weight"): tensor
+                          for name, tensor in state_dict.items()}
+        expected = {name: tensor.shape for name, tensor in own_tensors(self).items()
+                    if name != "electra.embeddings.word_embeddings.delta"}
         missing, unexpected = hf_format.match_state_dict(
             expected, state_dict, folder, layout="ELECTRA",
             optional=("discriminator_predictions.", "generator."), strict=strict)
@@ -153,14 +221,14 @@ class ReplacedTokenDetection(nn.Module):
         return missing, unexpected
 
     def save_pretrained(self, folder: str | Path) -> None:
-        """config.json (the discriminator's, and the generator's fraction) and model.safetensors
-        (every tensor once: the shared ones under the discriminator's names)."""
+        """config.json (the discriminator's, the generator's fraction and the embedding sharing) and
+        model.safetensors (every tensor once: `own_tensors`)."""
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
-        tensors = {name: tensor.detach().contiguous().cpu() for name, tensor in self.state_dict().items()
-                   if not name.startswith(SHARED_PREFIXES)}
+        tensors = {name: tensor.detach().contiguous().cpu() for name, tensor in own_tensors(self).items()}
         hf_format.write_json(folder / hf_format.CONFIG_NAME, {
-            **self.config.to_hf_dict(), PAIR_KEY: {"generator_size": self.generator_size}})
+            **self.config.to_hf_dict(),
+            PAIR_KEY: {"generator_size": self.generator_size, "embedding_sharing": self.embedding_sharing}})
         save_file(tensors, folder / hf_format.SAFETENSORS_NAME, metadata={"format": "pt"})
 
     @classmethod
@@ -170,10 +238,9 @@ class ReplacedTokenDetection(nn.Module):
         generator_size = pair_generator_size(folder)
         if generator_size is None:
             raise UserError(f"{folder} holds no generator and discriminator (its config.json has no {PAIR_KEY})")
-        model = cls(hf_format.read_config(folder), generator_size)
+        model = cls(hf_format.read_config(folder), generator_size, pair_embedding_sharing(folder))
         tensors = load_file(folder / hf_format.SAFETENSORS_NAME)
-        expected = {name: tensor.shape for name, tensor in model.state_dict().items()
-                    if not name.startswith(SHARED_PREFIXES)}
+        expected = {name: tensor.shape for name, tensor in own_tensors(model).items()}
         wrong = sorted(set(expected) ^ set(tensors)) or [
             name for name, shape in expected.items() if tensors[name].shape != shape]
         if wrong:
@@ -184,15 +251,26 @@ class ReplacedTokenDetection(nn.Module):
         return model
 
 
-def pair_generator_size(folder: Path) -> float | None:
-    """The generator's fraction a pair's config.json records, or None for any other model folder."""
+def pair_record(folder: Path) -> dict:
+    """What a pair's config.json records of it ({} for any other model folder)."""
     path = folder / hf_format.CONFIG_NAME
     try:
         values = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return None
+        return {}
     pair = values.get(PAIR_KEY) if isinstance(values, dict) else None
-    return pair.get("generator_size") if isinstance(pair, dict) else None
+    return pair if isinstance(pair, dict) else {}
+
+
+def pair_generator_size(folder: Path) -> float | None:
+    """The generator's fraction a pair's config.json records, or None for any other model folder."""
+    return pair_record(folder).get("generator_size")
+
+
+def pair_embedding_sharing(folder: Path) -> str:
+    """How a pair's networks share their embeddings (`tied` where its config.json does not say:
+    the checkpoints written before `gdes`)."""
+    return pair_record(folder).get("embedding_sharing", "tied")
 
 
 def refuse_pair(folder: str | Path, family: str) -> None:

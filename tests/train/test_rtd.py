@@ -48,7 +48,7 @@ def test_an_objective_without_keys_writes_no_objective_section():
     (["objective.generator_size=0.3"], "hidden_size 19.2 .* must be whole numbers"),
     (["objective.generator_size=0.125"], "num_attention_heads 0.5"),
     (["objective.generator_sise=0.5"], "did you mean 'generator_size'"),
-    (["objective.embedding_sharing=gdes"], "gdes is not built yet"),
+    (["objective.embedding_sharing=shared"], "use one of tied, gdes"),
     (["data.pair_task=nsp"], "rtd trains no sentence-pair task"),
     (["model.unpad=true"], "set model.unpad: false"),
 ])

@@ -122,7 +122,7 @@ class ReplacedTokenObjective(MaskedLanguageModel):
 
     def build_model(self, config: BertConfig, tokenizer: Tokenizer,
                     family_builder: Callable[[BertConfig, Tokenizer], nn.Module]) -> nn.Module:
-        return ReplacedTokenDetection(config, self.keys.generator_size)
+        return ReplacedTokenDetection(config, self.keys.generator_size, self.keys.embedding_sharing)
 
     def build_batches(self, mixture: DataMixture, config: Config, *, accumulation: int, rank: int,
                       world_size: int) -> tuple[Any, Callable]:
