@@ -335,8 +335,9 @@ def run_corpus(args, spec: str, task, scratch: Path) -> dict:
                 record["probe_s"] = round(time.perf_counter() - began, 1)
             runs.append(record)
             print(f"{name} seed {seed} {objective}: {record['steps']} steps, {record['flops']:.3g} FLOPs, "
-                  f"{record['train_s']:.0f} s, own loss {record['held_out']['own']['loss']:.3f}, fill-in loss "
-                  f"{record['held_out']['fill_in']['loss']:.3f}"
+                  f"{record['train_s']:.0f} s, own loss {record['held_out']['own']['loss']:.3f}"
+                  + (f", fill-in loss {record['held_out']['fill_in']['loss']:.3f}" if "fill_in" in record["held_out"]
+                     else f", replaced acc {record['held_out']['own']['acc_replaced']:.3f}")
                   + ("".join(f", probe {pooling} {record['probe'][pooling]['probe_acc']:.3f}" for pooling in POOLINGS)
                      if "probe" in record else ""), flush=True)
     summary, differences = summarise(runs, args.objectives)

@@ -25,25 +25,30 @@ PROJECTION = ("encoder.embedding_hidden_mapping_in.", "embeddings_project.")
 # transformers' tied copy of the word embeddings in the generator's head
 GENERATOR_TIED = "generator_lm_head.weight"
 HEAD_PREFIXES = ("discriminator_predictions.", "generator_predictions.", "generator_lm_head.")
+# the discriminator's word table, and a gdes pair's residual to the generator's
+WORD_TABLE = "electra.embeddings.word_embeddings.weight"
+GDES_RESIDUAL = "electra.embeddings.word_embeddings.delta"
 
 
 def generator_config(config: BertConfig, generator_size: float) -> BertConfig:
-    """The generator's shape: the discriminator's hidden size, heads and intermediate size times
-    `generator_size`, reading the discriminator's embeddings (projected where widths differ).
+    """The generator's shape: the discriminator's hidden size and intermediate size times
+    `generator_size`, a head a 64 wide (at least one: ELECTRA's own rule, which gives the released
+    generators' heads), reading the discriminator's embeddings (projected where widths differ).
 
     Raises:
-        ValueError: a size that is not a whole number, or not a whole head.
+        ValueError: a size that is not a whole number, or a hidden size its heads do not divide.
     """
-    sizes = {name: getattr(config, name) * generator_size
-             for name in ("hidden_size", "num_attention_heads", "intermediate_size")}
+    sizes = {name: getattr(config, name) * generator_size for name in ("hidden_size", "intermediate_size")}
     broken = [f"{name} {value:g} (of {getattr(config, name)})" for name, value in sizes.items()
               if abs(value - round(value)) > 1e-9 or round(value) < 1]
     if broken:
         raise ValueError(f"the generator's {', '.join(broken)} must be whole numbers; choose a fraction that "
-                         "divides the discriminator's hidden size, heads and intermediate size (e.g. 0.25 or 0.5)")
-    hidden, heads, intermediate = (round(value) for value in sizes.values())
+                         "divides the discriminator's hidden size and intermediate size (e.g. 0.25 or 0.5)")
+    hidden, intermediate = (round(value) for value in sizes.values())
+    heads = max(1, hidden // 64)
     if hidden % heads:
-        raise ValueError(f"the generator's hidden size {hidden} is not divisible by its {heads} heads")
+        raise ValueError(f"the generator's hidden size {hidden} is not divisible by its {heads} heads "
+                         "(one a 64 wide, as ELECTRA's generators have)")
     width = config.embedding_size or config.hidden_size
     return dataclasses.replace(config, hidden_size=hidden, num_attention_heads=heads, intermediate_size=intermediate,
                                embedding_size=None if width == hidden else width)
@@ -51,8 +56,13 @@ def generator_config(config: BertConfig, generator_size: float) -> BertConfig:
 
 def read_electra_weights(folder: Path) -> dict[str, torch.Tensor]:
     """An ELECTRA folder's tensors under bertpre's names: a discriminator's, a generator's, a task
-    model's or a bare `ElectraModel`'s (its names get `electra.`); buffers and tied copies dropped."""
+    model's or a bare `ElectraModel`'s (its names get `electra.`); buffers and tied copies dropped.
+    A `gdes` run's checkpoint gives its discriminator's word table as the discriminator reads it:
+    the generator's table plus its residual."""
     weights = hf_format.read_weights(folder)
+    delta = weights.pop(GDES_RESIDUAL, None)
+    if delta is not None:
+        weights[WORD_TABLE] = weights[f"generator.{WORD_TABLE}"] + delta
     bare = not any(name.startswith("electra.") for name in weights)
     ours, theirs = PROJECTION
     state = {}

@@ -1,5 +1,5 @@
-"""bench.objectives at a tiny size on the sample corpus: MLM, PLM and CLM at equal FLOPs, every
-model scored and probed, the record's structure and finite numbers."""
+"""bench.objectives at a tiny size on the sample corpus: MLM, PLM, CLM and RTD (tied and GDES) at
+equal FLOPs, every model scored and probed, the record's structure and finite numbers."""
 import json
 import math
 import sys
@@ -36,7 +36,7 @@ def test_objectives_tiny_run(tmp_path, one_thread):
     result = record["corpora"]["sample"]
     runs = result["per_run"]
     assert [(run["objective"], run["seed"]) for run in runs] == [
-        (objective, seed) for seed in (0, 1) for objective in ("mlm", "plm", "clm")]
+        (objective, seed) for seed in (0, 1) for objective in objectives.OBJECTIVES]
     assert result["steps"]["mlm"] == 4
     for run in runs:
         assert run["steps"] == result["steps"][run["objective"]]
@@ -45,15 +45,21 @@ def test_objectives_tiny_run(tmp_path, one_thread):
         assert run["flops"] == pytest.approx(run["flops_per_token"] * run["positions"])
         assert run["positions"] == run["steps"] * 4 * 32 and run["train_s"] >= 0  # rounded: 0 on a fast machine
         scores = run["held_out"]
-        assert set(scores) == ({"own", "fill_in"} if run["objective"] == "mlm" else {"own", "fill_in", "xlnet_plm", "xlnet_clm"})
+        assert set(scores) == {"mlm": {"own", "fill_in"}, "rtd": {"own"}, "rtd-gdes": {"own"}}.get(
+            run["objective"], {"own", "fill_in", "xlnet_plm", "xlnet_clm"})
         assert all(math.isfinite(score["loss"]) and 0 <= score["acc"] <= 1 for score in scores.values())
-        assert scores["fill_in"]["predictions"] == runs[0]["held_out"]["fill_in"]["predictions"] > 0
+        if "fill_in" in scores:
+            assert scores["fill_in"]["predictions"] == runs[0]["held_out"]["fill_in"]["predictions"] > 0
+        else:  # the discriminator's own: every real token judged, some replaced
+            assert 0 <= scores["own"]["acc_replaced"] <= 1 and 0 < scores["own"]["replaced_share"] < 0.2
         for pooling in ("mean", "cls"):  # 10 test examples, one probe seed
             accuracy = run["probe"][pooling]["probe_acc"]
             assert run["probe"][pooling]["split"] == "test" and round(10 * accuracy) == pytest.approx(10 * accuracy)
-    assert set(result["summary"]) == {"mlm", "plm", "clm"}
+    assert set(result["summary"]) == set(objectives.OBJECTIVES)
+    # RTD pays for its generator too: fewer steps than MLM for the same FLOPs
+    assert result["steps"]["rtd"] == result["steps"]["rtd-gdes"] < result["steps"]["mlm"]
     assert "xlnet_clm_loss" in result["summary"]["plm"] and "xlnet_clm_loss" not in result["summary"]["mlm"]
-    assert set(result["differences"]) == {"plm-mlm", "clm-mlm", "clm-plm"}
+    assert set(result["differences"]) == {"plm-mlm", "clm-mlm", "clm-plm", "rtd-mlm", "rtd-gdes-mlm", "rtd-gdes-rtd"}
     assert set(result["differences"]["plm-mlm"]) == set(objectives.COMPARED)
     for differences in result["differences"].values():
         for entry in differences.values():

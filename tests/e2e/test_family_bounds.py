@@ -18,7 +18,6 @@ import pytest
 import torch
 from _in_process import run_main
 
-from bertpre.config.objectives import key_owners
 from bertpre.errors import UserError
 from bertpre.model import BertConfig
 from bertpre.model.cost import (
@@ -388,8 +387,6 @@ def test_info_prints_the_estimate_for_the_device_the_config_asks_for(
     # heads of 16 (a size FlexAttention's kernels take) and rows past 1,024 tokens
     longer = ["--set", "model.max_position_embeddings=8192", "--set", "data.max_seq_length=4096",
               "--set", "model.num_attention_heads=2"]
-    if FAMILIES[architecture].objectives[0] in key_owners("generator_size"):  # a whole head of the 2: a half
-        longer += ["--set", "objective.generator_size=0.5"]
     reports = {}
     for device in ("auto", "cuda", "cpu"):
         code, stdout, stderr = run_main(["info", "--config", config, *longer, "--set", f"train.device={device}"],

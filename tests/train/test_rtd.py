@@ -46,7 +46,7 @@ def test_an_objective_without_keys_writes_no_objective_section():
     (["objective.rtd_weight=-1"], "objective.rtd_weight must be a finite number of at least 0"),
     (["objective.generator_size=2"], r"objective.generator_size must be in \(0, 1\]"),
     (["objective.generator_size=0.3"], "hidden_size 19.2 .* must be whole numbers"),
-    (["objective.generator_size=0.125"], "num_attention_heads 0.5"),
+    (["model.hidden_size=320", "objective.generator_size=0.625"], "hidden size 200 is not divisible by its 3 heads"),
     (["objective.generator_sise=0.5"], "did you mean 'generator_size'"),
     (["objective.embedding_sharing=shared"], "use one of tied, gdes"),
     (["data.pair_task=nsp"], "rtd trains no sentence-pair task"),
