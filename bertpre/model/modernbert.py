@@ -5,7 +5,7 @@ layer's attention), each rotary attention (one theta for global layers, another 
 and a GeGLU feed-forward, no biases unless asked; a final LayerNorm; the MLM head dense → act →
 LayerNorm, then the decoder tied to the embeddings with its own bias. Layers 0, n, 2n …
 (`global_attn_every_n_layers` n) attend to every token; the others to the keys within
-`local_attention // 2` positions each way (transformers' window, `BertConfig.sliding_window`).
+`local_attention // 2` positions each way (transformers' window, `ModernBertFields.sliding_window`).
 
 Attention is torch SDPA with exact masks (padding and window) everywhere; on a GPU with
 FlexAttention, local layers use a block mask instead, so that the blocks outside the window are

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import fields, replace
 
 import pytest
 import torch
@@ -23,7 +24,7 @@ from bertpre.model.families import (
 )
 from bertpre.model.hf_format import read_config
 from bertpre.train.objectives import OBJECTIVES
-from tests._toy_family import ARCHITECTURE, TOY
+from tests._toy_family import ARCHITECTURE, TOY, ToyFields
 
 TINY = dict(vocab_size=50, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)
 
@@ -179,6 +180,49 @@ def test_the_toy_family_is_routed_by_the_table_alone(register_toy):
     with pytest.raises(UserError, match="model.local_attention is ModernBERT's, which model.architecture toy"):
         load_config(None, [f"model.architecture={ARCHITECTURE}", "model.local_attention=16"])
     assert "local_attention" not in config.architecture_fields()
+
+
+def test_the_toy_familys_own_key_goes_through_its_typed_record(register_toy, tmp_path):
+    """Issue 53 item 1, checked: a family's own key is a field of its record (`FamilyConfig.fields`),
+    routed, ranged, checked, refused elsewhere and written in config.yaml by asking the table, with no
+    edit outside tests/ (the toy's record is tests/_toy_family.py's `ToyFields`)."""
+    from bertpre.train.run_config import read_run_config
+
+    run = load_config(None, [f"model.architecture={ARCHITECTURE}", "model.toy_window=4", "data.pair_task=none"])
+    config = run.model
+    assert config.family_fields == ToyFields(toy_window=4) and config.toy_window == 4
+    assert "toy_window" not in {item.name for item in fields(BertConfig)}  # a field of the record, not of BertConfig
+    assert BertConfig(architecture=ARCHITECTURE).family_fields == ToyFields()  # the record's default
+    assert BertConfig(architecture=ARCHITECTURE, toy_window=6).toy_window == 6
+    changed = replace(config, toy_window=6)  # a copy with another value; the original keeps its own
+    assert changed.toy_window == 6 and config.toy_window == 4
+    changed.toy_window = 5
+    assert changed.family_fields == ToyFields(toy_window=5) and config.toy_window == 4
+    # the flat model: section of a run's config.yaml writes it, and reads it back
+    assert config.to_dict()["toy_window"] == 4 and "toy_window" in config.architecture_fields()
+    run.save(tmp_path / "config.yaml")
+    assert "  toy_window: 4\n" in (tmp_path / "config.yaml").read_text()
+    assert read_run_config(tmp_path / "config.yaml").model == config
+    # its range (the row's), its rule (the row's validate)
+    with pytest.raises(UserError, match="model.toy_window must be a positive integer of at most 64, got 0"):
+        load_config(None, [f"model.architecture={ARCHITECTURE}", "model.toy_window=0"])
+    with pytest.raises(UserError, match=r"model.toy_window \(40\) is wider than the model.max_position_embeddings"):
+        load_config(None, [f"model.architecture={ARCHITECTURE}", "model.toy_window=40",
+                           "model.max_position_embeddings=32", "data.max_seq_length=32"])
+    # another family refuses it, naming its owner, whether from a config or in code
+    refused = "model.toy_window is the toy's, which model.architecture bert does not have; remove it, or set " \
+              f"model.architecture: {ARCHITECTURE}"
+    with pytest.raises(UserError, match=refused):
+        load_config(None, ["model.toy_window=4"])
+    with pytest.raises(UserError, match=refused):
+        BertConfig(toy_window=4)
+    with pytest.raises(UserError, match="model.toy_window is the toy's, which model.architecture modernbert"):
+        load_config("tiny-modernbert", ["model.toy_window=4"])
+    # a family's key is no attribute of another's config; setting the architecture gives its record
+    bert = BertConfig(**TINY)
+    assert bert.family_fields is None and not hasattr(bert, "toy_window")
+    bert.architecture = ARCHITECTURE
+    assert bert.family_fields == ToyFields()
 
 
 # What each row needs to pretrain a tiny config (its preset, then settings) on the tiny WordPiece
