@@ -26,14 +26,15 @@ from torch.utils.checkpoint import checkpoint
 
 from bertpre.errors import UserError
 from bertpre.model import hf_format
-from bertpre.model.bert import (
+from bertpre.model.common import (
+    ForwardShape,
     MaskedLMOnly,
+    activation,
     bert_mask_logits,
+    copy_tokenizer_files,
     query_angles,
     read_rows,
 )
-from bertpre.model.bert_cost import ForwardShape
-from bertpre.model.common import activation, copy_tokenizer_files
 from bertpre.model.config import BertConfig
 from bertpre.model.layer_norm import LayerNorm, low_precision_dtype
 from bertpre.model.positions import rotary_angles
