@@ -305,8 +305,8 @@ class BertConfig:
     def __setattr__(self, name: str, value: Any) -> None:
         if name in SHARED_KEYS or name == "family_fields" or name.startswith("_"):
             object.__setattr__(self, name, value)
-            if name == "architecture" and "family_fields" in self.__dict__:  # after __init__: the new family's record
-                object.__setattr__(self, "family_fields", routed_record(value, self.family_fields, {}))
+            if "family_fields" in self.__dict__:  # after __init__: the record of the (new) family
+                object.__setattr__(self, "family_fields", routed_record(self.architecture, self.family_fields, {}))
             return
         record = self.__dict__.get("family_fields")
         if record is not None and name in record.__dataclass_fields__:
@@ -340,16 +340,15 @@ class BertConfig:
         """Build from a Hugging Face config.json dict of any family the table holds (the family
         whose `model_types` name its `model_type`, or the one `ARCHITECTURE_KEY` names where a
         checkpoint's config.json has it); unknown keys are ignored."""
-        architecture = hf.get(ARCHITECTURE_KEY)
-        if architecture is not None:
-            if architecture not in FAMILIES:
-                raise UserError(f"config.json names bertpre architecture {architecture!r}, which this bertpre "
-                                f"does not build; it builds {', '.join(FAMILIES)}")
-            return FAMILIES[architecture].config.read_hf(hf)
+        named = hf.get(ARCHITECTURE_KEY)
+        if named is not None and named not in FAMILIES:
+            raise UserError(f"config.json names bertpre architecture {named!r}, which this bertpre "
+                            f"does not build; it builds {', '.join(FAMILIES)}")
         model_type = hf.get("model_type", "bert")
-        for row in FAMILIES.values():
-            if model_type in row.config.model_types:
-                return row.config.read_hf(hf)
+        rows = [FAMILIES[named]] if named is not None else \
+            [row for row in FAMILIES.values() if model_type in row.config.model_types]
+        if rows:
+            return rows[0].config.read_hf(hf)
         # the masked-LM encoders first, as their readers know them; each family's own model_type
         built = [row.config.model_types[0] for row in sorted(FAMILIES.values(), key=lambda row: row.objectives[0] != "mlm")
                  if row.config.model_types]
@@ -384,15 +383,13 @@ def routed_record(architecture: str, record: FamilyFields | None, own: dict[str,
     """`architecture`'s record of its own keys: `record` where it is of the family's class (else
     the class's defaults), with the keys `own` gives; a key of another family's is refused."""
     record_class = fields_record(architecture)
+    for name in own:
+        if name not in getattr(record_class, "__dataclass_fields__", ()):
+            refuse_family_key(name, architecture)
     if record_class is None:
-        if own and architecture in FAMILIES:
-            refuse_family_key(next(iter(own)), architecture)
         return None
     if not isinstance(record, record_class):
         record = record_class()
-    for name in own:
-        if name not in record_class.__dataclass_fields__:
-            refuse_family_key(name, architecture)
     return dataclasses.replace(record, **own) if own else record
 
 
