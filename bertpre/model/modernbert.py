@@ -62,7 +62,7 @@ def flex_suits(config: BertConfig, length: int, training: bool = True) -> bool:
     that has it: rows longer than SDPA_UP_TO_LENGTH, a head size its kernels take, and no
     attention dropout while training (FlexAttention has none)."""
     head_size = config.hidden_size // config.num_attention_heads
-    dropout = training and config.attention_dropout > 0
+    dropout = training and config.family_fields.attention_dropout > 0
     return length > SDPA_UP_TO_LENGTH and head_size in FLEX_HEAD_SIZES and not dropout
 
 
@@ -353,13 +353,13 @@ class ModernBertModel(nn.Module):
         and keeps those)."""
         hidden_states = self.embeddings(input_ids)  # (B, T, C)
         length, device = input_ids.shape[1], input_ids.device
-        masks = AttentionMasks(attention_mask, length, self.config.sliding_window, device, self.uses_flex(device, length))
+        own = self.config.family_fields  # ModernBertFields: read as a plain record under torch.compile
+        masks = AttentionMasks(attention_mask, length, own.sliding_window, device, self.uses_flex(device, length))
         positions = torch.arange(length, device=device)
         head_size = self.config.hidden_size // self.config.num_attention_heads
         dtype = rotation_dtype(self.config.low_precision_rotary, device.type)  # cast once a forward, not a layer
         rotations = {is_global: rotation_tables(*rotary_angles(positions, head_size, theta), dtype)
-                     for is_global, theta in ((True, self.config.global_rope_theta),
-                                              (False, self.config.local_rope_theta))}  # (T, hs) each
+                     for is_global, theta in ((True, own.global_rope_theta), (False, own.local_rope_theta))}  # (T, hs) each
         last = self.layers[-1]
         kept = None
         if last_rows is not None and not last.attn.is_global and masks.flex:
