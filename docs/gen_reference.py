@@ -95,9 +95,8 @@ def config_page() -> str:
         key_names,
     )
     from bertpre.labels import MASK_COUNTS, PAIR_TASKS
-    from bertpre.model.config import HIDDEN_ACTS
+    from bertpre.model.config import HIDDEN_ACTS, family_keys, owner_architecture
     from bertpre.model.families import FAMILIES
-    from bertpre.model.modernbert_config import MODERNBERT_FIELDS
     from bertpre.model.positions import POSITION_EMBEDDING_TYPES
     from bertpre.model.xlnet_config import XLNET_MEMORY_KEYS
     from bertpre.train.run_folder import RESUMABLE_KEYS
@@ -111,7 +110,9 @@ def config_page() -> str:
         "train.precision": PRECISIONS, "train.device": DEVICES,
     }
     defaults = Config()
-    modernbert = load_config(None, ["model.architecture=modernbert"]).model
+    owners = {name: owner_architecture(owner) for name, owner in family_keys().items()}  # a family's own keys
+    own_defaults = {architecture: load_config(None, [f"model.architecture={architecture}"]).model
+                    for architecture in set(owners.values())}
     lines = [GENERATED, "# Config keys", "",
              "Every key of a pretraining config, by section, with its default, its type and the values it",
              "takes (from `bertpre/config/rules.py` and the choice lists validation checks). **phase**: a",
@@ -120,12 +121,15 @@ def config_page() -> str:
              "defaults. What each key means: [Configuration explained](configuration.md).", ""]
     for section in SECTIONS:
         fields = {item.name: item for item in dataclasses.fields(SECTIONS[section])}
+        if section == "model":  # a family's own keys are its record's fields
+            fields.update({item.name: item for row in FAMILIES.values() if row.config.fields
+                           for item in dataclasses.fields(row.config.fields)})
         lines += [f"## `{section}`", "", "| key | default | type | allowed | phase | resume |",
                   "|---|---|---|---|---|---|"]
         for name in key_names(section):
             key = f"{section}.{name}"
-            if section == "model" and name in MODERNBERT_FIELDS and name not in fields_of_bert(defaults):
-                default, note = getattr(modernbert, name), " (modernbert)"
+            if section == "model" and name in owners and name not in fields_of_bert(defaults):
+                default, note = getattr(own_defaults[owners[name]], name), f" ({owners[name]})"
             else:
                 default = getattr(getattr(defaults, section), name, None)
                 note = " (xlnet)" if section == "model" and name in XLNET_MEMORY_KEYS else ""

@@ -91,11 +91,11 @@ def test_imports_point_one_way():
     assert wrong == []
 
 
-# The families' network modules are peers: each imports what they share from model/common.py,
-# and only BERT's layers where it is built on them (RoBERTa's layers; MaskedLMOnly, the
-# masked-LM-only forward RoBERTa's and ModernBERT's models share, still lives in bert.py).
+# The families' network modules are peers: each imports what they share from model/common.py
+# (MaskedLMOnly, the masked-LM-only forward RoBERTa's and ModernBERT's models share, among it),
+# and only BERT's layers where it is built on them (RoBERTa's layers).
 FAMILY_MODULES = ("bert", "roberta", "modernbert", "xlnet")
-FAMILY_IMPORTS = {("roberta", "bert"), ("modernbert", "bert")}
+FAMILY_IMPORTS = {("roberta", "bert")}
 
 
 def test_family_modules_import_no_other_family_but_bert_layers():

@@ -235,18 +235,26 @@ def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] 
         section, key = dotted.split(".", 1)
         written = raw.get(section) if isinstance(raw.get(section), dict) else {}
         if key in written:  # what the file says is checked even where a command's option replaces it
-            build_section(section, {key: written[key]})
+            build_section(section, {key: written[key], **({"architecture": written["architecture"]}
+                                                          if section == "model" and "architecture" in written else {})})
         _set_value(raw, dotted, value)
     optim_raw = raw.get("optim") if isinstance(raw.get("optim"), dict) else {}
     warmup_given = optim_raw.get("warmup_steps") is not None
     ratio_given = optim_raw.get("warmup_ratio") is not None
-    config = Config(**{name: build_section(name, raw.get(name)) for name in SECTIONS})
     model_raw = raw.get("model") if isinstance(raw.get("model"), dict) else {}
-    config.init_from = _init_from(model_raw.get(INIT_FROM))
+    init_from = _init_from(model_raw.get(INIT_FROM))
+    # The architecture first (given, or model.init_from's), so that the model section's keys are
+    # routed to its family's record and another family's are refused as such.
+    source = source_architecture(init_from) if init_from is not None and "architecture" not in model_raw else None
+    sections = {name: raw.get(name) for name in SECTIONS}
+    if source is not None:
+        sections["model"] = {**model_raw, "architecture": source}
+    config = Config(**{name: build_section(name, values) for name, values in sections.items()})
+    config.init_from = init_from
     config.model_keys_given = frozenset(model_raw) - {INIT_FROM}
     data_raw = raw.get("data") if isinstance(raw.get("data"), dict) else {}
-    if config.init_from is not None and "architecture" not in model_raw:
-        _take_source_architecture(config, frozenset(data_raw))
+    if source is not None:
+        _check_source_architecture(config, frozenset(data_raw))
     refuse_keys_of_other_layouts(config.model, config.model_keys_given)
     for name, value in family(config.model).model_defaults.items():
         if name not in config.model_keys_given:  # RoBERTa's one token type, where BERT's default is two
@@ -334,15 +342,11 @@ def _set_phases(config: Config, raw: Any, *, max_steps_given: bool, ratio_given:
                         f"{total} steps; add the steps to a phase, or leave train.max_steps out")
 
 
-def _take_source_architecture(config: Config, data_keys_given: frozenset[str]) -> None:
-    """`model.architecture` from `model.init_from`'s config.json, where the config does not write
-    it: its keys, defaults and objective are then checked as that family's, not as BERT's, and
-    what does not fit it is refused naming the source. A folder that cannot be read keeps BERT's
-    default (resolving the run refuses it, saying why)."""
-    architecture = source_architecture(config.init_from)
-    if architecture is None:
-        return
-    config.model.architecture = architecture
+def _check_source_architecture(config: Config, data_keys_given: frozenset[str]) -> None:
+    """`model.architecture` is `model.init_from`'s (its config.json's), where the config does not
+    write it: its keys, defaults and objective are checked as that family's, not as BERT's, and
+    what does not fit it is refused naming the source. (A folder that cannot be read keeps BERT's
+    default: resolving the run refuses it, saying why.)"""
     row, data = family(config.model), config.data
     if data.objective not in row.objectives:
         raise UserError(f"model.init_from {config.init_from} holds {row.display_name} weights, which train "

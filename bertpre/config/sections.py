@@ -18,7 +18,7 @@ import bertpre
 from bertpre.config.objectives import OBJECTIVE_RULES, OBJECTIVE_SECTION, objective_rules
 from bertpre.config.rules import FLOAT_TEXT, LENGTHS, RULES, SWITCH_WORDS, check_number, shown
 from bertpre.errors import UserError
-from bertpre.model.config import BertConfig
+from bertpre.model.config import FAMILIES, BertConfig
 
 OPTIMIZERS = ("adamw", "lamb")
 SCHEDULES = ("linear", "cosine", "constant", "wsd")
@@ -172,9 +172,10 @@ class Config:
 
     def to_dict(self) -> dict[str, dict[str, Any]]:
         """The config as plain data, in the YAML layout."""
-        sections = {name: dataclasses.asdict(getattr(self, name)) for name in SECTIONS}
-        # the model keys of its architecture alone (a BERT run's config.yaml has no ModernBERT keys)
-        sections["model"] = {name: sections["model"][name] for name in self.model.architecture_fields()}
+        sections = {name: dataclasses.asdict(getattr(self, name)) for name in SECTIONS if name != "model"}
+        # the model keys of its architecture alone (a BERT run's config.yaml has no ModernBERT keys), flat
+        model = self.model.to_dict()
+        sections = {"model": {name: model[name] for name in self.model.architecture_fields()}, **sections}
         sections["model"][INIT_FROM] = self.init_from
         if self.objective is not None:
             sections[OBJECTIVE_SECTION] = dataclasses.asdict(self.objective)
@@ -257,13 +258,16 @@ class Config:
         path.write_text(header + yaml.safe_dump(self.to_dict(), sort_keys=False), encoding="utf-8")
 
 
-@functools.cache
 def run_config_header() -> str:
     """How a run's config.yaml begins: the bertpre version and a fingerprint of every key its
     sections take. A file headed so was written with all of today's keys (one it lacks was cut
     out); a file headed otherwise comes from a bertpre that knew other keys, whose missing ones
     take their defaults. (The version alone does not tell: keys are added between releases.)"""
-    names = sorted(f"{section}.{name}" for section in SECTIONS for name in key_names(section))
+    return _header(tuple(sorted(f"{section}.{name}" for section in SECTIONS for name in key_names(section))))
+
+
+@functools.cache
+def _header(names: tuple[str, ...]) -> str:
     fingerprint = hashlib.sha256("\n".join(names).encode()).hexdigest()[:12]
     return f"# written by bertpre {bertpre.__version__} (config keys {fingerprint}):"
 
@@ -285,9 +289,10 @@ def unknown(kind: str, name: str, valid: list[str]) -> UserError:
 
 
 def key_names(section: str) -> list[str]:
-    """The keys a section takes (model's shape, and `init_from`)."""
-    names = [item.name for item in dataclasses.fields(SECTIONS[section])]
-    return [*names, INIT_FROM] if section == "model" else names
+    """The keys a section takes (model's shape: the shared keys and every family's own, and `init_from`)."""
+    if section == "model":
+        return [*BertConfig.model_keys(), INIT_FROM]
+    return [item.name for item in dataclasses.fields(SECTIONS[section])]
 
 
 def section_defaults(section: str) -> Any:
@@ -296,9 +301,21 @@ def section_defaults(section: str) -> Any:
     return cls(vocab_size="auto") if cls is BertConfig else cls()
 
 
-@functools.cache
 def field_types(cls: type) -> dict[str, Any]:
-    """A dataclass's fields and their annotations, evaluated."""
+    """A dataclass's fields and their annotations, evaluated; BertConfig's are its keys: the
+    shared ones and each family's own (their records' fields, `FamilyConfig.fields`)."""
+    if cls is not BertConfig:
+        return _hints(cls)
+    hints = {name: annotation for name, annotation in _hints(cls).items() if name != "family_fields"}
+    for row in FAMILIES.values():
+        if row.config.fields is not None:
+            hints.update({name: annotation for name, annotation in _hints(row.config.fields).items()
+                          if name not in hints})
+    return hints
+
+
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
     return typing.get_type_hints(cls)
 
 

@@ -2,10 +2,8 @@
 ways, Hugging Face's `BertForPreTraining` or, for relative positions, bertpre's remote code."""
 from __future__ import annotations
 
-from dataclasses import fields
-
 from bertpre.errors import UserError
-from bertpre.model.config import FAMILIES, RUNTIME_FIELDS, BertConfig, FamilyConfig
+from bertpre.model.config import FAMILIES, RUNTIME_FIELDS, SHARED_KEYS, BertConfig, FamilyConfig
 
 # A model with relative positions exports as Hugging Face remote code (transformers has no
 # such BERT): config.json names these classes of the export's own two Python files.
@@ -32,7 +30,7 @@ def bert_layout_keys() -> list[str]:
     holds: no family's own keys, no run-time switch, none of NOT_IN_CONFIG_JSON."""
     left_out = {name for row in FAMILIES.values() for name in row.config.own_keys}
     left_out |= {*RUNTIME_FIELDS, *NOT_IN_CONFIG_JSON}
-    return [item.name for item in fields(BertConfig) if item.name not in left_out]
+    return [name for name in SHARED_KEYS if name not in left_out]
 
 
 def bert_relative_positions(config: BertConfig) -> bool:

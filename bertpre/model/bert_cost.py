@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from bertpre.model.common import ForwardShape  # noqa: F401 - the cost modules' name too
 from bertpre.model.config import BertConfig
 
 BYTES_PER_ELEMENT = {"fp32": 4, "fp16": 2, "bf16": 2}
@@ -162,20 +163,6 @@ def estimate_bert_memory(
         activations_per_sequence_checkpointed=embeddings + layers * s * p * d + per_layer + head,
         attention_probs_per_sequence=layers * s * (2 * p + 1) * config.num_attention_heads * s,
     )
-
-
-@dataclass(frozen=True)
-class ForwardShape:
-    """The largest forward pass a reading runs without gradients: `batch_size` rows of
-    `seq_length` tokens, each with `memory_length` remembered states (XLNet) and
-    `predicted_rows` positions that reach the vocabulary. `permutation`: XLNet's training
-    inputs (perm_mask, target_mapping, token types), as `evaluate` passes them."""
-
-    batch_size: int
-    seq_length: int
-    predicted_rows: int
-    memory_length: int = 0
-    permutation: bool = False
 
 
 @dataclass

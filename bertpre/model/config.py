@@ -7,8 +7,10 @@ table imports every family's network, which imports this module), and each row's
 """
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
+from functools import wraps
 from typing import Any
 
 from bertpre.errors import UserError
@@ -29,6 +31,14 @@ ARCHITECTURE_KEY = "bertpre_architecture"
 
 
 @dataclass(frozen=True)
+class FamilyFields:
+    """A family's own `model:` keys, as one typed record: a family that has keys of its own
+    subclasses this (a frozen dataclass whose fields are its keys with their defaults, e.g.
+    `modernbert_config.ModernBertFields`) and names the subclass in its `FamilyConfig.fields`.
+    `BertConfig.family_fields` holds the record of its architecture (None for a family without one)."""
+
+
+@dataclass(frozen=True)
 class FamilyConfig:
     """What a family's config is: the keys only it reads, its rules, its shape, and its
     Hugging Face config.json both ways. A row of the family table points at one."""
@@ -44,7 +54,8 @@ class FamilyConfig:
     unpads: Callable[[BertConfig], bool] = lambda config: False
     # the position-table row of a sequence's first token (RoBERTa's pad_token_id + 1)
     position_offset: Callable[[BertConfig], int] = lambda config: 0
-    # `model:` keys only it reads; another family's config refuses them
+    # `model:` keys only it reads; another family's config refuses them. A family with a `fields`
+    # record leaves it out: its keys are the record's fields.
     own_keys: tuple[str, ...] = ()
     # shared keys it does not read, with what to set instead: a config that gives one is refused
     refused_keys: dict[str, str] = field(default_factory=dict)
@@ -55,6 +66,13 @@ class FamilyConfig:
     # whether it keeps Transformer-XL's memory (`model.mem_len`); `mem_len` and `clamp_len` stay
     # shared keys (at 0 and -1) because every BERT run's config.yaml writes them
     memory: bool = False
+    # the record of its own keys (a `FamilyFields` dataclass with their defaults), which
+    # `BertConfig.family_fields` holds; None: it has no keys of its own
+    fields: type[FamilyFields] | None = None
+
+    def __post_init__(self) -> None:
+        if self.fields is not None and not self.own_keys:
+            object.__setattr__(self, "own_keys", tuple(item.name for item in dataclasses.fields(self.fields)))
 
 
 def family_config(architecture: str) -> FamilyConfig:
@@ -63,6 +81,21 @@ def family_config(architecture: str) -> FamilyConfig:
     if row is None:
         raise UserError(f"model.architecture {architecture!r} is not built; use one of {', '.join(FAMILIES)}")
     return row.config
+
+
+def fields_record(architecture: str) -> type[FamilyFields] | None:
+    """The record class of `architecture`'s own keys (None: it has none, or is not built)."""
+    row = FAMILIES.get(architecture)
+    return None if row is None else row.config.fields
+
+
+def family_keys() -> dict[str, FamilyConfig]:
+    """Every family's own keys, each with its (first) owner's config part, in table order."""
+    owners: dict[str, FamilyConfig] = {}
+    for row in FAMILIES.values():
+        for name in row.config.own_keys:
+            owners.setdefault(name, row.config)
+    return owners
 
 
 def other_families_keys(architecture: str) -> dict[str, FamilyConfig]:
@@ -93,6 +126,15 @@ class BertConfig:
     names) builds RoBERTa (`bertpre.model.roberta`) from BERT's names: its positions start at
     `pad_token_id + 1` and count real tokens alone (`position_offset`), so a table of
     `max_position_embeddings` rows reads `max_tokens` = 514 - 2 = 512 tokens.
+
+    A family's own keys (ModernBERT's `local_attention` …) are not fields here: they are one
+    record, `family_fields`, of the class its row names (`FamilyConfig.fields`). The `model:`
+    section and `to_dict` stay flat: the constructor (and so `dataclasses.replace`) takes a
+    family's keys by name and routes them into the record, refusing another family's key by
+    asking the table; reading or setting `config.local_attention` reads or replaces the record's
+    (attribute delegation, `__getattr__` / `__setattr__`), so a family's code reads its keys as
+    before. Setting `architecture` gives the record of the new family (its defaults) where the
+    old one's is of another class.
     """
 
     vocab_size: int | str = 30522
@@ -135,25 +177,10 @@ class BertConfig:
     # (`modernbert.rotate`): true, false, or auto (under bf16 autocast alone). How the model runs,
     # not its shape: no config.json has it.
     low_precision_rotary: bool | str = "auto"
-    # ModernBERT's (architecture: modernbert); defaults are ModernBERT-base's.
-    hidden_activation: str = "gelu"
-    norm_eps: float = 1e-5
-    norm_bias: bool = False
-    local_attention: int = 128
-    global_attn_every_n_layers: int = 3
-    global_rope_theta: float = 160000.0
-    local_rope_theta: float = 10000.0
-    attention_bias: bool = False
-    mlp_bias: bool = False
-    decoder_bias: bool = True
-    embedding_dropout: float = 0.0
-    attention_dropout: float = 0.0
-    mlp_dropout: float = 0.0
-    initializer_cutoff_factor: float = 2.0
-    classifier_pooling: str = "cls"
-    classifier_activation: str = "gelu"
-    classifier_bias: bool = False
-    classifier_dropout: float = 0.0
+    # The architecture's own keys (ModernBERT's), one typed record: `FamilyConfig.fields`'s class,
+    # filled from its defaults and the flat keys given (`BertConfig(architecture="modernbert",
+    # local_attention=64)`); None for a family without keys of its own. See the class docstring.
+    family_fields: FamilyFields | None = None
 
     def validate(self) -> None:
         """Raise UserError naming the first field that cannot build a model."""
@@ -227,10 +254,10 @@ class BertConfig:
         own.validate(self)
 
     def architecture_fields(self) -> tuple[str, ...]:
-        """The fields with a meaning for this architecture (a run's config.yaml writes these):
-        all but other families' own keys and the shared keys this family refuses."""
+        """The keys with a meaning for this architecture (a run's config.yaml writes these): the
+        shared ones but those this family refuses, then its own."""
         left_out = {*other_families_keys(self.architecture), *family_config(self.architecture).refused_keys}
-        return tuple(f.name for f in fields(self) if f.name not in left_out)
+        return tuple(name for name in self.to_dict() if name not in left_out)
 
     @property
     def position_offset(self) -> int:
@@ -248,17 +275,6 @@ class BertConfig:
     def shape_fields(self) -> tuple[str, ...]:
         """The fields two models must share for one's weights to load into the other."""
         return family_config(self.architecture).shape_fields
-
-    def layer_is_global(self, index: int) -> bool:
-        """Whether ModernBERT's layer `index` attends globally (layers 0, n, 2n … for
-        `global_attn_every_n_layers` n, as transformers lays them out) rather than in the window."""
-        return index % self.global_attn_every_n_layers == 0
-
-    @property
-    def sliding_window(self) -> int:
-        """How far a local layer's token looks each way: keys at distance <= local_attention // 2
-        (transformers' window, `local_attention` the whole width)."""
-        return self.local_attention // 2
 
     @property
     def relative_positions(self) -> bool:
@@ -279,9 +295,43 @@ class BertConfig:
                 f"tokenizer, or set model.vocab_size to 'auto' or at least {tokenizer_vocab_size}"
             )
 
+    def __getattr__(self, name: str) -> Any:
+        # Only what normal lookup misses: the architecture's own keys (and the record's methods),
+        # read from `family_fields`.
+        record = self.__dict__.get("family_fields")
+        if record is not None and not name.startswith("_") and hasattr(record, name):
+            return getattr(record, name)
+        raise AttributeError(f"{type(self).__name__} of architecture {self.__dict__.get('architecture')!r} "
+                             f"has no {name!r}")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in SHARED_KEYS or name == "family_fields" or name.startswith("_"):
+            object.__setattr__(self, name, value)
+            if "family_fields" in self.__dict__:  # after __init__: the record of the (new) family
+                object.__setattr__(self, "family_fields", routed_record(self.architecture, self.family_fields, {}))
+            return
+        record = self.__dict__.get("family_fields")
+        if record is not None and name in record.__dataclass_fields__:
+            # a replaced record, never a changed one: copies of this config (copy.copy,
+            # dataclasses.replace) may share the old
+            object.__setattr__(self, "family_fields", dataclasses.replace(record, **{name: value}))
+            return
+        if name in family_keys():
+            refuse_family_key(name, self.architecture)
+        object.__setattr__(self, name, value)
+
+    @classmethod
+    def model_keys(cls) -> tuple[str, ...]:
+        """Every `model:` key a config may give: the shared ones, then each family's own (the table's order)."""
+        return (*SHARED_KEYS, *(name for name in family_keys() if name not in SHARED_KEYS))
+
     def to_dict(self) -> dict:
-        """The fields as a plain dict (YAML/JSON friendly)."""
-        return asdict(self)
+        """The keys as a plain, flat dict (YAML/JSON friendly): the shared ones, then the
+        architecture's own (its `family_fields`), as the `model:` section writes them."""
+        values = {name: getattr(self, name) for name in SHARED_KEYS}
+        if self.family_fields is not None:
+            values.update(dataclasses.asdict(self.family_fields))
+        return values
 
     def to_hf_dict(self) -> dict:
         """config.json content, as the family writes it (`FamilyConfig.write_hf`)."""
@@ -292,16 +342,15 @@ class BertConfig:
         """Build from a Hugging Face config.json dict of any family the table holds (the family
         whose `model_types` name its `model_type`, or the one `ARCHITECTURE_KEY` names where a
         checkpoint's config.json has it); unknown keys are ignored."""
-        architecture = hf.get(ARCHITECTURE_KEY)
-        if architecture is not None:
-            if architecture not in FAMILIES:
-                raise UserError(f"config.json names bertpre architecture {architecture!r}, which this bertpre "
-                                f"does not build; it builds {', '.join(FAMILIES)}")
-            return FAMILIES[architecture].config.read_hf(hf)
+        named = hf.get(ARCHITECTURE_KEY)
+        if named is not None and named not in FAMILIES:
+            raise UserError(f"config.json names bertpre architecture {named!r}, which this bertpre "
+                            f"does not build; it builds {', '.join(FAMILIES)}")
         model_type = hf.get("model_type", "bert")
-        for row in FAMILIES.values():
-            if model_type in row.config.model_types:
-                return row.config.read_hf(hf)
+        rows = [FAMILIES[named]] if named is not None else \
+            [row for row in FAMILIES.values() if model_type in row.config.model_types]
+        if rows:
+            return rows[0].config.read_hf(hf)
         # the masked-LM encoders first, as their readers know them; each family's own model_type
         built = [row.config.model_types[0] for row in sorted(FAMILIES.values(), key=lambda row: row.objectives[0] != "mlm")
                  if row.config.model_types]
@@ -309,6 +358,48 @@ class BertConfig:
         also = [name for row in FAMILIES.values() for name in row.config.model_types[1:]]
         raise UserError(f"config.json has model_type {model_type!r}, which bertpre does not build; it builds "
                         f"{readable}" + (f" (and reads its own exports' {', '.join(map(repr, also))})" if also else ""))
+
+
+# The keys every family's config has: BertConfig's fields but the record of a family's own.
+SHARED_KEYS = tuple(item.name for item in fields(BertConfig) if item.name != "family_fields")
+
+
+def _routing_init(init: Callable[..., None]) -> Callable[..., None]:
+    """BertConfig's dataclass `__init__`, taking a family's own keys by name too and routing them
+    into `family_fields` (the record of the architecture's class, from its defaults or the given one)."""
+
+    @wraps(init)
+    def __init__(self: BertConfig, **values: Any) -> None:
+        owners = family_keys()
+        own = {name: values.pop(name) for name in list(values) if name in owners and name not in SHARED_KEYS}
+        init(self, **values)
+        object.__setattr__(self, "family_fields", routed_record(self.architecture, self.family_fields, own))
+
+    return __init__
+
+
+BertConfig.__init__ = _routing_init(BertConfig.__init__)
+
+
+def routed_record(architecture: str, record: FamilyFields | None, own: dict[str, Any]) -> FamilyFields | None:
+    """`architecture`'s record of its own keys: `record` where it is of the family's class (else
+    the class's defaults), with the keys `own` gives; a key of another family's is refused."""
+    record_class = fields_record(architecture)
+    for name in own:
+        if name not in getattr(record_class, "__dataclass_fields__", ()):
+            refuse_family_key(name, architecture)
+    if record_class is None:
+        return None
+    if not isinstance(record, record_class):
+        record = record_class()
+    return dataclasses.replace(record, **own) if own else record
+
+
+def refuse_family_key(name: str, architecture: str) -> None:
+    """Refuse another family's own key `name` for `architecture`, naming its owner."""
+    owner = family_keys()[name]
+    raise UserError(f"model.{name} is {owner.owner}, which model.architecture {architecture} does "
+                    f"not have; remove it, or set model.architecture: {owner_architecture(owner)}")
 
 
 def refuse_keys_of_other_layouts(config: BertConfig, given: frozenset[str] | set[str]) -> None:
@@ -320,10 +411,9 @@ def refuse_keys_of_other_layouts(config: BertConfig, given: frozenset[str] | set
         if name in given:
             raise UserError(f"model.{name} is BERT's, which model.architecture {config.architecture} does not read; "
                             f"remove it (set {row.refused_keys[name]} instead)")
-    for name, owner in other_families_keys(config.architecture).items():
+    for name in other_families_keys(config.architecture):
         if name in given:
-            raise UserError(f"model.{name} is {owner.owner}, which model.architecture {config.architecture} does "
-                            f"not have; remove it, or set model.architecture: {owner_architecture(owner)}")
+            refuse_family_key(name, config.architecture)
 
 
 def owner_architecture(owner: FamilyConfig) -> str:

@@ -8,7 +8,7 @@ cost differs, its cost functions) and one row in FAMILIES.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -35,7 +35,7 @@ from bertpre.model.bert_heads import (
     BertForSequenceClassification,
     BertForTokenClassification,
 )
-from bertpre.model.config import FAMILIES, BertConfig, FamilyConfig
+from bertpre.model.config import FAMILIES, SHARED_KEYS, BertConfig, FamilyConfig
 from bertpre.model.electra import (
     ElectraForPreTraining,
     electra_encoder,
@@ -213,8 +213,7 @@ class Family:
 # Model keys a run may set whatever the source says: they shape training, not the weights.
 TRAINING_ONLY_KEYS = ("hidden_dropout_prob", "attention_probs_dropout_prob", "initializer_range",
                       "pad_token_id", "mem_len", "clamp_len")
-BERT_SOURCE_FIELDS = tuple(field.name for field in fields(BertConfig)
-                           if field.name not in (*TRAINING_ONLY_KEYS, *MODERNBERT_FIELDS))
+BERT_SOURCE_FIELDS = tuple(name for name in SHARED_KEYS if name not in TRAINING_ONLY_KEYS)
 # ModernBERT's training-only keys: dropout, the init of new parts, fine-tuning's pooling.
 MODERNBERT_TRAINING_ONLY_KEYS = ("embedding_dropout", "attention_dropout", "mlp_dropout", "classifier_dropout",
                                  "initializer_range", "initializer_cutoff_factor", "classifier_pooling")

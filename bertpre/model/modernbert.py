@@ -5,7 +5,7 @@ layer's attention), each rotary attention (one theta for global layers, another 
 and a GeGLU feed-forward, no biases unless asked; a final LayerNorm; the MLM head dense → act →
 LayerNorm, then the decoder tied to the embeddings with its own bias. Layers 0, n, 2n …
 (`global_attn_every_n_layers` n) attend to every token; the others to the keys within
-`local_attention // 2` positions each way (transformers' window, `BertConfig.sliding_window`).
+`local_attention // 2` positions each way (transformers' window, `ModernBertFields.sliding_window`).
 
 Attention is torch SDPA with exact masks (padding and window) everywhere; on a GPU with
 FlexAttention, local layers use a block mask instead, so that the blocks outside the window are
@@ -29,14 +29,15 @@ from torch.utils.checkpoint import checkpoint
 
 from bertpre.errors import UserError
 from bertpre.model import hf_format
-from bertpre.model.bert import (
+from bertpre.model.common import (
+    ForwardShape,
     MaskedLMOnly,
+    activation,
     bert_mask_logits,
+    copy_tokenizer_files,
     query_angles,
     read_rows,
 )
-from bertpre.model.bert_cost import ForwardShape
-from bertpre.model.common import activation, copy_tokenizer_files
 from bertpre.model.config import BertConfig
 from bertpre.model.layer_norm import LayerNorm, low_precision_dtype
 from bertpre.model.positions import rotary_angles
@@ -65,7 +66,7 @@ def flex_suits(config: BertConfig, length: int, training: bool = True) -> bool:
     that has it: rows longer than SDPA_UP_TO_LENGTH, a head size its kernels take, and no
     attention dropout while training (FlexAttention has none)."""
     head_size = config.hidden_size // config.num_attention_heads
-    dropout = training and config.attention_dropout > 0
+    dropout = training and config.family_fields.attention_dropout > 0
     return length > SDPA_UP_TO_LENGTH and head_size in FLEX_HEAD_SIZES and not dropout
 
 
@@ -405,8 +406,9 @@ class ModernBertModel(nn.Module):
         once a forward, not a layer."""
         head_size = self.config.hidden_size // self.config.num_attention_heads
         dtype = rotation_dtype(self.config.low_precision_rotary, positions.device.type)
+        own = self.config.family_fields  # ModernBertFields: read as a plain record under torch.compile
         return {is_global: rotation_tables(*rotary_angles(positions, head_size, theta), dtype)
-                for is_global, theta in ((True, self.config.global_rope_theta), (False, self.config.local_rope_theta))}
+                for is_global, theta in ((True, own.global_rope_theta), (False, own.local_rope_theta))}
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, last_rows: torch.Tensor | None = None,
@@ -421,7 +423,7 @@ class ModernBertModel(nn.Module):
             return self.forward_unpadded(input_ids, last_rows, unpadded)
         hidden_states = self.embeddings(input_ids)  # (B, T, C)
         length, device = input_ids.shape[1], input_ids.device
-        masks = AttentionMasks.of_padding(attention_mask, length, self.config.sliding_window, device,
+        masks = AttentionMasks.of_padding(attention_mask, length, self.config.family_fields.sliding_window, device,
                                           self.uses_flex(device, length))
         rotations = self.rotations(torch.arange(length, device=device))
         last = self.layers[-1]
@@ -448,9 +450,9 @@ class ModernBertModel(nn.Module):
         rotation is its position in its row: a packed document's second part starts past 0, which
         rotary attention, reading distances alone within a document, does not see."""
         hidden_states = self.embeddings(unpadded.unpad(input_ids))  # (N, C)
-        dropout = self.config.attention_dropout if self.training else 0.0
+        dropout = self.config.family_fields.attention_dropout if self.training else 0.0
         varlen = varlen_usable(hidden_states, unpadded, dropout)
-        masks = None if varlen else AttentionMasks.of_documents(unpadded, self.config.sliding_window)
+        masks = None if varlen else AttentionMasks.of_documents(unpadded, self.config.family_fields.sliding_window)
         positions = unpadded.index % unpadded.length  # (N,) each token's place in its row
         rotations = {is_global: (cos[positions], sin[positions])  # (N, hs) each
                      for is_global, (cos, sin) in self.rotations(torch.arange(unpadded.length,

@@ -3,15 +3,52 @@ shape, and config.json both ways (transformers 5's `layer_types` and `rope_param
 older keys released folders carry)."""
 from __future__ import annotations
 
+from dataclasses import dataclass, fields
+
 from bertpre.errors import UserError
-from bertpre.model.config import HIDDEN_ACTS, BertConfig, FamilyConfig
+from bertpre.model.config import HIDDEN_ACTS, BertConfig, FamilyConfig, FamilyFields
 from bertpre.ranges import MAX_SEQ_LENGTH, MAX_SIZE, integers, numbers
 
-# ModernBERT's own keys (Hugging Face's ModernBertConfig names); other architectures refuse them.
-MODERNBERT_FIELDS = ("hidden_activation", "norm_eps", "norm_bias", "local_attention", "global_attn_every_n_layers",
-                     "global_rope_theta", "local_rope_theta", "attention_bias", "mlp_bias", "decoder_bias",
-                     "embedding_dropout", "attention_dropout", "mlp_dropout", "initializer_cutoff_factor",
-                     "classifier_pooling", "classifier_activation", "classifier_bias", "classifier_dropout")
+
+@dataclass(frozen=True)
+class ModernBertFields(FamilyFields):
+    """ModernBERT's own keys (Hugging Face's ModernBertConfig names), `BertConfig.family_fields`
+    of an `architecture: modernbert` config; defaults are ModernBERT-base's. Other architectures
+    refuse them."""
+
+    hidden_activation: str = "gelu"
+    norm_eps: float = 1e-5
+    norm_bias: bool = False
+    local_attention: int = 128
+    global_attn_every_n_layers: int = 3
+    global_rope_theta: float = 160000.0
+    local_rope_theta: float = 10000.0
+    attention_bias: bool = False
+    mlp_bias: bool = False
+    decoder_bias: bool = True
+    embedding_dropout: float = 0.0
+    attention_dropout: float = 0.0
+    mlp_dropout: float = 0.0
+    initializer_cutoff_factor: float = 2.0
+    classifier_pooling: str = "cls"
+    classifier_activation: str = "gelu"
+    classifier_bias: bool = False
+    classifier_dropout: float = 0.0
+
+    def layer_is_global(self, index: int) -> bool:
+        """Whether layer `index` attends globally (layers 0, n, 2n … for `global_attn_every_n_layers`
+        n, as transformers lays them out) rather than in the window."""
+        return index % self.global_attn_every_n_layers == 0
+
+    @property
+    def sliding_window(self) -> int:
+        """How far a local layer's token looks each way: keys at distance <= local_attention // 2
+        (transformers' window, `local_attention` the whole width)."""
+        return self.local_attention // 2
+
+
+# ModernBERT's own keys, in the order a run's config.yaml writes them.
+MODERNBERT_FIELDS = tuple(item.name for item in fields(ModernBertFields))
 # BERT's keys that have no meaning in ModernBERT's layout, each with what to set instead; a config
 # that gives one for `modernbert` is refused (a silently ignored key would be a silent surprise).
 MODERNBERT_INSTEAD = {
@@ -134,5 +171,5 @@ def global_layer_period(layer_types: list, num_hidden_layers: int) -> int:
 
 MODERNBERT_CONFIG = FamilyConfig(
     model_types=("modernbert",), read_hf=from_modernbert_dict, write_hf=modernbert_hf_dict,
-    shape_fields=MODERNBERT_SHAPE_FIELDS, validate=validate_modernbert, own_keys=MODERNBERT_FIELDS,
+    shape_fields=MODERNBERT_SHAPE_FIELDS, validate=validate_modernbert, fields=ModernBertFields,
     refused_keys=MODERNBERT_INSTEAD, owner="ModernBERT's", ranges=MODERNBERT_RANGES, unpads=lambda config: True)

@@ -45,7 +45,7 @@ def count_modernbert_parameters(config: BertConfig) -> ParameterCounts:
 
 
 def global_layer_count(config: BertConfig) -> int:
-    """Layers that attend to every token (`BertConfig.layer_is_global`: layers 0, n, 2n …)."""
+    """Layers that attend to every token (`ModernBertFields.layer_is_global`: layers 0, n, 2n …)."""
     return sum(config.layer_is_global(index) for index in range(config.num_hidden_layers))
 
 

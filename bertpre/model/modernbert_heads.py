@@ -80,7 +80,8 @@ class ModernBertForSequenceClassification(ModernBertTaskModel):
                 token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
         """Logits (B, num_labels)."""
         hidden = self.model(input_ids, attention_mask)  # (B, T, C)
-        pooled = mean_pool(hidden, attention_mask) if self.config.classifier_pooling == "mean" else hidden[:, 0]
+        pooled = mean_pool(hidden, attention_mask) if self.config.family_fields.classifier_pooling == "mean" \
+            else hidden[:, 0]
         return self.classifier(self.drop(self.head(pooled)))
 
 

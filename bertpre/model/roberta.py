@@ -25,15 +25,8 @@ from torch import nn
 import bertpre
 from bertpre.errors import UserError
 from bertpre.model import common, hf_format
-from bertpre.model.bert import (
-    BertEmbeddings,
-    BertModel,
-    MaskedLMOnly,
-    bert_mask_logits,
-    init_weights,
-)
-from bertpre.model.bert_cost import ForwardShape
-from bertpre.model.common import TOKENIZER_FILES
+from bertpre.model.bert import BertEmbeddings, BertModel, init_weights
+from bertpre.model.common import TOKENIZER_FILES, ForwardShape, MaskedLMOnly, bert_mask_logits
 from bertpre.model.config import BertConfig
 from bertpre.model.layer_norm import LayerNorm
 from bertpre.model.roberta_config import ROBERTA_CLASS_PREFIXES

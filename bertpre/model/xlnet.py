@@ -40,8 +40,7 @@ import bertpre
 from bertpre.errors import UserError
 from bertpre.labels import IGNORE_INDEX
 from bertpre.model import hf_format
-from bertpre.model.bert_cost import ForwardShape
-from bertpre.model.common import activation, summed_cross_entropy
+from bertpre.model.common import ForwardShape, activation, summed_cross_entropy
 from bertpre.model.config import BertConfig
 from bertpre.model.positions import sinusoid_table
 from bertpre.model.xlnet_config import XLNetConfig

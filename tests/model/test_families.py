@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import json
+import re
+from dataclasses import fields, replace
 from pathlib import Path
 
 import pytest
@@ -11,7 +13,7 @@ from _killed_run import pretrain_dying_after
 from bertpre.config import load_config
 from bertpre.config.sections import OBJECTIVES as CONFIG_OBJECTIVES
 from bertpre.errors import UserError
-from bertpre.model import BertConfig, BertForPreTraining, XLNetLMHeadModel
+from bertpre.model import BertConfig
 from bertpre.model.config import ARCHITECTURE_KEY
 from bertpre.model.cost import ForwardShape, inference_shortfall
 from bertpre.model.families import (
@@ -24,7 +26,7 @@ from bertpre.model.families import (
 )
 from bertpre.model.hf_format import read_config
 from bertpre.train.objectives import OBJECTIVES
-from tests._toy_family import ARCHITECTURE, TOY
+from tests._toy_family import ARCHITECTURE, TOY, ToyFields
 
 TINY = dict(vocab_size=50, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)
 
@@ -32,26 +34,6 @@ TINY = dict(vocab_size=50, hidden_size=32, num_hidden_layers=2, num_attention_he
 def test_every_objective_a_family_trains_with_is_an_object_and_a_config_choice():
     named = {name for row in FAMILIES.values() for name in row.objectives}
     assert named == set(OBJECTIVES) == set(CONFIG_OBJECTIVES)
-
-
-@pytest.mark.parametrize(("architecture", "model_class"), [("bert", BertForPreTraining), ("xlnet", XLNetLMHeadModel)])
-def test_a_row_builds_its_model_and_names_its_parts(architecture, model_class):
-    config = BertConfig(architecture=architecture, **TINY)
-    row = family(config)
-    assert row.architecture == architecture
-    torch.manual_seed(0)
-    model = row.build_pretraining(config, None)
-    assert type(model) is model_class and family_of(model) is row
-    encoder = row.build_encoder(config)
-    # The encoder inside the pretraining model is the encoder the family builds alone.
-    inside = getattr(model, row.encoder_attribute).state_dict()
-    alone = encoder.state_dict()
-    assert {name: tensor.shape for name, tensor in inside.items()} == {
-        name: tensor.shape for name, tensor in alone.items()}
-    assert row.count_parameters(config).total == model.num_parameters()
-    assert row.objectives and row.padding_side in ("left", "right")
-    head = row.sequence_head(config, 3)
-    assert getattr(head, row.encoder_attribute) is not None
 
 
 def test_an_unknown_architecture_is_one_line():
@@ -114,6 +96,23 @@ def real_logits(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask:
     return (out.logits if logits is None else logits)[attention_mask.bool()]
 
 
+def test_a_row_builds_its_model_and_names_its_parts(conforming):
+    row, config = conforming
+    assert family(config) is row and row.architecture == config.architecture
+    torch.manual_seed(0)
+    model = row.build_pretraining(config, None)
+    assert type(model) is row.pretraining_class and family_of(model) is row
+    encoder = row.build_encoder(config)
+    # The encoder inside the pretraining model is the encoder the family builds alone.
+    inside = getattr(model, row.encoder_attribute).state_dict()
+    alone = encoder.state_dict()
+    assert {name: tensor.shape for name, tensor in inside.items()} == {
+        name: tensor.shape for name, tensor in alone.items()}
+    assert row.objectives and row.padding_side in ("left", "right")
+    head = row.sequence_head(config, 3)
+    assert getattr(head, row.encoder_attribute) is not None
+
+
 def test_a_row_builds_its_model_and_counts_its_parameters_by_its_own_formula(conforming):
     row, config = conforming
     torch.manual_seed(0)
@@ -130,10 +129,13 @@ def test_a_rows_own_numeric_keys_are_ranged_by_the_row_and_the_config_asks_it(co
     row, _ = conforming
     assert set(row.config.ranges) <= set(row.config.own_keys)
     assert all(RULES[f"model.{name}"] is rule for name, rule in row.config.ranges.items())
+    preset, settings = RUN_SETTINGS[row.architecture]
+    for name, rule in row.config.ranges.items():  # a value just below each range, refused in the range's words
+        below = rule.low - 1 if rule.integer or not rule.low_open else rule.low
+        with pytest.raises(UserError, match=re.escape(f"model.{name} must be {rule.describe()}, got")):
+            load_config(preset, [*settings, f"model.{name}={below}"])
     if row.architecture == "modernbert":
         assert "local_attention" in row.config.ranges
-        with pytest.raises(UserError, match="model.local_attention must be a positive integer of at most"):
-            load_config("tiny-modernbert", ["model.local_attention=0"])
 
 
 def test_a_rows_export_loads_in_transformers_with_every_weight_and_equal_logits_and_starts_a_run(
@@ -182,6 +184,49 @@ def test_the_toy_family_is_routed_by_the_table_alone(register_toy):
     with pytest.raises(UserError, match="model.local_attention is ModernBERT's, which model.architecture toy"):
         load_config(None, [f"model.architecture={ARCHITECTURE}", "model.local_attention=16"])
     assert "local_attention" not in config.architecture_fields()
+
+
+def test_the_toy_familys_own_key_goes_through_its_typed_record(register_toy, tmp_path):
+    """Issue 53 item 1, checked: a family's own key is a field of its record (`FamilyConfig.fields`),
+    routed, ranged, checked, refused elsewhere and written in config.yaml by asking the table, with no
+    edit outside tests/ (the toy's record is tests/_toy_family.py's `ToyFields`)."""
+    from bertpre.train.run_config import read_run_config
+
+    run = load_config(None, [f"model.architecture={ARCHITECTURE}", "model.toy_window=4", "data.pair_task=none"])
+    config = run.model
+    assert config.family_fields == ToyFields(toy_window=4) and config.toy_window == 4
+    assert "toy_window" not in {item.name for item in fields(BertConfig)}  # a field of the record, not of BertConfig
+    assert BertConfig(architecture=ARCHITECTURE).family_fields == ToyFields()  # the record's default
+    assert BertConfig(architecture=ARCHITECTURE, toy_window=6).toy_window == 6
+    changed = replace(config, toy_window=6)  # a copy with another value; the original keeps its own
+    assert changed.toy_window == 6 and config.toy_window == 4
+    changed.toy_window = 5
+    assert changed.family_fields == ToyFields(toy_window=5) and config.toy_window == 4
+    # the flat model: section of a run's config.yaml writes it, and reads it back
+    assert config.to_dict()["toy_window"] == 4 and "toy_window" in config.architecture_fields()
+    run.save(tmp_path / "config.yaml")
+    assert "  toy_window: 4\n" in (tmp_path / "config.yaml").read_text()
+    assert read_run_config(tmp_path / "config.yaml").model == config
+    # its range (the row's), its rule (the row's validate)
+    with pytest.raises(UserError, match="model.toy_window must be a positive integer of at most 64, got 0"):
+        load_config(None, [f"model.architecture={ARCHITECTURE}", "model.toy_window=0"])
+    with pytest.raises(UserError, match=r"model.toy_window \(40\) is wider than the model.max_position_embeddings"):
+        load_config(None, [f"model.architecture={ARCHITECTURE}", "model.toy_window=40",
+                           "model.max_position_embeddings=32", "data.max_seq_length=32"])
+    # another family refuses it, naming its owner, whether from a config or in code
+    refused = "model.toy_window is the toy's, which model.architecture bert does not have; remove it, or set " \
+              f"model.architecture: {ARCHITECTURE}"
+    with pytest.raises(UserError, match=refused):
+        load_config(None, ["model.toy_window=4"])
+    with pytest.raises(UserError, match=refused):
+        BertConfig(toy_window=4)
+    with pytest.raises(UserError, match="model.toy_window is the toy's, which model.architecture modernbert"):
+        load_config("tiny-modernbert", ["model.toy_window=4"])
+    # a family's key is no attribute of another's config; setting the architecture gives its record
+    bert = BertConfig(**TINY)
+    assert bert.family_fields is None and not hasattr(bert, "toy_window")
+    bert.architecture = ARCHITECTURE
+    assert bert.family_fields == ToyFields()
 
 
 # What each row needs to pretrain a tiny config (its preset, then settings) on the tiny WordPiece
