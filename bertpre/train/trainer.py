@@ -128,17 +128,14 @@ class Trainer:
         if latest is None:
             self.enter_phase(0)
             return
-        runtime = self.runtime
-        # A changed key the run computes with is refused before the checkpoint is read: its weights
-        # would not fit a model of another shape (rtd's objective.generator_size).
-        resume_notes(self.run_dir, self.config, 0)
+        resume_notes(self.run_dir, self.config, 0)  # a changed shape (rtd's generator_size): refused before loading
         self.load_state_dict(load_checkpoint(latest, model=self.model, optimizer=self.optimizer,
-                                             scaler=self.scaler, runtime=runtime), latest)
+                                             scaler=self.scaler, runtime=self.runtime), latest)
         if self.stream.state_dict()["position"]:  # a phase's end starts the next with no carry
-            self.carry.restore(latest, runtime.rank, runtime.device)
+            self.carry.restore(latest, self.runtime.rank, self.runtime.device)
         for note in resume_notes(self.run_dir, self.config, self.step):
             self.say(note)
-        if runtime.is_main:
+        if self.runtime.is_main:
             print(f"resuming from {latest} (step {self.step}, epoch {self.stream.epoch})", file=sys.stderr)
 
     def say(self, note: str) -> None:
