@@ -174,6 +174,8 @@ step pretrain-fast 50 pretrain run-fast bf16 --set train.deterministic=false --s
 step throughput-modernbert 90 $GPU throughput --architecture modernbert "${MODERNBERT_SMALL[@]}"
 step modernbert-rotary-fp32 90 $GPU throughput --architecture modernbert --no-peer --set low_precision_rotary=false \
     "${MODERNBERT_SMALL[@]}"
+# the real tokens alone (model.unpad: varlen_attn with the local window; ModernBERT has no attention dropout)
+step modernbert-unpad 90 $GPU throughput --architecture modernbert --no-peer --set unpad=true "${MODERNBERT_SMALL[@]}"
 step modernbert-4096-flex 60 $GPU throughput --architecture modernbert --no-peer --local-attention "$FLEX" "${LONG_SMALL[@]}"
 step modernbert-4096-sdpa 60 $GPU throughput --architecture modernbert --no-peer --local-attention sdpa "${LONG_SMALL[@]}"
 # 5. the compiled control, if time is left
