@@ -178,10 +178,17 @@ def resume_with_another_tokenizer(w: World) -> list:
     return w.pretrain("--set", "train.max_steps=40")
 
 
-@case("checkpoint-other-model-size", "is for a different model", in_subprocess=True)
+@case("checkpoint-other-model-size", "is for a different model (hidden_size 64, config has 32)", in_subprocess=True)
 def resume_with_another_size(w: World) -> list:
-    w.run_copy()
-    return w.pretrain("--set", "model.hidden_size=64", "--set", "train.max_steps=40")
+    """The checkpoint's own config.json against the run's (a config change is refused before it,
+    by the run's config.yaml: `resume-changes-model-shape`)."""
+    from bertpre.train.checkpoint import write_checksums
+
+    run = w.run_copy()
+    saved = w.latest(run) / "config.json"
+    saved.write_text(json.dumps({**json.loads(saved.read_text()), "hidden_size": 64}))
+    write_checksums(saved.parent, run / "tokenizer")  # a config.json written so, not a damaged one
+    return w.pretrain("--set", "train.max_steps=40")
 
 
 @case("checkpoint-truncated-safetensors", "model.safetensors is damaged (")
@@ -325,7 +332,7 @@ case("resume-changes-max-seq-length", "was started with data.max_seq_length=32")
     lambda w: (w.run_copy(), w.pretrain("--set", "data.max_seq_length=16"))[1])
 case("resume-changes-lr", "was started with optim.lr=0.001 and this config has 0.01")(
     lambda w: (w.run_copy(), w.pretrain("--set", "optim.lr=0.01"))[1])
-case("resume-changes-model-shape", "is for a different model (intermediate_size 64, config has 128)")(
+case("resume-changes-model-shape", "was started with model.intermediate_size=64 and this config has 128")(
     lambda w: (w.run_copy(), w.pretrain("--set", "model.intermediate_size=128"))[1])
 case("resume-changes-dropout", "was started with model.hidden_dropout_prob=0.1")(
     lambda w: (w.run_copy(), w.pretrain("--set", "model.hidden_dropout_prob=0.2"))[1])
