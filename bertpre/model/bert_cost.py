@@ -3,7 +3,7 @@ memory (the shared `ParameterCounts`, `MemoryEstimate`, `ForwardShape` and `Infe
 laid out here)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from bertpre.model.common import ForwardShape  # noqa: F401 - the cost modules' name too
 from bertpre.model.config import BertConfig
@@ -176,6 +176,13 @@ class InferenceMemory:
     @property
     def total(self) -> int:
         return self.weights + self.activations
+
+
+def with_fewer_weights(estimate: MemoryEstimate, fewer: int) -> MemoryEstimate:
+    """BERT's training memory for a family with `fewer` parameters than BERT's count (RoBERTa's,
+    ELECTRA's): fp32 weights and gradients, AdamW's two moments; activations unchanged."""
+    return replace(estimate, weights=estimate.weights - 4 * fewer, gradients=estimate.gradients - 4 * fewer,
+                   adamw_state=estimate.adamw_state - 8 * fewer)
 
 
 def logit_bytes(precision: str) -> int:

@@ -12,6 +12,7 @@ from bertpre.model.bert_cost import (
     count_bert_parameters,
     estimate_bert_inference_memory,
     estimate_bert_memory,
+    with_fewer_weights,
 )
 from bertpre.model.config import BertConfig
 
@@ -34,9 +35,7 @@ def estimate_roberta_memory(config: BertConfig, seq_length: int, predicted_share
     """BERT's training memory (`bert_cost.estimate_bert_memory`: activations are the same, the
     pooler's one row a sequence left out there too) with RoBERTa's parameters."""
     estimate = estimate_bert_memory(config, seq_length, predicted_share, precision, **options)
-    fewer = _bert_weights_less(config)
-    return replace(estimate, weights=estimate.weights - 4 * fewer, gradients=estimate.gradients - 4 * fewer,
-                   adamw_state=estimate.adamw_state - 8 * fewer)
+    return with_fewer_weights(estimate, _bert_weights_less(config))
 
 
 def estimate_roberta_inference_memory(config: BertConfig, shape: ForwardShape, precision: str = "fp32", *,
