@@ -144,5 +144,5 @@ def test_export_refuses_an_rtd_checkpoint_in_one_line(tiny_data, tmp_path, one_t
 
     run(tiny_data, tmp_path / "run", 1, "train.save_every=1")
     with pytest.raises(UserError, match="of BERT; its export, evaluation and fill-mask are built for model.architecture "
-                                        "electra alone"):
+                                        "electra, roberta, xlm-roberta and modernbert; train with one of those$"):
         export(tmp_path / "run", tmp_path / "export")
