@@ -213,3 +213,17 @@ def test_xlnet_has_no_replaced_token_detection():
                                         r"\(data.objective rtd\); use one of bert, roberta, xlm-roberta, "
                                         "modernbert, electra$"):
         ReplacedTokenDetection(config, 0.5)
+
+
+def test_evaluate_scores_the_run_with_the_rtd_metrics_and_the_export_s_generator_as_a_masked_lm(
+        family_export, tiny_data, monkeypatch, capsys):
+    _, run_folder, out, _ = family_export
+    scores = []
+    for args, names in ((["evaluate", run_folder], {"mlm_loss", "rtd_loss", "rtd_acc", "replaced_share"}),
+                        (["evaluate", out, "--data", tiny_data], {"mlm_loss", "perplexity", "mlm_acc"})):
+        code, stdout, stderr = run_main(args, monkeypatch, capsys)
+        assert code == 0, stderr
+        values = dict(line.split() for line in stdout.splitlines() if line.strip())
+        assert names <= set(values)
+        scores.append(float(values["mlm_loss"]))
+    assert all(0 < score < 10 for score in scores)
