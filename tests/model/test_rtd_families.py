@@ -33,17 +33,21 @@ ROWS = {
     "modernbert": ("tiny-modernbert", ["data.max_seq_length=32"],
                    "ModernBertForMaskedLM", "model", "tok_embeddings", "ModernBertModel"),
 }
+# XLM-R is RoBERTa's network under its own names: built and exported, not trained again here
+BUILT = {**ROWS, "xlm-roberta": ("tiny", ["model.architecture=xlm-roberta", "model.max_position_embeddings=34",
+                                          "data.max_seq_length=32"],
+                                 "RobertaForMaskedLM", "roberta", "word_embeddings", "RobertaModel")}
 
 
 def rtd_config(architecture: str, *overrides: str):
-    preset, settings, *_ = ROWS[architecture]
+    preset, settings, *_ = BUILT[architecture]
     return load_config(preset, [*RTD, *settings, *overrides])
 
 
 @pytest.mark.parametrize("sharing", ["tied", "gdes"])
-@pytest.mark.parametrize("architecture", list(ROWS))
+@pytest.mark.parametrize("architecture", list(BUILT))
 def test_the_pair_is_built_from_the_family_row(architecture, sharing):
-    _, _, generator_class, encoder_attribute, word_table, encoder_class = ROWS[architecture]
+    _, _, generator_class, encoder_attribute, word_table, encoder_class = BUILT[architecture]
     config = rtd_config(architecture, "model.vocab_size=100", f"objective.embedding_sharing={sharing}").model
     torch.manual_seed(0)
     pair = ReplacedTokenDetection(config, 0.5, sharing)
@@ -53,7 +57,7 @@ def test_the_pair_is_built_from_the_family_row(architecture, sharing):
     assert generator.config.hidden_size == config.hidden_size
     assert generator.config.num_hidden_layers == round(config.num_hidden_layers * 0.5)
     shared, own = pair.electra.embeddings, getattr(generator, encoder_attribute).embeddings
-    decoder = generator.lm_head.decoder if architecture == "roberta" else generator.decoder
+    decoder = generator.decoder if architecture == "modernbert" else generator.lm_head.decoder
     if sharing == "tied":
         assert own is shared
     else:  # the generator's table itself, the discriminator's through a residual; the rest shared
@@ -63,6 +67,9 @@ def test_the_pair_is_built_from_the_family_row(architecture, sharing):
     assert decoder.weight is getattr(own, word_table).weight
     ids = torch.randint(5, 100, (2, 12))
     assert pair.discriminate(ids, None, torch.zeros_like(ids)).shape == (2, 12)
+    pair.set_gradient_checkpointing(True)  # both encoders' switches, wherever the family keeps them
+    switches = [module.gradient_checkpointing for module in pair.modules() if hasattr(module, "gradient_checkpointing")]
+    assert len(switches) == 2 and all(switches)
 
 
 def run(data: Path, out: Path, architecture: str, *, stop_after: int | None = None, monkeypatch=None) -> list[dict]:
@@ -154,7 +161,7 @@ def test_the_export_is_the_family_s_encoder_and_masked_lm_with_equal_outputs(fam
     assert not fresh and all(torch.equal(tensor, pair.electra.state_dict()[name]) for name, tensor in state.items())
 
 
-@pytest.mark.parametrize("architecture", list(ROWS))
+@pytest.mark.parametrize("architecture", list(BUILT))
 def test_a_gdes_pair_exports_the_discriminator_s_table_and_the_generator_s(architecture, tiny_data, tmp_path):
     from bertpre.model.families import family
 
@@ -162,12 +169,13 @@ def test_a_gdes_pair_exports_the_discriminator_s_table_and_the_generator_s(archi
     config.vocab_size = 120
     torch.manual_seed(0)
     pair = ReplacedTokenDetection(config, 0.5, "gdes").eval()
-    word_table = ROWS[architecture][4]
+    word_table = BUILT[architecture][4]
     with torch.no_grad():
         getattr(pair.electra.embeddings, word_table).delta.normal_(std=0.1)  # as training leaves it: tables differ
     _, write = family(config).export_writer(pair, tiny_data / "tokenizer")
     write(tmp_path)
     encoder = transformers.AutoModel.from_pretrained(tmp_path).eval()
+    assert type(encoder).__name__ == {"xlm-roberta": "XLMRobertaModel"}.get(architecture, BUILT[architecture][5])
     generator = transformers.AutoModelForMaskedLM.from_pretrained(tmp_path / "generator").eval()
     inputs = padded_batch(config.vocab_size)
     real = inputs["attention_mask"].bool()
