@@ -268,16 +268,15 @@ def read_bert_weights(folder: Path) -> dict[str, torch.Tensor]:
 def pair_export_writer(writer: Callable[[nn.Module, Path], tuple[str, hf_format.ExportWriter]]
                        ) -> Callable[[nn.Module, Path], tuple[str, hf_format.ExportWriter]]:
     """A family's export writer (`writer`, for its pretraining model) that writes an rtd run's pair
-    as the family's classes: its encoder, and its generator by `writer` in `generator/`
+    as the family's classes: its encoder, and its generator in `generator/`
     (`replaced_token.family_pair_export_writer`)."""
     def export_writer(model: nn.Module, tokenizer_folder: Path) -> tuple[str, hf_format.ExportWriter]:
         if not isinstance(model, ReplacedTokenDetection):
             return writer(model, tokenizer_folder)
         row = family(model.config)
-        encoder_class = row.class_names(model.config)[0] if row.class_names else row.build_encoder.__name__
-        return family_pair_export_writer(model, tokenizer_folder, write_generator=writer,
-                                         write_encoder=row.write_task_folder,
-                                         encoder_attribute=row.encoder_attribute, encoder_class=encoder_class)
+        return family_pair_export_writer(model, tokenizer_folder, write_encoder=row.write_task_folder,
+                                         encoder_attribute=row.encoder_attribute,
+                                         encoder_class=f"{row.hf_task_prefix(model.config)}Model")
     return export_writer
 
 
@@ -319,7 +318,8 @@ ROBERTA = Family(
                                 f"{ROBERTA_CLASS_PREFIXES[config.architecture]}ForMaskedLM"),
     replaced_token=ReplacedTokenParts(
         encoder=RobertaModel, generator_config=generator_depth_config,
-        generator=partial(family_generator, build=RobertaForMaskedLM, encoder_attribute="roberta"), exports=True))
+        generator=partial(family_generator, build=RobertaForMaskedLM, encoder_attribute="roberta"),
+        export_generator=roberta_export_writer, load_generator=RobertaForMaskedLM.from_pretrained))
 
 # ModernBERT-base's values where BERT-base's differ (its other keys are ModernBERT's own).
 MODERNBERT_MODEL_DEFAULTS = {"intermediate_size": 1152, "num_hidden_layers": 22, "max_position_embeddings": 8192}
@@ -352,7 +352,8 @@ MODERNBERT = Family(
     replaced_token=ReplacedTokenParts(
         encoder=ModernBertModel, generator_config=generator_depth_config,
         generator=partial(family_generator, build=ModernBertForMaskedLM, encoder_attribute="model"),
-        word_table="tok_embeddings", checkpointed=lambda encoder: encoder, exports=True))
+        word_table="tok_embeddings", checkpointed=lambda encoder: encoder,
+        export_generator=modernbert_export_writer, load_generator=ModernBertForMaskedLM.from_pretrained))
 
 # ELECTRA: BERT's encoder (embeddings `embedding_size` wide where that differs from the layers'), the
 # discriminator as its pretraining model; it trains with replaced-token detection alone, its generator
@@ -476,8 +477,8 @@ def load_pretraining_model(folder: str | Path, *, strict: bool = False) -> nn.Mo
         if pair_generator_size(path) is not None:  # an rtd run's checkpoint: generator and discriminator
             return ReplacedTokenDetection.from_pretrained(path, strict=strict)
         if exported_pair(path):  # its export: the generator, the masked LM that fill-mask and evaluate read
-            return row.pretraining_class.from_pretrained(path / GENERATOR_DIR, strict=strict)
-    refuse_pair(folder, row.display_name)  # BERT's rtd run: its export is not built
+            return row.replaced_token.load_generator(path / GENERATOR_DIR, strict=strict)
+    refuse_pair(folder, row.display_name)  # an rtd run whose export is not built
     return row.pretraining_class.from_pretrained(folder, strict=strict)
 
 

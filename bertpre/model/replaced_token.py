@@ -108,19 +108,27 @@ class ElectraGenerator(nn.Module):
         self.electra.encoder.gradient_checkpointing = enabled
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                token_type_ids: torch.Tensor | None = None, *, masked_lm_positions: torch.Tensor,
-                masked_lm_ids: torch.Tensor, label_smoothing: float = 0.0) -> PreTrainingOutput:
-        """The logits (B, P, V) of the P slots of `masked_lm_positions` and their summed loss
-        (`prediction_logits`, `mlm_loss_sum`: the family masked-LM models' call and output); the
-        last layer computes those rows alone in training (`model.last_layer_rows`)."""
+                token_type_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None,
+                next_sentence_label: torch.Tensor | None = None, label_smoothing: float = 0.0,
+                masked_lm_positions: torch.Tensor | None = None, masked_lm_ids: torch.Tensor | None = None
+                ) -> PreTrainingOutput:
+        """The masked-LM models' call and output (`MaskedLMOnly.forward`'s): with
+        `masked_lm_positions`, the logits (B, P, V) of its P slots and, with `masked_lm_ids`,
+        their summed loss (`mlm_loss_sum`); the last layer computes those rows alone in training
+        (`model.last_layer_rows`)."""
+        if next_sentence_label is not None:
+            raise ValueError("ELECTRA's generator has no pair head: score it with data.pair_task none")
         rows = read_positions(self.config, masked_lm_positions, cls_first=False, training=self.training)
         encoded = self.electra(input_ids, attention_mask, token_type_ids, last_rows=rows)
         logits, loss, loss_sum = masked_lm_predictions(
-            self.predict, encoded.last_hidden_state, label_smoothing=label_smoothing,
+            self.predict, encoded.last_hidden_state, labels=labels, label_smoothing=label_smoothing,
             masked_lm_positions=masked_lm_positions, masked_lm_ids=masked_lm_ids,
             predicted_states=None if rows is None else encoded.last_hidden_state)
         return PreTrainingOutput(loss=loss, mlm_loss=loss, pair_loss=None, prediction_logits=logits,
                                  seq_relationship_logits=None, mlm_loss_sum=loss_sum)
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
 
 
 class DisentangledEmbedding(nn.Module):
@@ -203,9 +211,17 @@ class ReplacedTokenParts:
     word_table: str = "word_embeddings"  # the embeddings' word table (ModernBERT's `tok_embeddings`)
     # the module whose `gradient_checkpointing` the encoder reads (BERT's layer stack; ModernBERT's encoder)
     checkpointed: Callable[[nn.Module], nn.Module] = bert_checkpointed
-    # whether an export of a run writes the family's own transformers classes (the encoder, and the
-    # generator as the family's masked-LM model); BERT's narrower generator has no such class
-    exports: bool = False
+    # An export of a run as the family's transformers classes (`family_pair_export_writer`): the
+    # generator's writer (generator, tokenizer folder) -> (its class, writer) and its reader
+    # (folder, strict=) -> the generator; None: the family has its own (ELECTRA's), or none
+    export_generator: Callable[[nn.Module, Path], tuple[str, hf_format.ExportWriter]] | None = None
+    load_generator: Callable[..., nn.Module] | None = None
+    # why a discriminator of this shape has no such export (one line), or None
+    refuse_export: Callable[[BertConfig], str | None] = lambda config: None
+
+    @property
+    def exports(self) -> bool:
+        return self.export_generator is not None
 
 
 # BERT's and ELECTRA's: ELECTRA's generator, narrower, reading the embeddings through its projection.
@@ -379,15 +395,17 @@ def exported_pair(folder: Path) -> bool:
 
 
 def family_pair_export_writer(pair: ReplacedTokenDetection, tokenizer_folder: Path, *,
-                              write_generator: Callable[[nn.Module, Path], tuple[str, hf_format.ExportWriter]],
                               write_encoder: Callable[..., dict], encoder_attribute: str,
                               encoder_class: str) -> tuple[str, hf_format.ExportWriter]:
     """A family's rtd run as transformers' classes: the discriminator's encoder as `encoder_class`
     (written by the family's task-folder writer `write_encoder`, under the family's prefix
-    `encoder_attribute`), the generator as the family's masked-LM model in `generator/`
-    (`write_generator`, the family's export writer), each with the tokenizer; and the
-    discriminator's head, which no transformers class holds, in DISCRIMINATOR_HEAD_FILE."""
-    generator_architecture, write_generator_folder = write_generator(pair.generator, tokenizer_folder)
+    `encoder_attribute`), the generator as a masked-LM class in `generator/`
+    (`ReplacedTokenParts.export_generator`), each with the tokenizer; and the discriminator's
+    head, which no transformers class holds, in DISCRIMINATOR_HEAD_FILE."""
+    refusal = pair.parts.refuse_export(pair.config)
+    if refusal is not None:
+        raise UserError(refusal)
+    generator_architecture, write_generator_folder = pair.parts.export_generator(pair.generator, tokenizer_folder)
     state = pair.discriminator_state()
     encoder = {encoder_attribute + name.removeprefix("electra"): tensor for name, tensor in state.items()
                if name.startswith("electra.")}
