@@ -40,8 +40,10 @@ from bertpre.model.electra import (
     ElectraForPreTraining,
     electra_encoder,
     electra_export_writer,
+    electra_generator_writer,
     electra_mask_logits,
     load_electra,
+    load_electra_generator,
 )
 from bertpre.model.electra_config import ELECTRA_CONFIG
 from bertpre.model.electra_cost import (
@@ -288,6 +290,21 @@ def generator_mask_logits(mask_logits: Callable[..., torch.Tensor]) -> Callable[
     return read
 
 
+def refuse_bert_pair_export(config: BertConfig) -> str | None:
+    """Why a BERT rtd run of this shape has no export: its generator is exported as ELECTRA's
+    (`ElectraForMaskedLM`: absolute positions, distinct layers) and its encoder as `BertModel`."""
+    if config.relative_positions or config.is_albert:
+        return ("an rtd run of BERT exports its encoder as BertModel and its generator as ElectraForMaskedLM, "
+                "which have absolute positions and no ALBERT options; this run has "
+                + ("relative positions" if config.relative_positions else "ALBERT options")
+                + ", and no transformers class holds it")
+    return None
+
+
+# BERT's generator is ELECTRA's network (BERT's layers, ELECTRA's projection and head), exported as such.
+BERT_REPLACED_TOKEN = replace(BERT_PARTS, export_generator=electra_generator_writer,
+                              load_generator=load_electra_generator, refuse_export=refuse_bert_pair_export)
+
 # RoBERTa's values where BERT's differ: one token type, LayerNorm eps 1e-5, and a table of 514
 # positions (512 tokens after the padding's rows, `BertConfig.max_tokens`).
 ROBERTA_MODEL_DEFAULTS = {"type_vocab_size": 1, "layer_norm_eps": 1e-5, "max_position_embeddings": 514}
@@ -393,7 +410,8 @@ FAMILIES.update({
         read_weights=read_bert_weights, optional_encoder_parts=("pooler.",),
         optional_parts={"bert.pooler.": "the pooler (bert.pooler)", "cls.predictions.": "the MLM head (cls.predictions)",
                         "cls.seq_relationship.": "the pair head (cls.seq_relationship)"},
-        export_writer=hf_format.bert_export_writer, write_task_folder=hf_format.write_bert_task_folder,
+        export_writer=pair_export_writer(hf_format.bert_export_writer),
+        write_task_folder=hf_format.write_bert_task_folder,
         # BertFor*, AlbertFor* (ALBERT options), BertpreFor* (relative positions: remote code)
         native_task_models=lambda config: True,
         count_parameters=count_bert_parameters, training_flops=bert_training_flops,
@@ -401,9 +419,10 @@ FAMILIES.update({
         max_input_tokens=bert_max_input_tokens,
         shape_words=lambda config: (f"{config.num_hidden_layers} layers, hidden {config.hidden_size}, "
                                     f"{config.position_embedding_type} positions"),
-        source_fields=BERT_SOURCE_FIELDS, grow_vocabulary=grow_vocab_rows, mask_logits=bert_mask_logits,
+        source_fields=BERT_SOURCE_FIELDS, grow_vocabulary=grow_vocab_rows,
+        mask_logits=generator_mask_logits(bert_mask_logits),
         token_types=bert_token_types, shape_details=bert_shape_details, parameter_note=bert_base_note,
-        replaced_token=BERT_PARTS),
+        replaced_token=BERT_REPLACED_TOKEN),
     "xlnet": Family(
         architecture="xlnet", config=XLNET_CONFIG, display_name="XLNet",
         pretraining_class=XLNetLMHeadModel, sequence_head=XLNetForSequenceClassification,

@@ -48,7 +48,7 @@ from bertpre.model.layer_norm import LayerNorm
 # config.json's key that marks a generator-discriminator pair and gives the generator's fraction
 # and how the two share their embeddings.
 PAIR_KEY = "bertpre_replaced_token_detection"
-EXPORT_LATER = ("its export, evaluation and fill-mask are built for model.architecture electra, roberta, "
+EXPORT_LATER = ("its export, evaluation and fill-mask are built for model.architecture bert, electra, roberta, "
                 "xlm-roberta and modernbert; train with one of those")
 # Beside a family's exported encoder: the discriminator's head, which no transformers class holds.
 DISCRIMINATOR_HEAD_FILE = "discriminator_head.safetensors"
@@ -117,7 +117,8 @@ class ElectraGenerator(nn.Module):
         their summed loss (`mlm_loss_sum`); the last layer computes those rows alone in training
         (`model.last_layer_rows`)."""
         if next_sentence_label is not None:
-            raise ValueError("ELECTRA's generator has no pair head: score it with data.pair_task none")
+            raise UserError("ELECTRA's generator has no pair head: score it with data.pair_task none "
+                            "(a --config that sets it)")
         rows = read_positions(self.config, masked_lm_positions, cls_first=False, training=self.training)
         encoded = self.electra(input_ids, attention_mask, token_type_ids, last_rows=rows)
         logits, loss, loss_sum = masked_lm_predictions(

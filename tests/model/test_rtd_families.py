@@ -1,8 +1,9 @@
-"""Replaced-token detection on the RoBERTa and ModernBERT rows (`Family.replaced_token`): the pair
-built from the row (the family's encoder, its masked-LM model as the generator at the
-discriminator's width, the embeddings shared), a tiny run resuming bit for bit, its export as the
-family's transformers classes (`AutoModel` for the encoder, `AutoModelForMaskedLM` for `generator/`)
-with equal outputs, fill-mask and fine-tuning reading it, and XLNet refused in one line."""
+"""Replaced-token detection on the BERT, RoBERTa and ModernBERT rows (`Family.replaced_token`): the
+pair built from the row (RoBERTa's and ModernBERT's: the family's encoder, its masked-LM model as
+the generator at the discriminator's width, the embeddings shared), a tiny run resuming bit for
+bit, its export as transformers' classes (`AutoModel` for the encoder, `AutoModelForMaskedLM` for
+`generator/`) with equal outputs, fill-mask, evaluate and fine-tuning reading it, and XLNet refused
+in one line."""
 from __future__ import annotations
 
 import json
@@ -28,6 +29,8 @@ transformers = pytest.importorskip("transformers")
 RTD = ["data.objective=rtd", "data.pair_task=none", "objective.generator_size=0.5"]
 # (preset, settings, the generator's class, its encoder's attribute, the word table, the encoder's class)
 ROWS = {
+    # BERT's generator is ELECTRA's network (narrower, through ELECTRA's projection): ElectraForMaskedLM
+    "bert": ("tiny", ["data.max_seq_length=32"], "ElectraForMaskedLM", "electra", "word_embeddings", "BertModel"),
     "roberta": ("tiny", ["model.architecture=roberta", "model.max_position_embeddings=34", "data.max_seq_length=32"],
                 "RobertaForMaskedLM", "roberta", "word_embeddings", "RobertaModel"),
     "modernbert": ("tiny-modernbert", ["data.max_seq_length=32"],
@@ -45,7 +48,7 @@ def rtd_config(architecture: str, *overrides: str):
 
 
 @pytest.mark.parametrize("sharing", ["tied", "gdes"])
-@pytest.mark.parametrize("architecture", list(BUILT))
+@pytest.mark.parametrize("architecture", ["roberta", "xlm-roberta", "modernbert"])
 def test_the_pair_is_built_from_the_family_row(architecture, sharing):
     _, _, generator_class, encoder_attribute, word_table, encoder_class = BUILT[architecture]
     config = rtd_config(architecture, "model.vocab_size=100", f"objective.embedding_sharing={sharing}").model
@@ -135,8 +138,8 @@ def test_the_export_is_the_family_s_encoder_and_masked_lm_with_equal_outputs(fam
     assert json.loads((out / "config.json").read_text())["architectures"] == [encoder_class]
     encoder, loading = transformers.AutoModel.from_pretrained(out, output_loading_info=True)
     assert type(encoder).__name__ == encoder_class
-    # RobertaModel's pooler, which neither the discriminator nor RoBERTa's task models have, alone is drawn fresh
-    pooler = {"pooler.dense.weight", "pooler.dense.bias"} if architecture == "roberta" else set()
+    # BertModel's and RobertaModel's pooler, which the discriminator has not, alone is drawn fresh
+    pooler = {"pooler.dense.weight", "pooler.dense.bias"} if architecture != "modernbert" else set()
     assert set(loading.pop("missing_keys")) == pooler
     assert all(len(keys) == 0 for keys in loading.values()), loading
     generator, loading = transformers.AutoModelForMaskedLM.from_pretrained(out / "generator", output_loading_info=True)
@@ -148,7 +151,7 @@ def test_the_export_is_the_family_s_encoder_and_masked_lm_with_equal_outputs(fam
         states = pair.electra(inputs["input_ids"], inputs["attention_mask"])
         states = getattr(states, "last_hidden_state", states)
         torch.testing.assert_close(encoder.eval()(**inputs).last_hidden_state[real], states[real], atol=1e-5, rtol=0)
-        ours = pair.generator.predict(pair.generator.encode(inputs["input_ids"], inputs["attention_mask"], None))
+        ours = pair.generator(inputs["input_ids"], inputs["attention_mask"]).prediction_logits
         torch.testing.assert_close(generator.eval()(**inputs).logits[real], ours[real], atol=1e-5, rtol=0)
     head = load_file(out / "discriminator_head.safetensors")
     assert set(head) == {name for name in pair.state_dict() if name.startswith("discriminator_predictions.")}
@@ -156,9 +159,10 @@ def test_the_export_is_the_family_s_encoder_and_masked_lm_with_equal_outputs(fam
     listed = set(read_inventory(out, "export", ()).files)
     assert {"config.json", "model.safetensors", "discriminator_head.safetensors", "generator/config.json",
             "generator/model.safetensors", "generator/tokenizer.json"} <= listed
-    # fine-tuning starts from the discriminator's encoder
+    # fine-tuning starts from the discriminator's encoder (BERT's pooler, which it has not, drawn fresh)
     state, fresh = load_encoder_weights(out, pair.config)
-    assert not fresh and all(torch.equal(tensor, pair.electra.state_dict()[name]) for name, tensor in state.items())
+    assert fresh == (["pooler.dense.weight", "pooler.dense.bias"] if architecture == "bert" else [])
+    assert all(torch.equal(tensor, pair.electra.state_dict()[name]) for name, tensor in state.items() if name not in fresh)
 
 
 @pytest.mark.parametrize("architecture", list(BUILT))
@@ -183,14 +187,15 @@ def test_a_gdes_pair_exports_the_discriminator_s_table_and_the_generator_s(archi
         states = pair.electra(inputs["input_ids"], inputs["attention_mask"])
         states = getattr(states, "last_hidden_state", states)
         torch.testing.assert_close(encoder(**inputs).last_hidden_state[real], states[real], atol=1e-5, rtol=0)
-        ours = pair.generator.predict(pair.generator.encode(inputs["input_ids"], inputs["attention_mask"], None))
+        ours = pair.generator(inputs["input_ids"], inputs["attention_mask"]).prediction_logits
         torch.testing.assert_close(generator(**inputs).logits[real], ours[real], atol=1e-5, rtol=0)
     assert not torch.equal(encoder.get_input_embeddings().weight, generator.get_input_embeddings().weight)
 
 
 def test_fill_mask_reads_the_generator_of_the_run_and_of_its_export(family_export, monkeypatch, capsys):
     architecture, run_folder, out, _ = family_export
-    assert type(load_pretraining_model(out)).__name__ == ROWS[architecture][2]
+    assert type(load_pretraining_model(out)).__name__ == {"bert": "ElectraGenerator"}.get(architecture,
+                                                                                           ROWS[architecture][2])
     text = "the [MASK] sees the river ."
     model, tokenizer = inference.load_model_and_tokenizer(out)
     from_export = inference.fill_mask(model, tokenizer, text, top_k=3)
