@@ -186,7 +186,8 @@ class Config:
         model = self.model.to_dict()
         sections = {"model": {name: model[name] for name in self.model.architecture_fields()}, **sections}
         sections["model"][INIT_FROM] = self.init_from
-        sections["model"][INIT_GENERATOR_FROM] = self.init_generator_from
+        if self.init_generator_from is not None:  # where given: a config.yaml from before the key reads back the same
+            sections["model"][INIT_GENERATOR_FROM] = self.init_generator_from
         if self.objective is not None:
             sections[OBJECTIVE_SECTION] = dataclasses.asdict(self.objective)
         if self.phases:
