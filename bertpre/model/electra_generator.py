@@ -1,8 +1,9 @@
 """ELECTRA's generator as a shape and as a folder: its sizes as a fraction of the discriminator's
-(`generator_config`), an ELECTRA folder's tensors under bertpre's names (`read_electra_weights`), and
-a released generator's folder (`generator/` beside a discriminator, or any `ElectraForMaskedLM`'s),
-checked to pair with its discriminator (`generator_fraction`) and read (`generator_weights`). Below both the pair
-(`model.replaced_token`) and the family (`model.electra`), which import it.
+(`generator_config`), an ELECTRA folder's tensors under bertpre's names (`read_electra_weights`),
+and a released generator's folder (`generator/` beside a discriminator, or any
+`ElectraForMaskedLM`'s), checked to pair with its discriminator (`generator_fraction`) and read
+(`generator_weights`). Below both the pair (`model.replaced_token`) and the family
+(`model.electra`), which import it.
 """
 from __future__ import annotations
 

@@ -13,6 +13,7 @@ import yaml
 from _in_process import run_main
 
 from bertpre.config import load_config
+from bertpre.errors import UserError
 from bertpre.tokenizer import load_tokenizer
 from bertpre.train.setup import build_model, resolve_run
 
@@ -189,3 +190,33 @@ def test_bad_generators_and_rtd_keys_are_refused_in_one_line(overrides, message,
     assert code == 2, stderr
     lines = stderr.strip().splitlines()
     assert len(lines) == 1 and message.format(**names) in lines[0], stderr
+
+
+def test_the_generator_beside_init_from_takes_the_same_path_and_the_named_one_wins_over_it(
+        released, bad_generators, tiny_data, tmp_path):
+    export = tmp_path / "an export"
+    shutil.copytree(released["discriminator"], export)
+    shutil.copytree(released["generator"], export / "generator")
+
+    def start(*extra: str):
+        config = load_config(run_config(tmp_path), [f"model.init_from={export}", f"data.path={tiny_data}",
+                                                    f"train.out={tmp_path / 'run'}", *extra])
+        said: list[str] = []
+        run = resolve_run(config, world_size=1)
+        return run, build_model(run, said.append), said
+
+    # the generator/ beside it: half the discriminator, never given, fitted as the named one is
+    run, pair, said = start()
+    assert run.config.objective.generator_size == 0.5
+    assert said[1] == (f"starting the generator from the weights of {export / 'generator'} (the generator/ beside "
+                       "model.init_from; objective.generator_size 0.5, from its shape)")
+    beside = pair.state_dict()["generator.generator_predictions.dense.weight"]
+    # one that cannot pair beside it is never read where model.init_generator_from names another
+    shutil.rmtree(export / "generator")
+    shutil.copytree(bad_generators["other vocabulary"], export / "generator")
+    run, pair, said = start(f"model.init_generator_from={released['generator']}", "objective.generator_size=0.5")
+    assert said[1] == (f"starting the generator from the weights of {released['generator']} "
+                       "(model.init_generator_from; objective.generator_size 0.5)")
+    assert torch.equal(pair.state_dict()["generator.generator_predictions.dense.weight"], beside)
+    with pytest.raises(UserError, match="the generator at .* has a vocabulary of"):
+        start()
