@@ -41,10 +41,22 @@ FLOPs on two kinds of corpus, scored by held-out loss and a downstream linear pr
   closest; the CLM model never saw a right context); and, between the two XLNet models only,
   each XLNet objective's loss (`xlnet_plm_loss`, `xlnet_clm_loss` = the left-to-right
   perplexity's log, a proper language model's) on the same segments.
-- downstream (`--downstream DIR`, default data/wordnet-supersenses-4000): every final model
-  through `bertpre finetune`'s linear probe (frozen encoder, `--probe-seeds` seeds), pooling
-  `mean` and `cls` ([CLS] first for BERT, last for XLNet; with `pair_task: none` no
-  pretraining loss reads it), test accuracy.
+- downstream (`--task NAME=DIR`, repeatable; default WordNet supersenses, data/wordnet-supersenses-4000,
+  and WordNet reading comprehension, data/wordnet-qa-2000): every final model through `bertpre
+  finetune` on each task's test split, fp32: the linear probe (frozen encoder, `--probe-seeds`
+  seeds; a classification task by pooling `mean` and `cls`, [CLS] first for BERT, last for XLNet,
+  which with `pair_task: none` no pretraining loss reads) and full fine-tuning (every weight,
+  `--full-seeds` seeds at `--full-lr`, ELECTRA-Small's 3e-4 by default, `--full-epochs`).
+  Classification reports accuracy, QA the F1.
+- positions (`--positions absolute|rope`): BERT's absolute table, or rotary positions for MLM and
+  RTD alike (RTD then trains the `bert` row: the `electra` row exports ELECTRA's absolute table).
+  Tiny discriminators with absolute positions stay on a "unigram plateau" (they judge a token by
+  its frequency alone; transformers' ElectraForPreTraining does the same) far longer than with
+  rotary positions, so the rope comparison is the one that says what the objective does.
+- a kept folder (`--work DIR`): the tokenized corpora, every run and its record (settings, held-out
+  and downstream scores) stay there; a later invocation reuses every run whose settings match
+  (and refuses one that does not) and scores only the tasks or scorings a record lacks, so a
+  comparison too long for one sitting is finished by running the same command again.
 
 Writes bench/results/objectives-DATE.json: per corpus, per run the scores, FLOPs, seconds and
 tokens/s; per objective mean and standard deviation over seeds; PLM − MLM (and CLM − MLM)
@@ -53,10 +65,12 @@ with 95% Welch intervals. Prints a table.
     .venv/bin/python -m bench.objectives                     # 2 corpora x 3 seeds x mlm, plm, clm, 400 MLM steps (~22 min, one core)
     .venv/bin/python -m bench.objectives --quick             # ~70 s: tiny model, few steps, part of each corpus
     .venv/bin/python -m bench.objectives --corpus wikitext --objectives mlm plm --steps 1200 --name objectives-wikitext-1200
+    .venv/bin/python -m bench.objectives --objectives mlm rtd rtd-gdes --positions rope --steps 1500 --work runs/objectives
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import statistics
@@ -68,7 +82,7 @@ from pathlib import Path
 import torch
 
 from bench.common import CORPORA, RESULTS, ROOT, read_wikitext, write_bert_format, write_result
-from bench.learning import bertpre_overrides, downstream_identity, downstream_task, probe, welch
+from bench.learning import bertpre_overrides, welch
 
 OBJECTIVES = ("mlm", "plm", "clm", "rtd", "rtd-gdes")
 # ELECTRA's replaced-token detection: the discriminator is BERT's encoder (`model.architecture:
@@ -76,6 +90,9 @@ OBJECTIVES = ("mlm", "plm", "clm", "rtd", "rtd-gdes")
 # beside it; `rtd-gdes` shares their embeddings as DeBERTa-v3 does.
 REPLACED_TOKEN = ("rtd", "rtd-gdes")
 POOLINGS = ("mean", "cls")
+# The labelled tasks by default: WordNet supersenses (a gloss's lexicographer file, 41 classes) and
+# WordNet reading comprehension (extractive QA over glossary paragraphs), both from data_prep.
+DEFAULT_TASKS = (f"supersenses={ROOT / 'data' / 'wordnet-supersenses-4000'}", f"wordnet-qa={ROOT / 'data' / 'wordnet-qa-2000'}")
 SPEECHES_PER_DOCUMENT = 24  # about a scene's worth of turns
 FILL_IN_SHARE = 0.15
 FILL_IN_WINDOWS = 512  # held-out windows scored by fill_in, at most
@@ -108,11 +125,15 @@ def corpus_files(spec: str) -> list[Path]:
 
 
 def objective_settings(objective: str, args) -> list[str]:
-    """The config overrides that make a run `objective` (beside the shared shape and recipe)."""
+    """The config overrides that make a run `objective` (beside the shared shape and recipe). With
+    `--positions rope` every BERT-shaped run rotates its queries and keys instead of adding a
+    position table, and RTD trains the `bert` row (the `electra` row's export has ELECTRA's
+    absolute table)."""
+    rope = ["model.position_embedding_type=rope"] if args.positions == "rope" else []
     if objective == "mlm":
-        return []
+        return rope
     if objective in REPLACED_TOKEN:
-        return ["model.architecture=electra", "data.objective=rtd",
+        return [f"model.architecture={'bert' if rope else 'electra'}", *rope, "data.objective=rtd",
                 f"objective.embedding_sharing={'gdes' if objective == 'rtd-gdes' else 'tied'}"]
     return ["model.architecture=xlnet", f"data.objective={objective}", "data.plm_plan=xlnet",
             f"model.mem_len={args.length}"]
@@ -245,22 +266,104 @@ def spread(values: list[float]) -> dict:
             "std": statistics.stdev(values) if len(values) > 1 else 0.0}
 
 
-# What each run's record holds that is summarised and compared: name -> (path in a run, higher is better).
-MEASURES = {
-    "probe_acc_mean_pooling": (("probe", "mean", "probe_acc"), True),
-    "probe_acc_cls_pooling": (("probe", "cls", "probe_acc"), True),
-    "fill_in_loss": (("held_out", "fill_in", "loss"), False),
-    "fill_in_acc": (("held_out", "fill_in", "acc"), True),
-    "own_loss": (("held_out", "own", "loss"), False),
-    "rtd_acc_replaced": (("held_out", "own", "acc_replaced"), True),
-    "xlnet_plm_loss": (("held_out", "xlnet_plm", "loss"), False),
-    "xlnet_clm_loss": (("held_out", "xlnet_clm", "loss"), False),
-    "train_s": (("train_s",), None),
-    "tokens_per_s": (("tokens_per_s_median",), None),
-    "flops": (("flops",), None),
-}
-# Differences that compare like with like: not own_loss across objectives.
-COMPARED = ("probe_acc_mean_pooling", "probe_acc_cls_pooling", "fill_in_loss", "fill_in_acc")
+@dataclasses.dataclass(frozen=True)
+class Task:
+    """A labelled task every final model is fine-tuned on: `bertpre finetune`'s files and the metric
+    reported (classification: accuracy; qa: F1)."""
+
+    name: str
+    folder: Path
+    kind: str  # classification or qa
+    full: bool = True  # scored by full fine-tuning too (`--full-seeds` > 0)
+
+    @property
+    def metric(self) -> str:
+        return "f1" if self.kind == "qa" else "accuracy"
+
+    @property
+    def scorings(self) -> tuple[str, ...]:
+        """How a model is scored on it: the probe (a classification probe by each pooling) and full."""
+        probes = tuple(f"probe_{pooling}" for pooling in POOLINGS) if self.kind == "classification" else ("probe",)
+        return (*probes, "full") if self.full else probes
+
+    def files(self):
+        from bertpre.finetune import TaskFiles
+        from bertpre.finetune.qa_data import QASettings
+
+        if self.kind == "qa":
+            return TaskFiles(task="qa", train=self.folder / "train.json", validation=self.folder / "dev.json",
+                             test=self.folder / "test.json", qa=QASettings())
+        test = self.folder / "test.csv"
+        return TaskFiles(task="classification", train=self.folder / "train.csv",
+                         validation=self.folder / "validation.csv", test=test if test.is_file() else None)
+
+    def identity(self) -> dict:
+        """The files' contents: two records scored the same task when these are equal."""
+        import hashlib
+
+        return {path.name: hashlib.sha256(path.read_bytes()).hexdigest()
+                for path in sorted(self.folder.iterdir()) if path.suffix in (".csv", ".json") and path.name != "summary.json"}
+
+
+def read_task(spec: str, full: bool = True) -> Task:
+    """NAME=DIR: DIR holds train.csv and validation.csv (text,label; test.csv scored when there) or
+    SQuAD-layout train.json, dev.json and test.json (extractive QA)."""
+    name, _, folder = spec.rpartition("=")
+    folder = Path(folder)
+    if (folder / "train.json").is_file() and (folder / "dev.json").is_file() and (folder / "test.json").is_file():
+        return Task(name or folder.name, folder, "qa", full)
+    if (folder / "train.csv").is_file() and (folder / "validation.csv").is_file():
+        return Task(name or folder.name, folder, "classification", full)
+    raise SystemExit(f"--task {spec}: {folder} holds neither train.csv and validation.csv nor train.json, dev.json "
+                     f"and test.json; write one with `python -m data_prep.wordnet_supersenses --out {folder} "
+                     f"--max-train 4000 --max-eval 1000` or `python -m data_prep.wordnet_questions --out {folder} "
+                     f"--max-train 2000 --max-eval 500`")
+
+
+def score_on_task(run: Path, task: Task, scoring: str, args, out: Path) -> dict:
+    """`bertpre finetune` of RUN's final model on `task` (test split, fp32, CPU) over the seeds:
+    `probe*` the frozen encoder and a linear head (`--probe-seeds`), `full` every weight
+    (`--full-seeds`, `--full-lr`, `--full-epochs`); windows of the pretraining length."""
+    from bertpre.finetune import finetune, load_hyperparameters
+
+    length = [f"max_seq_length={args.length}"]
+    if scoring == "full":
+        hp = load_hyperparameters("bert", None, [*length, f"lr={args.full_lr}", f"epochs={args.full_epochs}"])
+        seeds = args.full_seeds
+    else:
+        pooling = [f"pooling={scoring.removeprefix('probe_')}"] if scoring != "probe" else []
+        hp = load_hyperparameters("probe", None, [*length, *pooling])
+        seeds = args.probe_seeds
+    began = time.perf_counter()
+    result = finetune(run, task.files(), out, hp=hp, seeds=list(range(seeds)), precision="fp32", device="cpu",
+                      say=lambda line: None)[-1]
+    metric = result["metrics"][task.metric]
+    return {"score": metric["mean"], "per_seed": metric["per_seed"], "metric": task.metric, "split": result["split"],
+            "majority": result.get("baselines", {}).get("majority", {}).get(task.metric),
+            "seconds": round(time.perf_counter() - began, 1)}
+
+
+def measures(tasks: list[Task]) -> dict[str, tuple[tuple[str, ...], bool | None]]:
+    """What each run's record holds that is summarised and compared: name -> (path in a run,
+    higher is better)."""
+    downstream = {f"{task.name}_{scoring}": (("downstream", task.name, scoring, "score"), True)
+                  for task in tasks for scoring in task.scorings}
+    return {**downstream,
+            "fill_in_loss": (("held_out", "fill_in", "loss"), False),
+            "fill_in_acc": (("held_out", "fill_in", "acc"), True),
+            "own_loss": (("held_out", "own", "loss"), False),
+            "rtd_acc_replaced": (("held_out", "own", "acc_replaced"), True),
+            "xlnet_plm_loss": (("held_out", "xlnet_plm", "loss"), False),
+            "xlnet_clm_loss": (("held_out", "xlnet_clm", "loss"), False),
+            "train_s": (("train_s",), None),
+            "tokens_per_s": (("tokens_per_s_median",), None),
+            "flops": (("flops",), None)}
+
+
+def compared(tasks: list[Task]) -> tuple[str, ...]:
+    """Differences that compare like with like: the downstream scores and fill-in, not own_loss
+    across objectives."""
+    return (*(f"{task.name}_{scoring}" for task in tasks for scoring in task.scorings), "fill_in_loss", "fill_in_acc")
 
 
 def measure(run: dict, path: tuple[str, ...]):
@@ -271,12 +374,13 @@ def measure(run: dict, path: tuple[str, ...]):
     return run
 
 
-def summarise(runs: list[dict], objectives: list[str]) -> tuple[dict, dict]:
+def summarise(runs: list[dict], objectives: list[str], tasks: list[Task]) -> tuple[dict, dict]:
     """Per objective each measure's mean and std over seeds; each other objective − MLM (and
     CLM − PLM on the XLNet losses) with its 95% Welch interval."""
+    chosen_measures, like = measures(tasks), compared(tasks)
     by_objective = {objective: [run for run in runs if run["objective"] == objective] for objective in objectives}
     summary = {objective: {name: spread([measure(run, path) for run in chosen])
-                           for name, (path, _) in MEASURES.items()
+                           for name, (path, _) in chosen_measures.items()
                            if any(measure(run, path) is not None for run in chosen)}
                for objective, chosen in by_objective.items() if chosen}
     differences = {}
@@ -284,32 +388,110 @@ def summarise(runs: list[dict], objectives: list[str]) -> tuple[dict, dict]:
     def compare(a: str, b: str, names) -> None:
         if a in summary and b in summary:
             differences[f"{a}-{b}"] = {
-                name: welch([measure(run, MEASURES[name][0]) for run in by_objective[a]],
-                            [measure(run, MEASURES[name][0]) for run in by_objective[b]])
+                name: welch([measure(run, chosen_measures[name][0]) for run in by_objective[a]],
+                            [measure(run, chosen_measures[name][0]) for run in by_objective[b]])
                 for name in names if name in summary[a] and name in summary[b]}
 
     for objective in objectives:
         if objective != "mlm":
-            compare(objective, "mlm", COMPARED)
-    compare("clm", "plm", (*COMPARED, "xlnet_plm_loss", "xlnet_clm_loss"))
-    compare("rtd-gdes", "rtd", (*COMPARED, "own_loss", "rtd_acc_replaced"))
+            compare(objective, "mlm", like)
+    compare("clm", "plm", (*like, "xlnet_plm_loss", "xlnet_clm_loss"))
+    compare("rtd-gdes", "rtd", (*like, "own_loss", "rtd_acc_replaced"))
     return summary, differences
 
 
-def run_corpus(args, spec: str, task, scratch: Path) -> dict:
-    """Tokenize one corpus once, pretrain every objective with every seed, score every model."""
-    from bertpre.data import load_data
+def pretraining_identity(args, objective: str, seed: int, steps: int) -> dict:
+    """What a kept run (`--work`) must share with this invocation's to be reused."""
+    keys = ("warmup_share", "length", "batch_size", "lr", "hidden", "layers", "vocab_size", "max_documents",
+            "set", "positions")
+    return {"objective": objective, "seed": seed, "steps": steps, **{key: getattr(args, key) for key in keys}}
+
+
+def pretrained(args, objective: str, folder: Path, seed: int, steps: int, vocab_size: int, data, windows) -> dict:
+    """One run pretrained and scored on its held-out text, or the kept record of one (`--work`):
+    a run folder without its record (an interrupted run) is trained again from the start."""
+    import shutil
+
+    run_dir = folder / f"{objective}-{seed}"
+    kept = run_dir / "record.json"
+    identity = pretraining_identity(args, objective, seed, steps)
+    if kept.is_file():
+        record = json.loads(kept.read_text())
+        if record.get("identity") == identity:
+            return record
+        raise SystemExit(f"{run_dir} was pretrained with other settings ({record.get('identity')}); "
+                         "pass another --work or remove it")
+    if run_dir.exists():
+        shutil.rmtree(run_dir)
+    record = train_run(args, objective, folder / "data", run_dir, seed, steps, vocab_size)
+    config = record.pop("config")
+    record["held_out"] = held_out(load_final(run_dir, objective), config, data, objective, windows, data.tokenizer)
+    record["identity"] = identity
+    record["downstream"] = {}
+    kept.write_text(json.dumps(record, indent=1))
+    return record
+
+
+def score_downstream(args, record: dict, run_dir: Path, tasks: list[Task]) -> None:
+    """Every task's scorings of one run that its record lacks (or holds for other files or
+    settings), each written to the record as it finishes."""
+    import shutil
+
+    settings = {"length": args.length, "probe_seeds": args.probe_seeds, "full_seeds": args.full_seeds,
+                "full_lr": args.full_lr, "full_epochs": args.full_epochs}
+    for task in tasks:
+        identity = {"files_sha256": task.identity(), **settings}
+        scores = record["downstream"].setdefault(task.name, {})
+        for scoring in task.scorings:
+            if scoring in scores and scores[scoring].get("identity") == identity:
+                continue
+            out = run_dir.parent / f"finetune-{run_dir.name}-{task.name}-{scoring}"
+            if out.exists():
+                shutil.rmtree(out)
+            scores[scoring] = {**score_on_task(run_dir, task, scoring, args, out), "identity": identity}
+            (run_dir / "record.json").write_text(json.dumps(record, indent=1))
+
+
+def tokenized(args, spec: str, work: Path) -> tuple[str, Path]:
+    """One corpus tokenized once into WORK/NAME/data (kept there for a later invocation with the
+    same corpus, vocabulary and document count)."""
     from bertpre.data.build import tokenize_corpus
 
     name, source = corpus_documents(spec)
-    folder = scratch / name
-    folder.mkdir()
+    folder = work / name
+    identity = {"corpus": spec, "vocab_size": args.vocab_size, "max_documents": args.max_documents}
+    marker = folder / "tokenized.json"
+    if marker.is_file():
+        if json.loads(marker.read_text()) == identity:
+            return name, folder
+        raise SystemExit(f"{folder} holds {spec} tokenized with other settings; pass another --work")
+    folder.mkdir(parents=True, exist_ok=True)
     if isinstance(source, Path):
         corpus = source
     else:
         corpus = write_bert_format(source[:args.max_documents] if args.max_documents else source,
                                    folder / "corpus.txt")
     tokenize_corpus([corpus], folder / "data", vocab_size=args.vocab_size, validation_share=0.05, show_progress=False)
+    marker.write_text(json.dumps(identity))
+    return name, folder
+
+
+def describe_run(name: str, record: dict) -> str:
+    scores = record["held_out"]
+    line = (f"{name} seed {record['seed']} {record['objective']}: {record['steps']} steps, {record['flops']:.3g} FLOPs, "
+            f"{record['train_s']:.0f} s, own loss {scores['own']['loss']:.3f}"
+            + (f", fill-in loss {scores['fill_in']['loss']:.3f}" if "fill_in" in scores
+               else f", replaced acc {scores['own']['acc_replaced']:.3f}"))
+    for task, by_scoring in record["downstream"].items():
+        line += "".join(f", {task} {scoring} {entry['score']:.3f}" for scoring, entry in by_scoring.items())
+    return line
+
+
+def run_corpus(args, spec: str, tasks: list[Task], work: Path) -> dict:
+    """Tokenize one corpus once, pretrain every objective with every seed, score every model."""
+    from bertpre.data import load_data
+
+    name, folder = tokenized(args, spec, work)
     data = load_data(folder / "data")
     vocab_size = data.tokenizer.get_vocab_size()
     windows = fill_in_windows(data, args.length)
@@ -322,25 +504,11 @@ def run_corpus(args, spec: str, task, scratch: Path) -> dict:
     runs = []
     for seed in range(args.seeds):
         for objective in args.objectives:
-            run_dir = folder / f"{objective}-{seed}"
-            record = train_run(args, objective, folder / "data", run_dir, seed, steps[objective], vocab_size)
-            config = record.pop("config")
-            model = load_final(run_dir, objective)
-            record["held_out"] = held_out(model, config, data, objective, windows, data.tokenizer)
-            if task is not None:
-                began = time.perf_counter()
-                record["probe"] = {pooling: probe(run_dir, task, argparse.Namespace(
-                    length=args.length, probe_set=[f"pooling={pooling}"], probe_seeds=args.probe_seeds),
-                    folder / f"probe-{objective}-{seed}-{pooling}") for pooling in POOLINGS}
-                record["probe_s"] = round(time.perf_counter() - began, 1)
+            record = pretrained(args, objective, folder, seed, steps[objective], vocab_size, data, windows)
+            score_downstream(args, record, folder / f"{objective}-{seed}", tasks)
             runs.append(record)
-            print(f"{name} seed {seed} {objective}: {record['steps']} steps, {record['flops']:.3g} FLOPs, "
-                  f"{record['train_s']:.0f} s, own loss {record['held_out']['own']['loss']:.3f}"
-                  + (f", fill-in loss {record['held_out']['fill_in']['loss']:.3f}" if "fill_in" in record["held_out"]
-                     else f", replaced acc {record['held_out']['own']['acc_replaced']:.3f}")
-                  + ("".join(f", probe {pooling} {record['probe'][pooling]['probe_acc']:.3f}" for pooling in POOLINGS)
-                     if "probe" in record else ""), flush=True)
-    summary, differences = summarise(runs, args.objectives)
+            print(describe_run(name, record), flush=True)
+    summary, differences = summarise(runs, args.objectives, tasks)
     return {"documents": {"train": len(data.train), "validation": len(data.validation)},
             "tokens_train": int(sum(len(sentence) for document in data.train["input_ids"] for sentence in document)),
             "vocab_size": vocab_size, "fill_in_windows": len(windows["input_ids"]),
@@ -348,8 +516,9 @@ def run_corpus(args, spec: str, task, scratch: Path) -> dict:
             "flops_budget": budget, "steps": steps, "per_run": runs, "summary": summary, "differences": differences}
 
 
-def print_table(results: dict) -> None:
-    shown = [("probe_acc_mean_pooling", "probe mean", "{:.3f}"), ("probe_acc_cls_pooling", "probe cls", "{:.3f}"),
+def print_table(results: dict, tasks: list[Task]) -> None:
+    shown = [*((f"{task.name}_{scoring}", f"{task.name} {scoring}"[-19:], "{:.3f}")
+               for task in tasks for scoring in task.scorings),
              ("fill_in_loss", "fill-in loss", "{:.3f}"), ("own_loss", "own loss*", "{:.3f}"),
              ("xlnet_clm_loss", "L-to-R loss", "{:.3f}"), ("train_s", "train s", "{:.0f}"),
              ("tokens_per_s", "tokens/s", "{:.0f}"), ("flops", "FLOPs", "{:.3g}")]
@@ -386,10 +555,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--vocab-size", type=int, default=8000)
     parser.add_argument("--max-documents", type=int, default=None, help="read only a corpus's first N documents")
     parser.add_argument("--set", action="append", default=[], help="a bertpre config override for every run")
-    parser.add_argument("--downstream", type=Path, default=ROOT / "data" / "wordnet-supersenses-4000",
-                        help="train/validation/test CSV (text,label) for the linear probe")
+    parser.add_argument("--positions", choices=("absolute", "rope"), default="absolute",
+                        help="BERT-shaped runs' positions (rope: RTD trains the bert row)")
+    parser.add_argument("--task", action="append", default=None, metavar="NAME=DIR",
+                        help="a labelled task every final model is fine-tuned on: DIR with train.csv and "
+                             "validation.csv (test.csv), or SQuAD-layout train.json, dev.json, test.json (repeatable; "
+                             f"default {', '.join(DEFAULT_TASKS)})")
     parser.add_argument("--no-downstream", action="store_true")
     parser.add_argument("--probe-seeds", type=int, default=3)
+    parser.add_argument("--full-seeds", type=int, default=3, help="full fine-tuning seeds a model and task (0: none)")
+    parser.add_argument("--full-lr", type=float, default=3e-4, help="full fine-tuning's peak lr (ELECTRA-Small's)")
+    parser.add_argument("--full-epochs", type=int, default=3)
+    parser.add_argument("--work", type=Path, default=None,
+                        help="keep the tokenized corpora, runs and their scores here; a later invocation reuses "
+                             "what it finds (default: a temporary folder)")
     parser.add_argument("--quick", action="store_true",
                         help="about a minute: hidden 64, 1 layer, 20 MLM steps, 2 seeds, 60 documents a corpus, 1 probe seed")
     parser.add_argument("--threads", type=int, default=1,
@@ -398,7 +577,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     if args.quick:
-        args.hidden, args.layers, args.steps, args.seeds, args.probe_seeds = 64, 1, 20, 2, 1
+        args.hidden, args.layers, args.steps, args.seeds, args.probe_seeds, args.full_seeds = 64, 1, 20, 2, 1, 1
         args.max_documents = args.max_documents or 60
         args.name = args.name if args.name != "objectives" else "objectives-quick"
     specs = args.corpus or ["wikitext", "shakespeare"]
@@ -406,7 +585,7 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         print(f"no corpus: {', '.join(missing)} absent; pass --corpus NAME=FILE")
         return 0
-    task = None if args.no_downstream else downstream_task(args.downstream)
+    tasks = [] if args.no_downstream else [read_task(spec, full=args.full_seeds > 0) for spec in args.task or DEFAULT_TASKS]
     torch.set_num_threads(args.threads)
     started = time.perf_counter()
     results: dict[str, dict] = {}
@@ -414,27 +593,29 @@ def main(argv: list[str] | None = None) -> int:
     def record(complete: bool) -> Path:
         return write_result(args.name, {
             "complete": complete,
-            "settings": {key: value for key, value in vars(args).items() if key not in ("out", "downstream", "corpus")}
-            | {"corpora": specs},
+            "settings": {key: str(value) if isinstance(value, Path) else value for key, value in vars(args).items()
+                         if key not in ("out", "task", "corpus")} | {"corpora": specs},
             "equalised_by": "training FLOPs (bertpre.model.cost.training_flops_per_token x batch x length x steps): "
                             "MLM runs --steps steps, each other objective the steps that buy the same FLOPs",
             "comparable": {"fill_in": "all objectives: the same held-out tokens, each predicted from the same "
                                       "visible rest of its window and nothing else",
                            "xlnet_plm, xlnet_clm": "between the XLNet models only",
                            "own": "not across objectives: each objective predicts other tokens from other contexts"},
-            **({"downstream": {"folder": str(args.downstream), "identity": downstream_identity(argparse.Namespace(
-                downstream=args.downstream, probe_seeds=args.probe_seeds, probe_set=[f"pooling={p}" for p in POOLINGS])),
-                               "probe": "bertpre finetune --mode probe --preset probe, test accuracy, "
-                                        "pooling mean and cls"}} if task is not None else {}),
+            "downstream": {task.name: {"folder": str(task.folder), "kind": task.kind, "metric": task.metric,
+                                       "files_sha256": task.identity()} for task in tasks}
+            | {"scorings": "bertpre finetune on the test split, fp32, windows of the pretraining length: probe "
+                           "(--preset probe, frozen encoder, a linear head; classification by mean and cls pooling; "
+                           "--probe-seeds) and full (--preset bert, --full-lr, --full-epochs, --full-seeds)"},
             "wall_s": round(time.perf_counter() - started, 1),
             "corpora": results,
         }, args.out, argv, versions=("torch",), torch_threads=args.threads)
 
-    with tempfile.TemporaryDirectory(prefix="bertpre-objectives-") as scratch:
+    with contextlib.ExitStack() as stack:
+        work = args.work or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bertpre-objectives-")))
         for spec in specs:
-            results[spec.split("=", 1)[0]] = run_corpus(args, spec, task, Path(scratch))
+            results[spec.split("=", 1)[0]] = run_corpus(args, spec, tasks, work)
             record(complete=False)  # what has finished survives a later failure
-    print_table(results)
+    print_table(results, tasks)
     path = record(complete=True)
     print(f"wrote {path} in {time.perf_counter() - started:.0f} s")
     return 0

@@ -76,6 +76,9 @@ class ObjectiveRules:
     keys: type | None = None
     # Its keys against the model's and the run's (after every key is read).
     check_model: Callable[[Config], None] = no_model_checks
+    # Whether it trains a generator beside the model, which a run from `model.init_from` starts
+    # from released weights too (`model.init_generator_from`, else the source's `generator/`).
+    trains_generator: bool = False
 
     def default_keys(self) -> Any:
         """Its keys at their defaults (None: it has none)."""
@@ -158,8 +161,13 @@ OBJECTIVE_RULES: dict[str, ObjectiveRules] = {
                           check_lengths=check_segment_lengths),
     # ELECTRA's replaced-token detection: a small generator's masked LM, a discriminator over every token
     "rtd": ObjectiveRules("rtd", keys=ReplacedTokenKeys, check_keys=check_replaced_token_keys,
-                          check_model=check_replaced_token_model),
+                          check_model=check_replaced_token_model, trains_generator=True),
 }
+
+
+def generator_objectives() -> list[str]:
+    """The objectives that train a generator (`ObjectiveRules.trains_generator`)."""
+    return [name for name, row in OBJECTIVE_RULES.items() if row.trains_generator]
 
 
 def objective_rules(name: str) -> ObjectiveRules:

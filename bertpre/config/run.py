@@ -11,6 +11,7 @@ from bertpre.config.objectives import (
     OBJECTIVE_RULES,
     OBJECTIVE_SECTION,
     build_objective_keys,
+    generator_objectives,
     objective_rules,
 )
 from bertpre.config.rules import MAX_STEPS, RULES, check_number
@@ -18,12 +19,14 @@ from bertpre.config.sections import (
     DECAY_SHAPES,
     DEVICES,
     INIT_FROM,
+    INIT_GENERATOR_FROM,
     LR_SCHEDULES,
     OPTIMIZERS,
     PHASE_KEYS,
     PRECISIONS,
     SCHEDULES,
     SECTIONS,
+    SOURCE_KEYS,
     WSD_DEFAULTS,
     Config,
     PhaseConfig,
@@ -97,6 +100,7 @@ def _validate(config: Config, warmup_given: bool, ratio_given: bool) -> None:
         )
 
     _validate_objective(config)  # first: a family with no pair head is the problem, not its token types
+    _check_generator_source(config)
     if data.pair_task != "none" and model.type_vocab_size < 2:
         raise UserError(f"data.pair_task {data.pair_task!r} needs model.type_vocab_size >= 2")
     if not config.phases:  # a phased config's are checked phase by phase (`load_config`), as each reads them
@@ -243,6 +247,8 @@ def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] 
     ratio_given = optim_raw.get("warmup_ratio") is not None
     model_raw = raw.get("model") if isinstance(raw.get("model"), dict) else {}
     init_from = _init_from(model_raw.get(INIT_FROM))
+    init_generator_from = _init_from(model_raw.get(INIT_GENERATOR_FROM), INIT_GENERATOR_FROM,
+                                     "an ELECTRA generator's folder (ElectraForMaskedLM)")
     # The architecture first (given, or model.init_from's), so that the model section's keys are
     # routed to its family's record and another family's are refused as such.
     source = source_architecture(init_from) if init_from is not None and "architecture" not in model_raw else None
@@ -250,8 +256,8 @@ def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] 
     if source is not None:
         sections["model"] = {**model_raw, "architecture": source}
     config = Config(**{name: build_section(name, values) for name, values in sections.items()})
-    config.init_from = init_from
-    config.model_keys_given = frozenset(model_raw) - {INIT_FROM}
+    config.init_from, config.init_generator_from = init_from, init_generator_from
+    config.model_keys_given = frozenset(model_raw) - set(SOURCE_KEYS)
     data_raw = raw.get("data") if isinstance(raw.get("data"), dict) else {}
     if source is not None:
         _check_source_architecture(config, frozenset(data_raw))
@@ -264,6 +270,8 @@ def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] 
     config.data_keys_given = frozenset(data_raw)
     if config.data.objective in OBJECTIVE_RULES:  # else refused naming the choices (`_validate_objective`)
         config.objective = build_objective_keys(config.data.objective, raw.get(OBJECTIVE_SECTION))
+    objective_raw = raw.get(OBJECTIVE_SECTION)
+    config.objective_keys_given = frozenset(objective_raw) if isinstance(objective_raw, dict) else frozenset()
     if "pair_task" not in data_raw and not family(config.model).pair_task:
         config.data.pair_task = "none"  # a default never written is no error: XLNet reads no sentence pairs
     if raw.get("phases") is not None:
@@ -356,13 +364,30 @@ def _check_source_architecture(config: Config, data_keys_given: frozenset[str]) 
         raise UserError(no_pair_head(row.display_name, data.pair_task, f"{config.init_from}'s model"))
 
 
-def _init_from(value: Any) -> str | None:
+def _init_from(value: Any, key: str = INIT_FROM,
+               what: str = "a model folder, export, run or checkpoint") -> str | None:
+    """A `model:` key naming weights a run starts from (`SOURCE_KEYS`): a path, or None."""
     if value is None:
         return None
     if not isinstance(value, str) or not value.strip():
-        raise UserError(f"model.{INIT_FROM} must be the path of a model folder, export, run or "
-                        f"checkpoint, got {value!r}")
+        raise UserError(f"model.{key} must be the path of {what}, got {value!r}")
     return value
+
+
+def _check_generator_source(config: Config) -> None:
+    """`model.init_generator_from` starts the generator an objective trains (rtd's), beside the
+    discriminator `model.init_from` starts from: neither is read without the other."""
+    if config.init_generator_from is None:
+        return
+    owners = generator_objectives()
+    if not objective_rules(config.data.objective).trains_generator:
+        raise UserError(f"model.init_generator_from starts the generator of data.objective {' or '.join(owners)}, "
+                        f"and this config's objective is {config.data.objective}; remove it, or set "
+                        f"data.objective: {owners[0]}")
+    if config.init_from is None:
+        raise UserError("model.init_generator_from starts the generator of the discriminator model.init_from "
+                        "starts from, and this config has no model.init_from; set model.init_from to the "
+                        "discriminator's folder (ElectraForPreTraining), or remove model.init_generator_from")
 
 
 def check_world_size(config: Config, world_size: int) -> int:

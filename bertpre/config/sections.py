@@ -34,6 +34,10 @@ DEVICES = ("auto", "cpu", "cuda")
 OBJECTIVES = tuple(OBJECTIVE_RULES)
 # `model.init_from` names the weights a run starts from; it is not a field of the model's shape.
 INIT_FROM = "init_from"
+# `model.init_generator_from` names the generator an rtd run from `model.init_from` starts from.
+INIT_GENERATOR_FROM = "init_generator_from"
+# The `model:` keys that name weights a run starts from, not the model's shape.
+SOURCE_KEYS = (INIT_FROM, INIT_GENERATOR_FROM)
 MIXTURE_KEYS = ("path", "weight")
 
 
@@ -162,10 +166,15 @@ class Config:
     phases: list[PhaseConfig] = field(default_factory=list)
     # `model.init_from`: a model folder, export, run or checkpoint whose weights the run starts from.
     init_from: str | None = None
+    # `model.init_generator_from`: an ELECTRA generator's folder (`ElectraForMaskedLM`) that an rtd
+    # run from `init_from` starts its generator from, instead of the `generator/` beside the source.
+    init_generator_from: str | None = None
     # The `model:` keys the YAML or --set gave; with init_from, a given shape key must match the source.
     model_keys_given: frozenset[str] = field(default=frozenset(), compare=False, repr=False)
     # The `data:` keys they gave: a family without a pair head drops a default pair task, never a given one.
     data_keys_given: frozenset[str] = field(default=frozenset(), compare=False, repr=False)
+    # The `objective:` keys they gave: a released generator's shape fits a size never given.
+    objective_keys_given: frozenset[str] = field(default=frozenset(), compare=False, repr=False)
     # `objective:`, the keys of `data.objective`'s own (`ObjectiveRules.keys`); None for an objective
     # that has none (mlm, plm, clm), whose config.yaml has no such section.
     objective: Any = None
@@ -177,6 +186,8 @@ class Config:
         model = self.model.to_dict()
         sections = {"model": {name: model[name] for name in self.model.architecture_fields()}, **sections}
         sections["model"][INIT_FROM] = self.init_from
+        if self.init_generator_from is not None:  # where given: a config.yaml from before the key reads back the same
+            sections["model"][INIT_GENERATOR_FROM] = self.init_generator_from
         if self.objective is not None:
             sections[OBJECTIVE_SECTION] = dataclasses.asdict(self.objective)
         if self.phases:
@@ -289,9 +300,10 @@ def unknown(kind: str, name: str, valid: list[str]) -> UserError:
 
 
 def key_names(section: str) -> list[str]:
-    """The keys a section takes (model's shape: the shared keys and every family's own, and `init_from`)."""
+    """The keys a section takes (model's shape: the shared keys and every family's own, and the
+    weights a run starts from: `init_from`, `init_generator_from`)."""
     if section == "model":
-        return [*BertConfig.model_keys(), INIT_FROM]
+        return [*BertConfig.model_keys(), *SOURCE_KEYS]
     return [item.name for item in dataclasses.fields(SECTIONS[section])]
 
 
@@ -413,6 +425,6 @@ def build_section(section: str, values: Any) -> Any:
     for name, value in values.items():
         if name not in names:
             raise unknown(f"key in {section}", name, names)
-        if name != INIT_FROM:
+        if name not in SOURCE_KEYS:
             converted[name] = check_field(f"{section}.{name}", f"{section}.{name}", types_[name], value)
     return dataclasses.replace(defaults, **converted)

@@ -1,7 +1,9 @@
 """ELECTRA's generator as a shape and as a folder: its sizes as a fraction of the discriminator's
-(`generator_config`), an ELECTRA folder's tensors under bertpre's names (`read_electra_weights`), and
-the generator in `generator/` beside a discriminator, checked to pair with it. Below both the pair
-(`model.replaced_token`) and the family (`model.electra`), which import it.
+(`generator_config`), an ELECTRA folder's tensors under bertpre's names (`read_electra_weights`),
+and a released generator's folder (`generator/` beside a discriminator, or any
+`ElectraForMaskedLM`'s), checked to pair with its discriminator (`generator_fraction`) and read
+(`generator_weights`). Below both the pair (`model.replaced_token`) and the family
+(`model.electra`), which import it.
 """
 from __future__ import annotations
 
@@ -76,45 +78,52 @@ def read_electra_weights(folder: Path) -> dict[str, torch.Tensor]:
     return state
 
 
-def generator_fraction(discriminator: BertConfig, generator: BertConfig, where: Path) -> float:
+def generator_fraction(discriminator: BertConfig, generator: BertConfig, named: str,
+                       discriminator_named: str = "the discriminator") -> float:
     """The generator's size as a fraction of the discriminator's (`objective.generator_size`), or a
-    UserError where the two do not pair: another vocabulary, embedding width or shape."""
+    UserError where the two do not pair: another vocabulary, embedding width or shape, or a
+    generator larger than the discriminator.
+
+    Args:
+        named, discriminator_named: the two as the error names them ("the generator at PATH").
+    """
     width = discriminator.embedding_size or discriminator.hidden_size
+    trained_with = "they share one embedding table: use the generator trained with that discriminator"
     if generator.vocab_size != discriminator.vocab_size:
-        raise UserError(f"the generator at {where} has a vocabulary of {generator.vocab_size} and the "
-                        f"discriminator {discriminator.vocab_size}; they share one embedding table: use the "
-                        "generator trained with that discriminator")
+        raise UserError(f"{named} has a vocabulary of {generator.vocab_size} and {discriminator_named} "
+                        f"{discriminator.vocab_size}; {trained_with}")
     if (generator.embedding_size or generator.hidden_size) != width:
-        raise UserError(f"the generator at {where} has embeddings {generator.embedding_size or generator.hidden_size} "
-                        f"wide and the discriminator {width}; they share one embedding table: use the "
-                        "generator trained with that discriminator")
+        raise UserError(f"{named} has embeddings {generator.embedding_size or generator.hidden_size} wide and "
+                        f"{discriminator_named} {width}; {trained_with}")
     size = generator.hidden_size / discriminator.hidden_size
+    if size > 1:
+        raise UserError(f"{named} is larger than {discriminator_named} (hidden size {generator.hidden_size} of "
+                        f"{discriminator.hidden_size}); ELECTRA's generator is at most the discriminator's size "
+                        "(objective.generator_size is in (0, 1]): use the generator trained with that discriminator")
     try:
         expected = generator_config(discriminator, size)
     except ValueError as error:
-        raise UserError(f"the generator at {where} is not a fraction of the discriminator: {error}") from None
+        raise UserError(f"{named} is not a fraction of {discriminator_named}: {error}") from None
     shape = ("num_hidden_layers", "num_attention_heads", "intermediate_size", "max_position_embeddings",
              "type_vocab_size")
-    wrong = [name for name in shape if getattr(expected, name) != getattr(generator, name)]
-    if size > 1 or wrong:
-        raise UserError(f"the generator at {where} is not {size:g} of the discriminator (hidden size "
-                        f"{generator.hidden_size} of {discriminator.hidden_size}"
-                        + (f"; {', '.join(wrong)} differ" if wrong else "") + "); bertpre pairs a generator whose "
-                        "hidden size, heads and intermediate size are one fraction of the discriminator's")
+    wrong = [f"{name} {getattr(generator, name)}, not {getattr(expected, name)}" for name in shape
+             if getattr(expected, name) != getattr(generator, name)]
+    if wrong:
+        raise UserError(f"{named} is not {size:g} of {discriminator_named} (hidden size {generator.hidden_size} of "
+                        f"{discriminator.hidden_size}; {', '.join(wrong)}); bertpre pairs a generator whose hidden "
+                        "size, heads (one a 64 wide) and intermediate size are one fraction of the discriminator's")
     return size
 
 
-def released_generator(folder: Path, discriminator: BertConfig, generator_size: float) -> dict[str, torch.Tensor]:
-    """The generator's tensors (the pair's names, `generator.…`, less the embeddings it shares) in
-    `folder/generator/` beside a discriminator a run starts from, or none where there is no such
-    folder. One that does not pair with the discriminator, or is not `generator_size` of it, is
-    refused in one line."""
-    where = Path(folder) / GENERATOR_DIR
-    if not (where / hf_format.CONFIG_NAME).is_file():
-        return {}
-    size = generator_fraction(discriminator, hf_format.read_config(where), where)
-    if abs(size - generator_size) > 1e-9:
-        raise UserError(f"the generator at {where} is {size:g} of the discriminator, and objective.generator_size "
-                        f"is {generator_size:g}; set objective.generator_size: {size:g}")
-    return {f"generator.{name}": tensor for name, tensor in read_electra_weights(where).items()
+def generator_weights(folder: Path, named: str) -> dict[str, torch.Tensor]:
+    """An ELECTRA generator folder's tensors (`ElectraForMaskedLM`'s) under the pair's names
+    (`generator.…`), less the embeddings it shares with the discriminator. A folder without a
+    generator's head (a discriminator's, a bare encoder's) is refused in one line, naming it as
+    `named` does."""
+    weights = read_electra_weights(folder)
+    if not any(name.startswith("generator_predictions.") for name in weights):
+        raise UserError(f"{named} holds no ELECTRA generator (no generator_predictions.* weights); give the folder "
+                        "of an ElectraForMaskedLM (e.g. google/electra-base-generator saved locally, or the "
+                        f"{GENERATOR_DIR}/ of a bertpre export)")
+    return {f"generator.{name}": tensor for name, tensor in weights.items()
             if not name.startswith("electra.embeddings.")}

@@ -37,12 +37,7 @@ from bertpre.model.bert import (
     read_positions,
 )
 from bertpre.model.config import FAMILIES, BertConfig
-from bertpre.model.electra_generator import (
-    EMBEDDING_SHARING,
-    GENERATOR_DIR,
-    generator_config,
-    released_generator,
-)
+from bertpre.model.electra_generator import EMBEDDING_SHARING, GENERATOR_DIR, generator_config
 from bertpre.model.layer_norm import LayerNorm
 
 # config.json's key that marks a generator-discriminator pair and gives the generator's fraction
@@ -302,9 +297,10 @@ class ReplacedTokenDetection(nn.Module):
     def load_weights(self, state_dict: dict[str, torch.Tensor], folder: Path, *,
                      strict: bool = False) -> tuple[list[str], list[str]]:
         """A released discriminator's tensors (`electra.`, `discriminator_predictions.`: bertpre's
-        names) into this pair (`model.init_from`), with the generator in its `generator/` where it
-        has one (an ELECTRA export's); else the generator keeps its fresh draw, and so does a head a
-        bare encoder's folder lacks.
+        names) into this pair (`model.init_from`), and the generator's (`generator.…`) where
+        `state_dict` has them (`electra_generator.generator_weights`, which the run read from its
+        released generator); else the generator keeps its fresh draw, and so does a head a bare
+        encoder's folder lacks.
 
         Returns:
             (missing names, unexpected names).
@@ -312,7 +308,6 @@ class ReplacedTokenDetection(nn.Module):
         if not any(name.startswith("electra.") for name in state_dict):
             raise UserError(f"model.init_from {folder} holds no ELECTRA discriminator (no electra.* weights); "
                             "data.objective rtd starts from an ELECTRA folder (ElectraForPreTraining or ElectraModel)")
-        state_dict = {**state_dict, **released_generator(folder, self.config, self.generator_size)}
         if self.embedding_sharing == "gdes":  # the released table becomes the shared one; delta starts at 0
             state_dict = {name.replace("electra.embeddings.word_embeddings.weight",
                                        "generator.electra.embeddings.word_embeddings.weight"): tensor

@@ -1,7 +1,9 @@
-"""Start a run from released weights (`model.init_from`): the source's shape, vocabulary and tensors."""
+"""Start a run from released weights (`model.init_from`): the source's shape, vocabulary and
+tensors, and (an objective that trains a generator: rtd) the released generator beside it."""
 from __future__ import annotations
 
 import shlex
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -11,8 +13,10 @@ from torch import nn
 from bertpre.config import Config, check_phase_lengths, no_pair_head
 from bertpre.config.objectives import objective_rules
 from bertpre.errors import UserError
-from bertpre.model import BertConfig
+from bertpre.model import BertConfig, hf_format
+from bertpre.model.electra_generator import GENERATOR_DIR, generator_fraction, generator_weights
 from bertpre.model.families import family
+from bertpre.model.replaced_token import pair_generator_size
 from bertpre.tokenizer import VocabMismatch, vocab_extension
 from bertpre.train.model_folders import ModelFolder
 
@@ -46,6 +50,74 @@ def adopt_shape(config: Config, shape: BertConfig, where: str | Path) -> None:
     check_phase_lengths(config, where)
 
 
+@dataclass(frozen=True)
+class GeneratorSource:
+    """The released generator a run from `model.init_from` starts its generator from."""
+
+    path: Path
+    explicit: bool  # named by model.init_generator_from, not found beside the discriminator
+    fitted: bool  # objective.generator_size comes from its shape (the config gave none)
+
+    @property
+    def named(self) -> str:
+        """How a message names it."""
+        return f"model.init_generator_from {self.path}" if self.explicit else f"the generator at {self.path}"
+
+    def note(self, generator_size: float) -> str:
+        """The start block's line saying which generator the run starts from."""
+        where = "model.init_generator_from" if self.explicit else f"the {GENERATOR_DIR}/ beside model.init_from"
+        shape = ", from its shape" if self.fitted else ""
+        return (f"starting the generator from the weights of {self.path} ({where}; objective.generator_size "
+                f"{generator_size:g}{shape})")
+
+
+def settle_generator(config: Config, source: ModelFolder) -> GeneratorSource | None:
+    """The released generator a new run from `source` starts its generator from, where its objective
+    trains one (rtd): `model.init_generator_from`, else the `generator/` beside the discriminator
+    (an ELECTRA export's), else none (drawn fresh at objective.generator_size).
+
+    Its shape must pair with the source's (one vocabulary and embedding width, a fraction of its
+    size); `objective.generator_size` becomes that fraction where the config does not give it, and
+    one given that differs is refused in one line. Sets `config.objective` in place; reads no tensor.
+    """
+    if not objective_rules(config.data.objective).trains_generator:
+        return None  # model.init_generator_from is refused there by the config
+    if config.init_generator_from is not None:
+        path = Path(config.init_generator_from)
+        if not (path / hf_format.CONFIG_NAME).is_file():
+            hf_format.refuse_hub_name(path)
+            reason = "is no folder" if not path.is_dir() else f"has no {hf_format.CONFIG_NAME}"
+            raise UserError(f"model.init_generator_from {path} {reason}; give the folder of an ELECTRA generator "
+                            "(ElectraForMaskedLM: e.g. google/electra-base-generator saved locally, or the "
+                            f"{GENERATOR_DIR}/ of a bertpre export)")
+    else:
+        path = source.model_folder / GENERATOR_DIR
+        if not (path / hf_format.CONFIG_NAME).is_file():
+            return None
+    given = "generator_size" in config.objective_keys_given
+    generator = GeneratorSource(path, explicit=config.init_generator_from is not None, fitted=not given)
+    shape = hf_format.read_config(path)
+    if shape.architecture != "electra":
+        raise UserError(f"{generator.named} holds {family(shape).display_name} weights, not an ELECTRA generator; "
+                        "give the folder of an ElectraForMaskedLM")
+    size = generator_fraction(source.model_config(), shape, generator.named, f"model.init_from {source.path}")
+    if given and abs(size - config.objective.generator_size) > 1e-9:
+        raise UserError(f"{generator.named} is {size:g} of the discriminator, and objective.generator_size is "
+                        f"{config.objective.generator_size:g}; remove objective.generator_size (the generator's "
+                        "shape gives it), or start from the generator of that size")
+    config.objective.generator_size = config.objective.generator_size if given else size
+    return generator
+
+
+def fit_resumed_generator(config: Config, checkpoint: Path) -> None:
+    """A run resumed from `checkpoint` keeps the generator size it started with (a released
+    generator's, `settle_generator`), where the config gives none: what `model.init_from`'s
+    shape is to the discriminator."""
+    size = pair_generator_size(checkpoint)
+    if size is not None and config.objective is not None and "generator_size" not in config.objective_keys_given:
+        config.objective.generator_size = size
+
+
 def source_vocab_growth(source: ModelFolder, data_tokenizer: Tokenizer, data_path: str | Path,
                         source_rows: int) -> list[list[int]]:
     """The pieces of each token DATA's vocabulary adds to the source's (none: the same vocabulary).
@@ -71,18 +143,25 @@ def source_vocab_growth(source: ModelFolder, data_tokenizer: Tokenizer, data_pat
     return pieces
 
 
-def load_source_weights(model: nn.Module, source: ModelFolder, new_pieces: list[list[int]] | None = None) -> list[str]:
+def load_source_weights(model: nn.Module, source: ModelFolder, new_pieces: list[list[int]] | None = None,
+                        generator: GeneratorSource | None = None) -> list[str]:
     """Copy the source's tensors into `model` (built with the source's shape, and its
-    vocabulary grown by `len(new_pieces)` rows, each the mean of its pieces' rows).
+    vocabulary grown by `len(new_pieces)` rows, each the mean of its pieces' rows), and the
+    released generator's where the run has one (`settle_generator`).
 
     Returns:
-        What the user should know: the vocabulary grown, the heads the source lacks (they keep
-        their fresh initialization), tensors the model has no place for.
+        What the user should know: the generator's source, the vocabulary grown, the heads the
+        source lacks (they keep their fresh initialization), tensors the model has no place for.
     """
     row = family(source.model_config())
     state_dict = row.read_weights(source.model_folder)
-    refuse_non_finite(state_dict, source.path)
+    refuse_non_finite(state_dict, f"model.init_from {source.path}")
     said = []
+    if generator is not None:
+        tensors = generator_weights(generator.path, generator.named)
+        refuse_non_finite(tensors, generator.named)
+        state_dict = {**state_dict, **tensors}
+        said.append(generator.note(model.generator_size))
     if new_pieces:
         if row.grow_vocabulary is None:
             raise UserError(f"model.init_from {source.path} holds {row.display_name} weights, whose vocabulary "
@@ -102,10 +181,14 @@ def load_source_weights(model: nn.Module, source: ModelFolder, new_pieces: list[
     return said
 
 
-def refuse_non_finite(state_dict: dict[str, torch.Tensor], where: str | Path) -> None:
+def refuse_non_finite(state_dict: dict[str, torch.Tensor], named: str) -> None:
     """Refuse weights holding NaN or inf, naming the first such tensor: a damaged or diverged
-    source would otherwise show up only as a NaN loss at the first step."""
+    source would otherwise show up only as a NaN loss at the first step.
+
+    Args:
+        named: the source as the error names it ("model.init_from PATH").
+    """
     for name, tensor in state_dict.items():
         if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
-            raise UserError(f"model.init_from {where}: tensor {name} holds values that are not finite "
+            raise UserError(f"{named}: tensor {name} holds values that are not finite "
                             "(NaN or inf); the weights are damaged: use another copy of them")

@@ -34,6 +34,7 @@ RESUMABLE_KEYS = (
     "train.keep_last", "train.compile", "train.gradient_checkpointing", "train.out",
     "train.device", "train.deterministic", "data.path", "data.num_workers",
     "model.init_from",  # read only when a run starts: a resume loads its checkpoint
+    "model.init_generator_from",  # the same
 )
 
 
@@ -66,7 +67,8 @@ class RunLock:
         self.claim.release()
 
 
-def check_run_out(run_dir: Path, init_from: str | None = None, data_paths: list[Path] | None = None) -> None:
+def check_run_out(run_dir: Path, init_from: str | None = None, data_paths: list[Path] | None = None,
+                  init_generator_from: str | None = None) -> None:
     """Refuse a RUN folder `pretrain` may not write: one that exists and is not empty and not a
     RUN, a RUN that lost its config.yaml, a file, a dangling link, or a folder inside (or holding) DATA, an export or the weights
     the run starts from, or one with a symbolic link where the run writes. Writes nothing."""
@@ -88,7 +90,8 @@ def check_run_out(run_dir: Path, init_from: str | None = None, data_paths: list[
         where = f"the RUN folder {folder}" if is_run_folder(folder) else f"{describe(folder)} at {folder}"
         raise UserError(f"--out {run_dir} is inside {where}; choose a folder outside it")
     for source, what in [*((path, "the DATA folder") for path in data_paths or []),
-                         *([(Path(init_from), "model.init_from")] if init_from else [])]:
+                         *([(Path(init_from), "model.init_from")] if init_from else []),
+                         *([(Path(init_generator_from), "model.init_generator_from")] if init_generator_from else [])]:
         source = real_path(source)
         if source == target or target in source.parents:
             raise UserError(f"--out {run_dir} holds {what} {source}, which this run reads; choose "

@@ -30,7 +30,14 @@ from bertpre.model.layer_norm import resolve_low_precision
 from bertpre.tokenizer import load_tokenizer
 from bertpre.tokenizer.wordpiece import TOKENIZER_FILE, check_same_vocab
 from bertpre.train.checkpoint import latest_checkpoint
-from bertpre.train.init_from import adopt_shape, load_source_weights, source_vocab_growth
+from bertpre.train.init_from import (
+    GeneratorSource,
+    adopt_shape,
+    fit_resumed_generator,
+    load_source_weights,
+    settle_generator,
+    source_vocab_growth,
+)
 from bertpre.train.memory import pretraining_shortfall
 from bertpre.train.model_folders import ModelFolder, resolve_model_folder
 from bertpre.train.objectives import objective_for
@@ -48,6 +55,7 @@ class ResolvedRun:
     latest: Path | None  # the checkpoint a resume continues from
     source: ModelFolder | None  # the released weights a new run starts from
     new_pieces: list[list[int]] = field(default_factory=list)  # tokens DATA's vocabulary adds to the source's
+    generator: GeneratorSource | None = None  # the released generator a new rtd run from `source` starts from
 
     @property
     def data(self) -> DataFolder:
@@ -81,9 +89,9 @@ def resolve_run(given: Config, *, world_size: int = 1, device: torch.device | No
     mixture = load_mixture(config.data.sources)
     data = mixture.folders[0]
     run_dir = Path(config.train.out)
-    check_run_out(run_dir, config.init_from, [folder.path for folder in mixture.folders])
+    check_run_out(run_dir, config.init_from, [folder.path for folder in mixture.folders], config.init_generator_from)
     latest = latest_checkpoint(run_dir) if resume else None
-    source, new_pieces = settle_model(config, data, latest)
+    source, new_pieces, generator = settle_model(config, data, latest)
     if precision is not None:  # after settle_model: a source's config.json may name the family
         setting = config.model.low_precision_layernorm
         if setting == "auto" and not family(config.model).low_precision_layernorm:
@@ -98,33 +106,38 @@ def resolve_run(given: Config, *, world_size: int = 1, device: torch.device | No
     for folder in mixture.folders:
         check_tokenizer_matches(run_dir, folder)
     return ResolvedRun(config=config, mixture=mixture, run_dir=run_dir, latest=latest, source=source,
-                       new_pieces=new_pieces)
+                       new_pieces=new_pieces, generator=generator)
 
 
 def settle_model(config: Config, data: DataFolder | None, latest: Path | None = None
-                 ) -> tuple[ModelFolder | None, list[list[int]]]:
+                 ) -> tuple[ModelFolder | None, list[list[int]], GeneratorSource | None]:
     """Fill in `config.model` (in place) as the run will build it: the shape of `model.init_from`
     (a new run) or of the checkpoint `latest` (a resume), the vocabulary grown by the tokens
-    DATA adds to the source's, `vocab_size: auto` and the pad id from DATA's tokenizer.
+    DATA adds to the source's, `vocab_size: auto` and the pad id from DATA's tokenizer; and
+    rtd's generator size, a released generator's where the config gives none.
 
     Returns:
-        (the released weights a new run starts from, or None; the new tokens' old pieces).
+        (the released weights a new run starts from, or None; the new tokens' old pieces; the
+        released generator it starts its generator from, or None).
     """
     # Weights come from model.init_from only at the start; a resume reads its checkpoint,
     # whose config.json is the shape the run was given.
     source = resolve_model_folder(config.init_from) if config.init_from and latest is None else None
     new_pieces: list[list[int]] = []
+    generator = None
     if source is not None:
+        generator = settle_generator(config, source)  # its size first: adopt_shape checks the objective's keys
         adopt_shape(config, source.model_config(), source.path)
         refuse_phase_model_keys(config)
         if data is not None:
             new_pieces = source_vocab_growth(source, data.tokenizer, data.path, config.model.vocab_size)
             config.model.vocab_size += len(new_pieces)
     elif config.init_from and latest is not None:
+        fit_resumed_generator(config, latest)
         adopt_shape(config, checkpoint_shape(config, latest), latest)
     if data is not None:
         resolve(config, data.tokenizer)
-    return source, new_pieces
+    return source, new_pieces, generator
 
 
 def checkpoint_shape(config: Config, checkpoint: Path) -> BertConfig:
@@ -197,7 +210,7 @@ def build_model(run: ResolvedRun, say: Callable[[str], None]) -> nn.Module:
                                   family(run.config.model).build_pretraining)
     if run.source is not None:
         # Loaded before it is announced: a damaged source is refused without a note saying it is used.
-        notes = load_source_weights(model, run.source, run.new_pieces)
+        notes = load_source_weights(model, run.source, run.new_pieces, run.generator)
         say(f"starting from the weights of {run.source.path}")
         for line in notes:
             say(line)

@@ -1,5 +1,6 @@
 """bench.objectives at a tiny size on the sample corpus: MLM, PLM, CLM and RTD (tied and GDES) at
-equal FLOPs, every model scored and probed, the record's structure and finite numbers."""
+equal FLOPs, every model scored, probed and fine-tuned, the record's structure and finite numbers;
+a kept --work folder reused by a later invocation."""
 import json
 import math
 import sys
@@ -28,8 +29,8 @@ def test_objectives_tiny_run(tmp_path, one_thread):
     out = tmp_path / "results"
     assert objectives.main(["--corpus", f"sample={corpus}", "--seeds", "2", "--steps", "4", "--hidden", "32",
                             "--layers", "1", "--length", "32", "--batch-size", "4", "--vocab-size", "300",
-                            "--probe-seeds", "1", "--downstream", str(write_task(tmp_path / "task")),
-                            "--out", str(out)]) == 0
+                            "--probe-seeds", "1", "--full-seeds", "1", "--full-epochs", "1",
+                            "--task", f"cat={write_task(tmp_path / 'task')}", "--out", str(out)]) == 0
     (path,) = out.iterdir()
     record = json.loads(path.read_text())
     assert record["complete"] and "training FLOPs" in record["equalised_by"]
@@ -52,15 +53,57 @@ def test_objectives_tiny_run(tmp_path, one_thread):
             assert scores["fill_in"]["predictions"] == runs[0]["held_out"]["fill_in"]["predictions"] > 0
         else:  # the discriminator's own: every real token judged, some replaced
             assert 0 <= scores["own"]["acc_replaced"] <= 1 and 0 < scores["own"]["replaced_share"] < 0.2
-        for pooling in ("mean", "cls"):  # 10 test examples, one probe seed
-            accuracy = run["probe"][pooling]["probe_acc"]
-            assert run["probe"][pooling]["split"] == "test" and round(10 * accuracy) == pytest.approx(10 * accuracy)
+        assert set(run["downstream"]["cat"]) == {"probe_mean", "probe_cls", "full"}
+        for entry in run["downstream"]["cat"].values():  # 10 test examples, one seed
+            accuracy = entry["score"]
+            assert entry["split"] == "test" and entry["metric"] == "accuracy" and len(entry["per_seed"]) == 1
+            assert round(10 * accuracy) == pytest.approx(10 * accuracy)
     assert set(result["summary"]) == set(objectives.OBJECTIVES)
     # RTD pays for its generator too: fewer steps than MLM for the same FLOPs
     assert result["steps"]["rtd"] == result["steps"]["rtd-gdes"] < result["steps"]["mlm"]
     assert "xlnet_clm_loss" in result["summary"]["plm"] and "xlnet_clm_loss" not in result["summary"]["mlm"]
     assert set(result["differences"]) == {"plm-mlm", "clm-mlm", "clm-plm", "rtd-mlm", "rtd-gdes-mlm", "rtd-gdes-rtd"}
-    assert set(result["differences"]["plm-mlm"]) == set(objectives.COMPARED)
+    assert set(result["differences"]["plm-mlm"]) == {"cat_probe_mean", "cat_probe_cls", "cat_full", "fill_in_loss",
+                                                     "fill_in_acc"}
     for differences in result["differences"].values():
         for entry in differences.values():
             assert math.isfinite(entry["difference"]) and entry["interval"][0] <= entry["difference"] <= entry["interval"][1]
+
+
+def write_squad(path: Path, count: int) -> Path:
+    """`count` questions "who eats THING ?" on one-sentence contexts; the answer is the eater."""
+    eaters, things = ("the miller", "the cat", "a king", "the grain"), ("bread", "fish", "corn", "cheese")
+    paragraphs = []
+    for number in range(count):
+        eater, thing = eaters[number % 4], things[number // 4 % 4]
+        context = f"{eater} eats {thing} by the river ."
+        paragraphs.append({"context": context, "qas": [{"id": f"q{number}", "question": f"who eats {thing} ?",
+                                                         "answers": [{"text": eater, "answer_start": 0}]}]})
+    path.write_text(json.dumps({"version": "1.1", "data": [{"title": "tiny", "paragraphs": paragraphs}]}))
+    return path
+
+
+def test_objectives_kept_work_is_reused(tmp_path, one_thread):
+    """A --work folder keeps the tokenized corpus, each run and its scores: the same command again
+    trains nothing; a task added later is scored on the kept runs alone (QA: F1)."""
+    corpus = write_sample_corpus(tmp_path / "corpus", target_bytes=40_000)
+    qa = tmp_path / "qa"
+    qa.mkdir()
+    for name, count in (("train", 16), ("dev", 4), ("test", 4)):
+        write_squad(qa / f"{name}.json", count)
+    base = ["--corpus", f"sample={corpus}", "--objectives", "mlm", "--seeds", "1", "--steps", "3", "--hidden", "32",
+            "--layers", "1", "--length", "32", "--batch-size", "4", "--vocab-size", "300", "--probe-seeds", "1",
+            "--full-seeds", "0", "--work", str(tmp_path / "work"), "--out", str(tmp_path / "results")]
+    assert objectives.main([*base, "--task", f"cat={write_task(tmp_path / 'task')}"]) == 0
+    run = tmp_path / "work" / "sample" / "mlm-0"
+    first = json.loads((run / "record.json").read_text())
+    assert set(first["downstream"]["cat"]) == {"probe_mean", "probe_cls"}  # --full-seeds 0: no full
+    checkpoints = sorted(path.stat().st_mtime_ns for path in run.rglob("*.safetensors"))
+    assert objectives.main([*base, "--task", f"cat={tmp_path / 'task'}", "--task", f"qa={qa}"]) == 0
+    second = json.loads((run / "record.json").read_text())
+    assert sorted(path.stat().st_mtime_ns for path in run.rglob("*.safetensors")) == checkpoints  # not retrained
+    assert second["downstream"]["cat"] == first["downstream"]["cat"]  # kept, not scored again
+    assert second["downstream"]["qa"]["probe"]["metric"] == "f1" and 0 <= second["downstream"]["qa"]["probe"]["score"] <= 100
+    # another shape is not mistaken for the kept run
+    with pytest.raises(SystemExit, match="other settings"):
+        objectives.main([*base[:base.index("--hidden") + 1], "48", *base[base.index("--hidden") + 2:], "--no-downstream"])

@@ -226,19 +226,21 @@ def test_a_run_from_an_electra_export_takes_its_generator_too_and_refuses_one_th
         return build_model(resolve_run(config, world_size=1), said.append), said
 
     started, said = start(electra_export)
-    assert said == [f"starting from the weights of {electra_export}"]  # nothing drawn fresh
+    assert said == [f"starting from the weights of {electra_export}",  # nothing drawn fresh
+                    f"starting the generator from the weights of {electra_export / 'generator'} (the generator/ "
+                    "beside model.init_from; objective.generator_size 0.25, from its shape)"]
     trained = ReplacedTokenDetection.from_pretrained(electra_run / "checkpoints" / "step-00000002")
     for (name, tensor), other in zip(trained.state_dict().items(), started.state_dict().values(), strict=True):
         assert torch.equal(tensor, other), name
     with pytest.raises(UserError, match=r"generator is 0.25 of the discriminator, and objective.generator_size is "
-                                        r"0.5; set objective.generator_size: 0.25$"):
+                                        r"0.5; remove objective.generator_size \(the generator's shape gives it\)"):
         start(electra_export, "objective.generator_size=0.5")
     # a generator of another vocabulary
     other = tmp_path / "other"
     shutil.copytree(electra_export, other)
     hf = json.loads((other / "generator" / "config.json").read_text())
     (other / "generator" / "config.json").write_text(json.dumps({**hf, "vocab_size": hf["vocab_size"] + 8}))
-    with pytest.raises(UserError, match=r"the generator at .* has a vocabulary of \d+ and the discriminator \d+; "
+    with pytest.raises(UserError, match=r"the generator at .* has a vocabulary of \d+ and model.init_from .* \d+; "
                                         "they share one embedding table") as error:
         start(other)
     assert "\n" not in str(error.value)
