@@ -90,13 +90,15 @@ from bertpre.model.replaced_token import (
     BERT_PARTS,
     ReplacedTokenDetection,
     ReplacedTokenParts,
-    exported_pair,
     family_generator,
-    family_pair_export_writer,
     generator_depth_config,
-    generator_of,
     pair_generator_size,
     refuse_pair,
+)
+from bertpre.model.replaced_token_export import (
+    exported_pair,
+    family_pair_export_writer,
+    generator_of,
 )
 from bertpre.model.roberta import (
     RobertaForMaskedLM,

@@ -9,7 +9,7 @@ embeddings' word table. BERT and ELECTRA keep ELECTRA's narrower generator, whic
 shared embeddings through ELECTRA's projection (`ElectraGenerator`); RoBERTa's and ModernBERT's
 transformers classes have no such projection, so their generator is the family's own masked-LM
 model at the discriminator's width with `generator_size` of its layers (DeBERTa-v3's generator:
-the same width, fewer layers), which an export writes as that class (`family_pair_export_writer`).
+the same width, fewer layers). Their export, and BERT's, is `model.replaced_token_export`.
 """
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ from bertpre.model.bert import (
     read_positions,
 )
 from bertpre.model.config import FAMILIES, BertConfig
-from bertpre.model.electra_generator import EMBEDDING_SHARING, GENERATOR_DIR, generator_config
+from bertpre.model.electra_generator import EMBEDDING_SHARING, generator_config
 from bertpre.model.layer_norm import LayerNorm
 
 # config.json's key that marks a generator-discriminator pair and gives the generator's fraction
@@ -45,8 +45,6 @@ from bertpre.model.layer_norm import LayerNorm
 PAIR_KEY = "bertpre_replaced_token_detection"
 EXPORT_LATER = ("its export, evaluation and fill-mask are built for model.architecture bert, electra, roberta, "
                 "xlm-roberta and modernbert; train with one of those")
-# Beside a family's exported encoder: the discriminator's head, which no transformers class holds.
-DISCRIMINATOR_HEAD_FILE = "discriminator_head.safetensors"
 
 
 class ElectraDiscriminatorPredictions(nn.Module):
@@ -381,52 +379,3 @@ def refuse_pair(folder: str | Path, family: str) -> None:
     if pair_generator_size(Path(folder)) is not None:
         raise UserError(f"{folder} is a checkpoint of a replaced-token detection run of {family}; {EXPORT_LATER}")
 
-
-# --- a family's export: its encoder, its masked LM in generator/, the head beside ------------
-
-
-def exported_pair(folder: Path) -> bool:
-    """Whether `folder` is a family's export of a replaced-token detection run (`family_pair_export_writer`)."""
-    return (folder / DISCRIMINATOR_HEAD_FILE).is_file() and (folder / GENERATOR_DIR / hf_format.CONFIG_NAME).is_file()
-
-
-def family_pair_export_writer(pair: ReplacedTokenDetection, tokenizer_folder: Path, *,
-                              write_encoder: Callable[..., dict], encoder_attribute: str,
-                              encoder_class: str) -> tuple[str, hf_format.ExportWriter]:
-    """A family's rtd run as transformers' classes: the discriminator's encoder as `encoder_class`
-    (written by the family's task-folder writer `write_encoder`, under the family's prefix
-    `encoder_attribute`), the generator as a masked-LM class in `generator/`
-    (`ReplacedTokenParts.export_generator`), each with the tokenizer; and the discriminator's
-    head, which no transformers class holds, in DISCRIMINATOR_HEAD_FILE."""
-    refusal = pair.parts.refuse_export(pair.config)
-    if refusal is not None:
-        raise UserError(refusal)
-    generator_architecture, write_generator_folder = pair.parts.export_generator(pair.generator, tokenizer_folder)
-    state = pair.discriminator_state()
-    encoder = {encoder_attribute + name.removeprefix("electra"): tensor for name, tensor in state.items()
-               if name.startswith("electra.")}
-    head = {name: tensor.detach().contiguous().cpu() for name, tensor in state.items()
-            if name.startswith("discriminator_predictions.")}
-
-    def write(staging: Path) -> list[str]:
-        hf = write_encoder(staging, encoder, pair.config, tokenizer_folder, pooler=False)
-        hf_format.write_json(staging / hf_format.CONFIG_NAME, {**hf, "architectures": [encoder_class]})
-        save_file(head, staging / DISCRIMINATOR_HEAD_FILE, metadata={"format": "pt"})
-        return write_generator_folder(staging / GENERATOR_DIR)
-
-    return f"{encoder_class} + {GENERATOR_DIR}/ {generator_architecture}", write
-
-
-def export_note(model: nn.Module) -> str | None:
-    """What an export of `model` says beside its classes: where a family's rtd pair keeps the
-    discriminator's head (None for any other model)."""
-    if not isinstance(model, ReplacedTokenDetection) or not model.parts.exports:
-        return None
-    return (f"the discriminator head (discriminator_predictions) is not a transformers class: kept in "
-            f"{DISCRIMINATOR_HEAD_FILE}; the encoder loads with AutoModel, the generator with "
-            f"AutoModelForMaskedLM from {GENERATOR_DIR}/")
-
-
-def generator_of(model: nn.Module) -> nn.Module:
-    """The masked LM that fill-mask reads: a pair's generator, or the model itself."""
-    return model.generator if isinstance(model, ReplacedTokenDetection) else model

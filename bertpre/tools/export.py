@@ -11,7 +11,7 @@ from bertpre.errors import UserError
 from bertpre.folders import MARKERS, check_out, claimed_out, make_files_readable
 from bertpre.model.families import family, load_pretraining_model
 from bertpre.model.hf_format import read_config
-from bertpre.model.replaced_token import export_note
+from bertpre.model.replaced_token_export import export_note
 from bertpre.tokenizer import load_tokenizer
 from bertpre.train.model_folders import find_checkpoint
 
