@@ -263,6 +263,8 @@ def export(
     typer.echo(f"exported {summary.checkpoint} as {summary.architecture} "
                f"({summary.parameters:,} parameters) with {', '.join(summary.tokenizer_files)} "
                f"to {summary.out}")
+    if summary.note:
+        typer.echo(summary.note)
 
 
 # --- demo ---

@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from bertpre.config.rules import Range, check_number, numbers
 from bertpre.errors import UserError
-from bertpre.model.electra_generator import EMBEDDING_SHARING, generator_config
+from bertpre.model.electra_generator import EMBEDDING_SHARING
+from bertpre.model.replaced_token import pair_generator_config
 
 if TYPE_CHECKING:  # the sections import this table
     from bertpre.config.sections import Config, DataConfig
@@ -142,7 +143,7 @@ def check_replaced_token_model(config: Config) -> None:
         raise UserError(f"objective.embedding_sharing is {keys.embedding_sharing!r}; use one of "
                         f"{', '.join(EMBEDDING_SHARING)}")
     try:
-        generator_config(model, keys.generator_size)
+        pair_generator_config(model, keys.generator_size)
     except ValueError as error:
         raise UserError(f"objective.generator_size {keys.generator_size:g}: {error}") from None
     if model.unpad:

@@ -24,7 +24,7 @@ from torch import nn
 import bertpre
 from bertpre.errors import UserError
 from bertpre.model import hf_format
-from bertpre.model.bert import BertModel, bert_mask_logits, init_weights
+from bertpre.model.bert import BertEmbeddings, BertModel, bert_mask_logits, init_weights
 from bertpre.model.bert_cost import ForwardShape
 from bertpre.model.config import BertConfig
 from bertpre.model.electra_config import write_electra_hf
@@ -171,6 +171,32 @@ def electra_export_writer(model: nn.Module, tokenizer_folder: Path) -> tuple[str
     return architecture, write
 
 
+def electra_generator_writer(generator: ElectraGenerator,
+                             tokenizer_folder: Path) -> tuple[str, hf_format.ExportWriter]:
+    """ELECTRA's generator alone as `ElectraForMaskedLM` with the tokenizer: a BERT rtd run's
+    `generator/` (BERT's layers reading the embeddings through ELECTRA's projection)."""
+    def write(folder: Path) -> list[str]:
+        write_electra_folder(folder, generator.config, generator.state_dict(), "ElectraForMaskedLM")
+        return copy_tokenizer(tokenizer_folder, folder, generator.config.max_position_embeddings)
+
+    return "ElectraForMaskedLM", write
+
+
+def load_electra_generator(folder: str | Path, *, strict: bool = False) -> ElectraGenerator:
+    """An `ElectraForMaskedLM` folder (a BERT rtd export's `generator/`) as ELECTRA's generator on
+    embeddings of its own: the masked LM that fill-mask and evaluate read."""
+    path = hf_format.check_folder(folder)
+    config = hf_format.read_config(path)
+    generator = ElectraGenerator(config, BertEmbeddings(config))
+    state = read_electra_weights(path)
+    expected = {name: tensor.shape for name, tensor in generator.state_dict().items() if name != GENERATOR_TIED}
+    hf_format.match_state_dict(expected, state, path, layout="ELECTRA's generator", strict=strict)
+    with torch.no_grad():
+        generator.load_state_dict({name: tensor for name, tensor in state.items() if name in expected}, strict=False)
+    generator.tie_weights()
+    return generator
+
+
 def load_export_pair(folder: Path, *, strict: bool = False) -> ReplacedTokenDetection:
     """An ELECTRA export's discriminator and its `generator/` as one pair. The generator reads the
     discriminator's embeddings: an export of a `tied` pair has two equal copies of them; one whose
@@ -200,9 +226,9 @@ def load_export_pair(folder: Path, *, strict: bool = False) -> ReplacedTokenDete
 @torch.no_grad()
 def electra_mask_logits(model: nn.Module, tokenizer: Tokenizer, text: str,
                         fits: Callable[[ForwardShape], None] = lambda shape: None) -> torch.Tensor:
-    """The generator's logits (M, V) at each mask: an ELECTRA export's `generator/` or a run's pair;
-    a discriminator alone predicts no tokens."""
-    generator = getattr(model, "generator", None)
+    """The generator's logits (M, V) at each mask: an ELECTRA export's `generator/`, a run's pair,
+    or the generator alone (a BERT rtd export's); a discriminator alone predicts no tokens."""
+    generator = model if isinstance(model, ElectraGenerator) else getattr(model, "generator", None)
     if generator is None:
         raise UserError(f"this ELECTRA folder holds a discriminator alone, which predicts no tokens; fill-mask "
                         f"reads its generator: pass an export with its {GENERATOR_DIR}/ folder, or the run")

@@ -40,8 +40,10 @@ from bertpre.model.electra import (
     ElectraForPreTraining,
     electra_encoder,
     electra_export_writer,
+    electra_generator_writer,
     electra_mask_logits,
     load_electra,
+    load_electra_generator,
 )
 from bertpre.model.electra_config import ELECTRA_CONFIG
 from bertpre.model.electra_cost import (
@@ -49,7 +51,7 @@ from bertpre.model.electra_cost import (
     estimate_electra_inference_memory,
     estimate_electra_memory,
 )
-from bertpre.model.electra_generator import read_electra_weights
+from bertpre.model.electra_generator import GENERATOR_DIR, read_electra_weights
 from bertpre.model.electra_heads import (
     ElectraForQuestionAnswering,
     ElectraForSequenceClassification,
@@ -84,7 +86,20 @@ from bertpre.model.modernbert_heads import (
     ModernBertForTokenClassification,
     write_modernbert_task_folder,
 )
-from bertpre.model.replaced_token import refuse_pair
+from bertpre.model.replaced_token import (
+    BERT_PARTS,
+    ReplacedTokenDetection,
+    ReplacedTokenParts,
+    family_generator,
+    generator_depth_config,
+    pair_generator_size,
+    refuse_pair,
+)
+from bertpre.model.replaced_token_export import (
+    exported_pair,
+    family_pair_export_writer,
+    generator_of,
+)
 from bertpre.model.roberta import (
     RobertaForMaskedLM,
     RobertaModel,
@@ -208,6 +223,9 @@ class Family:
     # `pretraining_class.from_pretrained` (ELECTRA's: a run's generator and discriminator, or an
     # export's discriminator with its generator/); None: `pretraining_class.from_pretrained`
     load_pretrained: Callable[..., nn.Module] | None = None
+    # replaced-token detection (`data.objective: rtd`, where `objectives` names it): the
+    # discriminator's encoder, the generator and the embeddings they share; None: not trained so
+    replaced_token: ReplacedTokenParts | None = None
 
 
 # Model keys a run may set whatever the source says: they shape training, not the weights.
@@ -251,6 +269,44 @@ def read_bert_weights(folder: Path) -> dict[str, torch.Tensor]:
     return hf_format.normalize_keys(hf_format.read_weights(folder))
 
 
+def pair_export_writer(writer: Callable[[nn.Module, Path], tuple[str, hf_format.ExportWriter]]
+                       ) -> Callable[[nn.Module, Path], tuple[str, hf_format.ExportWriter]]:
+    """A family's export writer (`writer`, for its pretraining model) that writes an rtd run's pair
+    as the family's classes: its encoder, and its generator in `generator/`
+    (`replaced_token.family_pair_export_writer`)."""
+    def export_writer(model: nn.Module, tokenizer_folder: Path) -> tuple[str, hf_format.ExportWriter]:
+        if not isinstance(model, ReplacedTokenDetection):
+            return writer(model, tokenizer_folder)
+        row = family(model.config)
+        return family_pair_export_writer(model, tokenizer_folder, write_encoder=row.write_task_folder,
+                                         encoder_attribute=row.encoder_attribute,
+                                         encoder_class=f"{row.hf_task_prefix(model.config)}Model")
+    return export_writer
+
+
+def generator_mask_logits(mask_logits: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    """A family's fill-mask (`mask_logits`) that reads an rtd run's generator where given the pair."""
+    def read(model: nn.Module, tokenizer: Tokenizer, text: str,
+             fits: Callable[[ForwardShape], None] = lambda shape: None) -> torch.Tensor:
+        return mask_logits(generator_of(model), tokenizer, text, fits)
+    return read
+
+
+def refuse_bert_pair_export(config: BertConfig) -> str | None:
+    """Why a BERT rtd run of this shape has no export: its generator is exported as ELECTRA's
+    (`ElectraForMaskedLM`: absolute positions, distinct layers) and its encoder as `BertModel`."""
+    if config.relative_positions or config.is_albert:
+        return ("an rtd run of BERT exports its encoder as BertModel and its generator as ElectraForMaskedLM, "
+                "which have absolute positions and no ALBERT options; this run has "
+                + ("relative positions" if config.relative_positions else "ALBERT options")
+                + ", and no transformers class holds it")
+    return None
+
+
+# BERT's generator is ELECTRA's network (BERT's layers, ELECTRA's projection and head), exported as such.
+BERT_REPLACED_TOKEN = replace(BERT_PARTS, export_generator=electra_generator_writer,
+                              load_generator=load_electra_generator, refuse_export=refuse_bert_pair_export)
+
 # RoBERTa's values where BERT's differ: one token type, LayerNorm eps 1e-5, and a table of 514
 # positions (512 tokens after the padding's rows, `BertConfig.max_tokens`).
 ROBERTA_MODEL_DEFAULTS = {"type_vocab_size": 1, "layer_norm_eps": 1e-5, "max_position_embeddings": 514}
@@ -260,10 +316,10 @@ ROBERTA = Family(
     pretraining_class=RobertaForMaskedLM, sequence_head=RobertaForSequenceClassification,
     token_head=RobertaForTokenClassification, question_answering_head=RobertaForQuestionAnswering,
     hf_task_prefix=lambda config: ROBERTA_CLASS_PREFIXES[config.architecture], encoder_attribute="roberta",
-    padding_side="right", objectives=("mlm",), pair_task=False,
+    padding_side="right", objectives=("mlm", "rtd"), pair_task=False,
     build_pretraining=build_roberta, build_encoder=RobertaModel, tokenizer_layout=roberta_layout,
     read_weights=read_roberta_weights, optional_encoder_parts=(), optional_parts={"lm_head.": "the MLM head (lm_head)"},
-    export_writer=roberta_export_writer, write_task_folder=write_roberta_task_folder,
+    export_writer=pair_export_writer(roberta_export_writer), write_task_folder=write_roberta_task_folder,
     native_task_models=lambda config: True,
     count_parameters=count_roberta_parameters, training_flops=bert_training_flops,
     estimate_memory=estimate_roberta_memory, estimate_inference_memory=estimate_roberta_inference_memory,
@@ -274,11 +330,15 @@ ROBERTA = Family(
     source_fields=(*BERT_SOURCE_FIELDS, "pad_token_id"),
     grow_vocabulary=partial(grow_vocab_rows, word_embeddings="roberta.embeddings.word_embeddings.weight",
                             head_rows=("lm_head.bias",)),
-    mask_logits=roberta_mask_logits, token_types=no_token_types, model_defaults=ROBERTA_MODEL_DEFAULTS,
-    shape_details=bert_shape_details,
+    mask_logits=generator_mask_logits(roberta_mask_logits), token_types=no_token_types,
+    model_defaults=ROBERTA_MODEL_DEFAULTS, shape_details=bert_shape_details,
     # one class here serves RoBERTa and XLM-R; transformers names each its own
     class_names=lambda config: (f"{ROBERTA_CLASS_PREFIXES[config.architecture]}Model",
-                                f"{ROBERTA_CLASS_PREFIXES[config.architecture]}ForMaskedLM"))
+                                f"{ROBERTA_CLASS_PREFIXES[config.architecture]}ForMaskedLM"),
+    replaced_token=ReplacedTokenParts(
+        encoder=RobertaModel, generator_config=generator_depth_config,
+        generator=partial(family_generator, build=RobertaForMaskedLM, encoder_attribute="roberta"),
+        export_generator=roberta_export_writer, load_generator=RobertaForMaskedLM.from_pretrained))
 
 # ModernBERT-base's values where BERT-base's differ (its other keys are ModernBERT's own).
 MODERNBERT_MODEL_DEFAULTS = {"intermediate_size": 1152, "num_hidden_layers": 22, "max_position_embeddings": 8192}
@@ -288,11 +348,11 @@ MODERNBERT = Family(
     pretraining_class=ModernBertForMaskedLM, sequence_head=ModernBertForSequenceClassification,
     token_head=ModernBertForTokenClassification, question_answering_head=ModernBertForQuestionAnswering,
     hf_task_prefix=lambda config: "ModernBert", encoder_attribute="model",
-    padding_side="right", objectives=("mlm",), pair_task=False,
+    padding_side="right", objectives=("mlm", "rtd"), pair_task=False,
     build_pretraining=build_modernbert, build_encoder=ModernBertModel, tokenizer_layout=same_layout,
     read_weights=read_modernbert_weights, optional_encoder_parts=(),
     optional_parts={"head.": "the MLM head (head)", "decoder.": "the decoder's bias (decoder.bias)"},
-    export_writer=modernbert_export_writer, write_task_folder=write_modernbert_task_folder,
+    export_writer=pair_export_writer(modernbert_export_writer), write_task_folder=write_modernbert_task_folder,
     native_task_models=lambda config: True,
     count_parameters=count_modernbert_parameters, training_flops=modernbert_training_flops,
     estimate_memory=estimate_modernbert_memory, estimate_inference_memory=estimate_modernbert_inference_memory,
@@ -303,10 +363,16 @@ MODERNBERT = Family(
     source_fields=MODERNBERT_SOURCE_FIELDS,
     grow_vocabulary=partial(grow_vocab_rows, word_embeddings="model.embeddings.tok_embeddings.weight",
                             head_rows=("decoder.bias",)),
-    mask_logits=modernbert_mask_logits, token_types=no_token_types, model_defaults=MODERNBERT_MODEL_DEFAULTS,
-    task_head_parts=("head.",), shape_details=modernbert_shape_details,
+    mask_logits=generator_mask_logits(modernbert_mask_logits), token_types=no_token_types,
+    model_defaults=MODERNBERT_MODEL_DEFAULTS, task_head_parts=("head.",), shape_details=modernbert_shape_details,
     flops_by_part=lambda config, seq_length, predicted_share, micro_batch_size: modernbert_flops_by_part(
-        config, seq_length, predicted_share))
+        config, seq_length, predicted_share),
+    # the embeddings are tok_embeddings and norm (rotary positions: no table); the switch is the encoder's
+    replaced_token=ReplacedTokenParts(
+        encoder=ModernBertModel, generator_config=generator_depth_config,
+        generator=partial(family_generator, build=ModernBertForMaskedLM, encoder_attribute="model"),
+        word_table="tok_embeddings", checkpointed=lambda encoder: encoder,
+        export_generator=modernbert_export_writer, load_generator=ModernBertForMaskedLM.from_pretrained))
 
 # ELECTRA: BERT's encoder (embeddings `embedding_size` wide where that differs from the layers'), the
 # discriminator as its pretraining model; it trains with replaced-token detection alone, its generator
@@ -330,7 +396,8 @@ ELECTRA = Family(
                                 f"{config.embedding_size or config.hidden_size}, absolute positions"),
     source_fields=BERT_SOURCE_FIELDS, grow_vocabulary=None, mask_logits=electra_mask_logits,
     token_types=bert_token_types, shape_details=bert_shape_details,
-    class_names=lambda config: ("ElectraModel", "ElectraForPreTraining"), load_pretrained=load_electra)
+    class_names=lambda config: ("ElectraModel", "ElectraForPreTraining"), load_pretrained=load_electra,
+    replaced_token=BERT_PARTS)
 
 # The table is `bertpre.model.config.FAMILIES`, filled here: the config routes each key and
 # config.json's model_type by asking it, without importing the families' networks.
@@ -345,7 +412,8 @@ FAMILIES.update({
         read_weights=read_bert_weights, optional_encoder_parts=("pooler.",),
         optional_parts={"bert.pooler.": "the pooler (bert.pooler)", "cls.predictions.": "the MLM head (cls.predictions)",
                         "cls.seq_relationship.": "the pair head (cls.seq_relationship)"},
-        export_writer=hf_format.bert_export_writer, write_task_folder=hf_format.write_bert_task_folder,
+        export_writer=pair_export_writer(hf_format.bert_export_writer),
+        write_task_folder=hf_format.write_bert_task_folder,
         # BertFor*, AlbertFor* (ALBERT options), BertpreFor* (relative positions: remote code)
         native_task_models=lambda config: True,
         count_parameters=count_bert_parameters, training_flops=bert_training_flops,
@@ -353,8 +421,10 @@ FAMILIES.update({
         max_input_tokens=bert_max_input_tokens,
         shape_words=lambda config: (f"{config.num_hidden_layers} layers, hidden {config.hidden_size}, "
                                     f"{config.position_embedding_type} positions"),
-        source_fields=BERT_SOURCE_FIELDS, grow_vocabulary=grow_vocab_rows, mask_logits=bert_mask_logits,
-        token_types=bert_token_types, shape_details=bert_shape_details, parameter_note=bert_base_note),
+        source_fields=BERT_SOURCE_FIELDS, grow_vocabulary=grow_vocab_rows,
+        mask_logits=generator_mask_logits(bert_mask_logits),
+        token_types=bert_token_types, shape_details=bert_shape_details, parameter_note=bert_base_note,
+        replaced_token=BERT_REPLACED_TOKEN),
     "xlnet": Family(
         architecture="xlnet", config=XLNET_CONFIG, display_name="XLNet",
         pretraining_class=XLNetLMHeadModel, sequence_head=XLNetForSequenceClassification,
@@ -420,10 +490,16 @@ def pretraining_config(model: nn.Module) -> BertConfig:
 def load_pretraining_model(folder: str | Path, *, strict: bool = False) -> nn.Module:
     """The pretraining model (of whichever family config.json names) of a Hugging Face folder; the
     parts a folder may lack (a BertModel-only folder's heads) are newly initialized, unless `strict`."""
-    row = family(hf_format.read_config(hf_format.check_folder(folder)))
+    path = hf_format.check_folder(folder)
+    row = family(hf_format.read_config(path))
     if row.load_pretrained is not None:
         return row.load_pretrained(folder, strict=strict)
-    refuse_pair(folder, row.display_name)  # another family's rtd run: its export is not built
+    if row.replaced_token is not None and row.replaced_token.exports:
+        if pair_generator_size(path) is not None:  # an rtd run's checkpoint: generator and discriminator
+            return ReplacedTokenDetection.from_pretrained(path, strict=strict)
+        if exported_pair(path):  # its export: the generator, the masked LM that fill-mask and evaluate read
+            return row.replaced_token.load_generator(path / GENERATOR_DIR, strict=strict)
+    refuse_pair(folder, row.display_name)  # an rtd run whose export is not built
     return row.pretraining_class.from_pretrained(folder, strict=strict)
 
 

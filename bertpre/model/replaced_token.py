@@ -1,14 +1,22 @@
 """ELECTRA's generator and discriminator as one module (`data.objective: rtd`): a small masked-LM
 generator and a discriminator of the same family, sharing one embedding module, so that the
-optimizer, DDP, compile and checkpoints cover both. Names are Hugging Face's ELECTRA's
-(`electra`, `discriminator_predictions`, `generator_predictions`, `generator_lm_head`).
+optimizer, DDP, compile and checkpoints cover both. The pair's own names are Hugging Face's
+ELECTRA's (`electra`, `discriminator_predictions`, `generator`).
 
-BERT's encoder, of the `bert` or `electra` row (`model.electra` writes the latter's export: the
-discriminator as `ElectraForPreTraining`, the generator as `ElectraForMaskedLM` in `generator/`).
+The objective is family-agnostic: a family's row says how (`Family.replaced_token`,
+`ReplacedTokenParts`): its discriminator's encoder, the generator's shape and network, and its
+embeddings' word table. BERT and ELECTRA keep ELECTRA's narrower generator, which reads the
+shared embeddings through ELECTRA's projection (`ElectraGenerator`); RoBERTa's and ModernBERT's
+transformers classes have no such projection, so their generator is the family's own masked-LM
+model at the discriminator's width with `generator_size` of its layers (DeBERTa-v3's generator:
+the same width, fewer layers). Their export, and BERT's, is `model.replaced_token_export`.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
+from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
@@ -21,20 +29,22 @@ from bertpre.errors import UserError
 from bertpre.model import hf_format
 from bertpre.model.bert import (
     BertModel,
+    BertModelOutput,
+    PreTrainingOutput,
     activation,
     init_weights,
     masked_lm_predictions,
     read_positions,
 )
-from bertpre.model.config import BertConfig
+from bertpre.model.config import FAMILIES, BertConfig
 from bertpre.model.electra_generator import EMBEDDING_SHARING, generator_config
 from bertpre.model.layer_norm import LayerNorm
 
 # config.json's key that marks a generator-discriminator pair and gives the generator's fraction
 # and how the two share their embeddings.
 PAIR_KEY = "bertpre_replaced_token_detection"
-EXPORT_LATER = ("its export, evaluation and fill-mask are built for model.architecture electra alone; train "
-                "with model.architecture: electra")
+EXPORT_LATER = ("its export, evaluation and fill-mask are built for model.architecture bert, electra, roberta, "
+                "xlm-roberta and modernbert; train with one of those")
 
 
 class ElectraDiscriminatorPredictions(nn.Module):
@@ -87,18 +97,32 @@ class ElectraGenerator(nn.Module):
     def predict(self, hidden_states: torch.Tensor) -> torch.Tensor:
         return self.generator_lm_head(self.generator_predictions(hidden_states))
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, token_type_ids: torch.Tensor,
-                masked_lm_positions: torch.Tensor, masked_lm_ids: torch.Tensor, label_smoothing: float = 0.0
-                ) -> tuple[torch.Tensor, torch.Tensor]:
-        """The logits (B, P, V) of the P slots of `masked_lm_positions` and their summed loss; the
-        last layer computes those rows alone in training (`model.last_layer_rows`)."""
+    def set_gradient_checkpointing(self, enabled: bool = True) -> None:
+        self.electra.encoder.gradient_checkpointing = enabled
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None,
+                next_sentence_label: torch.Tensor | None = None, label_smoothing: float = 0.0,
+                masked_lm_positions: torch.Tensor | None = None, masked_lm_ids: torch.Tensor | None = None
+                ) -> PreTrainingOutput:
+        """The masked-LM models' call and output (`MaskedLMOnly.forward`'s): with
+        `masked_lm_positions`, the logits (B, P, V) of its P slots and, with `masked_lm_ids`,
+        their summed loss (`mlm_loss_sum`); the last layer computes those rows alone in training
+        (`model.last_layer_rows`)."""
+        if next_sentence_label is not None:
+            raise UserError("ELECTRA's generator has no pair head: score it with data.pair_task none "
+                            "(a --config that sets it)")
         rows = read_positions(self.config, masked_lm_positions, cls_first=False, training=self.training)
         encoded = self.electra(input_ids, attention_mask, token_type_ids, last_rows=rows)
-        logits, _, loss_sum = masked_lm_predictions(
-            self.predict, encoded.last_hidden_state, label_smoothing=label_smoothing,
+        logits, loss, loss_sum = masked_lm_predictions(
+            self.predict, encoded.last_hidden_state, labels=labels, label_smoothing=label_smoothing,
             masked_lm_positions=masked_lm_positions, masked_lm_ids=masked_lm_ids,
             predicted_states=None if rows is None else encoded.last_hidden_state)
-        return logits, loss_sum
+        return PreTrainingOutput(loss=loss, mlm_loss=loss, pair_loss=None, prediction_logits=logits,
+                                 seq_relationship_logits=None, mlm_loss_sum=loss_sum)
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
 
 
 class DisentangledEmbedding(nn.Module):
@@ -123,16 +147,17 @@ class DisentangledEmbedding(nn.Module):
         return F.embedding(input_ids, self.weight, self.padding_idx)
 
 
-def disentangled(shared: nn.Module, config: BertConfig) -> nn.Module:
+def disentangled(shared: nn.Module, config: BertConfig, word_table: str = "word_embeddings") -> nn.Module:
     """The generator's embedding module under `gdes`: the same position and token-type tables and
     LayerNorm as `shared` (the discriminator's, tied as ELECTRA ties them) and the word table
-    `shared` had, which the discriminator now reads through a `DisentangledEmbedding`. Built on
-    the meta device and filled with `shared`'s modules: no draw, so `tied` and `gdes` start equal."""
+    `shared` had (its attribute `word_table`: BERT's `word_embeddings`, ModernBERT's
+    `tok_embeddings`), which the discriminator now reads through a `DisentangledEmbedding`. Built
+    on the meta device and filled with `shared`'s modules: no draw, so `tied` and `gdes` start equal."""
     with torch.device("meta"):
         generator = type(shared)(config)
     for name, module in shared.named_children():
         setattr(generator, name, module)
-    shared.word_embeddings = DisentangledEmbedding(generator.word_embeddings)
+    setattr(shared, word_table, DisentangledEmbedding(getattr(generator, word_table)))
     return generator
 
 
@@ -148,6 +173,80 @@ def own_tensors(module: nn.Module) -> dict[str, torch.Tensor]:
     return tensors
 
 
+def generator_depth_config(config: BertConfig, generator_size: float) -> BertConfig:
+    """A generator as wide as the discriminator (its embeddings read as they are, no projection)
+    with `generator_size` of its layers, rounded, at least one: the shape of a family whose
+    transformers classes have no embedding projection (RoBERTa's, ModernBERT's)."""
+    return dataclasses.replace(config, num_hidden_layers=max(1, round(config.num_hidden_layers * generator_size)))
+
+
+def family_generator(config: BertConfig, embeddings: nn.Module, *, build: Callable[[BertConfig], nn.Module],
+                     encoder_attribute: str) -> nn.Module:
+    """A family's own masked-LM model (`build`: RobertaForMaskedLM, ModernBertForMaskedLM) as the
+    generator, its encoder (`encoder_attribute`) reading `embeddings`, its decoder tied to them."""
+    generator = build(config)
+    getattr(generator, encoder_attribute).embeddings = embeddings
+    generator.tie_weights()
+    return generator
+
+
+def bert_checkpointed(encoder: nn.Module) -> nn.Module:
+    """Where BERT's encoder keeps its gradient-checkpointing switch: its layer stack."""
+    return encoder.encoder
+
+
+@dataclass(frozen=True)
+class ReplacedTokenParts:
+    """What replaced-token detection asks of a family (its row's `Family.replaced_token`)."""
+
+    encoder: Callable[[BertConfig], nn.Module]  # the discriminator's encoder, no pooler
+    generator_config: Callable[[BertConfig, float], BertConfig]  # the generator's shape at `generator_size`
+    generator: Callable[[BertConfig, nn.Module], nn.Module]  # the generator, reading the given embeddings
+    word_table: str = "word_embeddings"  # the embeddings' word table (ModernBERT's `tok_embeddings`)
+    # the module whose `gradient_checkpointing` the encoder reads (BERT's layer stack; ModernBERT's encoder)
+    checkpointed: Callable[[nn.Module], nn.Module] = bert_checkpointed
+    # An export of a run as the family's transformers classes (`family_pair_export_writer`): the
+    # generator's writer (generator, tokenizer folder) -> (its class, writer) and its reader
+    # (folder, strict=) -> the generator; None: the family has its own (ELECTRA's), or none
+    export_generator: Callable[[nn.Module, Path], tuple[str, hf_format.ExportWriter]] | None = None
+    load_generator: Callable[..., nn.Module] | None = None
+    # why a discriminator of this shape has no such export (one line), or None
+    refuse_export: Callable[[BertConfig], str | None] = lambda config: None
+
+    @property
+    def exports(self) -> bool:
+        return self.export_generator is not None
+
+
+# BERT's and ELECTRA's: ELECTRA's generator, narrower, reading the embeddings through its projection.
+BERT_PARTS = ReplacedTokenParts(encoder=partial(BertModel, add_pooling_layer=False),
+                                generator_config=generator_config, generator=ElectraGenerator)
+
+
+def replaced_token_parts(config: BertConfig) -> ReplacedTokenParts:
+    """The replaced-token detection of `config`'s family, or a one-line refusal (XLNet's)."""
+    parts = getattr(FAMILIES.get(config.architecture), "replaced_token", None)
+    if parts is None:
+        trained = [name for name, row in FAMILIES.items() if getattr(row, "replaced_token", None) is not None]
+        raise UserError(f"model.architecture {config.architecture} has no replaced-token detection "
+                        f"(data.objective rtd); use one of {', '.join(trained)}")
+    return parts
+
+
+def pair_generator_config(config: BertConfig, generator_size: float) -> BertConfig:
+    """The generator's shape of a pair whose discriminator is `config` (`ReplacedTokenParts.generator_config`).
+
+    Raises:
+        ValueError: a shape the family's rule cannot make (`generator_config`'s).
+    """
+    return replaced_token_parts(config).generator_config(config, generator_size)
+
+
+def last_hidden_state(encoded: torch.Tensor | BertModelOutput) -> torch.Tensor:
+    """An encoder's last states (B, T, C): BERT's encoders return them in an output, ModernBERT's as they are."""
+    return encoded if isinstance(encoded, torch.Tensor) else encoded.last_hidden_state
+
+
 class ReplacedTokenDetection(nn.Module):
     """The discriminator (`electra`, `discriminator_predictions`) and its generator (`generator`)
     as one module; `config` is the discriminator's. `embedding_sharing` (`EMBEDDING_SHARING`):
@@ -160,33 +259,34 @@ class ReplacedTokenDetection(nn.Module):
         self.config = config
         self.generator_size = generator_size
         self.embedding_sharing = embedding_sharing
-        self.electra = BertModel(config, add_pooling_layer=False)
+        self.parts = replaced_token_parts(config)
+        self.electra = self.parts.encoder(config)
         self.discriminator_predictions = ElectraDiscriminatorPredictions(config)
         self.discriminator_predictions.apply(partial(init_weights, std=config.initializer_range))
         embeddings = self.electra.embeddings
         if embedding_sharing == "gdes":
-            embeddings = disentangled(embeddings, config)
-        self.generator = ElectraGenerator(generator_config(config, generator_size), embeddings)
+            embeddings = disentangled(embeddings, config, self.parts.word_table)
+        self.generator = self.parts.generator(self.parts.generator_config(config, generator_size), embeddings)
 
     def discriminator_state(self) -> dict[str, torch.Tensor]:
         """The discriminator's tensors under a plain discriminator's names (`electra.`,
         `discriminator_predictions.`): under `gdes` its word table is the sum it reads."""
         state = {name: tensor for name, tensor in self.state_dict().items() if not name.startswith("generator.")}
-        delta = "electra.embeddings.word_embeddings.delta"
-        if delta in state:
-            del state[delta]
-            state["electra.embeddings.word_embeddings.weight"] = self.electra.embeddings.word_embeddings.weight.detach()
+        table = f"electra.embeddings.{self.parts.word_table}"
+        if f"{table}.delta" in state:
+            del state[f"{table}.delta"]
+            state[f"{table}.weight"] = getattr(self.electra.embeddings, self.parts.word_table).weight.detach()
         return state
 
     def discriminate(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
                      token_type_ids: torch.Tensor) -> torch.Tensor:
         """One logit a token (B, T): above 0, the discriminator takes it for replaced."""
         encoded = self.electra(input_ids, attention_mask, token_type_ids)
-        return self.discriminator_predictions(encoded.last_hidden_state)
+        return self.discriminator_predictions(last_hidden_state(encoded))
 
     def set_gradient_checkpointing(self, enabled: bool = True) -> None:
-        self.electra.encoder.gradient_checkpointing = enabled
-        self.generator.electra.encoder.gradient_checkpointing = enabled
+        self.parts.checkpointed(self.electra).gradient_checkpointing = enabled
+        self.generator.set_gradient_checkpointing(enabled)
 
     def num_parameters(self) -> int:
         """Trainable parameters of both networks, the shared ones counted once."""
@@ -278,3 +378,4 @@ def refuse_pair(folder: str | Path, family: str) -> None:
     where a family's model is read."""
     if pair_generator_size(Path(folder)) is not None:
         raise UserError(f"{folder} is a checkpoint of a replaced-token detection run of {family}; {EXPORT_LATER}")
+

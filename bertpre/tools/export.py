@@ -11,6 +11,7 @@ from bertpre.errors import UserError
 from bertpre.folders import MARKERS, check_out, claimed_out, make_files_readable
 from bertpre.model.families import family, load_pretraining_model
 from bertpre.model.hf_format import read_config
+from bertpre.model.replaced_token_export import export_note
 from bertpre.tokenizer import load_tokenizer
 from bertpre.train.model_folders import find_checkpoint
 
@@ -24,6 +25,7 @@ class ExportSummary:
     architecture: str
     parameters: int
     tokenizer_files: list[str]
+    note: str | None = None  # one line beside the classes (an rtd run's: where the discriminator's head is)
 
 
 def export(source: str | Path, out: str | Path, overwrite: bool = False) -> ExportSummary:
@@ -64,4 +66,5 @@ def export(source: str | Path, out: str | Path, overwrite: bool = False) -> Expo
         architecture=architecture,
         parameters=model.num_parameters(),
         tokenizer_files=tokenizer_files,
+        note=export_note(model),
     )

@@ -169,7 +169,8 @@ def evaluate_saved_model(source: str | Path, data: str | Path | None = None, *,
     row = family(shape)
     if config.data.objective not in row.objectives:  # an export, or a config of another family's
         config.data.objective = row.objectives[0]
-    if not row.pair_task:  # no pair head to score (XLNet, RoBERTa), whatever a default config says
+    # no pair head to score (XLNet, RoBERTa; a BERT rtd export's generator), whatever a default config says
+    if not row.pair_task or not family_of(model).pair_task:
         config.data.pair_task = "none"
     limit = row.max_input_tokens(shape)  # RoBERTa's table keeps rows before its first token
     if max_seq_length is not None:

@@ -139,10 +139,12 @@ def test_a_tiny_rtd_run_logs_its_named_terms_and_resumes_bit_for_bit(tiny_data, 
         assert all(torch.equal(state[key], other[key]) for key in state)
 
 
-def test_export_refuses_an_rtd_checkpoint_in_one_line(tiny_data, tmp_path, one_thread):
+def test_export_refuses_a_bert_rtd_run_no_transformers_class_holds_in_one_line(tiny_data, tmp_path, one_thread):
     from bertpre.tools.export import export
 
-    run(tiny_data, tmp_path / "run", 1, "train.save_every=1")
-    with pytest.raises(UserError, match="of BERT; its export, evaluation and fill-mask are built for model.architecture "
-                                        "electra alone"):
+    run(tiny_data, tmp_path / "run", 1, "train.save_every=1", "model.position_embedding_type=rope")
+    with pytest.raises(UserError, match="^an rtd run of BERT exports its encoder as BertModel and its generator as "
+                                        "ElectraForMaskedLM, which have absolute positions and no ALBERT options; "
+                                        "this run has relative positions, and no transformers class holds it$"):
         export(tmp_path / "run", tmp_path / "export")
+    assert not (tmp_path / "export").exists()

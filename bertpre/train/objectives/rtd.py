@@ -18,7 +18,7 @@ from torch import nn
 from bertpre.batches import MaskingCollator, PretrainingInstances
 from bertpre.labels import IGNORE_INDEX
 from bertpre.model.config import BertConfig
-from bertpre.model.replaced_token import ReplacedTokenDetection, generator_config
+from bertpre.model.replaced_token import ReplacedTokenDetection, pair_generator_config
 from bertpre.train.objectives.base import CostPart, LossTerm, perplexity, summed_over_processes
 from bertpre.train.objectives.mlm import MaskedLanguageModel, device_batch
 
@@ -65,8 +65,9 @@ def replaced_token_sums(model: ReplacedTokenDetection, batch: dict[str, torch.Te
     input_ids, token_type_ids = batch["input_ids"], batch["token_type_ids"]  # (B, T), masked tokens [MASK]
     positions, original = batch["masked_lm_positions"], batch["masked_lm_ids"]  # (B, P), -100 unused
     attention_mask = batch.get("attention_mask")  # absent: no padding
-    generator_logits, mlm_loss_sum = model.generator(input_ids, attention_mask, token_type_ids, positions,
-                                                     original, label_smoothing)  # (B, P, V)
+    generated = model.generator(input_ids, attention_mask, token_type_ids, masked_lm_positions=positions,
+                                masked_lm_ids=original, label_smoothing=label_smoothing)
+    generator_logits, mlm_loss_sum = generated.prediction_logits, generated.mlm_loss_sum  # (B, P, V), ()
     with torch.no_grad():  # no gradient through the sample
         predicted = original != IGNORE_INDEX
         sampled = sample_tokens(generator_logits.detach(), noise(generator_logits))  # (B, P)
@@ -157,7 +158,7 @@ class ReplacedTokenObjective(MaskedLanguageModel):
         model = config.model
         head = 6 * (model.hidden_size * model.hidden_size + model.hidden_size)
         return (CostPart("discriminator", model, 0.0, head),
-                CostPart("generator", generator_config(model, self.keys.generator_size),
+                CostPart("generator", pair_generator_config(model, self.keys.generator_size),
                          self.predicted_share(config.data), prefix="generator."))
 
     def describe(self, data_config: DataConfig) -> str:
