@@ -517,7 +517,7 @@ def run_corpus(args, spec: str, tasks: list[Task], work: Path) -> dict:
 
 
 def print_table(results: dict, tasks: list[Task]) -> None:
-    shown = [*((f"{task.name}_{scoring}", f"{task.name} {scoring}"[-19:], "{:.3f}")
+    shown = [*((f"{task.name}_{scoring}", f"{task.name[:8]} {scoring}", "{:.3f}")
                for task in tasks for scoring in task.scorings),
              ("fill_in_loss", "fill-in loss", "{:.3f}"), ("own_loss", "own loss*", "{:.3f}"),
              ("xlnet_clm_loss", "L-to-R loss", "{:.3f}"), ("train_s", "train s", "{:.0f}"),

@@ -88,6 +88,7 @@ from bertpre.model.modernbert_heads import (
 )
 from bertpre.model.replaced_token import (
     BERT_PARTS,
+    PAIR_ENCODER,
     ReplacedTokenDetection,
     ReplacedTokenParts,
     family_generator,
@@ -531,10 +532,14 @@ def load_task_start(folder: Path, config: BertConfig) -> tuple[dict[str, torch.T
         parts drawn fresh).
     """
     row = family(config)
-    weights = row.read_weights(folder)
+    if pair_generator_size(folder) is not None:  # an rtd run's checkpoint: its discriminator's encoder
+        weights = ReplacedTokenDetection.from_pretrained(folder).discriminator_state()
+        prefix = PAIR_ENCODER + "."
+    else:
+        weights = row.read_weights(folder)
+        prefix = row.encoder_attribute + "."
     head = {name: tensor for name, tensor in weights.items() if name.startswith(row.task_head_parts)} \
         if row.task_head_parts else {}
-    prefix = row.encoder_attribute + "."
     state = {name.removeprefix(prefix): tensor for name, tensor in weights.items()
              if name.startswith(prefix)} or weights  # a bare encoder's names have no prefix
     with torch.device("meta"):  # the shapes only

@@ -43,6 +43,8 @@ from bertpre.model.layer_norm import LayerNorm
 # config.json's key that marks a generator-discriminator pair and gives the generator's fraction
 # and how the two share their embeddings.
 PAIR_KEY = "bertpre_replaced_token_detection"
+# The pair's attribute holding the discriminator's encoder, whatever the family (ELECTRA's name).
+PAIR_ENCODER = "electra"
 EXPORT_LATER = ("its export, evaluation and fill-mask are built for model.architecture bert, electra, roberta, "
                 "xlm-roberta and modernbert; train with one of those")
 
@@ -260,7 +262,7 @@ class ReplacedTokenDetection(nn.Module):
         self.generator_size = generator_size
         self.embedding_sharing = embedding_sharing
         self.parts = replaced_token_parts(config)
-        self.electra = self.parts.encoder(config)
+        self.electra = self.parts.encoder(config)  # PAIR_ENCODER
         self.discriminator_predictions = ElectraDiscriminatorPredictions(config)
         self.discriminator_predictions.apply(partial(init_weights, std=config.initializer_range))
         embeddings = self.electra.embeddings

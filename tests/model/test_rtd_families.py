@@ -240,3 +240,19 @@ def test_evaluate_scores_the_run_with_the_rtd_metrics_and_the_export_s_generator
         assert names <= set(values)
         scores.append(float(values["mlm_loss"]))
     assert all(0 < score < 10 for score in scores)
+
+
+def test_fine_tuning_reads_a_run_as_its_discriminator_s_encoder(family_run):
+    """`bertpre finetune RUN` (and the benches that probe a run) reads the pair's discriminator:
+    the encoder's tensors equal the pair's `electra.…`; only BERT's pooler, which the
+    discriminator never had, is drawn fresh."""
+    from bertpre.finetune.source import load_encoder
+
+    _, run_folder, _ = family_run
+    encoder = load_encoder(run_folder)
+    pair = ReplacedTokenDetection.from_pretrained(run_folder / "checkpoints" / "step-00000004")
+    discriminator = {name.removeprefix("electra."): tensor for name, tensor in pair.discriminator_state().items()
+                     if name.startswith("electra.")}
+    read = [name for name in encoder.state if not name.startswith("pooler.")]
+    assert set(read) <= discriminator.keys()
+    assert len(read) > 10 and all(torch.equal(encoder.state[name], discriminator[name]) for name in read)
