@@ -91,14 +91,16 @@ def make_pairs(synsets: Sequence[Synset], rng: random.Random, dropped: Counter) 
         if not words:
             dropped["word_in_own_definition"] += 1
             continue
+        words = [word for word in words if (word.lower(), synset.definition) not in seen]
+        if not words:  # synsets sharing a definition and their words: the pair is made once
+            dropped["duplicate_pair"] += 1
+            continue
         for word in words:
             negative = draw_negative(word, definitions[synset.supersense], words_of[synset.supersense], rng)
             if negative is not None:
                 break
         if negative is None:
             dropped["no_negative_in_file_and_split"] += 1
-        elif (word.lower(), synset.definition) in seen:  # synsets sharing a definition and a word
-            dropped["duplicate_pair"] += 1
         else:
             seen.add((word.lower(), synset.definition))
             pairs.append(((word, synset.definition, "yes"), (word, negative, "no")))

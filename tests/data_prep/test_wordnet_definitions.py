@@ -12,6 +12,8 @@ SPLITS = ("train", "validation", "test")
 DOG = ("02084071 05 n 03 dog 0 domestic_dog 0 Canis_familiaris 0 001 @ 02083346 n 0000 | a member of "
        'the genus Canis; "the dog barked all night"; "a dog\'s life"  \n')
 HOUND = "02087551 05 n 01 hound 0 000 | any of several breeds of hound used for hunting  \n"  # dropped
+BAT = "02806379 06 n 01 bat 0 000 | an implement used for hitting a ball  \n"
+RACKET = "04039381 06 n 02 bat 0 racket 0 000 | an implement used for hitting a ball  \n"  # the same definition
 TRAVEL = ("01835496 38 v 03 travel 0 go 0 move 0 001 @ 01831531 v 0000 01 + 02 00 | change location; "
           'move, travel, or proceed, also metaphorically; "How fast does your new car go?"  \n')
 
@@ -29,7 +31,7 @@ def filler(file_number: int, stem: str, gloss: str, count: int = 60) -> list[str
                       f"{gloss} number {number}") for number in range(count)]
 
 
-NOUNS = ["  1 This software and database is being provided to you, the LICENSEE, by  \n", DOG, HOUND,
+NOUNS = ["  1 This software and database is being provided to you, the LICENSEE, by  \n", DOG, HOUND, BAT, RACKET,
          *filler(5, "critter", "a creature of kind"), *filler(6, "gadget", "a device made for task")]
 VERBS = [TRAVEL, *filler(38, "stroll", "move about in manner")]
 
@@ -72,6 +74,8 @@ def test_positives_are_a_synsets_word_and_its_own_definition(tmp_path):
         assert word in words_by_definition[definition] and not contains(definition, word)
     assert ("dog", "a member of the genus Canis", "yes") in positives  # the first word, examples removed
     assert ("go", "change location; move, travel, or proceed, also metaphorically", "yes") in positives
+    assert {("bat", "an implement used for hitting a ball", "yes"),  # a shared definition: its next word
+            ("racket", "an implement used for hitting a ball", "yes")} <= set(positives)
     assert summary["dropped"] == {"word_in_own_definition": 1}  # hound: "breeds of hound"
     assert not any(word == "hound" for split in rows.values() for word, *_ in split)
 
