@@ -66,12 +66,13 @@ def contains(definition: str, word: str) -> bool:
 
 
 def draw_negative(word: str, definitions: Sequence[str], words_of: dict[str, set[str]],
-                  rng: random.Random) -> str | None:
-    """A definition of `definitions` that lacks `word` and whose synsets lack it as a word; None
-    if NEGATIVE_DRAWS draws find none."""
+                  made: set[tuple[str, str]], rng: random.Random) -> str | None:
+    """A definition of `definitions` that lacks `word`, whose synsets lack it as a word, and not
+    already paired with it in `made`; None if NEGATIVE_DRAWS draws find none."""
     for _ in range(NEGATIVE_DRAWS):
         definition = definitions[rng.randrange(len(definitions))]
-        if word.lower() not in words_of[definition] and not contains(definition, word):
+        if (word.lower() not in words_of[definition] and not contains(definition, word)
+                and (word.lower(), definition) not in made):
             return definition
     return None
 
@@ -79,30 +80,33 @@ def draw_negative(word: str, definitions: Sequence[str], words_of: dict[str, set
 def make_pairs(synsets: Sequence[Synset], rng: random.Random, dropped: Counter) -> list[tuple[Row, Row]]:
     """One split's (yes, no) row pairs, one per synset that has a usable word; what is not made
     is counted in `dropped` by reason."""
-    words_of: dict[str, dict[str, set[str]]] = defaultdict(dict)  # file → definition → its synsets' words
+    # A definition's words are those of every synset that has it, whatever its file: a negative
+    # must not pair `make` with "develop into" because a synset of another file has both.
+    words_of: dict[str, set[str]] = defaultdict(set)
+    definitions: dict[str, dict[str, None]] = defaultdict(dict)  # file → its definitions, each once
     for synset in synsets:
-        words = words_of[synset.supersense].setdefault(synset.definition, set())
-        words.update(word_of(lemma).lower() for lemma in synset.lemmas)
-    definitions = {supersense: list(by_definition) for supersense, by_definition in words_of.items()}
-    pairs, seen = [], set()
+        words_of[synset.definition].update(word_of(lemma).lower() for lemma in synset.lemmas)
+        definitions[synset.supersense].setdefault(synset.definition)
+    pools = {supersense: list(members) for supersense, members in definitions.items()}
+    pairs, made = [], set()  # (word in lower case, definition) of the rows made
     for synset in synsets:
         words = [word for word in dict.fromkeys(map(word_of, synset.lemmas))
                  if not contains(synset.definition, word)]
         if not words:
             dropped["word_in_own_definition"] += 1
             continue
-        words = [word for word in words if (word.lower(), synset.definition) not in seen]
+        words = [word for word in words if (word.lower(), synset.definition) not in made]
         if not words:  # synsets sharing a definition and their words: the pair is made once
             dropped["duplicate_pair"] += 1
             continue
         for word in words:
-            negative = draw_negative(word, definitions[synset.supersense], words_of[synset.supersense], rng)
+            negative = draw_negative(word, pools[synset.supersense], words_of, made, rng)
             if negative is not None:
                 break
         if negative is None:
             dropped["no_negative_in_file_and_split"] += 1
         else:
-            seen.add((word.lower(), synset.definition))
+            made.update({(word.lower(), synset.definition), (word.lower(), negative)})
             pairs.append(((word, synset.definition, "yes"), (word, negative, "no")))
     return pairs
 

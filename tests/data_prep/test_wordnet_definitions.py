@@ -3,10 +3,11 @@ no WordNet installation needed."""
 from __future__ import annotations
 
 import csv
+import random
 from collections import Counter
 
-from data_prep.wordnet_definitions import build, contains, main, word_of
-from data_prep.wordnet_supersenses import LEXNAMES, parse_data_line, split_of
+from data_prep.wordnet_definitions import build, contains, main, make_pairs, word_of
+from data_prep.wordnet_supersenses import LEXNAMES, Synset, parse_data_line, split_of
 
 SPLITS = ("train", "validation", "test")
 DOG = ("02084071 05 n 03 dog 0 domestic_dog 0 Canis_familiaris 0 001 @ 02083346 n 0000 | a member of "
@@ -96,6 +97,28 @@ def test_negatives_come_from_the_same_file_and_split_and_never_hold_the_word(tmp
             assert split_of(definition) == name
 
 
+def test_a_definition_another_file_gives_the_word_is_no_negative():
+    catamount = Synset("1", "noun", "noun.animal", "a wild cat of the mountains", (), ("catamount",))
+    bobcat = Synset("2", "noun", "noun.animal", "a spotted cat", (), ("bobcat",))
+    brand = Synset("3", "noun", "noun.artifact", "a spotted cat", (), ("catamount",))  # the same definition
+    dropped = Counter()
+    pairs = make_pairs([catamount, bobcat, brand], random.Random(0), dropped)
+    assert pairs == [(("bobcat", "a spotted cat", "yes"), ("bobcat", "a wild cat of the mountains", "no"))]
+    assert dropped == {"no_negative_in_file_and_split": 2}  # catamount's file holds no other meaning
+
+
+def test_a_word_of_two_synsets_never_gets_the_same_negative_twice():
+    jaguar = Synset("1", "noun", "noun.animal", "a large spotted feline of tropical America", (), ("jaguar",))
+    big_cat = Synset("2", "noun", "noun.animal", "a big cat of the Americas", (), ("jaguar",))
+    ocelot = Synset("3", "noun", "noun.animal", "a nocturnal wildcat", (), ("ocelot",))
+    dropped = Counter()
+    pairs = make_pairs([jaguar, big_cat, ocelot], random.Random(0), dropped)
+    assert pairs[0] == (("jaguar", "a large spotted feline of tropical America", "yes"),
+                        ("jaguar", "a nocturnal wildcat", "no"))  # the only other meaning
+    assert len(pairs) == 2 and pairs[1][0][0] == "ocelot"  # the second jaguar has none left
+    assert dropped == {"no_negative_in_file_and_split": 1}
+
+
 def test_each_definition_is_in_its_hash_split_only_and_labels_are_balanced(tmp_path):
     summary = build(write_wordnet(tmp_path), tmp_path / "out")
     rows = read_rows(tmp_path / "out")
@@ -103,6 +126,7 @@ def test_each_definition_is_in_its_hash_split_only_and_labels_are_balanced(tmp_p
     for name in SPLITS:
         assert all(split_of(definition) == name for definition in definitions[name])
         assert Counter(label for *_, label in rows[name]) == {"yes": len(rows[name]) // 2, "no": len(rows[name]) // 2}
+        assert len({(word.lower(), definition) for word, definition, _ in rows[name]}) == len(rows[name])
         assert summary["splits"][name] == {"pairs": len(rows[name]), "made": len(rows[name]), "yes_share": 0.5}
     assert not definitions["train"] & definitions["validation"] and not definitions["train"] & definitions["test"]
     assert not definitions["validation"] & definitions["test"]
