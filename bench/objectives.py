@@ -42,7 +42,7 @@ FLOPs on two kinds of corpus, scored by held-out loss and a downstream linear pr
   each XLNet objective's loss (`xlnet_plm_loss`, `xlnet_clm_loss` = the left-to-right
   perplexity's log, a proper language model's) on the same segments.
 - downstream (`--task NAME=DIR`, repeatable; default WordNet supersenses, data/wordnet-supersenses-4000,
-  and WordNet reading comprehension, data/wordnet-qa-2000): every final model through `bertpre
+  and WordNet definitions, data/wordnet-definitions-4000, a pair task): every final model through `bertpre
   finetune` on each task's test split, fp32: the linear probe (frozen encoder, `--probe-seeds`
   seeds; a classification task by pooling `mean` and `cls`, [CLS] first for BERT, last for XLNet,
   which with `pair_task: none` no pretraining loss reads) and full fine-tuning (every weight,
@@ -90,9 +90,12 @@ OBJECTIVES = ("mlm", "plm", "clm", "rtd", "rtd-gdes")
 # beside it; `rtd-gdes` shares their embeddings as DeBERTa-v3 does.
 REPLACED_TOKEN = ("rtd", "rtd-gdes")
 POOLINGS = ("mean", "cls")
-# The labelled tasks by default: WordNet supersenses (a gloss's lexicographer file, 41 classes) and
-# WordNet reading comprehension (extractive QA over glossary paragraphs), both from data_prep.
-DEFAULT_TASKS = (f"supersenses={ROOT / 'data' / 'wordnet-supersenses-4000'}", f"wordnet-qa={ROOT / 'data' / 'wordnet-qa-2000'}")
+# The labelled tasks by default, both from data_prep and WordNet: supersenses (a definition's
+# lexicographer file, 41 classes) and definitions (does this word have this meaning? a pair, yes or
+# no, the wrong meanings from the same lexicographer file). WordNet reading comprehension (QA,
+# data_prep.wordnet_questions) is a --task too, but its windows cost minutes a model on a CPU.
+DEFAULT_TASKS = (f"supersenses={ROOT / 'data' / 'wordnet-supersenses-4000'}",
+                 f"definitions={ROOT / 'data' / 'wordnet-definitions-4000'}")
 SPEECHES_PER_DOCUMENT = 24  # about a scene's worth of turns
 FILL_IN_SHARE = 0.15
 FILL_IN_WINDOWS = 512  # held-out windows scored by fill_in, at most
@@ -294,8 +297,20 @@ class Task:
             return TaskFiles(task="qa", train=self.folder / "train.json", validation=self.folder / "dev.json",
                              test=self.folder / "test.json", qa=QASettings())
         test = self.folder / "test.csv"
+        text, *pair = self.text_columns()
         return TaskFiles(task="classification", train=self.folder / "train.csv",
-                         validation=self.folder / "validation.csv", test=test if test.is_file() else None)
+                         validation=self.folder / "validation.csv", test=test if test.is_file() else None,
+                         text_column=text, text_pair_column=pair[0] if pair else None)
+
+    def text_columns(self) -> list[str]:
+        """train.csv's columns beside `label`: one text, or a pair's two (e.g. word,definition)."""
+        import csv
+
+        with (self.folder / "train.csv").open(encoding="utf-8", newline="") as file:
+            columns = [column for column in next(csv.reader(file)) if column != "label"]
+        if not 1 <= len(columns) <= 2:
+            raise SystemExit(f"{self.folder / 'train.csv'}: a label column and one or two text columns, got {columns}")
+        return columns
 
     def identity(self) -> dict:
         """The files' contents: two records scored the same task when these are equal."""
@@ -316,8 +331,7 @@ def read_task(spec: str, full: bool = True) -> Task:
         return Task(name or folder.name, folder, "classification", full)
     raise SystemExit(f"--task {spec}: {folder} holds neither train.csv and validation.csv nor train.json, dev.json "
                      f"and test.json; write one with `python -m data_prep.wordnet_supersenses --out {folder} "
-                     f"--max-train 4000 --max-eval 1000` or `python -m data_prep.wordnet_questions --out {folder} "
-                     f"--max-train 2000 --max-eval 500`")
+                     f"--max-train 4000 --max-eval 1000` (or data_prep.wordnet_definitions, the same options)")
 
 
 def score_on_task(run: Path, task: Task, scoring: str, args, out: Path) -> dict:

@@ -83,9 +83,20 @@ def write_squad(path: Path, count: int) -> Path:
     return path
 
 
+def write_pair_task(folder: Path) -> Path:
+    """word,definition,label CSV files: does the word have this meaning?"""
+    folder.mkdir()
+    meanings = {"cat": "a small animal that purrs", "grain": "seeds of a cereal plant"}
+    for name, count in (("train", 16), ("validation", 4), ("test", 6)):
+        rows = [f"{word},{meanings[word] if i % 2 else meanings[other]},{'yes' if i % 2 else 'no'}"
+                for i, (word, other) in enumerate([("cat", "grain"), ("grain", "cat")] * (count // 2))]
+        (folder / f"{name}.csv").write_text("word,definition,label\n" + "\n".join(rows) + "\n", encoding="utf-8")
+    return folder
+
+
 def test_objectives_kept_work_is_reused(tmp_path, one_thread):
     """A --work folder keeps the tokenized corpus, each run and its scores: the same command again
-    trains nothing; a task added later is scored on the kept runs alone (QA: F1)."""
+    trains nothing; tasks added later (a pair, QA: F1) are scored on the kept runs alone."""
     corpus = write_sample_corpus(tmp_path / "corpus", target_bytes=40_000)
     qa = tmp_path / "qa"
     qa.mkdir()
@@ -99,11 +110,17 @@ def test_objectives_kept_work_is_reused(tmp_path, one_thread):
     first = json.loads((run / "record.json").read_text())
     assert set(first["downstream"]["cat"]) == {"probe_mean", "probe_cls"}  # --full-seeds 0: no full
     checkpoints = sorted(path.stat().st_mtime_ns for path in run.rglob("*.safetensors"))
-    assert objectives.main([*base, "--task", f"cat={tmp_path / 'task'}", "--task", f"qa={qa}"]) == 0
+    pair = write_pair_task(tmp_path / "pair")
+    assert objectives.main([*base, "--task", f"cat={tmp_path / 'task'}", "--task", f"pair={pair}",
+                            "--task", f"qa={qa}"]) == 0
     second = json.loads((run / "record.json").read_text())
     assert sorted(path.stat().st_mtime_ns for path in run.rglob("*.safetensors")) == checkpoints  # not retrained
     assert second["downstream"]["cat"] == first["downstream"]["cat"]  # kept, not scored again
     assert second["downstream"]["qa"]["probe"]["metric"] == "f1" and 0 <= second["downstream"]["qa"]["probe"]["score"] <= 100
+    assert objectives.read_task(f"pair={pair}").files().text_pair_column == "definition"
+    for pooling in ("probe_mean", "probe_cls"):  # 6 pair examples scored
+        assert round(6 * second["downstream"]["pair"][pooling]["score"]) == pytest.approx(
+            6 * second["downstream"]["pair"][pooling]["score"])
     # another shape is not mistaken for the kept run
     with pytest.raises(SystemExit, match="other settings"):
         objectives.main([*base[:base.index("--hidden") + 1], "48", *base[base.index("--hidden") + 2:], "--no-downstream"])
