@@ -19,7 +19,7 @@ would have put it there, at a tiny size and with no network (FIXTURES below): a 
 download in a block of its own, left unmarked. `needs: FOLDER/` (a trailing slash) asks for a
 corpus folder: the sample corpus (`python -m data_prep.sample_corpus FOLDER/`) stands in for the
 guide's text. `zh-corpus`, `bert-base-chinese`, `medical-words.txt`: Chinese text, vocab and
-a user dictionary. `sst2`, `mrpc`, `ner`, `squad-v1.1`: small task folders in those tasks' layouts, sentences of the
+a user dictionary. `electra-small-discriminator`, `electra-small-generator`: a released ELECTRA pair. `sst2`, `mrpc`, `ner`, `squad-v1.1`: small task folders in those tasks' layouts, sentences of the
 tests' tiny grammar labelled by rule (FIXTURES).
 
 `writes:` names files the block must leave behind (relative to the page's scratch folder);
@@ -222,6 +222,28 @@ def released_modernbert(folder: Path) -> None:
     transformers.ModernBertForMaskedLM(config).save_pretrained(folder)
 
 
+def released_electra(folder: Path, kind: str) -> None:
+    """google/electra-small-discriminator's or -generator's layout (vocab.txt, an ElectraConfig with
+    embeddings 32 wide) at 2 layers: the discriminator 64 wide with 4 heads, the generator half of
+    it (32 wide, one head, as ELECTRA gives a head to every 64); both on bert-base-uncased's
+    fixture's vocab, so the two pair."""
+    import torch
+    import transformers
+
+    released_bert(folder)  # its vocab.txt; the BERT weights are replaced below
+    for name in ("config.json", "model.safetensors"):
+        (folder / name).unlink()
+    vocab_size = len((folder / "vocab.txt").read_text(encoding="utf-8").splitlines())
+    shape = dict(vocab_size=vocab_size, embedding_size=32, num_hidden_layers=2, max_position_embeddings=512)
+    torch.manual_seed(0)
+    if kind == "discriminator":
+        config = transformers.ElectraConfig(**shape, hidden_size=64, num_attention_heads=4, intermediate_size=256)
+        transformers.ElectraForPreTraining(config).save_pretrained(folder)
+    else:
+        config = transformers.ElectraConfig(**shape, hidden_size=32, num_attention_heads=1, intermediate_size=128)
+        transformers.ElectraForMaskedLM(config).save_pretrained(folder)
+
+
 def task_sentences(count: int, seed: int) -> list[tuple[str, int]]:
     """Sentences of the tests' tiny grammar, labelled 1 when an animal is their subject."""
     from _tiny_data import tiny_documents
@@ -289,4 +311,6 @@ FIXTURES = {"bert-base-uncased": released_bert, "roberta-base": released_roberta
             "ModernBERT-base": released_modernbert, "sst2": sentence_task, "mrpc": pair_task,
             "ner": tagging_task, "squad-v1.1": squad_task, "zh-corpus": chinese_corpus,
             "bert-base-chinese": lambda folder: released_bert(folder, chinese=True),
-            "medical-words.txt": user_dictionary}
+            "medical-words.txt": user_dictionary,
+            "electra-small-discriminator": lambda folder: released_electra(folder, "discriminator"),
+            "electra-small-generator": lambda folder: released_electra(folder, "generator")}
