@@ -94,7 +94,8 @@ class ElectraGenerator(nn.Module):
         last layer computes those rows alone in training (`model.last_layer_rows`)."""
         rows = read_positions(self.config, masked_lm_positions, cls_first=False, training=self.training)
         encoded = self.electra(input_ids, attention_mask, token_type_ids, last_rows=rows)
-        logits, _, loss_sum = masked_lm_predictions(
+        # Unchunked: the objective samples replacements from these logits.
+        logits, _, loss_sum, _ = masked_lm_predictions(
             self.predict, encoded.last_hidden_state, label_smoothing=label_smoothing,
             masked_lm_positions=masked_lm_positions, masked_lm_ids=masked_lm_ids,
             predicted_states=None if rows is None else encoded.last_hidden_state)

@@ -34,6 +34,7 @@ RESUMABLE_KEYS = (
     "train.keep_last", "train.compile", "train.gradient_checkpointing", "train.out",
     "train.device", "train.deterministic", "data.path", "data.num_workers",
     "model.init_from",  # read only when a run starts: a resume loads its checkpoint
+    "model.loss_chunk_rows",  # the same loss and gradients in chunks: memory, as gradient_checkpointing
 )
 
 
