@@ -24,7 +24,9 @@ computes: a dense window mask computes every pair) against useful FLOPs
 (`bertpre.model.cost.training_flops_per_token` × real tokens); bytes each kernel reads and writes
 by class (matrix-product I/O, attention, everything else); casts and their bytes; activation-sized
 fp32 kernels (an fp32 output of at least B·T·C elements: one hidden state); host syncs (kernels
-whose result the host must read: `.item()`, `nonzero`); and a predicted GPU step time:
+whose result the host must read: `.item()`, `nonzero`); the largest tensor a kernel writes (a
+floor under the step's peak memory: the masked LM's (rows, V) logits, unless they run in chunks,
+`model.loss_chunk_rows`); and a predicted GPU step time:
 
     step_ms = matmul TFLOP / rate + attention TFLOP / rate at the row length
               + other GB / bandwidth + kernels × µs a kernel + optimizer_ms
@@ -81,6 +83,9 @@ FREE_OPS = frozenset({
 # Kernels that write without reading.
 FILL_OPS = frozenset({"zero_", "fill_", "zeros", "ones", "zeros_like", "ones_like", "full", "full_like", "new_zeros",
                       "new_ones", "new_full", "arange", "scalar_tensor"})
+# In-place kernels that write a tensor at the indexed places alone: they move the index, the
+# source and as many of the destination's elements as the source holds, not the destination.
+SCATTER_OPS = frozenset({"scatter_add_", "scatter_", "scatter_reduce_", "index_put_", "index_add_"})
 # Kernels whose result the host must wait for (a stalled queue on a GPU).
 SYNC_OPS = frozenset({"_local_scalar_dense", "nonzero", "masked_select", "_unique2", "unique_consecutive",
                       "unique_dim", "is_nonzero", "equal", "repeat_interleave"})
@@ -128,6 +133,7 @@ class Kernel:
     dtype: str = ""
     numel: int = 0
     cast: tuple[str, str] | None = None
+    largest: int = 0  # bytes of its largest output
 
 
 @dataclass
@@ -165,16 +171,23 @@ class KernelRecorder(TorchDispatchMode):
         outputs = list(tensors_in(out))
         if not outputs or op in FREE_OPS or op.endswith("_view"):  # metadata (device, sizes) or a view
             return out
-        read = 0 if op in FILL_OPS else sum(nbytes(t) for t in tensors_in((args, kwargs)))
+        # an `out=` tensor is written, not read
+        inputs = (args, {name: value for name, value in kwargs.items() if name != "out"})
+        read = 0 if op in FILL_OPS else sum(nbytes(t) for t in tensors_in(inputs))
+        written = sum(nbytes(t) for t in outputs)
         if op == "copy_":  # reads the source, writes the destination
             read = nbytes(args[1])
+        if op in SCATTER_OPS:  # the source's worth of the destination, read and written
+            touched = nbytes(list(tensors_in(args[1:]))[-1])
+            read, written = sum(nbytes(t) for t in tensors_in(args[1:])) + touched, touched
         first = outputs[0] if outputs else None
         cast = (str(args[0].dtype), str(out.dtype)) if op == "_to_copy" and args[0].dtype != out.dtype else None
-        self.trace.add(Kernel(op=op, phase=self.trace.phase, read=read, written=sum(nbytes(t) for t in outputs),
+        self.trace.add(Kernel(op=op, phase=self.trace.phase, read=read, written=written,
                               flops=matmul_flops(op, args) if op in MATMUL_OPS else 0,
                               kind="matmul" if op in MATMUL_OPS else "other",
                               dtype=str(first.dtype) if first is not None else "",
-                              numel=first.numel() if first is not None else 0, cast=cast))
+                              numel=first.numel() if first is not None else 0, cast=cast,
+                              largest=max(nbytes(t) for t in outputs)))
         return out
 
 
@@ -513,6 +526,8 @@ def summarize(trace: Trace, totals: Any, config: Any, shape: StepShape, fit: Fit
         "fp32_activation_kernels": len(fp32_wide),
         "fp32_activation_kernels_by_op": dict(Counter(f"{k.phase}:{k.op}" for k in fp32_wide).most_common()),
         "host_syncs": len(trace.syncs),
+        "largest_tensor_mb": max(k.largest for k in kernels) / 2**20,
+        "largest_tensor_op": max(kernels, key=lambda k: k.largest).op,
         "other_gb_by_op": {op: round(gb([k for k in by_kind["other"] if k.op == op]), 2)
                            for op, _ in Counter({op: sum(k.read + k.written for k in by_kind["other"] if k.op == op)
                                                  for op in counts}).most_common(12)},
@@ -539,6 +554,7 @@ def print_report(report: dict) -> None:
             ("casts (GB)", f"{report['casts']} ({report['gb_casts']:.1f})"),
             ("fp32 activation-sized kernels", str(report["fp32_activation_kernels"])),
             ("host syncs", str(report["host_syncs"])),
+            ("largest tensor made (MiB)", f"{report['largest_tensor_mb']:,.0f} ({report['largest_tensor_op']})"),
             ("predicted step (ms)", f"{ms['step']:.1f} = matmul {ms['matmul']:.1f} + attention "
                                     f"{ms['attention']:.1f} + other {ms['other']:.1f} + kernels "
                                     f"{ms['kernels']:.1f} + optimizer {ms['optimizer']:.1f}; "
@@ -646,11 +662,11 @@ def profiled_runtime(settings: dict) -> dict[str, Any]:
     """The model's run-time keys (`RUNTIME_FIELDS`: low_precision_layernorm, fused_qkv, ...) as
     the profiled step ran them: the record's own `model_runtime` (bench.gpu writes it since
     2026-11-28's second H200 run) and `--set` changes; a key the record does not name ran the path
-    before the key existed (false), except the bf16 LayerNorm that records with `model_changes`
-    (2026-11-28's first run) ran by default."""
+    before the key existed (false; `loss_chunk_rows` 0), except the bf16 LayerNorm that records
+    with `model_changes` (2026-11-28's first run) ran by default."""
     from bertpre.model.config import RUNTIME_FIELDS
 
-    runtime: dict[str, Any] = dict.fromkeys(RUNTIME_FIELDS, False)
+    runtime: dict[str, Any] = {**dict.fromkeys(RUNTIME_FIELDS, False), "loss_chunk_rows": 0}
     if "model_changes" in settings:
         runtime["low_precision_layernorm"] = "auto"
     return {**runtime, **settings.get("model_runtime", {}), **settings.get("model_changes", {})}

@@ -49,6 +49,7 @@ RULES: dict[str, Range] = Rules({
     "model.type_vocab_size": integers(1, MAX_SIZE),
     "model.pad_token_id": integers(0, MAX_SIZE),
     "model.embedding_size": integers(1, MAX_SIZE),
+    "model.loss_chunk_rows": integers(0, MAX_SIZE, words=("auto",)),  # auto: chunked where one chunk is not enough
     "model.hidden_dropout_prob": numbers("[0, 1)"),
     "model.attention_probs_dropout_prob": numbers("[0, 1)"),
     "model.layer_norm_eps": numbers("(0, 1]"),

@@ -13,6 +13,7 @@ from torch.utils.checkpoint import checkpoint
 
 from bertpre.labels import IGNORE_INDEX
 from bertpre.model import hf_format
+from bertpre.model.chunked_loss import VocabularyHead
 from bertpre.model.common import (  # noqa: F401 - PreTrainingOutput, bert_mask_logits: bert.py's names too
     PreTrainingOutput,
     Rows,
@@ -516,10 +517,13 @@ class BertForPreTraining(nn.Module):
             rows = read_positions(self.config, masked_lm_positions, cls_first=True, training=self.training)  # (B, 1 + P) or None
         encoded = self.bert(input_ids, attention_mask, token_type_ids, last_rows=rows, unpadded=unpadded)
         seq_relationship_logits = self.cls.seq_relationship(encoded.pooler_output)  # (B, 2)
-        prediction_logits, mlm_loss, mlm_loss_sum = masked_lm_predictions(
-            self.cls.predictions, encoded.last_hidden_state, labels=labels, label_smoothing=label_smoothing,
-            masked_lm_positions=masked_lm_positions, masked_lm_ids=masked_lm_ids,
-            predicted_states=None if rows is None else encoded.last_hidden_state[:, 1:])
+        head = self.cls.predictions
+        predictions = masked_lm_predictions(
+            VocabularyHead(head.transform, head.decoder), encoded.last_hidden_state, labels=labels,
+            label_smoothing=label_smoothing, masked_lm_positions=masked_lm_positions, masked_lm_ids=masked_lm_ids,
+            predicted_states=None if rows is None else encoded.last_hidden_state[:, 1:],
+            loss_chunk_rows=self.config.loss_chunk_rows if self.training else 0)
+        mlm_loss = predictions.loss
 
         pair_loss = pair_loss_sum = None
         if next_sentence_label is not None:
@@ -535,10 +539,11 @@ class BertForPreTraining(nn.Module):
             loss=loss,
             mlm_loss=mlm_loss,
             pair_loss=pair_loss,
-            prediction_logits=prediction_logits,
+            prediction_logits=predictions.logits,
             seq_relationship_logits=seq_relationship_logits,
-            mlm_loss_sum=mlm_loss_sum,
+            mlm_loss_sum=predictions.loss_sum,
             pair_loss_sum=pair_loss_sum,
+            mlm_correct=predictions.correct,
         )
 
     def num_parameters(self) -> int:

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -20,6 +21,7 @@ from torch import nn
 from bertpre.errors import UserError
 from bertpre.labels import IGNORE_INDEX
 from bertpre.model import hf_format
+from bertpre.model.chunked_loss import VocabularyHead, chunk_rows, chunked_cross_entropy
 from bertpre.model.config import HIDDEN_ACTS, BertConfig
 from bertpre.model.unpad import Unpadded
 from bertpre.tokenizer.roles import token_roles
@@ -113,15 +115,19 @@ class PreTrainingOutput:
     `labels`, (N, V) for the N positions where labels != -100, in row-major order (aligned with
     `labels[labels != -100]`); with neither, (B, T, V). Losses are means over the predictions
     and pairs; `mlm_loss_sum` and `pair_loss_sum` are the same sums before the division.
+    A training forward whose loss ran in chunks (`model.loss_chunk_rows`) has no
+    `prediction_logits` (None); `mlm_correct` then counts the predictions whose argmax is their
+    label (else None: the caller takes it from the logits).
     """
 
     loss: torch.Tensor | None
     mlm_loss: torch.Tensor | None
     pair_loss: torch.Tensor | None
-    prediction_logits: torch.Tensor
+    prediction_logits: torch.Tensor | None
     seq_relationship_logits: torch.Tensor | None
     mlm_loss_sum: torch.Tensor | None = None
     pair_loss_sum: torch.Tensor | None = None
+    mlm_correct: torch.Tensor | None = None
 
 
 
@@ -140,8 +146,18 @@ def read_positions(config: BertConfig, masked_lm_positions: torch.Tensor | None,
     return torch.cat([masked_lm_positions.new_zeros(masked_lm_positions.shape[0], 1), masked_lm_positions], dim=1)
 
 
+class MaskedLMPredictions(NamedTuple):
+    """What `masked_lm_predictions` gives: the logits (None where the loss ran in chunks), the mean
+    and summed MLM loss (None without labels) and, from chunks alone, the count of hits."""
+
+    logits: torch.Tensor | None
+    loss: torch.Tensor | None
+    loss_sum: torch.Tensor | None
+    correct: torch.Tensor | None = None
+
+
 def masked_lm_predictions(
-    head: nn.Module,
+    head: Callable[[torch.Tensor], torch.Tensor],
     hidden_states: torch.Tensor,
     *,
     labels: torch.Tensor | None = None,
@@ -149,41 +165,47 @@ def masked_lm_predictions(
     masked_lm_positions: torch.Tensor | None = None,
     masked_lm_ids: torch.Tensor | None = None,
     predicted_states: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    loss_chunk_rows: int | str = 0,
+) -> MaskedLMPredictions:
     """The MLM head `head` on the encoder's `hidden_states` (B, T, C), and its loss, in the layouts
     `PreTrainingOutput` describes (shared by every family with a masked LM head).
     `predicted_states` (B, P, C): the states of `masked_lm_positions` already computed alone (the
-    last layer on the rows read), read in place of `hidden_states`.
-
-    Returns:
-        (prediction logits, mean MLM loss or None, summed MLM loss or None).
+    last layer on the rows read), read in place of `hidden_states`. `loss_chunk_rows`
+    (`model.loss_chunk_rows` in training, else 0): with a loss to compute and a `VocabularyHead`,
+    the decoder and the loss run a chunk of rows at a time (`chunked_loss`) where `chunk_rows`
+    says so, and no logits are kept.
     """
-    mlm_loss = mlm_loss_sum = None
     if masked_lm_positions is not None:
         if predicted_states is None:
             index = masked_lm_positions[..., None].expand(-1, -1, hidden_states.shape[-1])
             predicted_states = hidden_states.gather(1, index)  # (B, P, C)
-        prediction_logits = head(predicted_states)  # (B, P, V)
-        if masked_lm_ids is not None:
-            mlm_loss_sum = summed_cross_entropy(prediction_logits, masked_lm_ids, label_smoothing)
-            mlm_loss = mlm_loss_sum / (masked_lm_ids != IGNORE_INDEX).sum().clamp(min=1)
+        targets = masked_lm_ids
     elif labels is not None:
         # Sparse head: only the ~15% predicted positions reach the vocabulary projection.
         predicted = labels != IGNORE_INDEX
-        prediction_logits = head(hidden_states[predicted])  # (N, V)
-        mlm_loss_sum = summed_cross_entropy(prediction_logits, labels[predicted], label_smoothing)
-        mlm_loss = mlm_loss_sum / predicted.sum().clamp(min=1)
+        predicted_states, targets = hidden_states[predicted], labels[predicted]  # (N, C), (N,)
     else:
-        prediction_logits = head(hidden_states)  # (B, T, V)
-    return prediction_logits, mlm_loss, mlm_loss_sum
+        return MaskedLMPredictions(head(hidden_states), None, None)  # (B, T, V)
+    if targets is None:
+        return MaskedLMPredictions(head(predicted_states), None, None)  # (B, P, V)
+    count = (targets != IGNORE_INDEX).sum().clamp(min=1)
+    if isinstance(head, VocabularyHead):
+        rows = chunk_rows(loss_chunk_rows, targets.numel(), head.decoder.out_features)
+        if rows:
+            loss_sum, correct = chunked_cross_entropy(head.transform(predicted_states), head.decoder, targets,
+                                                      label_smoothing, rows)
+            return MaskedLMPredictions(None, loss_sum / count, loss_sum, correct)
+    prediction_logits = head(predicted_states)  # (B, P, V) or (N, V)
+    loss_sum = summed_cross_entropy(prediction_logits, targets, label_smoothing)
+    return MaskedLMPredictions(prediction_logits, loss_sum / count, loss_sum)
 
 
 class MaskedLMOnly(nn.Module):
     """A pretraining model with a masked-LM head alone (no pair head), taking
     `BertForPreTraining.forward`'s inputs and giving its outputs: RoBERTa's and ModernBERT's.
 
-    A subclass gives `encode` (the encoder's states), `predict` (the MLM logits of states),
-    `tie_weights`, `save_pretrained`, `read_folder` (a folder's tensors under its names), `layout`
+    A subclass gives `encode` (the encoder's states), `vocabulary_head` (its MLM head, cut before
+    the decoder), `tie_weights`, `save_pretrained`, `read_folder` (a folder's tensors under its names), `layout`
     (its name in messages), `tied_keys` (tensors a folder holds under a second name) and
     `optional_parts` (the head's, which a bare encoder's folder lacks).
     """
@@ -202,8 +224,12 @@ class MaskedLMOnly(nn.Module):
         with `unpadded` (`model.unpad`, a family with a position table), `rows` are flat token indices."""
         raise NotImplementedError
 
-    def predict(self, hidden_states: torch.Tensor) -> torch.Tensor:
+    def vocabulary_head(self) -> VocabularyHead:
         raise NotImplementedError
+
+    def predict(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        """The MLM logits (..., V) of encoder states (..., C)."""
+        return self.vocabulary_head()(hidden_states)
 
     def tie_weights(self) -> None:
         raise NotImplementedError
@@ -234,13 +260,14 @@ class MaskedLMOnly(nn.Module):
             # No pooler: the last layer computes the predicted positions alone (`model.last_layer_rows`).
             rows = read_positions(self.config, masked_lm_positions, cls_first=False, training=self.training)  # (B, P) or None
             hidden_states = self.encode(input_ids, attention_mask, token_type_ids, rows)  # (B, T or P, C)
-        prediction_logits, mlm_loss, mlm_loss_sum = masked_lm_predictions(
-            self.predict, hidden_states, labels=labels, label_smoothing=label_smoothing,
+        predictions = masked_lm_predictions(
+            self.vocabulary_head(), hidden_states, labels=labels, label_smoothing=label_smoothing,
             masked_lm_positions=masked_lm_positions, masked_lm_ids=masked_lm_ids,
-            predicted_states=None if rows is None else hidden_states)
-        return PreTrainingOutput(loss=mlm_loss, mlm_loss=mlm_loss, pair_loss=None,
-                                 prediction_logits=prediction_logits, seq_relationship_logits=None,
-                                 mlm_loss_sum=mlm_loss_sum)
+            predicted_states=None if rows is None else hidden_states,
+            loss_chunk_rows=self.config.loss_chunk_rows if self.training else 0)
+        return PreTrainingOutput(loss=predictions.loss, mlm_loss=predictions.loss, pair_loss=None,
+                                 prediction_logits=predictions.logits, seq_relationship_logits=None,
+                                 mlm_loss_sum=predictions.loss_sum, mlm_correct=predictions.correct)
 
     def num_parameters(self) -> int:
         """Trainable parameters, tied ones counted once."""

@@ -20,7 +20,8 @@ from bertpre.ranges import Range
 
 HIDDEN_ACTS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu", "swish")
 # How a model computes, not what it is: no config.json carries them (an export reads as before).
-RUNTIME_FIELDS = ("low_precision_layernorm", "fused_qkv", "last_layer_rows", "unpad", "low_precision_rotary")
+RUNTIME_FIELDS = ("low_precision_layernorm", "fused_qkv", "last_layer_rows", "unpad", "low_precision_rotary",
+                  "loss_chunk_rows")
 # The family table, by `model.architecture`: `bertpre.model.families.FAMILIES` is this dict,
 # filled there (importing `bertpre.model` fills it). A row's `config` is its `FamilyConfig`.
 FAMILIES: dict[str, Any] = {}
@@ -177,6 +178,11 @@ class BertConfig:
     # (`modernbert.rotate`): true, false, or auto (under bf16 autocast alone). How the model runs,
     # not its shape: no config.json has it.
     low_precision_rotary: bool | str = "auto"
+    # A pretraining step's masked-LM decoder and cross-entropy on this many predicted rows at a time
+    # (`bertpre.model.chunked_loss`), its backward recomputing each chunk's logits, so that the
+    # (rows, V) logits never exist whole: auto (chunks of at most 2**26 float32 logits, where the
+    # rows need more than one), 0 (the whole product) or a row count. No config.json has it.
+    loss_chunk_rows: int | str = "auto"
     # The architecture's own keys (ModernBERT's), one typed record: `FamilyConfig.fields`'s class,
     # filled from its defaults and the flat keys given (`BertConfig(architecture="modernbert",
     # local_attention=64)`); None for a family without keys of its own. See the class docstring.
@@ -231,6 +237,10 @@ class BertConfig:
                 raise UserError(f"model.{name} must be true, false or auto, got {value!r}")
         if not isinstance(self.last_layer_rows, bool):
             raise UserError(f"model.last_layer_rows must be true or false, got {self.last_layer_rows!r}")
+        if self.loss_chunk_rows != "auto" and (not isinstance(self.loss_chunk_rows, int)
+                                               or isinstance(self.loss_chunk_rows, bool) or self.loss_chunk_rows < 0):
+            raise UserError(f"model.loss_chunk_rows must be auto, 0 (no chunks) or a number of rows, "
+                            f"got {self.loss_chunk_rows!r}")
         if not isinstance(self.unpad, bool):
             raise UserError(f"model.unpad must be true or false, got {self.unpad!r}")
         if self.embedding_size is not None and (

@@ -29,6 +29,7 @@ from torch.utils.checkpoint import checkpoint
 
 from bertpre.errors import UserError
 from bertpre.model import hf_format
+from bertpre.model.chunked_loss import VocabularyHead
 from bertpre.model.common import (
     ForwardShape,
     MaskedLMOnly,
@@ -512,9 +513,9 @@ class ModernBertForMaskedLM(MaskedLMOnly):
         """Recompute each layer's activations in the backward pass (training mode only)."""
         self.model.gradient_checkpointing = enabled
 
-    def predict(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        """The MLM logits (..., V) of encoder states (..., C)."""
-        return self.decoder(self.head(hidden_states))
+    def vocabulary_head(self) -> VocabularyHead:
+        """`head` (dense, activation, norm), then the tied `decoder`."""
+        return VocabularyHead(self.head, self.decoder)
 
     def layout(self) -> str:
         return "ModernBERT"

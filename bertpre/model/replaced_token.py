@@ -116,7 +116,8 @@ class ElectraGenerator(nn.Module):
                             "(a --config that sets it)")
         rows = read_positions(self.config, masked_lm_positions, cls_first=False, training=self.training)
         encoded = self.electra(input_ids, attention_mask, token_type_ids, last_rows=rows)
-        logits, loss, loss_sum = masked_lm_predictions(
+        # Unchunked: the objective samples replacements from these logits.
+        logits, loss, loss_sum, _ = masked_lm_predictions(
             self.predict, encoded.last_hidden_state, labels=labels, label_smoothing=label_smoothing,
             masked_lm_positions=masked_lm_positions, masked_lm_ids=masked_lm_ids,
             predicted_states=None if rows is None else encoded.last_hidden_state)
@@ -268,7 +269,9 @@ class ReplacedTokenDetection(nn.Module):
         embeddings = self.electra.embeddings
         if embedding_sharing == "gdes":
             embeddings = disentangled(embeddings, config, self.parts.word_table)
-        self.generator = self.parts.generator(self.parts.generator_config(config, generator_size), embeddings)
+        # Never chunked (model.loss_chunk_rows 0): the objective samples replacements from its logits.
+        generator_shape = dataclasses.replace(self.parts.generator_config(config, generator_size), loss_chunk_rows=0)
+        self.generator = self.parts.generator(generator_shape, embeddings)
 
     def discriminator_state(self) -> dict[str, torch.Tensor]:
         """The discriminator's tensors under a plain discriminator's names (`electra.`,

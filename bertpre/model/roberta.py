@@ -26,6 +26,7 @@ import bertpre
 from bertpre.errors import UserError
 from bertpre.model import common, hf_format
 from bertpre.model.bert import BertEmbeddings, BertModel, init_weights
+from bertpre.model.chunked_loss import VocabularyHead
 from bertpre.model.common import TOKENIZER_FILES, ForwardShape, MaskedLMOnly, bert_mask_logits
 from bertpre.model.config import BertConfig
 from bertpre.model.layer_norm import LayerNorm
@@ -84,9 +85,13 @@ class RobertaLMHead(nn.Module):
         self.bias = nn.Parameter(torch.zeros(config.vocab_size))
         self.decoder.bias = self.bias  # one tensor under two names, as in Hugging Face
 
-    def forward(self, features: torch.Tensor) -> torch.Tensor:
+    def transform(self, features: torch.Tensor) -> torch.Tensor:
+        """dense → GELU → layer_norm: what the decoder reads (..., C)."""
         # RoBERTa's head applies the exact GELU whatever hidden_act says (fairseq's, kept by transformers).
-        return self.decoder(self.layer_norm(F.gelu(self.dense(features))))  # (..., V)
+        return self.layer_norm(F.gelu(self.dense(features)))
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        return self.decoder(self.transform(features))  # (..., V)
 
 
 class RobertaForMaskedLM(MaskedLMOnly):
@@ -123,9 +128,9 @@ class RobertaForMaskedLM(MaskedLMOnly):
         return self.roberta(input_ids, attention_mask, token_type_ids, last_rows=rows,
                             unpadded=unpadded).last_hidden_state  # (B, T|R, C)
 
-    def predict(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        """The MLM logits (..., V) of encoder states (..., C)."""
-        return self.lm_head(hidden_states)
+    def vocabulary_head(self) -> VocabularyHead:
+        """`lm_head`'s dense, GELU and layer_norm, then its tied decoder."""
+        return VocabularyHead(self.lm_head.transform, self.lm_head.decoder)
 
     def save_pretrained(self, folder: str | Path) -> None:
         """Write `config.json` and `model.safetensors` as Hugging Face's RobertaForMaskedLM has them."""

@@ -35,6 +35,7 @@ RESUMABLE_KEYS = (
     "train.device", "train.deterministic", "data.path", "data.num_workers",
     "model.init_from",  # read only when a run starts: a resume loads its checkpoint
     "model.init_generator_from",  # the same
+    "model.loss_chunk_rows",  # the same loss and gradients in chunks: memory, as gradient_checkpointing
 )
 
 

@@ -489,3 +489,15 @@ def test_gpu_throughput_times_the_trainers_batches_of_a_data_folder(tiny_data):
         mine = float(stepper.loss(inputs[0]))
         theirs = models["transformers"](**{name: batches[0][name] for name in gpu.BERT_PEER_INPUTS}).loss
     assert mine == pytest.approx(float(theirs), rel=1e-5)
+
+
+def test_chunked_loss_runs_each_setting_in_its_own_process_with_the_same_loss(tmp_path, capsys):
+    from bench import chunked_loss
+
+    assert chunked_loss.main(["--rows", "64", "--vocab", "1000", "--width", "32", "--chunks", "0", "16",
+                              "--out", str(tmp_path)]) == 0
+    record = json.loads(next(tmp_path.glob("chunked_loss-*.json")).read_text())
+    runs = record["runs"]
+    assert [run["loss_chunk_rows"] for run in runs] == [0, 16]
+    assert runs[1]["loss"] == pytest.approx(runs[0]["loss"], rel=1e-6) and runs[0]["loss"] > 0
+    assert record["command"].endswith("--chunks 0 16 --out " + str(tmp_path))

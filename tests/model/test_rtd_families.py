@@ -75,6 +75,24 @@ def test_the_pair_is_built_from_the_family_row(architecture, sharing):
     assert len(switches) == 2 and all(switches)
 
 
+@pytest.mark.parametrize("architecture", list(BUILT))
+def test_the_generator_s_loss_is_never_chunked_since_rtd_samples_from_its_logits(architecture):
+    """`model.loss_chunk_rows` chunks the discriminator's family's masked LM in training; the
+    generator's training forward must still give its logits (the objective draws from them)."""
+    from bertpre.train.objectives.rtd import replaced_token_sums
+
+    config = rtd_config(architecture, "model.vocab_size=100", "model.loss_chunk_rows=2").model
+    torch.manual_seed(0)
+    pair = ReplacedTokenDetection(config, 0.5).train()
+    assert pair.generator.config.loss_chunk_rows == 0
+    ids = torch.randint(5, 100, (2, 12))
+    positions = torch.tensor([[1, 3, 5, 7], [2, 4, 6, 8]])
+    batch = {"input_ids": ids, "token_type_ids": torch.zeros_like(ids), "masked_lm_positions": positions,
+             "masked_lm_ids": ids.gather(1, positions)}
+    mlm_sum, rtd_sum, sums = replaced_token_sums(pair, batch, lambda logits: torch.rand_like(logits))
+    assert torch.isfinite(mlm_sum) and torch.isfinite(rtd_sum) and sums.shape == (6,)
+
+
 def run(data: Path, out: Path, architecture: str, *, stop_after: int | None = None, monkeypatch=None) -> list[dict]:
     config = rtd_config(architecture, f"data.path={data}", f"train.out={out}", "train.max_steps=4",
                         "train.log_every=1", "train.eval_every=1000", "train.save_every=2")

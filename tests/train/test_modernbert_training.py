@@ -98,6 +98,18 @@ def test_gradient_checkpointing_gives_the_same_steps(tiny_data, tmp_path, monkey
         torch.testing.assert_close(a[name], b[name], atol=1e-6, rtol=0)
 
 
+def test_the_loss_in_chunks_gives_the_same_steps_and_accuracy(tiny_data, tmp_path, one_thread):
+    whole = pretrain(modernbert(tiny_data, tmp_path / "whole", "train.max_steps=3", "model.loss_chunk_rows=0"))
+    chunked = pretrain(modernbert(tiny_data, tmp_path / "chunked", "train.max_steps=3", "model.loss_chunk_rows=8"))
+    assert losses(chunked.run_dir) == pytest.approx(losses(whole.run_dir), abs=1e-5)
+    accuracy = [[row["train/mlm_acc"] for row in map(json.loads, (run.run_dir / "metrics.jsonl").read_text().splitlines())
+                 if "train/mlm_acc" in row] for run in (whole, chunked)]
+    assert len(accuracy[0]) == 3 and accuracy[1] == accuracy[0]  # the chunks' own hit counts
+    a, b = final_weights(whole.run_dir), final_weights(chunked.run_dir)
+    for name in a:
+        torch.testing.assert_close(b[name], a[name], atol=1e-5, rtol=0)
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

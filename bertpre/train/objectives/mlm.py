@@ -85,8 +85,9 @@ class MaskedLMStep(nn.Module):
         mlm_loss_sum = out.mlm_loss_sum
         pair_loss_sum = out.pair_loss_sum if pair_labels is not None else mlm_loss_sum.new_zeros(())
         with torch.no_grad():
-            # An unused slot's id is -100, which no argmax equals.
-            mlm_correct = (out.prediction_logits.argmax(-1) == masked_lm_ids).sum()
+            # An unused slot's id is -100, which no argmax equals; a chunked loss counted its own.
+            mlm_correct = out.mlm_correct if out.mlm_correct is not None \
+                else (out.prediction_logits.argmax(-1) == masked_lm_ids).sum()
             if pair_labels is None:
                 pair_correct = mlm_correct.new_zeros(())
             else:
