@@ -5,8 +5,8 @@ Each setting runs in a process of its own (`--one`), so that its peak resident m
 (`ru_maxrss`, less what the inputs had taken) is its alone: ROWS predicted rows of WIDTH features,
 the decoder (WIDTH → VOCAB, with a bias) and random labels, fp32, the loss as the trainer's step
 takes it (`summed_cross_entropy` on the Linear's logits for 0, `chunked_cross_entropy` otherwise).
-The losses must agree; the peak is what chunking is for, and the time is its price (the second
-product in the backward).
+The losses must agree; the peak is what chunking is for, and the time is its price (its loop and
+elementwise passes over each chunk).
 
 Writes bench/results/chunked_loss-DATE.json.
 

@@ -3,8 +3,9 @@ time (`model.loss_chunk_rows`), so that a training step never holds the (rows, V
 float32 log-probabilities or their gradient at once: at ModernBERT's 50,368 ids and ~5,000
 predictions a micro-batch those are ~1 GB each, at XLM-R's 250,002 the step's largest tensors.
 
-The forward keeps the decoder's inputs alone; the backward recomputes each chunk's logits (one
-more (rows, E) x (E, V) product) and turns them into the gradient there. The numerics are the
+The loss is the graph's last node, so each chunk's gradients are made in the forward, while its
+logits are at hand (as fused linear cross-entropy kernels do), and the backward scales them by the
+one number it receives: no second (rows, E) x (E, V) product, and no chunk kept. The numerics are the
 unchunked path's: the product in the dtype the Linear would run in (the autocast dtype), the
 softmax in float32, the argmax on the product's own logits."""
 from __future__ import annotations
@@ -67,26 +68,41 @@ def chunked_cross_entropy(features: torch.Tensor, decoder: nn.Linear, labels: to
     bias = None if decoder.bias is None else decoder.bias.to(dtype)
     # The casts autocast would make in the Linear, outside the Function: autograd casts the
     # gradients back to the parameters' float32.
-    return ChunkedCrossEntropy.apply(features.reshape(-1, features.shape[-1]).to(dtype), decoder.weight.to(dtype),
-                                     bias, labels.reshape(-1), label_smoothing, rows_per_chunk)
+    weight = decoder.weight.to(dtype)
+    gradients = torch.is_grad_enabled() and any(
+        tensor is not None and tensor.requires_grad for tensor in (features, weight, bias))
+    return ChunkedCrossEntropy.apply(features.reshape(-1, features.shape[-1]).to(dtype), weight, bias,
+                                     labels.reshape(-1), label_smoothing, rows_per_chunk, gradients)
 
 
 class ChunkedCrossEntropy(torch.autograd.Function):
     """Summed cross-entropy of `F.linear(features, weight, bias)` (N, V) against `labels` (N,),
-    computed over chunks of rows; saves its inputs alone and recomputes each chunk's logits in
-    the backward. Every product runs in the inputs' dtype with autocast off (the caller casts).
-    A chunk's loop body is a few kernels (what each row needs lands in an (N,) tensor; the sums
-    run once after the loop): on a GPU run eagerly, each kernel costs its launch."""
+    computed over chunks of rows. The loss is the graph's last node, so the gradient it receives
+    is one number: each chunk's gradients (for an incoming gradient of 1) are computed in the
+    forward, while its logits are at hand, and the backward only scales them: the logits are
+    made once (no second product), and no chunk outlives its loop turn. Every product runs in
+    the inputs' dtype with autocast off (the caller casts). A chunk's loop body is a few kernels
+    (what each row needs lands in an (N,) tensor; the sums run once after the loop): on a GPU
+    run eagerly, each kernel costs its launch."""
 
     @staticmethod
     def forward(ctx, features: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
-                labels: torch.Tensor, label_smoothing: float, rows_per_chunk: int
+                labels: torch.Tensor, label_smoothing: float, rows_per_chunk: int, gradients: bool
                 ) -> tuple[torch.Tensor, torch.Tensor]:
-        rows_total = features.shape[0]
+        rows_total, vocab_size = features.shape[0], weight.shape[0]
         targets = labels.clamp(min=0)[:, None]  # (N, 1): a -100 row reads id 0, then counts for nothing
         label_log_probs = features.new_empty((rows_total, 1), dtype=torch.float32)
         mean_log_probs = features.new_zeros(rows_total, dtype=torch.float32)
         predicted = labels.new_empty(rows_total)
+        if gradients:
+            # d loss / d logits of a predicted row = softmax − ε / V − (1 − ε) at the label; 0 on a
+            # -100 row. The (V, E) and (V,) sums run in float32 across chunks: one rounding to
+            # `weight.dtype`, as the unchunked product's.
+            scale = (labels != IGNORE_INDEX).float()[:, None]  # (N, 1)
+            shift, at_label = -scale * (label_smoothing / vocab_size), -scale * (1 - label_smoothing)
+            grad_features = torch.empty_like(features)  # (N, E)
+            grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
+            grad_bias = None if bias is None else torch.zeros(bias.shape, dtype=torch.float32, device=bias.device)
         with torch.autocast(features.device.type, enabled=False):
             for rows in chunks(rows_total, rows_per_chunk):
                 logits = F.linear(features[rows], weight, bias)  # (c, V)
@@ -95,45 +111,36 @@ class ChunkedCrossEntropy(torch.autograd.Function):
                 if label_smoothing:
                     torch.mean(log_probs, dim=-1, out=mean_log_probs[rows])
                 torch.argmax(logits, dim=-1, out=predicted[rows])
+                if gradients:
+                    probs = log_probs.exp_()  # (c, V), in place: the log-probabilities are read
+                    torch.addcmul(shift[rows], probs, scale[rows], out=probs)
+                    probs.scatter_add_(1, targets[rows], at_label[rows])
+                    grad_logits = probs.to(logits.dtype)  # as the unchunked backward casts it
+                    torch.mm(grad_logits, weight, out=grad_features[rows])
+                    if grad_weight.dtype == grad_logits.dtype:  # float32: summed in place
+                        grad_weight.addmm_(grad_logits.t(), features[rows])
+                    else:
+                        grad_weight += grad_logits.t().mm(features[rows])
+                    if grad_bias is not None:
+                        grad_bias += grad_logits.sum(0, dtype=torch.float32)
         # F.cross_entropy's: (1 − ε)·(−log p(label)) + ε·(the mean over ids of −log p)
         row_losses = -(1 - label_smoothing) * label_log_probs.squeeze(1) - label_smoothing * mean_log_probs
         loss = torch.where(labels != IGNORE_INDEX, row_losses, 0.0).sum()
         correct = (predicted == labels).sum()  # a -100 label equals no argmax
-        ctx.save_for_backward(features, weight, bias, labels)
-        ctx.label_smoothing, ctx.rows_per_chunk = label_smoothing, rows_per_chunk
+        if gradients:
+            ctx.save_for_backward(grad_features, grad_weight, grad_bias)
+            ctx.dtypes = weight.dtype, None if bias is None else bias.dtype
         ctx.mark_non_differentiable(correct)
         return loss, correct
 
     @staticmethod
     def backward(ctx, grad_loss: torch.Tensor, grad_correct: torch.Tensor | None):
-        features, weight, bias, labels = ctx.saved_tensors
-        smoothing, vocab_size = ctx.label_smoothing, weight.shape[0]
-        # d loss / d logits = scale · (softmax − ε / V) − scale · (1 − ε) at the label: scale is
-        # the incoming gradient on a predicted row, 0 on a -100 row (whose label reads id 0).
-        scale = ((labels != IGNORE_INDEX) * grad_loss.float())[:, None]  # (N, 1)
-        shift, at_label = -scale * (smoothing / vocab_size), -scale * (1 - smoothing)
-        targets = labels.clamp(min=0)[:, None]
-        grad_features = torch.empty_like(features)  # (N, E)
-        # The (V, E) and (V,) sums run in float32 across chunks: one rounding to `weight.dtype`, as
-        # the unchunked product's.
-        grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
-        grad_bias = None if bias is None else torch.zeros(bias.shape, dtype=torch.float32, device=bias.device)
-        with torch.autocast(features.device.type, enabled=False):
-            for rows in chunks(features.shape[0], ctx.rows_per_chunk):
-                logits = F.linear(features[rows], weight, bias)  # (c, V), again
-                probs = torch.softmax(logits, dim=-1, dtype=torch.float32)  # (c, V)
-                torch.addcmul(shift[rows], probs, scale[rows], out=probs)
-                probs.scatter_add_(1, targets[rows], at_label[rows])
-                grad_logits = probs.to(logits.dtype)  # as the unchunked backward casts it
-                torch.mm(grad_logits, weight, out=grad_features[rows])
-                if grad_weight.dtype == grad_logits.dtype:  # float32: summed in place
-                    grad_weight.addmm_(grad_logits.t(), features[rows])
-                else:
-                    grad_weight += grad_logits.t().mm(features[rows])
-                if grad_bias is not None:
-                    grad_bias += grad_logits.sum(0, dtype=torch.float32)
-        grad_bias = None if grad_bias is None else grad_bias.to(bias.dtype)
-        return grad_features, grad_weight.to(weight.dtype), grad_bias, None, None, None
+        grad_features, grad_weight, grad_bias = ctx.saved_tensors
+        weight_dtype, bias_dtype = ctx.dtypes
+        grad_features = grad_features * grad_loss.to(grad_features.dtype)
+        grad_weight = (grad_weight * grad_loss.float()).to(weight_dtype)
+        grad_bias = None if grad_bias is None else (grad_bias * grad_loss.float()).to(bias_dtype)
+        return grad_features, grad_weight, grad_bias, None, None, None, None
 
 
 def chunks(total: int, size: int) -> list[slice]:
