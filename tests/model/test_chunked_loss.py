@@ -123,6 +123,39 @@ def test_the_whole_logits_are_never_made_with_chunks(rows):
     assert largest.numel == (rows * VOCAB if rows else 200 * VOCAB) > 200 * WIDTH > VOCAB * WIDTH
 
 
+class Products(TorchDispatchMode):
+    """The matrix products run, as (forward or backward, rows of the product's output)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.phase, self.products = "forward", []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.overloadpacket in (torch.ops.aten.mm, torch.ops.aten.addmm, torch.ops.aten.addmm_):
+            self.products.append(self.phase)
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("rows", [0, 40])
+def test_chunks_run_no_more_decoder_products_than_the_whole_loss(rows):
+    """The whole loss: one product forward, two backward; chunks: each chunk's three in the
+    forward (logits, then the features' and the weight's gradients) and none in the backward,
+    which scales what the forward made: no second product of the logits."""
+    torch.manual_seed(0)
+    decoder, features = nn.Linear(WIDTH, VOCAB), torch.randn(200, WIDTH, requires_grad=True)
+    labels = torch.randint(0, VOCAB, (200,))
+    with Products() as products:
+        if rows:
+            loss, _ = chunked_cross_entropy(features, decoder, labels, 0.0, rows)
+        else:
+            loss = summed_cross_entropy(decoder(features), labels, 0.0)
+        products.phase = "backward"
+        loss.backward()
+    chunks = 200 // rows if rows else 1
+    expected = ["forward"] * 3 * chunks if rows else ["forward", "backward", "backward"]
+    assert products.products == expected
+
+
 def tiny_modernbert(loss_chunk_rows: int | str) -> ModernBertForMaskedLM:
     config = BertConfig(architecture="modernbert", vocab_size=120, hidden_size=32, num_hidden_layers=2,
                         num_attention_heads=4, intermediate_size=48, max_position_embeddings=64, local_attention=8,
