@@ -150,7 +150,10 @@ def run_config(args, objective: str, data: Path, out: Path, seed: int, steps: in
     shared = argparse.Namespace(**{**vars(args), "steps": steps, "warmup": warmup,
                                    "set": [*objective_settings(objective, args), "train.eval_every=1000000000",
                                            *args.set]})
-    return load_config(ROOT / "configs" / "tiny.yaml", bertpre_overrides(shared, data, out, seed))
+    # a checkpoint a fifth of the way, the last one kept: a run stopped from outside (`--work`)
+    # resumes from it, bit for bit, instead of starting again
+    saves = [f"train.save_every={max(1, steps // 5)}", "train.keep_last=1"]
+    return load_config(ROOT / "configs" / "tiny.yaml", [*bertpre_overrides(shared, data, out, seed), *saves])
 
 
 def flops_per_token(config, vocab_size: int) -> float:
@@ -230,13 +233,15 @@ def held_out(model, config, data, objective: str, windows, tokenizer) -> dict:
     return scores
 
 
-def train_run(args, objective: str, data_path: Path, run: Path, seed: int, steps: int, vocab_size: int) -> dict:
-    """Pretrain one model; its cost in FLOPs, seconds and positions, and the trainer's tokens/s."""
+def train_run(args, objective: str, data_path: Path, run: Path, seed: int, steps: int, vocab_size: int,
+              resume: bool = False) -> dict:
+    """Pretrain one model (`resume`: continue RUN's latest checkpoint); its cost in FLOPs, seconds
+    and positions, and the trainer's tokens/s."""
     from bertpre.train.trainer import pretrain
 
     config = run_config(args, objective, data_path, run, seed, steps)
     began = time.perf_counter()
-    result = pretrain(config, resume=False)
+    result = pretrain(config, resume=resume)
     train_s = time.perf_counter() - began
     if result.step != steps:
         raise SystemExit(f"{objective} seed {seed} stopped at step {result.step} of {steps}; nothing recorded")
@@ -423,7 +428,8 @@ def pretraining_identity(args, objective: str, seed: int, steps: int) -> dict:
 
 def pretrained(args, objective: str, folder: Path, seed: int, steps: int, vocab_size: int, data, windows) -> dict:
     """One run pretrained and scored on its held-out text, or the kept record of one (`--work`):
-    a run folder without its record (an interrupted run) is trained again from the start."""
+    a run folder without its record (a run stopped from outside) continues from its checkpoint,
+    or starts again where it has none."""
     import shutil
 
     run_dir = folder / f"{objective}-{seed}"
@@ -435,9 +441,11 @@ def pretrained(args, objective: str, folder: Path, seed: int, steps: int, vocab_
             return record
         raise SystemExit(f"{run_dir} was pretrained with other settings ({record.get('identity')}); "
                          "pass another --work or remove it")
-    if run_dir.exists():
+    resume = (run_dir / "checkpoints" / "latest").exists()  # a run stopped from outside: continued
+    if run_dir.exists() and not resume:
         shutil.rmtree(run_dir)
-    record = train_run(args, objective, folder / "data", run_dir, seed, steps, vocab_size)
+    record = train_run(args, objective, folder / "data", run_dir, seed, steps, vocab_size, resume)
+    record["resumed"] = resume  # train_s then counts this invocation's part alone
     config = record.pop("config")
     record["held_out"] = held_out(load_final(run_dir, objective), config, data, objective, windows, data.tokenizer)
     record["identity"] = identity

@@ -121,6 +121,12 @@ def test_objectives_kept_work_is_reused(tmp_path, one_thread):
     for pooling in ("probe_mean", "probe_cls"):  # 6 pair examples scored
         assert round(6 * second["downstream"]["pair"][pooling]["score"]) == pytest.approx(
             6 * second["downstream"]["pair"][pooling]["score"])
+    # a run stopped from outside after a checkpoint (no record yet) continues from it, not from scratch
+    (run / "record.json").unlink()
+    assert objectives.main([*base, "--no-downstream"]) == 0
+    third = json.loads((run / "record.json").read_text())
+    assert third["resumed"] and third["held_out"] == first["held_out"] and third["steps"] == first["steps"]
+    assert sorted(path.stat().st_mtime_ns for path in run.rglob("*.safetensors")) == checkpoints
     # another shape is not mistaken for the kept run
     with pytest.raises(SystemExit, match="other settings"):
         objectives.main([*base[:base.index("--hidden") + 1], "48", *base[base.index("--hidden") + 2:], "--no-downstream"])
