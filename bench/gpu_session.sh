@@ -176,6 +176,9 @@ step modernbert-rotary-fp32 90 $GPU throughput --architecture modernbert --no-pe
     "${MODERNBERT_SMALL[@]}"
 # the real tokens alone (model.unpad: varlen_attn with the local window; ModernBERT has no attention dropout)
 step modernbert-unpad 90 $GPU throughput --architecture modernbert --no-peer --set unpad=true "${MODERNBERT_SMALL[@]}"
+# the masked LM's loss whole (model.loss_chunk_rows 0) against the default's chunks: time and peak memory
+step modernbert-chunks-off 60 $GPU throughput --architecture modernbert --no-peer --set loss_chunk_rows=0 \
+    "${MODERNBERT_SMALL[@]}"
 step modernbert-4096-flex 60 $GPU throughput --architecture modernbert --no-peer --local-attention "$FLEX" "${LONG_SMALL[@]}"
 step modernbert-4096-sdpa 60 $GPU throughput --architecture modernbert --no-peer --local-attention sdpa "${LONG_SMALL[@]}"
 # 5. the compiled control, if time is left
