@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from _cpu_peak import peak_of
 from torch.nn.attention import SDPBackend, sdpa_kernel
-from torch.profiler import ProfilerActivity, profile
 from torch.utils.flop_counter import FlopCounterMode
 from transformers import ModernBertConfig
 from transformers import ModernBertForMaskedLM as HFModernBertForMaskedLM
@@ -216,21 +216,6 @@ def test_activation_estimate_matches_the_kept_tensors(changes: dict, autocast: b
     assert checkpointed < full
     memory = estimate_memory(config, length, predicted / length, precision)
     assert memory.weights == 4 * count_parameters(config).total and memory.adamw_state == 2 * memory.weights
-
-
-def peak_of(forward) -> int:
-    """The most bytes of CPU tensors alive at once while `forward` runs (the profiler's
-    allocation events), counted from what was alive when it started."""
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as profiler:
-        forward()
-    results = getattr(profiler.profiler, "kineto_results", None)
-    if results is None:
-        pytest.skip("this torch's profiler does not expose its allocation events")
-    live = peak = 0
-    for event in sorted((e for e in results.events() if e.name() == "[memory]"), key=lambda e: e.start_ns()):
-        live += event.nbytes()
-        peak = max(peak, live)
-    return peak
 
 
 def bertpre_forward(config: BertConfig, shape: ForwardShape):
