@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from bertpre.model.chunked_loss import chunk_rows
 from bertpre.model.common import ForwardShape  # noqa: F401 - the cost modules' name too
 from bertpre.model.config import BertConfig
 
@@ -93,6 +94,17 @@ def bert_training_flops(config: BertConfig, seq_length: int, predicted_share: fl
     return 6 * n_encoder + attention + head
 
 
+@dataclass(frozen=True)
+class LossChunks:
+    """A training step's masked-LM loss run in chunks (`model.loss_chunk_rows`,
+    `chunked_loss.ChunkedCrossEntropy`): `count` chunks of `rows` predicted rows a micro-batch, and
+    the `bytes` that holds once a micro-batch, whatever its rows (`chunked_loss_memory`)."""
+
+    rows: int
+    count: int
+    bytes: int
+
+
 @dataclass
 class MemoryEstimate:
     """Bytes for training with AdamW: fp32 weights, gradients and optimizer state, and activations."""
@@ -110,27 +122,85 @@ class MemoryEstimate:
     # and the most that building them holds at once, a batch's
     forward_masks_per_sequence: int = 0
     mask_building: int = 0
+    # The masked LM's loss in chunks at the micro-batch estimated (`estimate_memory`'s
+    # `micro_batch_size`), its bytes beside the rows' activations; None: its whole logits, counted
+    # in `activations_per_sequence`
+    loss_chunks: LossChunks | None = None
+
+    @property
+    def loss_chunk_bytes(self) -> int:
+        """What the chunked loss holds once a micro-batch (0 without chunks)."""
+        return 0 if self.loss_chunks is None else self.loss_chunks.bytes
 
     def activation_peak(self, batch_size: int) -> int:
         """The activations of a training forward of `batch_size` rows at their most, without
-        gradient checkpointing: at the forward's end, or while its masks are built."""
+        gradient checkpointing: at the forward's end (where the chunked loss runs), or while its
+        masks are built."""
         end = batch_size * (self.activations_per_sequence + self.forward_masks_per_sequence)
-        return max(end, self.mask_building)
+        return max(end + self.loss_chunk_bytes, self.mask_building)
 
     def checkpointed_activation_peak(self, batch_size: int) -> int:
         """`activation_peak` with gradient checkpointing: the masks are made once a forward, before
         the first layer, and are not recomputed, so they weigh the same as without it."""
         end = batch_size * (self.activations_per_sequence_checkpointed + self.forward_masks_per_sequence)
-        return max(end, self.mask_building)
+        return max(end + self.loss_chunk_bytes, self.mask_building)
+
+
+def chunked_loss_memory(config: BertConfig, predicted_rows: int, width: int, precision: str, *,
+                        decoder_bias: bool = True, device_type: str = "cuda") -> LossChunks | None:
+    """How a training step of `predicted_rows` predicted rows (a micro-batch's) runs its masked-LM
+    loss under `model.loss_chunk_rows` (`chunked_loss.chunk_rows`), or None where it is unchunked.
+
+    `bytes`: the float32 (V, E) and (V,) gradients the loss keeps to the backward (E = `width`,
+    the decoder's input), plus one chunk's (c, V) tensors at their most: its logits (p bytes an
+    element) and their float32 log-probabilities (turned in place into the gradient), and under
+    autocast the most of: the logits' float32 copy the log-softmax reads; later the gradient's
+    p-byte cast and its p-byte (V, E) product with the features, summed into the float32 one;
+    then the bias's float32 sum of the cast. A CPU (`device_type`) copies a 16-bit input to
+    float32 before such a mixed sum (the product, and the cast for the bias), a GPU's kernels
+    read it as it is. The rows' own (N, E) gradient, kept to the backward where the unchunked
+    head keeps the decoder's input, is the rows' (`activations_per_sequence`). Left out, as the
+    unchunked head's: the decoder weight's autocast copy and a few (N,) and (V,) vectors.
+    Within 1.5% of the forward's peak on a CPU (tests/model/test_chunked_loss.py).
+    """
+    v = config.vocab_size
+    rows = chunk_rows(config.loss_chunk_rows, predicted_rows, v)
+    if not rows:
+        return None
+    p = BYTES_PER_ELEMENT[precision]
+    kept = 4 * v * width + (4 * v if decoder_bias else 0)
+    chunk = rows * v * (p + 4)
+    if p != 4:  # fp32: the log-softmax reads the logits, and the gradient is the log-probabilities' tensor
+        cpu = device_type == "cpu"
+        beside = [4 * rows * v, p * rows * v + (p + (4 if cpu else 0)) * v * width]
+        if decoder_bias and cpu:
+            beside.append((p + 4) * rows * v)
+        chunk += max(beside)
+    return LossChunks(rows=rows, count=-(-predicted_rows // rows), bytes=kept + chunk)
+
+
+def micro_batch_rows(seq_length: int, predicted_share: float, micro_batch_size: int) -> int:
+    """The predicted rows of a micro-batch of `micro_batch_size` rows: what the chunks divide."""
+    return round(predicted_share * seq_length * micro_batch_size)
+
+
+def head_logit_bytes(precision: str, chunks: LossChunks | None) -> int:
+    """Bytes a predicted row's logits keep to the backward: the logits and their float32
+    log-softmax ((p + 4)·V a row: times V), or none where the loss runs in `chunks`."""
+    return 0 if chunks is not None else BYTES_PER_ELEMENT[precision] + 4
 
 
 def estimate_bert_memory(
     config: BertConfig, seq_length: int, predicted_share: float, precision: str = "fp32", *,
     memory_length: int | None = None, query_rows: int | None = None, device_type: str = "cuda",
+    micro_batch_size: int | None = None,
 ) -> MemoryEstimate:
     """Training memory, following Korthikanti et al. 2022 ("Reducing Activation Recomputation").
     `memory_length` and `query_rows` are XLNet's (`xlnet_cost`), `device_type` ModernBERT's
     (whether FlexAttention runs); BERT's layout ignores them (fused SDPA on either device).
+    With `micro_batch_size`, a step of that many rows: where `model.loss_chunk_rows` chunks its
+    predicted rows (`chunked_loss_memory`), no row keeps logits and `loss_chunks` holds what
+    the loss holds once; without, every predicted row's logits are counted (the whole product).
 
     Per token and layer, the tensors kept for backward are p·(9d + 2I) + 2d bytes (p bytes per
     activation element, 1-byte dropout masks): QKV input, Q, K, V, attention output (kept by
@@ -153,8 +223,11 @@ def estimate_bert_memory(
         per_layer += p * s * (config.num_attention_heads * (3 * s - 1) + 2 * d)
     embeddings = s * (p * width + width + (p * width if config.embedding_size is not None else 0))
     predicted = predicted_share * s
-    # gathered states, transform dense/act/LayerNorm inputs, decoder input, logits, fp32 log-softmax
-    head = int(predicted * (p * (d + 3 * width) + (p + 4) * v))
+    chunks = None if micro_batch_size is None else chunked_loss_memory(
+        config, micro_batch_rows(s, predicted_share, micro_batch_size), width, precision, device_type=device_type)
+    # gathered states, transform dense/act/LayerNorm inputs, decoder input (chunked: the rows'
+    # gradient in its place), logits and fp32 log-softmax (none in chunks)
+    head = int(predicted * (p * (d + 3 * width) + head_logit_bytes(precision, chunks) * v))
     return MemoryEstimate(
         weights=4 * parameters,
         gradients=4 * parameters,
@@ -162,6 +235,7 @@ def estimate_bert_memory(
         activations_per_sequence=embeddings + layers * per_layer + head,
         activations_per_sequence_checkpointed=embeddings + layers * s * p * d + per_layer + head,
         attention_probs_per_sequence=layers * s * (2 * p + 1) * config.num_attention_heads * s,
+        loss_chunks=chunks,
     )
 
 

@@ -123,6 +123,9 @@ class ChunkedCrossEntropy(torch.autograd.Function):
                         grad_weight += grad_logits.t().mm(features[rows])
                     if grad_bias is not None:
                         grad_bias += grad_logits.sum(0, dtype=torch.float32)
+                    del probs, grad_logits
+                # freed before the next chunk's are made: one chunk's (c, V) tensors alive at a time
+                del logits, log_probs
         # F.cross_entropy's: (1 − ε)·(−log p(label)) + ε·(the mean over ids of −log p)
         row_losses = -(1 - label_smoothing) * label_log_probs.squeeze(1) - label_smoothing * mean_log_probs
         loss = torch.where(labels != IGNORE_INDEX, row_losses, 0.0).sum()

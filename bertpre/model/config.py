@@ -179,8 +179,8 @@ class BertConfig:
     # not its shape: no config.json has it.
     low_precision_rotary: bool | str = "auto"
     # A pretraining step's masked-LM decoder and cross-entropy on this many predicted rows at a time
-    # (`bertpre.model.chunked_loss`), its backward recomputing each chunk's logits, so that the
-    # (rows, V) logits never exist whole: auto (chunks of at most 2**26 float32 logits, where the
+    # (`bertpre.model.chunked_loss`), each chunk's gradients made in its forward, so that the
+    # (rows, V) logits never exist whole: auto (chunks of at most 2**27 float32 logits, where the
     # rows need more than one), 0 (the whole product) or a row count. No config.json has it.
     loss_chunk_rows: int | str = "auto"
     # The architecture's own keys (ModernBERT's), one typed record: `FamilyConfig.fields`'s class,

@@ -49,12 +49,14 @@ def training_flops_per_token(config: BertConfig, seq_length: int, predicted_shar
 
 def estimate_memory(config: BertConfig, seq_length: int, predicted_share: float, precision: str = "fp32", *,
                     memory_length: int | None = None, query_rows: int | None = None,
-                    device_type: str = "cuda") -> MemoryEstimate:
+                    device_type: str = "cuda", micro_batch_size: int | None = None) -> MemoryEstimate:
     """Training memory on a device of `device_type` (see `bert_cost.estimate_bert_memory`,
-    `xlnet_cost.estimate_xlnet_memory`, `modernbert_cost.estimate_modernbert_memory`)."""
+    `xlnet_cost.estimate_xlnet_memory`, `modernbert_cost.estimate_modernbert_memory`). With
+    `micro_batch_size`, the masked LM's loss as a step of that many rows runs it: in chunks where
+    `model.loss_chunk_rows` says so (`MemoryEstimate.loss_chunks`); without, its whole logits."""
     return family(config).estimate_memory(config, seq_length, predicted_share, precision,
                                           memory_length=memory_length, query_rows=query_rows,
-                                          device_type=device_type)
+                                          device_type=device_type, micro_batch_size=micro_batch_size)
 
 
 def estimate_inference_memory(config: BertConfig, shape: ForwardShape, precision: str = "fp32", *,
@@ -92,11 +94,12 @@ def training_memory_floor(config: BertConfig, seq_length: int, predicted_share: 
     """(model bytes, activation bytes) that training on a device of `device_type` needs at the
     least: fp32 weights, gradients and AdamW's two moments; one micro-batch's activations with
     gradient checkpointing in 16-bit and the masks its forward holds beside them
-    (`MemoryEstimate.checkpointed_activation_peak`: ModernBERT's dense window on a CPU), and for
+    (`MemoryEstimate.checkpointed_activation_peak`: ModernBERT's dense window on a CPU; the masked
+    LM's loss in chunks where `model.loss_chunk_rows` runs it so at `micro_batch_size`), and for
     XLNet the memory states of `memory_rows` sequences (every row of the device's share of a
     step keeps its own: micro_batch_size × accumulation steps; default micro_batch_size)."""
     memory = estimate_memory(config, seq_length, predicted_share, "bf16", memory_length=memory_length,
-                             query_rows=query_rows, device_type=device_type)
+                             query_rows=query_rows, device_type=device_type, micro_batch_size=micro_batch_size)
     model = memory.weights + memory.gradients + memory.adamw_state
     rows = micro_batch_size if memory_rows is None else memory_rows
     return model, (memory.checkpointed_activation_peak(micro_batch_size)

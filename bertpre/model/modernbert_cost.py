@@ -8,9 +8,13 @@ from bertpre.model.bert_cost import (
     BYTES_PER_ELEMENT,
     ForwardShape,
     InferenceMemory,
+    LossChunks,
     MemoryEstimate,
     ParameterCounts,
+    chunked_loss_memory,
+    head_logit_bytes,
     logit_bytes,
+    micro_batch_rows,
 )
 from bertpre.model.config import BertConfig
 from bertpre.model.layer_norm import resolve_low_precision
@@ -140,7 +144,7 @@ def flex_attention_on(config: BertConfig, seq_length: int, device_type: str, tra
 
 def modernbert_activations(config: BertConfig, seq_length: int, predicted_share: float, precision: str = "fp32",
                            *, flex_attention: bool = False, dropout_mask_bytes: int = 1,
-                           norm_statistics_bytes: int = 4) -> tuple[int, int]:
+                           norm_statistics_bytes: int = 4, loss_chunks: LossChunks | None = None) -> tuple[int, int]:
     """Bytes a ModernBERT training step keeps for backward per sequence: (without, with gradient
     checkpointing). `precision` is the activations' (p bytes an element; the residual stream
     and LayerNorm statistics stay float32 under autocast). Matches the tensors autograd keeps,
@@ -155,7 +159,9 @@ def modernbert_activations(config: BertConfig, seq_length: int, predicted_share:
     attention norm. Per token once: the ids (int64), the embeddings' and the final LayerNorm's
     inputs and statistics, the predicted-row mask (a byte). Per predicted row (P = share·T): the
     head's dense, activation, LayerNorm and decoder inputs (4·p·d), the LayerNorm's statistics,
-    the row's index (int64), the logits and their float32 log-softmax ((p + 4)·V).
+    the row's index (int64), the logits and their float32 log-softmax ((p + 4)·V); with
+    `loss_chunks` (`bert_cost.chunked_loss_memory`: the loss in chunks) no logits, and the rows'
+    (N, E) gradient where the decoder's input was (the same p·d a row).
 
     Masks, counted for a batch with padding: SDPA is handed additive masks in the query's dtype,
     made once a forward and kept once for every layer (`AttentionMasks.sdpa_mask`), the global
@@ -183,7 +189,7 @@ def modernbert_activations(config: BertConfig, seq_length: int, predicted_share:
     once = T * (8 + 2 * (r * d + stats) + 1 + (dropout * d if config.embedding_dropout > 0 else 0))
     global_mask, local_mask = T * p, (0 if flex_attention else T * T * p)
     masks = (global_mask if global_layers else 0) + (local_mask if local_layers else 0)
-    head = int(predicted * (4 * p * d + stats + 8 + (p + 4) * v))
+    head = int(predicted * (4 * p * d + stats + 8 + head_logit_bytes(precision, loss_chunks) * v))
     full = layers * T * per_token_layer - T * first_layer_less + once + masks + head
     # checkpointing keeps each layer's input; the masks live on in the forward's AttentionMasks
     checkpointed = layers * T * r * d + T * per_token_layer + masks + once + head
@@ -191,10 +197,13 @@ def modernbert_activations(config: BertConfig, seq_length: int, predicted_share:
 
 
 def estimate_modernbert_memory(config: BertConfig, seq_length: int, predicted_share: float, precision: str = "fp32",
-                               *, device_type: str = "cuda", **options: int | None) -> MemoryEstimate:
+                               *, device_type: str = "cuda", micro_batch_size: int | None = None,
+                               **options: int | None) -> MemoryEstimate:
     """Training memory of a ModernBERT on a device of `device_type`: fp32 weights, gradients and
     AdamW's two moments, and `modernbert_activations` (FlexAttention for local layers where a GPU
-    runs it; on a CPU SDPA's dense window). The options are XLNet's and ignored.
+    runs it; on a CPU SDPA's dense window). The options are XLNet's and ignored. With
+    `micro_batch_size`, the masked LM's loss as a step of that many rows runs it: in chunks
+    where `model.loss_chunk_rows` says so (`loss_chunks`, `bert_cost.chunked_loss_memory`).
 
     Without FlexAttention the forward also holds the boolean window mask (T² a row with padding)
     until it ends (`forward_masks_per_sequence`), and builds it from two int64 T×T distance
@@ -209,7 +218,11 @@ def estimate_modernbert_memory(config: BertConfig, seq_length: int, predicted_sh
     """
     parameters = count_modernbert_parameters(config).total
     flex = flex_attention_on(config, seq_length, device_type)
-    full, checkpointed = modernbert_activations(config, seq_length, predicted_share, precision, flex_attention=flex)
+    chunks = None if micro_batch_size is None else chunked_loss_memory(
+        config, micro_batch_rows(seq_length, predicted_share, micro_batch_size), config.hidden_size, precision,
+        decoder_bias=config.decoder_bias, device_type=device_type)
+    full, checkpointed = modernbert_activations(config, seq_length, predicted_share, precision, flex_attention=flex,
+                                                loss_chunks=chunks)
     p = BYTES_PER_ELEMENT[precision]
     probability = p + (p + 1 if config.attention_dropout > 0 else 0)
     square = 0 if flex else seq_length * seq_length
@@ -218,7 +231,7 @@ def estimate_modernbert_memory(config: BertConfig, seq_length: int, predicted_sh
         activations_per_sequence=full, activations_per_sequence_checkpointed=checkpointed,
         attention_probs_per_sequence=(config.num_hidden_layers * config.num_attention_heads
                                       * seq_length * seq_length * probability),
-        forward_masks_per_sequence=square, mask_building=16 * square,
+        forward_masks_per_sequence=square, mask_building=16 * square, loss_chunks=chunks,
     )
 
 

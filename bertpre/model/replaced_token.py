@@ -237,12 +237,15 @@ def replaced_token_parts(config: BertConfig) -> ReplacedTokenParts:
 
 
 def pair_generator_config(config: BertConfig, generator_size: float) -> BertConfig:
-    """The generator's shape of a pair whose discriminator is `config` (`ReplacedTokenParts.generator_config`).
+    """The generator's shape of a pair whose discriminator is `config` (`ReplacedTokenParts.generator_config`),
+    its loss never chunked (`model.loss_chunk_rows` 0: the objective samples replacements from its
+    logits), as the pair builds it and the cost model counts it.
 
     Raises:
         ValueError: a shape the family's rule cannot make (`generator_config`'s).
     """
-    return replaced_token_parts(config).generator_config(config, generator_size)
+    return dataclasses.replace(replaced_token_parts(config).generator_config(config, generator_size),
+                               loss_chunk_rows=0)
 
 
 def last_hidden_state(encoded: torch.Tensor | BertModelOutput) -> torch.Tensor:
@@ -269,9 +272,7 @@ class ReplacedTokenDetection(nn.Module):
         embeddings = self.electra.embeddings
         if embedding_sharing == "gdes":
             embeddings = disentangled(embeddings, config, self.parts.word_table)
-        # Never chunked (model.loss_chunk_rows 0): the objective samples replacements from its logits.
-        generator_shape = dataclasses.replace(self.parts.generator_config(config, generator_size), loss_chunk_rows=0)
-        self.generator = self.parts.generator(generator_shape, embeddings)
+        self.generator = self.parts.generator(pair_generator_config(config, generator_size), embeddings)
 
     def discriminator_state(self) -> dict[str, torch.Tensor]:
         """The discriminator's tensors under a plain discriminator's names (`electra.`,

@@ -181,9 +181,10 @@ def xlnet_training_flops_per_token(config: BertConfig, seq_length: int, predicte
 
 def estimate_xlnet_memory(config: BertConfig, seq_length: int, predicted_share: float, precision: str = "fp32",
                           *, memory_length: int | None = None, query_rows: int | None = None,
-                          device_type: str = "cuda") -> MemoryEstimate:
+                          device_type: str = "cuda", micro_batch_size: int | None = None) -> MemoryEstimate:
     """Training memory of an XLNet: fp32 weights, gradients and AdamW state, `xlnet_activations`
-    (the same on either device: `device_type` is ModernBERT's)."""
+    (the same on either device: `device_type` is ModernBERT's; `micro_batch_size` the masked
+    LM's chunks', and XLNet's LM head is never chunked)."""
     parameters = count_xlnet_parameters(config).total
     full, checkpointed, kept = xlnet_activations(config, seq_length, predicted_share, precision,
                                                  memory_length=memory_length, query_rows=query_rows)

@@ -167,7 +167,8 @@ def model_info(
         parameters=count_parameters(config),
         flops_per_token=training_flops_per_token(config, seq_length, predicted_share, **per_batch),
         dense_head_flops_per_token=training_flops_per_token(config, seq_length, 1.0, **per_batch),
-        memory=estimate_memory(config, seq_length, predicted_share, precision, device_type=device_type),
+        memory=estimate_memory(config, seq_length, predicted_share, precision, device_type=device_type,
+                               micro_batch_size=micro_batch_size),
         device_type=device_type,
         evaluation=evaluation,
         evaluation_memory=None if evaluation is None else estimate_inference_memory(config, evaluation,
@@ -223,6 +224,7 @@ def format_encoder_info(info: ModelInfo, here: torch.device | None = None) -> st
         *memory_lines(info),
         f"  activations / sequence: {readable(memory.activations_per_sequence)}, "
         f"{readable(memory.activations_per_sequence_checkpointed)} with gradient checkpointing",
+        *loss_chunk_lines(memory),
         f"  at micro_batch_size {info.micro_batch_size}: "
         f"{readable(total_memory(memory, info.micro_batch_size, False))}, "
         f"{readable(total_memory(memory, info.micro_batch_size, True))} with checkpointing "
@@ -316,6 +318,16 @@ def format_xlnet_info(info: ModelInfo, here: torch.device | None = None) -> str:
     lines += evaluation_lines(info)
     note = fit_note(info, here)
     return "\n".join(lines + ([note] if note else []))
+
+
+def loss_chunk_lines(memory: MemoryEstimate) -> list[str]:
+    """The masked LM's loss where it runs in chunks at the micro-batch (`model.loss_chunk_rows`):
+    what it holds once a micro-batch, beside the rows' activations; nothing without chunks."""
+    chunks = memory.loss_chunks
+    if chunks is None:
+        return []
+    return [f"  masked-LM loss in {chunks.count:,} chunks of {chunks.rows:,} rows: {readable(chunks.bytes)} "
+            "a micro-batch (the decoder's float32 gradients, one chunk's logits)"]
 
 
 def evaluation_lines(info: ModelInfo) -> list[str]:

@@ -1,6 +1,7 @@
 """bertpre.model.cost: parameter counts against built models, FLOPs against a FLOP counter, memory."""
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,13 @@ from typer.testing import CliRunner
 from bertpre.cli import app, main
 from bertpre.config import load_config
 from bertpre.model.bert import BertConfig, BertForPreTraining
-from bertpre.model.cost import count_parameters, estimate_memory, training_flops_per_token
+from bertpre.model.bert_cost import LossChunks
+from bertpre.model.cost import (
+    count_parameters,
+    estimate_memory,
+    training_flops_per_token,
+    training_memory_floor,
+)
 from bertpre.model.families import family
 from bertpre.tools.info import format_info, memory_lines, model_info
 
@@ -162,3 +169,66 @@ def test_memory_lines_count_fp32_weights_gradients_and_two_adamw_moments():
         "  gradients           420.0 MiB",
         "  AdamW state         840.0 MiB",
     ]
+
+
+BERT_BASE = BertConfig(vocab_size=30522)
+XLM_R_BASE = BertConfig(architecture="xlm-roberta", vocab_size=250002, max_position_embeddings=514,
+                        pad_token_id=1, type_vocab_size=1)
+
+
+@pytest.mark.parametrize("config", [BERT_BASE, XLM_R_BASE], ids=["bert-base", "xlm-r-base"])
+def test_without_chunks_the_training_estimate_is_unchanged(config):
+    """`model.loss_chunk_rows` 0 (or no micro-batch given) counts every predicted row's logits, as
+    before the chunks were counted: the figures pinned from then (bf16, BERT at 128 tokens, XLM-R
+    at 512, 15% predicted, micro-batch 32)."""
+    length = 128 if config is BERT_BASE else 512
+    pinned = {128: (46_396_339, 9_827_251, 1_761_702_848, 314_472_032),
+              512: (286_721_740, 140_445_388, 4_452_722_976, 4_494_252_416)}[length]
+    whole = replace(config, loss_chunk_rows=0)
+    for memory in (estimate_memory(config, length, 0.15, "bf16"),
+                   estimate_memory(whole, length, 0.15, "bf16", micro_batch_size=32)):
+        assert (memory.activations_per_sequence, memory.activations_per_sequence_checkpointed) == pinned[:2]
+        assert memory.loss_chunks is None
+    assert training_memory_floor(whole, length, 0.15, 32) == pinned[2:]
+
+
+def test_bert_base_at_128_tokens_is_not_chunked_and_its_estimate_is_unchanged():
+    """32 × 128 at 15%: 614 predicted rows, under `auto`'s 4,352 a chunk (2²⁷ float32 logits)."""
+    chunked = estimate_memory(BERT_BASE, 128, 0.15, "bf16", micro_batch_size=32)
+    assert chunked == estimate_memory(BERT_BASE, 128, 0.15, "bf16") and chunked.loss_chunks is None
+    assert training_memory_floor(BERT_BASE, 128, 0.15, 32) == (1_761_702_848, 314_472_032)
+
+
+@pytest.mark.parametrize("device_type", ["cuda", "cpu"])
+def test_xlm_r_in_chunks_drops_the_rows_logits_for_the_decoders_gradients_and_one_chunk(device_type):
+    """XLM-R-base, 32 × 512 at 12.5% (64 predicted rows a sequence, 2,048 a micro-batch), bf16:
+    `auto` chunks of 512 rows (2²⁷ float32 logits over 250,002 ids, a multiple of 64), 4 of them.
+    A row keeps no logits ((2 + 4)·V bytes less); the micro-batch holds the float32 (V, E) and (V,)
+    gradients and one chunk at its most: its logits and float32 log-probabilities, then the
+    gradient's bf16 cast and its bf16 (V, E) product (on a CPU the product's float32 copy too)."""
+    v, e, rows = 250_002, 768, 512
+    whole = estimate_memory(replace(XLM_R_BASE, loss_chunk_rows=0), 512, 0.125, "bf16", micro_batch_size=32,
+                            device_type=device_type)
+    chunked = estimate_memory(XLM_R_BASE, 512, 0.125, "bf16", micro_batch_size=32, device_type=device_type)
+    product = (2 + 4) * v * e if device_type == "cpu" else 2 * v * e
+    chunk_bytes = 4 * v * e + 4 * v + rows * v * (2 + 4) + max(4 * rows * v, 2 * rows * v + product,
+                                                              *([(2 + 4) * rows * v] if device_type == "cpu" else []))
+    assert chunked.loss_chunks == LossChunks(rows=rows, count=4, bytes=chunk_bytes)
+    assert whole.loss_chunks is None
+    logits = 64 * (2 + 4) * v  # a sequence's
+    assert whole.activations_per_sequence - chunked.activations_per_sequence == logits
+    assert whole.activations_per_sequence_checkpointed - chunked.activations_per_sequence_checkpointed == logits
+    assert whole.activation_peak(32) - chunked.activation_peak(32) == 32 * logits - chunk_bytes
+    assert (whole.weights, whole.gradients, whole.adamw_state) == (chunked.weights, chunked.gradients,
+                                                                  chunked.adamw_state)
+    floor_whole, floor_chunked = (training_memory_floor(config, 512, 0.125, 32, device_type=device_type)
+                                  for config in (replace(XLM_R_BASE, loss_chunk_rows=0), XLM_R_BASE))
+    assert floor_whole[1] - floor_chunked[1] == 32 * logits - chunk_bytes > 0
+
+
+def test_albert_s_chunks_read_its_embedding_width():
+    """ALBERT's decoder reads the embedding width E (128), not the hidden size: its (V, E)
+    gradients are V·E, in fp32 a chunk its logits and log-probabilities alone."""
+    albert = BertConfig(vocab_size=30000, embedding_size=128, share_layers=True, loss_chunk_rows=256)
+    chunks = estimate_memory(albert, 512, 0.125, "fp32", micro_batch_size=8).loss_chunks
+    assert chunks == LossChunks(rows=256, count=2, bytes=4 * 30000 * 128 + 4 * 30000 + 256 * 30000 * 8)

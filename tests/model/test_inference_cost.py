@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch.profiler import ProfilerActivity, profile
+from _cpu_peak import peak_of
 
 from bertpre.model import BertConfig
 from bertpre.model.bert import BertForPreTraining
@@ -15,21 +15,6 @@ from bertpre.model.xlnet_config import xlnet_config
 pytestmark = pytest.mark.usefixtures("one_thread")  # see conftest
 
 SHAPE = dict(vocab_size=500, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)
-
-
-def peak_of(forward) -> int:
-    """The most bytes of CPU tensors alive at once while `forward` runs (from the profiler's
-    allocation events), counted from what was alive when it started."""
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as profiler:
-        forward()
-    results = getattr(profiler.profiler, "kineto_results", None)
-    if results is None:
-        pytest.skip("this torch's profiler does not expose its allocation events")
-    live = peak = 0
-    for event in sorted((e for e in results.events() if e.name() == "[memory]"), key=lambda e: e.start_ns()):
-        live += event.nbytes()
-        peak = max(peak, live)
-    return peak
 
 
 def xlnet_forward(config: BertConfig, shape: ForwardShape):

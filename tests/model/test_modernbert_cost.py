@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from _cpu_peak import peak_of
 from torch.nn.attention import SDPBackend, sdpa_kernel
-from torch.profiler import ProfilerActivity, profile
 from torch.utils.flop_counter import FlopCounterMode
 from transformers import ModernBertConfig
 from transformers import ModernBertForMaskedLM as HFModernBertForMaskedLM
@@ -20,12 +20,14 @@ from typer.testing import CliRunner
 from bertpre.cli import app
 from bertpre.config import load_config
 from bertpre.model import BertConfig
-from bertpre.model.bert_cost import ForwardShape
+from bertpre.model.bert_cost import ForwardShape, LossChunks, chunked_loss_memory
 from bertpre.model.cost import (
     count_parameters,
     estimate_inference_memory,
     estimate_memory,
+    readable,
     training_flops_per_token,
+    training_memory_floor,
 )
 from bertpre.model.modernbert import AttentionMasks, ModernBertForMaskedLM
 from bertpre.model.modernbert_cost import (
@@ -35,7 +37,7 @@ from bertpre.model.modernbert_cost import (
     modernbert_flops_by_part,
     window_pairs,
 )
-from bertpre.tools.info import model_info
+from bertpre.tools.info import format_info, model_info, total_memory
 from bertpre.train.setup import predicted_share
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
@@ -160,7 +162,8 @@ def test_flops_parts_follow_the_shape() -> None:
 def kept_bytes(model: torch.nn.Module, config: BertConfig, batch: int, length: int, predicted: int,
                autocast: bool, window_masks: bool) -> int:
     """Bytes of the distinct tensors autograd keeps for backward (parameters left out) plus the
-    logits: what a step holds at the end of its forward. `window_masks` False leaves out the
+    logits (none where the loss ran in chunks): what a step holds at the end of its forward.
+    `window_masks` False leaves out the
     (B, 1, T, T) masks, which transformers' SDPA path makes afresh as float for every local layer
     (bertpre's one boolean mask is counted)."""
     parameters = {p.untyped_storage().data_ptr() for p in model.parameters()}
@@ -179,8 +182,90 @@ def kept_bytes(model: torch.nn.Module, config: BertConfig, batch: int, length: i
             torch.autocast("cpu", torch.bfloat16, enabled=autocast):
         out = model(input_ids, attention_mask=attention_mask, labels=labels)
     logits = out.logits if hasattr(out, "logits") else out.prediction_logits
-    kept[logits.untyped_storage().data_ptr()] = logits.untyped_storage().nbytes()
+    if logits is not None:
+        kept[logits.untyped_storage().data_ptr()] = logits.untyped_storage().nbytes()
     return sum(kept.values())
+
+
+@pytest.mark.parametrize("autocast", [False, True])
+def test_a_chunked_loss_keeps_the_rows_gradient_in_place_of_their_logits(autocast: bool) -> None:
+    """bertpre's step with the loss in chunks of 4 rows (48 and 16 predicted rows a batch of 6
+    and 2) keeps, a sequence, what `modernbert_activations` counts with `loss_chunks`: the
+    logits and their log-softmax gone ((p + 4)·V a row), the rows' (N, E) gradient where the
+    decoder's input was. Once a batch: the float32 (V, E) and (V,) gradients, where the whole
+    head kept (under autocast) the decoder weight's 16-bit copy. Exact."""
+    config = modernbert()
+    length, predicted = 32, 8
+    precision = "bf16" if autocast else "fp32"
+    p = 2 if autocast else 4
+    chunks = chunked_loss_memory(dataclasses.replace(config, loss_chunk_rows=4), 6 * predicted, config.hidden_size,
+                                 precision, device_type="cpu")
+    full, _ = modernbert_activations(config, length, predicted / length, precision,
+                                     norm_statistics_bytes=2 if autocast else 4, loss_chunks=chunks)
+    kept = {}
+    for rows in (0, 4):
+        torch.manual_seed(0)
+        model = ModernBertForMaskedLM(dataclasses.replace(config, loss_chunk_rows=rows)).train()
+        kept[rows] = {batch: kept_bytes(model, config, batch, length, predicted, autocast, True) for batch in (2, 6)}
+    assert (kept[4][6] - kept[4][2]) / 4 == pytest.approx(full, rel=0.002)
+    v, e = config.vocab_size, config.hidden_size
+    weight_copy = p * v * e if autocast else 0
+    targets = 6 * predicted * 8 + 4  # the whole loss's int64 targets and total weight, kept by nll_loss
+    assert kept[0][6] - kept[4][6] == 6 * predicted * (p + 4) * v + weight_copy + targets - (4 * v * e + 4 * v)
+
+
+MODERNBERT_BASE = BertConfig(architecture="modernbert", vocab_size=50368, intermediate_size=1152, num_hidden_layers=22,
+                             max_position_embeddings=8192, pad_token_id=50283)
+
+
+def test_without_chunks_modernbert_base_s_estimate_is_unchanged() -> None:
+    """`model.loss_chunk_rows` 0, or no micro-batch given: every predicted row's logits, the
+    figures pinned from before the chunks were counted (32 × 1,024 at 30%, bf16, a GPU)."""
+    whole = dataclasses.replace(MODERNBERT_BASE, loss_chunk_rows=0)
+    for memory in (estimate_memory(MODERNBERT_BASE, 1024, 0.3, "bf16"),
+                   estimate_memory(whole, 1024, 0.3, "bf16", micro_batch_size=32)):
+        assert (memory.activations_per_sequence, memory.activations_per_sequence_checkpointed) == (653_510_041,
+                                                                                                   159_835_545)
+        assert memory.loss_chunks is None
+    assert training_memory_floor(whole, 1024, 0.3, 32) == (2_394_483_712, 5_148_291_872)
+
+
+def test_modernbert_base_in_chunks_counts_one_chunk_where_the_rows_logits_were() -> None:
+    """32 × 1,024 at 25% (256 predicted rows a sequence, 8,192 a micro-batch), bf16, on a GPU:
+    `auto` chunks of 2,624 rows (2²⁷ float32 logits over 50,368 ids), 4 of them. A row keeps no
+    logits ((2 + 4)·V bytes less); the micro-batch holds the float32 (V, E) and (V,) gradients
+    and one chunk at its most (its bf16 logits, their float32 copy and log-probabilities)."""
+    v, e, rows = 50_368, 768, 2_624
+    whole = estimate_memory(dataclasses.replace(MODERNBERT_BASE, loss_chunk_rows=0), 1024, 0.25, "bf16",
+                            micro_batch_size=32)
+    chunked = estimate_memory(MODERNBERT_BASE, 1024, 0.25, "bf16", micro_batch_size=32)
+    chunk_bytes = 4 * v * e + 4 * v + rows * v * (2 + 4 + 4)
+    assert chunked.loss_chunks == LossChunks(rows=rows, count=4, bytes=chunk_bytes)
+    logits = 256 * (2 + 4) * v
+    assert whole.activations_per_sequence - chunked.activations_per_sequence == logits
+    assert whole.activations_per_sequence_checkpointed - chunked.activations_per_sequence_checkpointed == logits
+    assert whole.activation_peak(32) - chunked.activation_peak(32) == 32 * logits - chunk_bytes
+    assert whole.checkpointed_activation_peak(32) - chunked.checkpointed_activation_peak(32) \
+        == 32 * logits - chunk_bytes
+    # at 30% (9,830 rows, 4 chunks) the floor `pretrain` checks is 1.39 GiB lower than the whole logits'
+    assert training_memory_floor(MODERNBERT_BASE, 1024, 0.3, 32) == (2_394_483_712, 3_654_054_656)
+    # a micro-batch of 8 (2,048 rows) is one chunk's worth: unchunked, as the step runs it
+    assert estimate_memory(MODERNBERT_BASE, 1024, 0.25, "bf16", micro_batch_size=8).loss_chunks is None
+
+
+def test_info_prints_the_chunked_loss_as_its_own_line() -> None:
+    """`bertpre info` for ModernBERT-base (32 × 1,024, 30% predicted): the chunks and what they
+    hold once a micro-batch; at loss_chunk_rows 0 no such line, and the step's figure is higher."""
+    chunked = model_info(MODERNBERT_BASE, seq_length=1024, predicted_share=0.3, precision="bf16")
+    whole = model_info(dataclasses.replace(MODERNBERT_BASE, loss_chunk_rows=0), seq_length=1024,
+                       predicted_share=0.3, precision="bf16")
+    chunks = chunked.memory.loss_chunks
+    assert (chunks.rows, chunks.count) == (2624, 4)
+    line = f"  masked-LM loss in 4 chunks of 2,624 rows: {readable(chunks.bytes)} a micro-batch"
+    assert any(text.startswith(line) for text in format_info(chunked).splitlines())
+    assert "masked-LM loss in" not in format_info(whole)
+    lower = total_memory(whole.memory, 32, False) - total_memory(chunked.memory, 32, False)
+    assert lower == whole.memory.activation_peak(32) - chunked.memory.activation_peak(32) > 2**30
 
 
 @pytest.mark.parametrize("changes", [{}, {"global_attn_every_n_layers": 1}, {"embedding_dropout": 0.1, "mlp_dropout": 0.1},
@@ -216,21 +301,6 @@ def test_activation_estimate_matches_the_kept_tensors(changes: dict, autocast: b
     assert checkpointed < full
     memory = estimate_memory(config, length, predicted / length, precision)
     assert memory.weights == 4 * count_parameters(config).total and memory.adamw_state == 2 * memory.weights
-
-
-def peak_of(forward) -> int:
-    """The most bytes of CPU tensors alive at once while `forward` runs (the profiler's
-    allocation events), counted from what was alive when it started."""
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as profiler:
-        forward()
-    results = getattr(profiler.profiler, "kineto_results", None)
-    if results is None:
-        pytest.skip("this torch's profiler does not expose its allocation events")
-    live = peak = 0
-    for event in sorted((e for e in results.events() if e.name() == "[memory]"), key=lambda e: e.start_ns()):
-        live += event.nbytes()
-        peak = max(peak, live)
-    return peak
 
 
 def bertpre_forward(config: BertConfig, shape: ForwardShape):

@@ -3,6 +3,7 @@ every token with its one-logit head, the generator's masked LM on the predicted 
 a FLOP counter measures one training step; `bertpre info` shows both; the memory check counts both."""
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -81,3 +82,20 @@ def test_the_memory_check_counts_the_generator(monkeypatch):
     with pytest.raises(UserError, match="parameters, whose weights|activations") as error:
         check_fits_in_memory(config, torch.device("cpu"))
     assert "\n" not in str(error.value)
+
+
+def test_the_memory_check_counts_the_generator_s_whole_logits():
+    """The generator's loss is never chunked (the objective samples from its logits): its cost
+    part, and so `bertpre info`'s and the memory check's floor, counts every predicted row's
+    logits, even where `model.loss_chunk_rows` would chunk the discriminator's family's masked LM."""
+    from bertpre.model.cost import estimate_memory
+    from bertpre.train.objectives import objective_for
+
+    config = rtd_config("model.loss_chunk_rows=4", "data.max_seq_length=32", "data.max_predictions_per_seq=8",
+                        "data.mlm_probability=0.25")
+    _, generator = objective_for(config.data.objective, config.objective).cost_parts(config)
+    assert generator.model.loss_chunk_rows == 0
+    assert ReplacedTokenDetection(config.model, 0.25).generator.config == generator.model
+    assert estimate_memory(generator.model, 32, 0.25, micro_batch_size=8).loss_chunks is None
+    chunked = estimate_memory(replace(generator.model, loss_chunk_rows=4), 32, 0.25, micro_batch_size=8)
+    assert chunked.loss_chunks is not None
