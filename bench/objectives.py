@@ -56,7 +56,8 @@ FLOPs on two kinds of corpus, scored by held-out loss and a downstream linear pr
 - a kept folder (`--work DIR`): the tokenized corpora, every run and its record (settings, held-out
   and downstream scores) stay there; a later invocation reuses every run whose settings match
   (and refuses one that does not) and scores only the tasks or scorings a record lacks, so a
-  comparison too long for one sitting is finished by running the same command again.
+  comparison too long for one sitting is finished by running the same command again, and
+  `--report` summarises what the folder holds meanwhile (training and scoring nothing).
 
 Writes bench/results/objectives-DATE.json: per corpus, per run the scores, FLOPs, seconds and
 tokens/s; per objective mean and standard deviation over seeds; PLM − MLM (and CLM − MLM)
@@ -526,8 +527,16 @@ def run_corpus(args, spec: str, tasks: list[Task], work: Path) -> dict:
     runs = []
     for seed in range(args.seeds):
         for objective in args.objectives:
-            record = pretrained(args, objective, folder, seed, steps[objective], vocab_size, data, windows)
-            score_downstream(args, record, folder / f"{objective}-{seed}", tasks)
+            if args.report:  # what --work holds: its finished runs, as scored so far
+                kept = folder / f"{objective}-{seed}" / "record.json"
+                if not kept.is_file():
+                    continue
+                record = json.loads(kept.read_text())
+                if record.get("identity") != pretraining_identity(args, objective, seed, steps[objective]):
+                    continue
+            else:
+                record = pretrained(args, objective, folder, seed, steps[objective], vocab_size, data, windows)
+                score_downstream(args, record, folder / f"{objective}-{seed}", tasks)
             runs.append(record)
             print(describe_run(name, record), flush=True)
     summary, differences = summarise(runs, args.objectives, tasks)
@@ -588,6 +597,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--full-seeds", type=int, default=3, help="full fine-tuning seeds a model and task (0: none)")
     parser.add_argument("--full-lr", type=float, default=3e-4, help="full fine-tuning's peak lr (ELECTRA-Small's)")
     parser.add_argument("--full-epochs", type=int, default=3)
+    parser.add_argument("--report", action="store_true",
+                        help="train and score nothing: summarise the finished runs --work holds (a result marked "
+                             "incomplete where runs are missing)")
     parser.add_argument("--work", type=Path, default=None,
                         help="keep the tokenized corpora, runs and their scores here; a later invocation reuses "
                              "what it finds (default: a temporary folder)")
@@ -607,6 +619,8 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         print(f"no corpus: {', '.join(missing)} absent; pass --corpus NAME=FILE")
         return 0
+    if args.report and args.work is None:
+        parser.error("--report summarises what --work holds: name the folder")
     tasks = [] if args.no_downstream else [read_task(spec, full=args.full_seeds > 0) for spec in args.task or DEFAULT_TASKS]
     torch.set_num_threads(args.threads)
     started = time.perf_counter()
@@ -638,7 +652,8 @@ def main(argv: list[str] | None = None) -> int:
             results[spec.split("=", 1)[0]] = run_corpus(args, spec, tasks, work)
             record(complete=False)  # what has finished survives a later failure
     print_table(results, tasks)
-    path = record(complete=True)
+    path = record(complete=not args.report or all(
+        len(result["per_run"]) == args.seeds * len(args.objectives) for result in results.values()))
     print(f"wrote {path} in {time.perf_counter() - started:.0f} s")
     return 0
 

@@ -127,6 +127,14 @@ def test_objectives_kept_work_is_reused(tmp_path, one_thread):
     third = json.loads((run / "record.json").read_text())
     assert third["resumed"] and third["held_out"] == first["held_out"] and third["steps"] == first["steps"]
     assert sorted(path.stat().st_mtime_ns for path in run.rglob("*.safetensors")) == checkpoints
+    # --report trains nothing and summarises the kept runs: one of two seeds here, so incomplete
+    out = tmp_path / "report"
+    assert objectives.main([*base[:base.index("--seeds") + 1], "2", *base[base.index("--seeds") + 2:base.index("--out")],
+                            "--out", str(out), "--report", "--no-downstream"]) == 0
+    assert not (run.parent / "mlm-1").exists()
+    (path,) = out.iterdir()
+    report = json.loads(path.read_text())
+    assert not report["complete"] and [r["seed"] for r in report["corpora"]["sample"]["per_run"]] == [0]
     # another shape is not mistaken for the kept run
     with pytest.raises(SystemExit, match="other settings"):
         objectives.main([*base[:base.index("--hidden") + 1], "48", *base[base.index("--hidden") + 2:], "--no-downstream"])
