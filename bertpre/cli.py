@@ -220,6 +220,10 @@ def pretrain(
     init_from: Path | None = typer.Option(
         None, "--init-from", help="Start from these weights (a Hugging Face BERT folder, an export, "
                                   "a RUN or a checkpoint); overrides model.init_from."),
+    init_generator_from: Path | None = typer.Option(
+        None, "--init-generator-from", help="With data.objective rtd and --init-from a released ELECTRA "
+                                            "discriminator: its generator's folder (ElectraForMaskedLM); "
+                                            "overrides model.init_generator_from."),
 ) -> None:
     """Pretrain a BERT encoder; resumes from RUN/checkpoints/latest by default.
 
@@ -230,10 +234,11 @@ def pretrain(
     (both once a checkpoint is saved). SIGUSR1 saves a checkpoint and training goes on.
     """
     from bertpre.config import load_config
-    from bertpre.config.sections import INIT_FROM
+    from bertpre.config.sections import INIT_FROM, INIT_GENERATOR_FROM
     from bertpre.train.trainer import pretrain as run_pretraining
 
-    given = {"data.path": data, "train.out": out, f"model.{INIT_FROM}": init_from}
+    given = {"data.path": data, "train.out": out, f"model.{INIT_FROM}": init_from,
+             f"model.{INIT_GENERATOR_FROM}": init_generator_from}
     cfg = load_config(config, list(overrides or []),
                       {key: str(path) for key, path in given.items() if path is not None})
     result = run_pretraining(cfg, resume=resume)

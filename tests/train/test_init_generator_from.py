@@ -104,7 +104,7 @@ def test_a_run_names_its_generator_records_the_key_and_resumes_without_it_given_
         released, tiny_data, tmp_path, monkeypatch, capsys):
     out = tmp_path / "run"
     args = ["pretrain", "--config", run_config(tmp_path), "--data", tiny_data, "--out", out,
-            "--init-from", released["discriminator"], "--set", f"model.init_generator_from={released['generator']}"]
+            "--init-from", released["discriminator"], "--init-generator-from", released["generator"]]
     code, _, stderr = run_main(args, monkeypatch, capsys)
     assert code == 0, stderr
     assert (f"note: starting the generator from the weights of {released['generator']} (model.init_generator_from; "
