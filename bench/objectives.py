@@ -73,6 +73,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import functools
 import json
 import statistics
 import sys
@@ -318,8 +319,9 @@ class Task:
             raise SystemExit(f"{self.folder / 'train.csv'}: a label column and one or two text columns, got {columns}")
         return columns
 
-    def identity(self) -> dict:
-        """The files' contents: two records scored the same task when these are equal."""
+    @functools.cached_property
+    def files_sha256(self) -> dict:
+        """The files' contents, hashed once: two records scored the same task when these are equal."""
         import hashlib
 
         return {path.name: hashlib.sha256(path.read_bytes()).hexdigest()
@@ -463,7 +465,7 @@ def score_downstream(args, record: dict, run_dir: Path, tasks: list[Task]) -> No
     settings = {"length": args.length, "probe_seeds": args.probe_seeds, "full_seeds": args.full_seeds,
                 "full_lr": args.full_lr, "full_epochs": args.full_epochs}
     for task in tasks:
-        identity = {"files_sha256": task.identity(), **settings}
+        identity = {"files_sha256": task.files_sha256, **settings}
         scores = record["downstream"].setdefault(task.name, {})
         for scoring in task.scorings:
             if scoring in scores and scores[scoring].get("identity") == identity:
@@ -638,7 +640,7 @@ def main(argv: list[str] | None = None) -> int:
                            "xlnet_plm, xlnet_clm": "between the XLNet models only",
                            "own": "not across objectives: each objective predicts other tokens from other contexts"},
             "downstream": {task.name: {"folder": str(task.folder), "kind": task.kind, "metric": task.metric,
-                                       "files_sha256": task.identity()} for task in tasks}
+                                       "files_sha256": task.files_sha256} for task in tasks}
             | {"scorings": "bertpre finetune on the test split, fp32, windows of the pretraining length: probe "
                            "(--preset probe, frozen encoder, a linear head; classification by mean and cls pooling; "
                            "--probe-seeds) and full (--preset bert, --full-lr, --full-epochs, --full-seeds)"},
