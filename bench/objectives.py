@@ -42,7 +42,7 @@ FLOPs on two kinds of corpus, scored by held-out loss and a downstream linear pr
   each XLNet objective's loss (`xlnet_plm_loss`, `xlnet_clm_loss` = the left-to-right
   perplexity's log, a proper language model's) on the same segments.
 - downstream (`--task NAME=DIR`, repeatable; default WordNet supersenses, data/wordnet-supersenses-4000,
-  and WordNet definitions, data/wordnet-definitions-4000, a pair task): every final model through `bertpre
+  and a word's part of speech in a sentence, data/wordnet-pos-4000, a pair task): every final model through `bertpre
   finetune` on each task's test split, fp32: the linear probe (frozen encoder, `--probe-seeds`
   seeds; a classification task by pooling `mean` and `cls`, [CLS] first for BERT, last for XLNet,
   which with `pair_task: none` no pretraining loss reads) and full fine-tuning (every weight,
@@ -93,11 +93,12 @@ OBJECTIVES = ("mlm", "plm", "clm", "rtd", "rtd-gdes")
 REPLACED_TOKEN = ("rtd", "rtd-gdes")
 POOLINGS = ("mean", "cls")
 # The labelled tasks by default, both from data_prep and WordNet: supersenses (a definition's
-# lexicographer file, 41 classes) and definitions (does this word have this meaning? a pair, yes or
-# no, the wrong meanings from the same lexicographer file). WordNet reading comprehension (QA,
-# data_prep.wordnet_questions) is a --task too, but its windows cost minutes a model on a CPU.
+# lexicographer file, 41 classes: meaning) and pos (a word's part of speech in a usage example, the
+# words split so none is seen in training: syntax). Definitions (does this word have this meaning?
+# data_prep.wordnet_definitions) is a --task too, but every tiny model scores it at chance; WordNet
+# reading comprehension (QA, data_prep.wordnet_questions) is one, but costs minutes a model on a CPU.
 DEFAULT_TASKS = (f"supersenses={ROOT / 'data' / 'wordnet-supersenses-4000'}",
-                 f"definitions={ROOT / 'data' / 'wordnet-definitions-4000'}")
+                 f"pos={ROOT / 'data' / 'wordnet-pos-4000'}")
 SPEECHES_PER_DOCUMENT = 24  # about a scene's worth of turns
 FILL_IN_SHARE = 0.15
 FILL_IN_WINDOWS = 512  # held-out windows scored by fill_in, at most
@@ -339,7 +340,7 @@ def read_task(spec: str, full: bool = True) -> Task:
         return Task(name or folder.name, folder, "classification", full)
     raise SystemExit(f"--task {spec}: {folder} holds neither train.csv and validation.csv nor train.json, dev.json "
                      f"and test.json; write one with `python -m data_prep.wordnet_supersenses --out {folder} "
-                     f"--max-train 4000 --max-eval 1000` (or data_prep.wordnet_definitions, the same options)")
+                     f"--max-train 4000 --max-eval 1000` (or data_prep.wordnet_pos_in_context, the same options)")
 
 
 def score_on_task(run: Path, task: Task, scoring: str, args, out: Path) -> dict:

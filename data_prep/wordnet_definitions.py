@@ -122,12 +122,12 @@ def sample_rows(pairs: list[tuple[Row, Row]], limit: int | None, rng: random.Ran
     return rows
 
 
-def write_csv(path: Path, rows: Iterable[Row]) -> None:
+def write_csv(path: Path, rows: Iterable[Sequence[str]], header: Sequence[str] = ("word", "definition", "label")) -> None:
     """Write through a temporary file, so an interrupted run leaves no half-written CSV."""
     partial = path.with_name(path.name + ".partial")
     with partial.open("w", encoding="utf-8", newline="") as handle:
         writer = csv.writer(handle)
-        writer.writerow(["word", "definition", "label"])
+        writer.writerow(header)
         writer.writerows(rows)
     os.replace(partial, path)
 
