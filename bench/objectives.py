@@ -220,7 +220,8 @@ def held_out(model, config, data, objective: str, windows, tokenizer) -> dict:
     if objective in REPLACED_TOKEN:  # the discriminator predicts no tokens: its own scores alone
         result = evaluate(model, data, config.data, micro_batch_size=32, seed=1234)
         return {"own": {"loss": result["rtd_loss"], "acc": result["rtd_acc"],
-                        "acc_replaced": result["rtd_acc_replaced"], "replaced_share": result["replaced_share"],
+                        "acc_replaced": result["rtd_acc_replaced"], "precision": result["rtd_precision"],
+                        "replaced_share": result["replaced_share"],
                         "generator_mlm_loss": result["mlm_loss"], "tokens": result["tokens"]}}
     scores = {"fill_in": fill_in(model, windows, tokenizer, xlnet=objective != "mlm")}
     if objective == "mlm":
@@ -376,6 +377,8 @@ def measures(tasks: list[Task]) -> dict[str, tuple[tuple[str, ...], bool | None]
             "fill_in_acc": (("held_out", "fill_in", "acc"), True),
             "own_loss": (("held_out", "own", "loss"), False),
             "rtd_acc_replaced": (("held_out", "own", "acc_replaced"), True),
+            "rtd_precision": (("held_out", "own", "precision"), True),
+            "replaced_share": (("held_out", "own", "replaced_share"), None),
             "xlnet_plm_loss": (("held_out", "xlnet_plm", "loss"), False),
             "xlnet_clm_loss": (("held_out", "xlnet_clm", "loss"), False),
             "train_s": (("train_s",), None),
@@ -387,6 +390,18 @@ def compared(tasks: list[Task]) -> tuple[str, ...]:
     """Differences that compare like with like: the downstream scores and fill-in, not own_loss
     across objectives."""
     return (*(f"{task.name}_{scoring}" for task in tasks for scoring in task.scorings), "fill_in_loss", "fill_in_acc")
+
+
+def with_precision(record: dict) -> dict:
+    """A discriminator's record, its precision added where a record written before the bench kept
+    it lacks it: derived exactly from its accuracy, accuracy on replaced tokens and share replaced
+    (what it caught, over what it caught and the originals it got wrong)."""
+    own = record.get("held_out", {}).get("own", {})
+    if "acc_replaced" in own and "precision" not in own:
+        caught = own["replaced_share"] * own["acc_replaced"]
+        wrong = (1 - own["replaced_share"]) - (own["acc"] - caught)
+        own["precision"] = caught / (caught + wrong) if caught + wrong > 1e-12 else 0.0  # none called: 0
+    return record
 
 
 def measure(run: dict, path: tuple[str, ...]):
@@ -401,6 +416,7 @@ def summarise(runs: list[dict], objectives: list[str], tasks: list[Task]) -> tup
     """Per objective each measure's mean and std over seeds; each other objective − MLM (and
     CLM − PLM on the XLNet losses) with its 95% Welch interval."""
     chosen_measures, like = measures(tasks), compared(tasks)
+    runs = [with_precision(run) for run in runs]
     by_objective = {objective: [run for run in runs if run["objective"] == objective] for objective in objectives}
     summary = {objective: {name: spread([measure(run, path) for run in chosen])
                            for name, (path, _) in chosen_measures.items()
@@ -419,7 +435,7 @@ def summarise(runs: list[dict], objectives: list[str], tasks: list[Task]) -> tup
         if objective != "mlm":
             compare(objective, "mlm", like)
     compare("clm", "plm", (*like, "xlnet_plm_loss", "xlnet_clm_loss"))
-    compare("rtd-gdes", "rtd", (*like, "own_loss", "rtd_acc_replaced"))
+    compare("rtd-gdes", "rtd", (*like, "own_loss", "rtd_acc_replaced", "rtd_precision"))
     return summary, differences
 
 
@@ -507,7 +523,8 @@ def describe_run(name: str, record: dict) -> str:
     line = (f"{name} seed {record['seed']} {record['objective']}: {record['steps']} steps, {record['flops']:.3g} FLOPs, "
             f"{record['train_s']:.0f} s, own loss {scores['own']['loss']:.3f}"
             + (f", fill-in loss {scores['fill_in']['loss']:.3f}" if "fill_in" in scores
-               else f", replaced acc {scores['own']['acc_replaced']:.3f}"))
+               else f", replaced acc {scores['own']['acc_replaced']:.3f} (share {scores['own']['replaced_share']:.3f}), "
+                    f"precision {with_precision(record)['held_out']['own']['precision']:.3f}"))
     for task, by_scoring in record["downstream"].items():
         line += "".join(f", {task} {scoring} {entry['score']:.3f}" for scoring, entry in by_scoring.items())
     return line

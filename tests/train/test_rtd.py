@@ -124,6 +124,9 @@ def test_a_tiny_rtd_run_logs_its_named_terms_and_resumes_bit_for_bit(tiny_data, 
         assert row["train/loss"] == pytest.approx(row["train/mlm_loss"] + 20 * row["train/rtd_loss"], rel=1e-12)
         assert 0.05 < row["train/replaced_share"] < 0.2  # the masked 15%, less the samples equal to the original
         assert 0 <= row["train/rtd_acc_replaced"] <= 1 and 0 <= row["train/rtd_acc_original"] <= 1
+        caught = row["train/replaced_share"] * row["train/rtd_acc_replaced"]  # the same sums, another way
+        wrong = (1 - row["train/replaced_share"]) * (1 - row["train/rtd_acc_original"])
+        assert row["train/rtd_precision"] == pytest.approx(caught / (caught + wrong) if caught + wrong else 0.0)
     resumed = run(tiny_data, tmp_path / "resumed", 4, *extra, stop_after=2, monkeypatch=monkeypatch)
     def trained(rows: list[dict]) -> list[dict]:
         return [{name: value for name, value in row.items() if name.startswith("train/")} for row in rows]

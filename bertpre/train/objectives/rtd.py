@@ -106,6 +106,14 @@ class ReplacedTokenStep(nn.Module):
         return (mlm_loss_sum, rtd_loss_sum), sums, None
 
 
+def called_replaced(correct: float, replaced_correct: float, replaced: float, tokens: float) -> float:
+    """How many tokens the discriminator called replaced: those it caught, and the originals it
+    got wrong. Its precision (caught / called) against the share replaced says how much it tells
+    apart whatever its threshold: a guess that knows nothing has precision = the share. A
+    discriminator that calls none replaced has precision 0, as ELECTRA's own metrics count it."""
+    return replaced_correct + (tokens - replaced) - (correct - replaced_correct)
+
+
 class ReplacedTokenObjective(MaskedLanguageModel):
     """`data.objective: rtd`: the masked LM's batches (every masked token [MASK]), a generator and
     a discriminator (`ReplacedTokenDetection`), the generator's `mlm` and the discriminator's
@@ -140,12 +148,15 @@ class ReplacedTokenObjective(MaskedLanguageModel):
         """Nothing to freeze: the pair has no pooler or pair head."""
 
     def train_scalars(self, sums: dict[str, float]) -> dict[str, float]:
-        """The terms' scalars, and the discriminator's accuracy on replaced and on original tokens
-        and the share of real tokens replaced."""
+        """The terms' scalars, the discriminator's accuracy on replaced and on original tokens and
+        its precision (the share replaced of the tokens it calls replaced), and the share of real
+        tokens replaced."""
         replaced, tokens = sums["replaced_tokens"], sums["tokens"]
+        called = called_replaced(sums["rtd_correct"], sums["replaced_correct"], replaced, tokens)
         return {**super().train_scalars(sums),
                 "train/rtd_acc_replaced": sums["replaced_correct"] / max(replaced, 1),
                 "train/rtd_acc_original": (sums["rtd_correct"] - sums["replaced_correct"]) / max(tokens - replaced, 1),
+                "train/rtd_precision": sums["replaced_correct"] / max(called, 1),
                 "train/replaced_share": replaced / max(tokens, 1)}
 
     def source_evaluator(self, folder: DataFolder, data_config: DataConfig, **options: Any) -> ReplacedTokenEvaluator:
@@ -186,8 +197,8 @@ class ReplacedTokenEvaluator:
                  autocast: contextlib.AbstractContextManager | None = None,
                  max_batches: int | None = None) -> dict[str, float]:
         """Returns {"mlm_loss", "perplexity", "mlm_acc", "rtd_loss", "rtd_acc", "rtd_acc_replaced",
-        "rtd_acc_original", "replaced_share", "predictions", "tokens"}; the model's train/eval
-        mode is put back."""
+        "rtd_acc_original", "rtd_precision", "replaced_share", "predictions", "tokens"}; the model's
+        train/eval mode is put back."""
         device = device or next(model.parameters()).device
         was_training = model.training
         model.eval()
@@ -217,4 +228,5 @@ class ReplacedTokenEvaluator:
                 "mlm_acc": ratio(mlm_correct, predictions), "rtd_loss": ratio(rtd_loss, tokens),
                 "rtd_acc": ratio(rtd_correct, tokens), "rtd_acc_replaced": ratio(replaced_correct, replaced),
                 "rtd_acc_original": ratio(rtd_correct - replaced_correct, tokens - replaced),
+                "rtd_precision": replaced_correct / max(called_replaced(rtd_correct, replaced_correct, replaced, tokens), 1),
                 "replaced_share": ratio(replaced, tokens), "predictions": int(predictions), "tokens": int(tokens)}
