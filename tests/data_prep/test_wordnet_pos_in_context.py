@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -126,3 +127,15 @@ def test_the_command_writes_the_files_and_refuses_bad_input_in_one_line(tmp_path
             main(["--out", str(tmp_path / "bad"), "--wordnet", str(folder), *bad])
         assert stopped.value.code == 2
     assert "two parts of speech" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/usr/share/wordnet/data.noun").is_file(), reason="wordnet-base is not installed")
+def test_the_installed_wordnet_gives_a_set_with_every_part_of_speech(tmp_path):
+    summary = build(Path("/usr/share/wordnet"), tmp_path, max_train=4000, max_eval=1000)
+    assert summary["splits"]["train"]["rows"] == 4000 and summary["splits"]["validation"]["rows"] == 1000
+    assert summary["splits"]["test"]["words"] > 50
+    for split in summary["splits"].values():
+        assert set(split["labels"]) == {"noun", "verb", "adj", "adv"} and max(split["labels"].values()) < 0.5
+    words = {name: {word.lower() for word, _, _ in rows} for name, rows in read_rows(tmp_path).items()}
+    assert not words["train"] & words["test"]
