@@ -18,9 +18,9 @@ Choices, and why:
 - **The word as written**, matched whole and in any case (`run` in "run the store", not in
   "ran" or "runner"): no lemmatiser, so the label is WordNet's own, never a guess. Satellite
   adjectives count as adjectives.
-- **Each (word, sentence) once**, with the label of the first synset that has it (WordNet's
-  order within a part of speech; nouns, verbs, adjectives, adverbs); an example that uses the
-  word as two parts of speech in different synsets is dropped and counted.
+- **Each (word, sentence) once**, written as the first synset that has it spells the word; an
+  example WordNet gives for the word under two parts of speech (the same sentence under a noun
+  and a verb synset) has no one label, so it is dropped and counted.
 - **The split is the word's sha256** (80/10/10): a test word is never seen in training, so a
   model cannot learn each word's usual part of speech; it must read the sentence or the word's
   form (`-ly`, `-ous`). The split depends on nothing else, the same on every machine.
