@@ -40,13 +40,12 @@ from pathlib import Path
 from typing import Any
 
 from data_prep.wordnet_supersenses import (
-    INSTALL_HINT,
     PARTS_OF_SPEECH,
     SPLITS,
     WORDNET,
     Synset,
     WordNetError,
-    read_synsets,
+    read_wordnet,
     split_of,
 )
 
@@ -141,13 +140,8 @@ def build(wordnet: Path, out: Path, *, seed: int = 0, parts_of_speech: Iterable[
         WordNetError: a data file is missing or malformed, or a split would be empty.
     """
     by_split: dict[str, list[Synset]] = {name: [] for name in SPLITS}
-    for part_of_speech in parts_of_speech:
-        path = Path(wordnet) / f"data.{part_of_speech}"
-        if not path.is_file():
-            raise WordNetError(f"{path} not found: WordNet 3.0's database is not installed; {INSTALL_HINT}")
-        with path.open(encoding="utf-8") as lines:
-            for synset in read_synsets(lines, part_of_speech):
-                by_split[split_of(synset.definition)].append(synset)
+    for synset in read_wordnet(wordnet, parts_of_speech):
+        by_split[split_of(synset.definition)].append(synset)
     dropped: Counter = Counter()
     rows, made = {}, {}
     for name, synsets in by_split.items():

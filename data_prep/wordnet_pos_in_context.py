@@ -40,14 +40,13 @@ from typing import Any
 
 from data_prep.wordnet_definitions import word_of, write_csv
 from data_prep.wordnet_supersenses import (
-    INSTALL_HINT,
     PARTS_OF_SPEECH,
     SPLITS,
     WORDNET,
     Synset,
     WordNetError,
     hash_order,
-    read_synsets,
+    read_wordnet,
 )
 
 HEADER = ("word", "sentence", "label")
@@ -101,16 +100,9 @@ def build(wordnet: Path, out: Path, *, parts_of_speech: Sequence[str] = PARTS_OF
     Raises:
         WordNetError: a data file is missing or malformed, or a split would be empty.
     """
-    synsets: list[Synset] = []
-    for part_of_speech in parts_of_speech:
-        path = Path(wordnet) / f"data.{part_of_speech}"
-        if not path.is_file():
-            raise WordNetError(f"{path} not found: WordNet 3.0's database is not installed; {INSTALL_HINT}")
-        with path.open(encoding="utf-8") as lines:
-            synsets.extend(read_synsets(lines, part_of_speech))
     dropped: Counter = Counter()
     by_split: dict[str, list[Row]] = {name: [] for name in SPLITS}
-    for row in make_rows(synsets, dropped):
+    for row in make_rows(read_wordnet(wordnet, parts_of_speech), dropped):
         by_split[split_of_word(row[0])].append(row)
     summary: dict[str, Any] = {"splits": {}, "dropped": dict(sorted(dropped.items()))}
     for name in SPLITS:

@@ -120,6 +120,22 @@ def read_synsets(lines: Iterable[str], part_of_speech: str) -> Iterator[Synset]:
             yield synset
 
 
+def read_wordnet(wordnet: Path, parts_of_speech: Iterable[str]) -> list[Synset]:
+    """Every synset of these parts of speech' data files in `wordnet`, in file order.
+
+    Raises:
+        WordNetError: a data file is missing or malformed.
+    """
+    synsets: list[Synset] = []
+    for part_of_speech in parts_of_speech:
+        path = Path(wordnet) / f"data.{part_of_speech}"
+        if not path.is_file():
+            raise WordNetError(f"{path} not found: WordNet 3.0's database is not installed; {INSTALL_HINT}")
+        with path.open(encoding="utf-8") as lines:
+            synsets.extend(read_synsets(lines, part_of_speech))
+    return synsets
+
+
 def split_of(definition: str) -> str:
     """train (80%), validation (10%) or test (10%), from the definition's sha256."""
     bucket = int.from_bytes(hashlib.sha256(definition.encode("utf-8")).digest()[:8], "big") % 10
@@ -174,14 +190,7 @@ def build(wordnet: Path, out: Path, *, parts_of_speech: Iterable[str] = ("noun",
           max_eval: int | None = None) -> dict[str, dict]:
     """Write out/train.csv, validation.csv, test.csv; returns each split's row and label counts
     (and, for evaluation splits, how many rows were dropped for a label training lacks)."""
-    synsets = []
-    for part_of_speech in parts_of_speech:
-        path = Path(wordnet) / f"data.{part_of_speech}"
-        if not path.is_file():
-            raise WordNetError(f"{path} not found: WordNet 3.0's database is not installed; {INSTALL_HINT}")
-        with path.open(encoding="utf-8") as lines:
-            synsets.extend(read_synsets(lines, part_of_speech))
-    rows = make_rows(synsets, examples=examples)
+    rows = make_rows(read_wordnet(wordnet, parts_of_speech), examples=examples)
     rows["train"] = subsample(rows["train"], max_train)
     known = {label for _, label in rows["train"]}
     summary: dict[str, dict] = {}
