@@ -395,12 +395,14 @@ def compared(tasks: list[Task]) -> tuple[str, ...]:
 def with_precision(record: dict) -> dict:
     """A discriminator's record, its precision added where a record written before the bench kept
     it lacks it: derived exactly from its accuracy, accuracy on replaced tokens and share replaced
-    (what it caught, over what it caught and the originals it got wrong)."""
+    (the objective's own `called_replaced`, on shares of the tokens rather than counts)."""
+    from bertpre.train.objectives.rtd import called_replaced
+
     own = record.get("held_out", {}).get("own", {})
     if "acc_replaced" in own and "precision" not in own:
         caught = own["replaced_share"] * own["acc_replaced"]
-        wrong = (1 - own["replaced_share"]) - (own["acc"] - caught)
-        own["precision"] = caught / (caught + wrong) if caught + wrong > 1e-12 else 0.0  # none called: 0
+        called = called_replaced(own["acc"], caught, own["replaced_share"], 1.0)
+        own["precision"] = caught / called if called > 1e-12 else 0.0  # none called: 0
     return record
 
 
