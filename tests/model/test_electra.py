@@ -253,6 +253,7 @@ def test_evaluate_scores_an_electra_run_and_its_export_with_the_rtd_metrics(elec
         code, stdout, stderr = run_main(args, monkeypatch, capsys)
         assert code == 0, stderr
         values = dict(line.split() for line in stdout.splitlines() if line.strip())
-        assert {"mlm_loss", "rtd_loss", "rtd_acc", "rtd_precision", "replaced_share"} <= set(values)
+        assert {"mlm_loss", "rtd_loss", "rtd_acc", "rtd_precision", "rtd_auc", "replaced_share"} <= set(values)
         scores.append(float(values["rtd_loss"]))
+        assert 0.0 <= float(values["rtd_auc"]) <= 1.0
     assert all(0.3 < score < 1.5 for score in scores)  # near log 2 after two steps

@@ -15,7 +15,7 @@ from bertpre.config import load_config
 from bertpre.errors import UserError
 from bertpre.model.replaced_token import ReplacedTokenDetection
 from bertpre.train.objectives import objective_for
-from bertpre.train.objectives.rtd import sample_tokens
+from bertpre.train.objectives.rtd import AUC_BINS, histogram_auc, logit_histogram, sample_tokens
 
 ROOT = Path(__file__).parents[2]
 TINY = ROOT / "configs" / "tiny.yaml"
@@ -105,6 +105,33 @@ def test_samples_follow_the_generator_s_distribution():
     drawn = sample_tokens(logits, torch.rand(20000, 3))
     shares = torch.bincount(drawn, minlength=3) / 20000
     torch.testing.assert_close(shares, torch.tensor([0.7, 0.2, 0.1]), atol=0.015, rtol=0)
+
+
+def auc_of(logits: torch.Tensor, replaced: torch.Tensor, real: torch.Tensor | None = None) -> float:
+    counts = logit_histogram(logits, replaced, torch.ones_like(replaced) if real is None else real)
+    assert counts.shape == (2, AUC_BINS)
+    return histogram_auc(counts[0].tolist(), counts[1].tolist())
+
+
+def test_the_discriminator_s_auc_from_its_histogram_is_the_ranking_s():
+    from sklearn.metrics import roc_auc_score
+
+    generator = torch.Generator().manual_seed(0)
+    replaced = torch.rand(4000, generator=generator) < 0.12
+    logits = torch.randn(4000, generator=generator) * 3 - 2 + 2.5 * replaced  # replaced tokens score higher
+    expected = roc_auc_score(replaced.numpy(), logits.numpy())
+    assert 0.7 < expected < 0.95
+    assert auc_of(logits, replaced) == pytest.approx(expected, abs=1e-3)
+    # padding is not counted: flipping every padded token's label leaves the figure alone
+    real = torch.rand(4000, generator=generator) < 0.8
+    assert auc_of(logits, replaced ^ ~real, real) == pytest.approx(
+        roc_auc_score(replaced[real].numpy(), logits[real].numpy()), abs=1e-3)
+    # ranked first, last, or not at all; logits past the range count in the end bins
+    separated = torch.tensor([-40.0, -3.0, 1.0, 50.0])
+    assert auc_of(separated, torch.tensor([False, False, True, True])) == 1.0
+    assert auc_of(separated, torch.tensor([True, True, False, False])) == 0.0
+    assert auc_of(torch.zeros(10), torch.arange(10) < 3) == 0.5
+    assert torch.isnan(torch.tensor(auc_of(separated, torch.zeros(4, dtype=torch.bool))))
 
 
 def run(data: Path, out: Path, steps: int, *extra: str, stop_after: int | None = None, monkeypatch=None) -> list[dict]:

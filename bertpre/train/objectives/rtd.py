@@ -29,6 +29,10 @@ if TYPE_CHECKING:
 # What the step keeps on the device beyond its terms' sums: the discriminator's correct calls on
 # replaced tokens, and the replaced tokens.
 EXTRA_STATS = ("replaced_correct", "replaced_tokens")
+# The evaluator's histogram of discriminator logits (replaced tokens' and originals'), for its AUC:
+# bins 1/64 of a logit wide over [-16, 16] (a logit past either end counts in the end bin).
+AUC_LOGIT_RANGE = 16.0
+AUC_BINS = 2048
 
 
 def generator_data(data_config: DataConfig) -> DataConfig:
@@ -49,13 +53,39 @@ def sample_tokens(logits: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
     return (logits.float() + gumbel).argmax(-1)
 
 
+def logit_histogram(logits: torch.Tensor, replaced: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+    """The real tokens' discriminator logits counted in `AUC_BINS` bins, (2, AUC_BINS) float64:
+    row 0 the replaced tokens', row 1 the originals'."""
+    width = 2 * AUC_LOGIT_RANGE / AUC_BINS
+    bins = ((logits.float() + AUC_LOGIT_RANGE) / width).floor().clamp(0, AUC_BINS - 1).long()
+    rows = torch.where(replaced, 0, 1)
+    flat = (rows * AUC_BINS + bins)[real]
+    return torch.bincount(flat, minlength=2 * AUC_BINS).double().view(2, AUC_BINS)
+
+
+def histogram_auc(replaced: list[float], original: list[float]) -> float:
+    """The area under the ROC curve from `logit_histogram`'s rows: the chance that a replaced token
+    scores above an original one (a tie, within a bin, counting half). 0.5 is a discriminator that
+    knows nothing, 1.0 one that ranks every replaced token first, whatever its threshold (ELECTRA's
+    own `disc_auc`). NaN when either row is empty."""
+    replaced_total, original_total = sum(replaced), sum(original)
+    if not replaced_total or not original_total:
+        return float("nan")
+    below, area = 0.0, 0.0
+    for caught, passed in zip(replaced, original, strict=True):
+        area += caught * (below + 0.5 * passed)
+        below += passed
+    return area / (replaced_total * original_total)
+
+
 def replaced_token_sums(model: ReplacedTokenDetection, batch: dict[str, torch.Tensor],
-                        noise: Callable[[torch.Tensor], torch.Tensor], label_smoothing: float = 0.0
-                        ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                        noise: Callable[[torch.Tensor], torch.Tensor], label_smoothing: float = 0.0,
+                        histogram: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """One micro-batch through the generator and the discriminator.
 
     Args:
         noise: uniform [0, 1) noise shaped as the generator's logits (the run's RNG in training).
+        histogram: where given, (2, AUC_BINS) float64 that the batch's `logit_histogram` is added to.
 
     Returns:
         The generator's summed MLM loss and the discriminator's summed binary loss (both in the
@@ -86,6 +116,8 @@ def replaced_token_sums(model: ReplacedTokenDetection, batch: dict[str, torch.Te
                             (generator_logits.argmax(-1) == original).sum().double(),
                             rtd_loss_sum.detach().double(), correct.sum().double(),
                             (correct & replaced).sum().double(), (replaced & real).sum().double()])
+        if histogram is not None:
+            histogram += logit_histogram(logits, replaced, real)
     return mlm_loss_sum, rtd_loss_sum, sums
 
 
@@ -197,13 +229,14 @@ class ReplacedTokenEvaluator:
                  autocast: contextlib.AbstractContextManager | None = None,
                  max_batches: int | None = None) -> dict[str, float]:
         """Returns {"mlm_loss", "perplexity", "mlm_acc", "rtd_loss", "rtd_acc", "rtd_acc_replaced",
-        "rtd_acc_original", "rtd_precision", "replaced_share", "predictions", "tokens"}; the model's
-        train/eval mode is put back."""
+        "rtd_acc_original", "rtd_precision", "rtd_auc", "replaced_share", "predictions", "tokens"};
+        the model's train/eval mode is put back."""
         device = device or next(model.parameters()).device
         was_training = model.training
         model.eval()
         draws = torch.Generator(device=device).manual_seed(self.seed)
         device_sums = torch.zeros(6, dtype=torch.float64, device=device)
+        histogram = torch.zeros(2, AUC_BINS, dtype=torch.float64, device=device)
         host_counts = torch.zeros(2, dtype=torch.float64)  # predictions, tokens
         starts = range(0, len(self.instances), self.micro_batch_size)
         if max_batches is not None:
@@ -215,11 +248,13 @@ class ReplacedTokenEvaluator:
             inputs = device_batch(batch, device, keep_attention_mask=True)
             with autocast or contextlib.nullcontext():
                 *_, sums = replaced_token_sums(model, inputs, lambda logits: torch.rand(
-                    logits.shape, generator=draws, device=logits.device))
+                    logits.shape, generator=draws, device=logits.device), histogram=histogram)
             device_sums += sums
         model.train(was_training)
-        device_values, (predictions, tokens) = summed_over_processes(device_sums, host_counts, self.world_size)
-        mlm_loss, mlm_correct, rtd_loss, rtd_correct, replaced_correct, replaced = device_values
+        device_values, (predictions, tokens) = summed_over_processes(
+            torch.cat([device_sums, histogram.flatten()]), host_counts, self.world_size)
+        (mlm_loss, mlm_correct, rtd_loss, rtd_correct, replaced_correct, replaced), counts = (
+            device_values[:6], device_values[6:])
 
         def ratio(numerator: float, denominator: float) -> float:
             return numerator / denominator if denominator else float("nan")
@@ -229,4 +264,5 @@ class ReplacedTokenEvaluator:
                 "rtd_acc": ratio(rtd_correct, tokens), "rtd_acc_replaced": ratio(replaced_correct, replaced),
                 "rtd_acc_original": ratio(rtd_correct - replaced_correct, tokens - replaced),
                 "rtd_precision": replaced_correct / max(called_replaced(rtd_correct, replaced_correct, replaced, tokens), 1),
+                "rtd_auc": histogram_auc(counts[:AUC_BINS], counts[AUC_BINS:]),
                 "replaced_share": ratio(replaced, tokens), "predictions": int(predictions), "tokens": int(tokens)}
