@@ -221,7 +221,7 @@ def held_out(model, config, data, objective: str, windows, tokenizer) -> dict:
         result = evaluate(model, data, config.data, micro_batch_size=32, seed=1234)
         return {"own": {"loss": result["rtd_loss"], "acc": result["rtd_acc"],
                         "acc_replaced": result["rtd_acc_replaced"], "precision": result["rtd_precision"],
-                        "replaced_share": result["replaced_share"],
+                        "auc": result["rtd_auc"], "replaced_share": result["replaced_share"],
                         "generator_mlm_loss": result["mlm_loss"], "tokens": result["tokens"]}}
     scores = {"fill_in": fill_in(model, windows, tokenizer, xlnet=objective != "mlm")}
     if objective == "mlm":
@@ -378,6 +378,7 @@ def measures(tasks: list[Task]) -> dict[str, tuple[tuple[str, ...], bool | None]
             "own_loss": (("held_out", "own", "loss"), False),
             "rtd_acc_replaced": (("held_out", "own", "acc_replaced"), True),
             "rtd_precision": (("held_out", "own", "precision"), True),
+            "rtd_auc": (("held_out", "own", "auc"), True),
             "replaced_share": (("held_out", "own", "replaced_share"), None),
             "xlnet_plm_loss": (("held_out", "xlnet_plm", "loss"), False),
             "xlnet_clm_loss": (("held_out", "xlnet_clm", "loss"), False),
@@ -437,7 +438,7 @@ def summarise(runs: list[dict], objectives: list[str], tasks: list[Task]) -> tup
         if objective != "mlm":
             compare(objective, "mlm", like)
     compare("clm", "plm", (*like, "xlnet_plm_loss", "xlnet_clm_loss"))
-    compare("rtd-gdes", "rtd", (*like, "own_loss", "rtd_acc_replaced", "rtd_precision"))
+    compare("rtd-gdes", "rtd", (*like, "own_loss", "rtd_acc_replaced", "rtd_precision", "rtd_auc"))
     return summary, differences
 
 
@@ -526,7 +527,8 @@ def describe_run(name: str, record: dict) -> str:
             f"{record['train_s']:.0f} s, own loss {scores['own']['loss']:.3f}"
             + (f", fill-in loss {scores['fill_in']['loss']:.3f}" if "fill_in" in scores
                else f", replaced acc {scores['own']['acc_replaced']:.3f} (share {scores['own']['replaced_share']:.3f}), "
-                    f"precision {with_precision(record)['held_out']['own']['precision']:.3f}"))
+                    f"precision {with_precision(record)['held_out']['own']['precision']:.3f}"
+                    + (f", AUC {scores['own']['auc']:.3f}" if "auc" in scores["own"] else "")))
     for task, by_scoring in record["downstream"].items():
         line += "".join(f", {task} {scoring} {entry['score']:.3f}" for scoring, entry in by_scoring.items())
     return line

@@ -53,6 +53,7 @@ def test_objectives_tiny_run(tmp_path, one_thread):
             assert scores["fill_in"]["predictions"] == runs[0]["held_out"]["fill_in"]["predictions"] > 0
         else:  # the discriminator's own: every real token judged, some replaced
             assert 0 <= scores["own"]["acc_replaced"] <= 1 and 0 < scores["own"]["replaced_share"] < 0.2
+            assert 0 <= scores["own"]["auc"] <= 1
         assert set(run["downstream"]["cat"]) == {"probe_mean", "probe_cls", "full"}
         for entry in run["downstream"]["cat"].values():  # 10 test examples, one seed
             accuracy = entry["score"]
