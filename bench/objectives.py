@@ -67,6 +67,7 @@ with 95% Welch intervals. Prints a table.
     .venv/bin/python -m bench.objectives --quick             # ~70 s: tiny model, few steps, part of each corpus
     .venv/bin/python -m bench.objectives --corpus wikitext --objectives mlm plm --steps 1200 --name objectives-wikitext-1200
     .venv/bin/python -m bench.objectives --objectives mlm rtd rtd-gdes --positions rope --steps 1500 --work runs/objectives
+    .venv/bin/python -m bench.objectives --objectives rtd --rtd-set objective.generator_size=0.125 --positions rope --steps 1500
 """
 from __future__ import annotations
 
@@ -140,7 +141,7 @@ def objective_settings(objective: str, args) -> list[str]:
         return rope
     if objective in REPLACED_TOKEN:
         return [f"model.architecture={'bert' if rope else 'electra'}", *rope, "data.objective=rtd",
-                f"objective.embedding_sharing={'gdes' if objective == 'rtd-gdes' else 'tied'}"]
+                f"objective.embedding_sharing={'gdes' if objective == 'rtd-gdes' else 'tied'}", *args.rtd_set]
     return ["model.architecture=xlnet", f"data.objective={objective}", "data.plm_plan=xlnet",
             f"model.mem_len={args.length}"]
 
@@ -446,7 +447,9 @@ def pretraining_identity(args, objective: str, seed: int, steps: int) -> dict:
     """What a kept run (`--work`) must share with this invocation's to be reused."""
     keys = ("warmup_share", "length", "batch_size", "lr", "hidden", "layers", "vocab_size", "max_documents",
             "set", "positions")
-    return {"objective": objective, "seed": seed, "steps": steps, **{key: getattr(args, key) for key in keys}}
+    # --rtd-set joins the identity only where given, so runs kept before it existed are still reused
+    own = {"rtd_set": args.rtd_set} if args.rtd_set and objective in REPLACED_TOKEN else {}
+    return {"objective": objective, "seed": seed, "steps": steps, **{key: getattr(args, key) for key in keys}, **own}
 
 
 def pretrained(args, objective: str, folder: Path, seed: int, steps: int, vocab_size: int, data, windows) -> dict:
@@ -610,6 +613,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--vocab-size", type=int, default=8000)
     parser.add_argument("--max-documents", type=int, default=None, help="read only a corpus's first N documents")
     parser.add_argument("--set", action="append", default=[], help="a bertpre config override for every run")
+    parser.add_argument("--rtd-set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a bertpre config override for the replaced-token runs alone (objective.generator_size=0.125)")
     parser.add_argument("--positions", choices=("absolute", "rope"), default="absolute",
                         help="BERT-shaped runs' positions (rope: RTD trains the bert row)")
     parser.add_argument("--task", action="append", default=None, metavar="NAME=DIR",

@@ -30,6 +30,7 @@ def test_objectives_tiny_run(tmp_path, one_thread):
     assert objectives.main(["--corpus", f"sample={corpus}", "--seeds", "2", "--steps", "4", "--hidden", "32",
                             "--layers", "1", "--length", "32", "--batch-size", "4", "--vocab-size", "300",
                             "--probe-seeds", "1", "--full-seeds", "1", "--full-epochs", "1",
+                            "--rtd-set", "objective.generator_size=0.5",
                             "--task", f"cat={write_task(tmp_path / 'task')}", "--out", str(out)]) == 0
     (path,) = out.iterdir()
     record = json.loads(path.read_text())
@@ -45,6 +46,9 @@ def test_objectives_tiny_run(tmp_path, one_thread):
         assert abs(run["flops"] - result["flops_budget"]) <= run["flops"] / run["steps"] / 2 + 1e-6
         assert run["flops"] == pytest.approx(run["flops_per_token"] * run["positions"])
         assert run["positions"] == run["steps"] * 4 * 32 and run["train_s"] >= 0  # rounded: 0 on a fast machine
+        # --rtd-set reaches the replaced-token runs alone, and names them
+        replaced_token = run["objective"] in objectives.REPLACED_TOKEN
+        assert run["identity"].get("rtd_set") == (["objective.generator_size=0.5"] if replaced_token else None)
         scores = run["held_out"]
         assert set(scores) == {"mlm": {"own", "fill_in"}, "rtd": {"own"}, "rtd-gdes": {"own"}}.get(
             run["objective"], {"own", "fill_in", "xlnet_plm", "xlnet_clm"})
