@@ -117,6 +117,21 @@ def machine_info(torch_threads: int | None = None) -> dict:
     return info
 
 
+def source_digest() -> str:
+    """The first 12 hex digits of a SHA-256 over bertpre's Python source (each file's path and
+    bytes, in path order): the code a run was trained with, where the installed version (0.1.0)
+    says nothing. Records that keep runs across invocations compare it."""
+    import hashlib
+
+    import bertpre
+
+    package = Path(bertpre.__file__).resolve().parent
+    digest = hashlib.sha256()
+    for path in sorted(package.rglob("*.py")):
+        digest.update(path.relative_to(package).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:12]
+
+
 def library_versions(*names: str) -> dict:
     """Installed versions of python, bertpre and the named distributions (None when absent)."""
     versions = {"python": platform.python_version()}

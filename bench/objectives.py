@@ -84,7 +84,15 @@ from pathlib import Path
 
 import torch
 
-from bench.common import CORPORA, RESULTS, ROOT, read_wikitext, write_bert_format, write_result
+from bench.common import (
+    CORPORA,
+    RESULTS,
+    ROOT,
+    read_wikitext,
+    source_digest,
+    write_bert_format,
+    write_result,
+)
 from bench.learning import bertpre_overrides, welch
 
 OBJECTIVES = ("mlm", "plm", "clm", "rtd", "rtd-gdes")
@@ -472,6 +480,7 @@ def pretrained(args, objective: str, folder: Path, seed: int, steps: int, vocab_
         shutil.rmtree(run_dir)
     record = train_run(args, objective, folder / "data", run_dir, seed, steps, vocab_size, resume)
     record["resumed"] = resume  # train_s then counts this invocation's part alone
+    record["code"] = source_digest()  # the code that finished it (a resumed run's start may be older)
     config = record.pop("config")
     record["held_out"] = held_out(load_final(run_dir, objective), config, data, objective, windows, data.tokenizer)
     record["identity"] = identity
@@ -567,7 +576,13 @@ def run_corpus(args, spec: str, tasks: list[Task], work: Path) -> dict:
             runs.append(record)
             print(describe_run(name, record), flush=True)
     summary, differences = summarise(runs, args.objectives, tasks)
+    # runs kept (--work) from other code do not reproduce seed by seed: say so, keep them
+    code_versions = sorted({run.get("code", "unrecorded") for run in runs})
+    if len(code_versions) > 1:
+        print(f"{name}: these runs were trained by {len(code_versions)} versions of bertpre's code "
+              f"({', '.join(code_versions)}); a rerun differs seed by seed", flush=True)
     return {"documents": {"train": len(data.train), "validation": len(data.validation)},
+            "code_versions": code_versions,
             "tokens_train": int(sum(len(sentence) for document in data.train["input_ids"] for sentence in document)),
             "vocab_size": vocab_size, "fill_in_windows": len(windows["input_ids"]),
             "fill_in_predictions_per_window": int(windows["positions"].shape[1]),

@@ -3,6 +3,8 @@ equal FLOPs, every model scored, probed and fine-tuned, the record's structure a
 a kept --work folder reused by a later invocation."""
 import json
 import math
+import re
+import shutil
 import sys
 from pathlib import Path
 
@@ -46,6 +48,8 @@ def test_objectives_tiny_run(tmp_path, one_thread):
         assert abs(run["flops"] - result["flops_budget"]) <= run["flops"] / run["steps"] / 2 + 1e-6
         assert run["flops"] == pytest.approx(run["flops_per_token"] * run["positions"])
         assert run["positions"] == run["steps"] * 4 * 32 and run["train_s"] >= 0  # rounded: 0 on a fast machine
+        # the code each run was trained with: one version here
+        assert re.fullmatch(r"[0-9a-f]{12}", run["code"]) and result["code_versions"] == [run["code"]]
         # --rtd-set reaches the replaced-token runs alone, and names them
         replaced_token = run["objective"] in objectives.REPLACED_TOKEN
         assert run["identity"].get("rtd_set") == (["objective.generator_size=0.5"] if replaced_token else None)
@@ -99,7 +103,7 @@ def write_pair_task(folder: Path) -> Path:
     return folder
 
 
-def test_objectives_kept_work_is_reused(tmp_path, one_thread):
+def test_objectives_kept_work_is_reused(tmp_path, one_thread, capsys):
     """A --work folder keeps the tokenized corpus, each run and its scores: the same command again
     trains nothing; tasks added later (a pair, QA: F1) are scored on the kept runs alone."""
     corpus = write_sample_corpus(tmp_path / "corpus", target_bytes=40_000)
@@ -140,6 +144,20 @@ def test_objectives_kept_work_is_reused(tmp_path, one_thread):
     (path,) = out.iterdir()
     report = json.loads(path.read_text())
     assert not report["complete"] and [r["seed"] for r in report["corpora"]["sample"]["per_run"]] == [0]
+    # a kept run from other code (or from before the code was recorded) is reported, and said
+    third.pop("code")
+    (run / "record.json").write_text(json.dumps(third))
+    (run.parent / "mlm-1").mkdir()
+    (run.parent / "mlm-1" / "record.json").write_text(json.dumps(
+        {**third, "seed": 1, "code": "0" * 12, "identity": {**third["identity"], "seed": 1}}))
+    path.unlink()
+    assert objectives.main([*base[:base.index("--seeds") + 1], "2", *base[base.index("--seeds") + 2:base.index("--out")],
+                            "--out", str(out), "--report", "--no-downstream"]) == 0
+    said = capsys.readouterr().out
+    assert "trained by 2 versions of bertpre's code (000000000000, unrecorded); a rerun differs seed by seed" in said
+    (path,) = out.iterdir()
+    assert json.loads(path.read_text())["corpora"]["sample"]["code_versions"] == ["000000000000", "unrecorded"]
+    shutil.rmtree(run.parent / "mlm-1")
     # another shape is not mistaken for the kept run
     with pytest.raises(SystemExit, match="other settings"):
         objectives.main([*base[:base.index("--hidden") + 1], "48", *base[base.index("--hidden") + 2:], "--no-downstream"])
