@@ -13,9 +13,16 @@ from _killed_run import pretrain_dying_after
 import bertpre.train.trainer as trainer
 from bertpre.config import load_config
 from bertpre.errors import UserError
+from bertpre.labels import IGNORE_INDEX
 from bertpre.model.replaced_token import ReplacedTokenDetection
 from bertpre.train.objectives import objective_for
-from bertpre.train.objectives.rtd import AUC_BINS, histogram_auc, logit_histogram, sample_tokens
+from bertpre.train.objectives.rtd import (
+    AUC_BINS,
+    histogram_auc,
+    logit_histogram,
+    replaced_token_sums,
+    sample_tokens,
+)
 
 ROOT = Path(__file__).parents[2]
 TINY = ROOT / "configs" / "tiny.yaml"
@@ -105,6 +112,42 @@ def test_samples_follow_the_generator_s_distribution():
     drawn = sample_tokens(logits, torch.rand(20000, 3))
     shares = torch.bincount(drawn, minlength=3) / 20000
     torch.testing.assert_close(shares, torch.tensor([0.7, 0.2, 0.1]), atol=0.015, rtol=0)
+
+
+def test_the_labels_are_the_tokens_the_generator_changed(monkeypatch):
+    """A discriminator that sees the original text calls exactly the changed tokens replaced: every
+    call right, every replaced token caught, AUC 1. Labels a position off, or counting a sample equal
+    to the original, or an unused slot's write-back as replaced, would miss."""
+    config = rtd_config("model.vocab_size=60").model
+    torch.manual_seed(0)
+    pair = ReplacedTokenDetection(config, 0.5).train()
+    original = torch.randint(5, 60, (2, 12))
+    positions = torch.tensor([[1, 3, 5, 7], [2, 4, 6, 0]])  # the second row's last slot unused
+    targets = original.gather(1, positions)
+    targets[1, 3] = IGNORE_INDEX
+    masked = original.scatter(1, positions[:, :3], 4)  # [MASK] where predicted; position 0 untouched
+    seen = {}
+
+    def oracle(corrupted, attention_mask, token_type_ids):
+        seen["corrupted"] = corrupted
+        return torch.where(corrupted != original, 20.0, -20.0)
+
+    monkeypatch.setattr(pair, "discriminate", oracle)
+    def noise(logits):  # the first slot's Gumbel noise picks its original token: a sample equal to it
+        uniform = torch.rand(logits.shape, generator=torch.Generator().manual_seed(1))
+        uniform[0, 0, targets[0, 0]] = 1 - 2**-24
+        return uniform
+
+    histogram = torch.zeros(2, AUC_BINS, dtype=torch.float64)
+    batch = {"input_ids": masked, "token_type_ids": torch.zeros_like(masked), "masked_lm_positions": positions,
+             "masked_lm_ids": targets}
+    *_, sums = replaced_token_sums(pair, batch, noise, histogram=histogram)
+    _, _, _, correct, caught, replaced = sums.tolist()
+    changed = int((seen["corrupted"] != original).sum())
+    assert seen["corrupted"][0, 1] == original[0, 1]  # sampled back: an original token
+    assert torch.equal(seen["corrupted"][:, 0], original[:, 0])  # the unused slot wrote its token back
+    assert 0 < changed <= 6 and replaced == caught == changed and correct == original.numel()
+    assert histogram_auc(histogram[0].tolist(), histogram[1].tolist()) == 1.0
 
 
 def auc_of(logits: torch.Tensor, replaced: torch.Tensor, real: torch.Tensor | None = None) -> float:
