@@ -133,6 +133,7 @@ def test_the_labels_are_the_tokens_the_generator_changed(monkeypatch):
         return torch.where(corrupted != original, 20.0, -20.0)
 
     monkeypatch.setattr(pair, "discriminate", oracle)
+
     def noise(logits):  # the first slot's Gumbel noise picks its original token: a sample equal to it
         uniform = torch.rand(logits.shape, generator=torch.Generator().manual_seed(1))
         uniform[0, 0, targets[0, 0]] = 1 - 2**-24

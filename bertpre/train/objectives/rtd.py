@@ -253,8 +253,9 @@ class ReplacedTokenEvaluator:
         model.train(was_training)
         device_values, (predictions, tokens) = summed_over_processes(
             torch.cat([device_sums, histogram.flatten()]), host_counts, self.world_size)
+        sums_kept = device_sums.numel()  # the histogram's counts follow the sums
         (mlm_loss, mlm_correct, rtd_loss, rtd_correct, replaced_correct, replaced), counts = (
-            device_values[:6], device_values[6:])
+            device_values[:sums_kept], device_values[sums_kept:])
 
         def ratio(numerator: float, denominator: float) -> float:
             return numerator / denominator if denominator else float("nan")
