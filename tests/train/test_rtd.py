@@ -1,9 +1,14 @@
 """ELECTRA's replaced-token detection (`data.objective: rtd`): its own config keys, the generator
 and discriminator as one module sharing its embeddings, a tiny run's named terms and statistics,
-and a run stopped after a checkpoint continuing bit for bit."""
+a run stopped after a checkpoint continuing bit for bit, the step compiled as one graph, and two
+DDP processes continuing bit for bit."""
 from __future__ import annotations
 
 import json
+import os
+import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -240,3 +245,62 @@ def test_export_refuses_a_bert_rtd_run_no_transformers_class_holds_in_one_line(t
                                         "this run has relative positions, and no transformers class holds it$"):
         export(tmp_path / "run", tmp_path / "export")
     assert not (tmp_path / "export").exists()
+
+
+def test_the_compiled_rtd_step_is_one_graph_and_trains_as_the_eager_one(tiny_data, tmp_path, monkeypatch):
+    """train.compile on the pair (compiled by default on a CUDA GPU): the generator's sampling,
+    the labels and both losses in one graph, compiled once over batches of different lengths, giving
+    the eager step's losses where the compiled code draws the eager step's random numbers."""
+    from torch._dynamo.utils import counters
+    from torch._inductor import config as inductor_config
+
+    monkeypatch.setattr(inductor_config, "fallback_random", True)  # torch's own draws, not Inductor's
+    torch._dynamo.reset()
+    counters.clear()
+    steps = ("train.save_every=1000", "model.hidden_dropout_prob=0.0", "model.attention_probs_dropout_prob=0.0")
+    compiled = run(tiny_data, tmp_path / "compiled", 4, *steps, "train.compile=true")
+    graph_breaks, stats = dict(counters["graph_break"]), dict(counters["stats"])
+    torch._dynamo.reset()
+    assert graph_breaks == {}
+    assert stats["unique_graphs"] == 1  # compiled at the first step, never again
+    eager = run(tiny_data, tmp_path / "eager", 4, *steps)
+    for name in ("train/loss", "train/mlm_loss", "train/rtd_loss", "train/replaced_share"):
+        assert [row[name] for row in compiled] == pytest.approx([row[name] for row in eager], abs=2e-3), name
+
+
+def ddp_rtd_run(data: Path, out: Path, steps: int) -> None:
+    """`bertpre pretrain` of the tiny pair in two gloo processes, to step `steps` (a run folder with a
+    checkpoint continues); warmup (30 steps) outlasts the run, so the schedule is the same at 2 and 4."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = str(sock.getsockname()[1])
+    settings = [*RTD, "train.batch_size=16", "train.micro_batch_size=4", f"train.max_steps={steps}",
+                "train.save_every=2", "train.log_every=1", "train.eval_every=1000", "data.num_workers=0"]
+    command = [sys.executable, "-m", "bertpre", "pretrain", "--config", str(TINY), "--data", str(data),
+               "--out", str(out), *[arg for item in settings for arg in ("--set", item)]]
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
+               MASTER_PORT=port)
+    processes = [subprocess.Popen(command, env=dict(env, RANK=str(rank), LOCAL_RANK=str(rank)),
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for rank in range(2)]
+    for process in processes:
+        _, stderr = process.communicate(timeout=300)
+        assert process.returncode == 0, stderr[-2000:]
+
+
+def test_two_gloo_processes_train_the_pair_and_continue_it_bit_for_bit(tiny_data, tmp_path):
+    """DDP over the pair: each process draws its own samples and keeps its own random state, so a
+    run stopped at step 2 and continued ends where the straight run does, both networks alike."""
+    ddp_rtd_run(tiny_data, tmp_path / "straight", 4)
+    ddp_rtd_run(tiny_data, tmp_path / "continued", 2)
+    ddp_rtd_run(tiny_data, tmp_path / "continued", 4)
+    rows = {name: [row for row in map(json.loads, (tmp_path / name / "metrics.jsonl").read_text().splitlines())
+                   if "train/loss" in row] for name in ("straight", "continued")}
+    assert [row["step"] for row in rows["continued"]] == [1, 2, 3, 4]
+    assert [row["train/rtd_loss"] for row in rows["continued"]] == [row["train/rtd_loss"] for row in rows["straight"]]
+    assert all(0.05 < row["train/replaced_share"] < 0.2 for row in rows["straight"])
+    checkpoint = tmp_path / "straight" / "checkpoints" / "step-00000004"
+    assert {path.name for path in checkpoint.glob("rng_state_*.pt")} == {"rng_state_0.pt", "rng_state_1.pt"}
+    first = ReplacedTokenDetection.from_pretrained(checkpoint)
+    second = ReplacedTokenDetection.from_pretrained(tmp_path / "continued" / "checkpoints" / "step-00000004")
+    for (name, tensor), other in zip(first.state_dict().items(), second.state_dict().values(), strict=True):
+        assert torch.equal(tensor, other), name
