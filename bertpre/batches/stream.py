@@ -60,6 +60,11 @@ class BatchStream:
         self.epoch, self.position = int(state["epoch"]), int(state["position"])
         self._batches = None
 
+    def check_epoch(self) -> None:
+        """Refuse now, before a run writes anything, an epoch too small for one micro-batch (the
+        sampler would find it at the first batch)."""
+        plan_epoch(self.instances, self.epoch, self.micro_batch_size)
+
     def close(self) -> None:
         """End the worker processes now (the next batch starts new ones, from the same position)."""
         self._batches = None  # the iterator shuts its workers down as it is freed
@@ -90,16 +95,21 @@ class EpochBatches:
     def __iter__(self) -> Iterator[tuple[int, int, Any]]:
         epoch, position, size = self.epoch, self.position, self.micro_batch_size
         while True:
-            self.instances.set_epoch(epoch)
-            count = len(self.instances)
-            if count < size:
-                raise UserError(
-                    f"epoch {epoch} has {count} training instances per process, fewer "
-                    f"than train.micro_batch_size ({size}); use more data or a smaller batch"
-                )
+            count = plan_epoch(self.instances, epoch, size)
             for start in range(position, count - size + 1, size):
                 yield epoch, start, self.instances.locate(range(start, start + size))
             epoch, position = epoch + 1, 0
+
+
+def plan_epoch(instances: Any, epoch: int, micro_batch_size: int) -> int:
+    """Plan `epoch` of `instances` and return its count; refused in one line where it fills no
+    micro-batch."""
+    instances.set_epoch(epoch)
+    count = len(instances)
+    if count < micro_batch_size:
+        raise UserError(f"epoch {epoch} has {count} training instances per process, fewer than "
+                        f"train.micro_batch_size ({micro_batch_size}); use more data or a smaller batch")
+    return count
 
 
 class LocatedInstances(torch.utils.data.Dataset):

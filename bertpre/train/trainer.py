@@ -147,6 +147,7 @@ class Trainer:
     def start_run(self, *, resumed: bool) -> None:
         """Write the run folder's config and tokenizer; set up the model wrapper, evaluator and logs."""
         config, runtime, train = self.config, self.runtime, self.config.train
+        self.stream.check_epoch()  # too little data: refused before the run folder is made
         if runtime.is_main:
             prepare_run_folder(self.run_dir, self.config, self.mixture)
         self.trained_model = self.wrap_model()

@@ -244,6 +244,20 @@ def test_no_resume_refuses_a_run_with_checkpoints(data_dir, tmp_path):
         pretrain(tiny_config(data_dir, tmp_path / "run", "train.max_steps=2"), resume=False)
 
 
+def test_data_too_small_for_a_micro_batch_is_refused_before_the_run_folder_is_made(data_dir, tmp_path,
+                                                                                   monkeypatch, capsys):
+    from _in_process import run_main
+
+    out = tmp_path / "my run"
+    code, _, stderr = run_main(["pretrain", "--config", TINY, "--data", data_dir, "--out", out,
+                                "--set", "train.batch_size=4096", "--set", "train.micro_batch_size=4096"],
+                               monkeypatch, capsys)
+    assert code == 2
+    assert stderr.strip().splitlines()[-1].startswith("error: epoch 0 has ")
+    assert "fewer than train.micro_batch_size (4096)" in stderr
+    assert not out.exists()  # no config.yaml, tokenizer/ or empty metrics.jsonl left behind
+
+
 def fp16_on_cpu(monkeypatch, infinite_calls):
     """Keep fp16 + GradScaler on CPU (normally replaced by fp32) and make chosen forwards overflow."""
     from bertpre.train.runtime import Runtime
