@@ -3,8 +3,10 @@ released one's files as they are.
 
 Trained ones take their family's special tokens and layout: `<s>=0 <pad>=1 </s>=2 <unk>=3
 <mask>=4` (as Hugging Face's own RoBERTa-from-scratch recipe numbers them), `<s> A </s>` for one
-segment and `<s> A </s></s> B </s>` for two. Byte-level BPE reads every byte, so it has no
-unknown text; Unigram normalizes with NFKC and marks word starts with `▁`, as SentencePiece does.
+segment and `<s> A </s></s> B </s>` for two; `<mask>` takes the space before it, as theirs does
+("The <mask> is" gives `The <mask> Ġis`, the shape of a masked word in training). Byte-level BPE
+reads every byte, so it has no unknown text; Unigram normalizes with NFKC and marks word starts
+with `▁`, as SentencePiece does.
 
 Determinism: both give the same vocab, byte for byte, for the same text and options in every
 process on every machine. BPE with `tokenizers`' BpeTrainer; Unigram with SentencePiece's trainer
@@ -20,6 +22,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from tokenizers import (
+    AddedToken,
     Tokenizer,
     decoders,
     models,
@@ -113,6 +116,9 @@ def train_bpe_or_unigram(
     interruptible(train, stopping.set)
     if tokenizer.get_vocab_size() <= len(ROBERTA_SPECIAL_TOKENS):
         raise UserError("the corpus has no text to train a vocab on; check the corpus files")
+    # In training a masked word (`Ġcat`, `▁cat`) becomes `<mask>` whole; typed text must give the
+    # same, not a lone `Ġ` or `▁` before it (RoBERTa's and XLM-R's `<mask>` strip it likewise).
+    tokenizer.add_special_tokens([AddedToken("<mask>", lstrip=True, special=True, normalized=False)])
     add_roberta_layout(tokenizer)
     return tokenizer
 

@@ -154,6 +154,27 @@ def test_trained_bpe_and_unigram_are_read_back_by_autotokenizer_with_the_same_id
     assert auto.mask_token == "<mask>" and auto.pad_token_id == 1
 
 
+@pytest.mark.parametrize("kind", ["bpe", "unigram"])
+def test_a_typed_mask_in_a_trained_bpe_or_unigram_takes_the_space_before_it(kind, tmp_path):
+    """As RoBERTa's and XLM-R's: "the <mask> is" is `the <mask> Ġis`, the shape of a masked word in
+    training, not `the Ġ <mask> Ġis` (a lone word start it never saw before a mask); in the corpus the
+    same text stays text."""
+    lines = [f"{line} the <mask> is here" for line in sample_lines()]
+    corpus = write_lines_corpus(tmp_path / "corpus.txt", lines)
+    run(corpus, tmp_path / "data", tokenizer_type=kind, vocab_size=600 if kind == "bpe" else 1000,
+        split_sentences=False)
+    tokenizer = load_data(tmp_path / "data").tokenizer
+    prefix = "Ġ" if kind == "bpe" else "▁"  # a word start alone
+    mask = tokenizer.token_to_id("<mask>")
+    auto = transformers.AutoTokenizer.from_pretrained(str(tmp_path / "data" / "tokenizer"))
+    plain = tokenizer.encode("the is").ids  # the words' own pieces, the mask's place between them
+    for ids in (tokenizer.encode("the <mask> is").ids, auto("the <mask> is")["input_ids"]):
+        at = ids.index(mask)
+        assert tokenizer.id_to_token(ids[at - 1]) != prefix
+        assert ids[:at] + ids[at + 1:] == plain
+    assert all(mask not in sentence for document in data_documents(tmp_path / "data") for sentence in document)
+
+
 @pytest.mark.parametrize("kind, options", [("bpe", {"vocab_size": 600}), ("unigram", {"vocab_size": 390}),
                                            ("unigram", {"vocab_size": 300, "vocab_sample_bytes": 4000})],
                          ids=["bpe", "unigram", "unigram-sampled"])
