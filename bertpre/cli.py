@@ -75,7 +75,8 @@ def tokenize(
     out: Path | None = typer.Option(
         None, "--out", help="DATA folder to write (VOCAB folder with --vocab-only; with --num-shards "
                             "{shard} in it becomes the shard index)."),
-    vocab_size: int = typer.Option(30522, "--vocab-size", help="Vocab size to train."),
+    vocab_size: int | None = typer.Option(
+        None, "--vocab-size", help="Vocab size to train (default 30522; not with --tokenizer)."),
     tokenizer_type: str = typer.Option(
         "wordpiece", "--tokenizer-type", metavar="KIND",
         help="The vocab to train: wordpiece (BERT's), bpe (byte-level, RoBERTa's) or unigram (XLM-R's)."),
@@ -142,7 +143,7 @@ def tokenize(
       bertpre tokenize CORPUS --vocab-only --vocab-sample-bytes 1000000000 --out vocab
       bertpre tokenize CORPUS --tokenizer vocab --num-shards 64 --out data/shard-{shard}
     """
-    from bertpre.data.build import tokenize_corpus
+    from bertpre.data.build import DEFAULT_VOCAB_SIZE, tokenize_corpus
     from bertpre.data.shards import resolve_shard
     from bertpre.data.summary import format_summary, unk_warning
     from bertpre.data.vocab import format_vocab_summary, peak_memory_line, train_vocab
@@ -150,6 +151,13 @@ def tokenize(
     if merge_manifests is not None:
         _merge_shard_manifests(merge_manifests, corpus, out)
         return
+    if vocab_size is not None and tokenizer_path is not None:
+        raise UserError(f"--vocab-size {vocab_size} sizes a vocab being trained; --tokenizer reuses one of its own "
+                        "size: leave it out (--add-vocab N appends words to it)")
+    if min_frequency is not None and tokenizer_path is not None and add_vocab is None:
+        raise UserError(f"--min-frequency {min_frequency} applies to a vocab being trained or to the words "
+                        "--add-vocab appends; --tokenizer without --add-vocab uses it nowhere: leave it out")
+    vocab_size = DEFAULT_VOCAB_SIZE if vocab_size is None else vocab_size
     if not corpus:
         raise UserError("give the CORPUS to tokenize (files, folders or globs), e.g. "
                         "bertpre tokenize corpus/ --out data/corpus")

@@ -56,6 +56,7 @@ from data_prep import (
 )
 
 DEFAULT_MIN_FREQUENCY = 2  # --min-frequency when not given
+DEFAULT_VOCAB_SIZE = 30522  # --vocab-size when not given: BERT's
 # Beyond this the embedding table alone (vocab × hidden) outgrows a GPU at BERT sizes.
 MAX_VOCAB_SIZE = 1_000_000
 
@@ -67,7 +68,7 @@ class TokenizeOptions:
     The number of processes is not among them: DATA is the same for any --num-proc.
     """
 
-    vocab_size: int = 30522
+    vocab_size: int = DEFAULT_VOCAB_SIZE
     lowercase: bool | None = None  # None: True when training, the tokenizer's own when reusing
     tokenizer_path: str | None = None
     add_vocab: int | None = None  # append up to this many corpus words to the --tokenizer's vocab
@@ -118,7 +119,7 @@ def tokenize_corpus(
     corpus_paths: Sequence[str | Path],
     out: str | Path,
     *,
-    vocab_size: int = 30522,
+    vocab_size: int = DEFAULT_VOCAB_SIZE,
     lowercase: bool | None = None,
     tokenizer_path: str | Path | None = None,
     add_vocab: int | None = None,
@@ -194,6 +195,11 @@ def tokenize_corpus(
     tokenizer = source = None
     if tokenizer_path is not None:
         tokenizer = source = load_tokenizer(tokenizer_path, lowercase=lowercase)
+        if lowercase is not None and lowercase != tokenizer_lowercases(tokenizer):
+            own = "lowercases" if tokenizer_lowercases(tokenizer) else "keeps case"
+            raise UserError(f"--{'lowercase' if lowercase else 'cased'}: the tokenizer at {tokenizer_path} {own}, "
+                            "as its own files say, and a reused tokenizer encodes as it was trained: leave out "
+                            f"--{'lowercase' if lowercase else 'cased'}, or train a new vocab (no --tokenizer)")
         _check_source_kind(options, tokenizer)
         if add_vocab is not None and tokenizer.get_vocab_size() + add_vocab > MAX_VOCAB_SIZE:
             raise UserError(f"--add-vocab {add_vocab:,} would grow the vocab beyond {MAX_VOCAB_SIZE:,} "
@@ -393,6 +399,9 @@ def check_options(options: TokenizeOptions) -> None:
             f"--vocab-size {options.vocab_size:,} is beyond any BERT vocabulary (at most "
             f"{MAX_VOCAB_SIZE:,} here; BERT uses 30,522, multilingual BERT 119,547): its embedding "
             "table alone would not fit a GPU; choose a smaller --vocab-size")
+    if options.tokenizer_path is not None and options.limit_alphabet is not None:
+        raise UserError(f"--limit-alphabet {options.limit_alphabet} limits the alphabet of a vocab being trained; "
+                        "--tokenizer reuses one, whose alphabet is its own: leave it out")
     if options.add_vocab is not None and options.tokenizer_path is None:
         raise UserError("--add-vocab needs --tokenizer SOURCE, the vocab to extend; without it "
                         "a new vocab of --vocab-size is trained")

@@ -14,6 +14,7 @@ from tokenizers import Tokenizer
 
 import bertpre
 from bertpre.data.build import (
+    DEFAULT_VOCAB_SIZE,
     TokenizeOptions,
     check_options,
     corpus_files,
@@ -36,7 +37,7 @@ def train_vocab(
     corpus_paths: Sequence[str | Path],
     out: str | Path,
     *,
-    vocab_size: int = 30522,
+    vocab_size: int = DEFAULT_VOCAB_SIZE,
     lowercase: bool | None = None,
     text_field: str = "text",
     split_sentences: bool = True,

@@ -116,7 +116,24 @@ case("tokenize-vocab-size-zero", "--vocab-size 0 is too small")(lambda w: tokeni
 case("tokenize-validation-share-over-1", "--validation-share 1.5 must be")(
     lambda w: tokenize(w, w.write("c.txt", "a cat.\n"), "--validation-share", "1.5"))
 case("tokenize-tokenizer-not-a-tokenizer", "is not a Hugging Face tokenizer.json")(
-    lambda w: tokenize(w, w.write("c.txt", "a cat.\n"), "--tokenizer", w.write("vocab.json", "{}")))
+    lambda w: ["tokenize", w.write("c.txt", "a cat.\n"), "--out", w.tmp / "data", "--tokenizer",
+               w.write("vocab.json", "{}")])
+
+
+def reuse(world: World, *extra: str) -> list:
+    """tokenize with the reference DATA's tokenizer (a trained WordPiece, lowercase) and `extra`."""
+    return ["tokenize", world.write("c.txt", "A Cat sat.\n"), "--out", world.tmp / "data", "--tokenizer",
+            world.data / "tokenizer", *extra]
+
+
+# an option a reused tokenizer would ignore is refused, not dropped
+case("tokenize-vocab-size-with-tokenizer", "--vocab-size 500 sizes a vocab being trained; --tokenizer reuses one")(
+    lambda w: reuse(w, "--vocab-size", "500"))
+case("tokenize-cased-with-a-lowercase-tokenizer", "--cased: the tokenizer at")(lambda w: reuse(w, "--cased"))
+case("tokenize-limit-alphabet-with-tokenizer", "--limit-alphabet 50 limits the alphabet of a vocab being trained")(
+    lambda w: reuse(w, "--limit-alphabet", "50"))
+case("tokenize-min-frequency-with-tokenizer", "--tokenizer without --add-vocab uses it nowhere")(
+    lambda w: reuse(w, "--min-frequency", "5"))
 
 # --- config problems (pretrain, info) ---
 case("config-missing", "does not exist", in_subprocess=True)(
