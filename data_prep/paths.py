@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import glob
+import os
 import stat
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from data_prep.errors import CorpusError
@@ -59,10 +60,6 @@ def _check_readable_kind(path: Path) -> None:
                       "(e.g. <(zcat corpus.txt.gz))")
 
 
-def _is_hidden(path: Path, root: Path) -> bool:
-    return any(part.startswith(".") for part in path.relative_to(root).parts)
-
-
 def is_corpus_file(path: Path) -> bool:
     """Whether the file's name ends in a corpus extension (a pipe always counts: it is text)."""
     try:
@@ -72,13 +69,40 @@ def is_corpus_file(path: Path) -> bool:
     return True
 
 
-def _files_in_folder(folder: Path) -> list[Path]:
-    files = sorted(
-        path for path in folder.rglob("*") if path.is_file() and not _is_hidden(path, folder)
-    )
+# A folder found inside a corpus folder -> why it is no part of the corpus (None: it is).
+FolderCheck = Callable[[Path], "str | None"]
+
+
+def _files_in_folder(folder: Path, skip_folder: FolderCheck | None = None,
+                     skipped_folders: list[tuple[Path, str]] | None = None) -> list[Path]:
+    """Every file under `folder`, sorted, hidden files and folders left out. Links are followed,
+    to folders too (a corpus folder often links to a larger disk), each real folder read once,
+    so a link loop ends. A subfolder `skip_folder` gives a reason for goes, with it, to
+    `skipped_folders`."""
+    files: list[Path] = []
+    seen: set[str] = set()
+    for root, folders, names in os.walk(folder, followlinks=True):
+        real = os.path.realpath(root)
+        if real in seen:
+            folders[:] = []
+            continue
+        seen.add(real)
+        here = Path(root)
+        kept = []
+        for name in sorted(folders):
+            if name.startswith("."):
+                continue
+            reason = skip_folder(here / name) if skip_folder is not None else None
+            if reason is not None:
+                if skipped_folders is not None:
+                    skipped_folders.append((here / name, reason))
+                continue
+            kept.append(name)
+        folders[:] = kept
+        files.extend(here / name for name in names if not name.startswith(".") and (here / name).is_file())
     if not files:
         raise CorpusError(f"{folder}: folder holds no corpus files")
-    return files
+    return sorted(files)
 
 
 def _keep_corpus_files(found: list[Path], where: str, skipped: list[Path]) -> list[Path]:
@@ -107,13 +131,26 @@ def skipped_note(skipped: list[Path], shown: int = 5) -> str | None:
             f"type ({', '.join(FORMATS)}, also compressed): {names}{more}")
 
 
-def resolve_paths(inputs: Iterable[str | Path], skipped: list[Path] | None = None) -> list[Path]:
+def skipped_folders_note(skipped_folders: list[tuple[Path, str]], shown: int = 5) -> str | None:
+    """One line naming the folders `resolve_paths` left out, and why, or None when it left none."""
+    if not skipped_folders:
+        return None
+    names = ", ".join(f"{path} ({reason})" for path, reason in skipped_folders[:shown])
+    more = f" and {len(skipped_folders) - shown} more" if len(skipped_folders) > shown else ""
+    count = f"{len(skipped_folders)} folder{'s' if len(skipped_folders) != 1 else ''}"
+    return f"note: skipped {count} inside the corpus that {'is' if len(skipped_folders) == 1 else 'are'} no corpus: {names}{more}"
+
+
+def resolve_paths(inputs: Iterable[str | Path], skipped: list[Path] | None = None, *,
+                  skip_folder: FolderCheck | None = None,
+                  skipped_folders: list[tuple[Path, str]] | None = None) -> list[Path]:
     """Expand corpus inputs to the files to read, in the order given.
 
-    Folders are read recursively (hidden files and folders skipped) and globs expanded
-    (`**` included), each in sorted order; a file named twice is read once. Files a folder or a
-    glob brings in whose names are no corpus type (LICENSE, README.md) are left out and added to
-    `skipped` (see `skipped_note`).
+    Folders are read recursively (hidden files and folders skipped, links followed) and globs
+    expanded (`**` included), each in sorted order; a file named twice is read once. Files a
+    folder or a glob brings in whose names are no corpus type (LICENSE, README.md) are left out
+    and added to `skipped` (see `skipped_note`); so are the folders inside them, or a glob
+    matches, that `skip_folder` gives a reason for, added to `skipped_folders`.
 
     Raises:
         CorpusError: a path does not exist, a glob matches nothing, a folder holds no corpus
@@ -131,12 +168,19 @@ def resolve_paths(inputs: Iterable[str | Path], skipped: list[Path] | None = Non
             split_extension(path)
             found = [path]
         elif path.exists():
-            found = _keep_corpus_files(_files_in_folder(path), f"{path}: folder holds", skipped)
+            found = _keep_corpus_files(_files_in_folder(path, skip_folder, skipped_folders),
+                                       f"{path}: folder holds", skipped)
         elif any(character in text for character in "*?["):
             matches = sorted(glob.glob(str(path), recursive=True))
             found = []
             for match in map(Path, matches):
-                found.extend(_files_in_folder(match) if match.is_dir() else [match])
+                if not match.is_dir():
+                    found.append(match)
+                elif skip_folder is not None and (reason := skip_folder(match)) is not None:
+                    if skipped_folders is not None:
+                        skipped_folders.append((match, reason))
+                else:
+                    found.extend(_files_in_folder(match, skip_folder, skipped_folders))
             if not found:
                 raise CorpusError(f"{text}: no files match this pattern")
             found = _keep_corpus_files(found, f"{text}: pattern matches", skipped)

@@ -24,7 +24,14 @@ from bertpre.data.folder import (
     record_files,
 )
 from bertpre.errors import UserError, raise_if_stopped
-from bertpre.folders import check_out, claimed_out
+from bertpre.folders import (
+    MARKERS,
+    check_out,
+    claimed_out,
+    is_data_folder,
+    is_run_folder,
+    is_run_without_config,
+)
 from bertpre.tokenizer.alphabet import CharacterCounts, alphabet_coverage
 from bertpre.tokenizer.bpe_unigram import (
     TOKENIZER_TYPES,
@@ -52,6 +59,7 @@ from data_prep import (
     read_documents,
     resolve_paths,
     sample_documents,
+    skipped_folders_note,
     skipped_note,
 )
 
@@ -279,13 +287,29 @@ def tokenize_corpus(
 
 def corpus_files(corpus_paths: Sequence[str | Path]) -> list[Path]:
     """The files to read; the files a folder or a pattern holds beside the corpus (LICENSE,
-    README.md) are left out, named in one note on stderr."""
+    README.md) are left out, named in one note on stderr, and so are the folders bertpre made
+    there (a DATA folder's tokenizer/vocab.txt and JSON files, a RUN's metrics.jsonl: no corpus)."""
     skipped: list[Path] = []
-    files = resolve_paths(corpus_paths, skipped)
-    note = skipped_note(skipped)
-    if note is not None:
-        print(note, file=sys.stderr)
+    skipped_folders: list[tuple[Path, str]] = []
+    files = resolve_paths(corpus_paths, skipped, skip_folder=bertpre_output, skipped_folders=skipped_folders)
+    for note in (skipped_note(skipped), skipped_folders_note(skipped_folders)):
+        if note is not None:
+            print(note, file=sys.stderr)
     return files
+
+
+def bertpre_output(folder: Path) -> str | None:
+    """What `folder` is where bertpre made it (a RUN, DATA, export, demo or finetune folder), else
+    None. A DATA folder needs its manifest beside its dataset or tokenizer: a corpus's own
+    manifest.json alone does not make one."""
+    if is_run_folder(folder) or is_run_without_config(folder):
+        return "a RUN folder"
+    if is_data_folder(folder):
+        return "a DATA folder"
+    for command, (marker, kind) in MARKERS.items():
+        if command != "tokenize" and (folder / marker).is_file():
+            return f"{'an' if kind[0] in 'aeiou' else 'a'} {kind}"
+    return None
 
 
 def train_on_sample(files: list[Path], options: TokenizeOptions, show_progress: bool,

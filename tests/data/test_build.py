@@ -199,3 +199,18 @@ def test_special_token_text_in_the_corpus_is_never_a_special_id(tmp_path):
             for sentence in document:
                 assert not special_ids & set(sentence), sentence
     assert manifest["counts"]["unk_tokens"] == 0  # a literal "[UNK]" is text, not unknown
+
+
+def test_a_data_folder_kept_inside_the_corpus_folder_is_no_corpus(tmp_path, capsys):
+    """`tokenize proj --out proj/data`, then again into another folder: the first DATA folder's
+    tokenizer/vocab.txt and JSON files are not read as text; the note names it."""
+    project = tmp_path / "my project"
+    project.mkdir()
+    write_corpus(project / "corpus.txt", documents(12))
+    first = run([project], project / "data")
+    capsys.readouterr()
+    second = run([project], tmp_path / "again")
+    assert capsys.readouterr().err.strip() == (
+        f"note: skipped 1 folder inside the corpus that is no corpus: {project / 'data'} (a DATA folder)")
+    assert second["counts"] == first["counts"]
+    assert [source["path"] for source in second["sources"]] == [str(project / "corpus.txt")]

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from data_prep import CorpusError, resolve_paths, skipped_note
+from data_prep import CorpusError, resolve_paths, skipped_folders_note, skipped_note
 from data_prep.paths import SUPPORTED_EXTENSIONS, split_extension
 
 
@@ -131,3 +131,32 @@ def test_a_named_file_that_is_no_corpus_type_is_still_refused(tmp_path: Path) ->
 def test_nothing_given() -> None:
     with pytest.raises(CorpusError, match="no corpus paths given"):
         resolve_paths([])
+
+
+def test_links_are_followed_into_folders_and_a_loop_ends(tmp_path: Path) -> None:
+    """A corpus folder often links to a larger disk: a linked folder is read as a linked file is;
+    each real folder once, so a link back up ends."""
+    elsewhere = [touch(tmp_path / "disk" / "wiki" / name) for name in ("a.txt", "b.txt")]
+    corpus = tmp_path / "corpus"
+    own = touch(corpus / "own.txt")
+    (corpus / "wiki").symlink_to(elsewhere[0].parent, target_is_directory=True)
+    (corpus / "again").symlink_to(elsewhere[0].parent, target_is_directory=True)  # the same folder twice
+    (corpus / "wiki-file.txt").symlink_to(elsewhere[1])
+    (elsewhere[0].parent / "up").symlink_to(corpus, target_is_directory=True)  # a loop
+    found = resolve_paths([corpus])
+    assert sorted(path.resolve() for path in found) == sorted([own.resolve(), *(p.resolve() for p in elsewhere)])
+
+
+def test_folders_a_check_rejects_are_left_out_and_named(tmp_path: Path) -> None:
+    corpus = [touch(tmp_path / "c" / "a.txt"), touch(tmp_path / "c" / "deep" / "b.txt")]
+    touch(tmp_path / "c" / "data" / "tokenizer" / "vocab.txt")
+    touch(tmp_path / "c" / "deep" / "run" / "metrics.jsonl")
+    made = {"data": "a DATA folder", "run": "a RUN folder"}
+    for inputs in ([tmp_path / "c"], [f"{tmp_path}/c/*"]):
+        skipped: list[tuple[Path, str]] = []
+        assert resolve_paths(inputs, skip_folder=lambda folder: made.get(folder.name),
+                             skipped_folders=skipped) == corpus
+        assert skipped == [(tmp_path / "c" / "data", "a DATA folder"), (tmp_path / "c" / "deep" / "run", "a RUN folder")]
+    assert skipped_folders_note(skipped) == (
+        f"note: skipped 2 folders inside the corpus that are no corpus: {tmp_path / 'c' / 'data'} (a DATA folder), "
+        f"{tmp_path / 'c' / 'deep' / 'run'} (a RUN folder)")
