@@ -193,10 +193,6 @@ def tokenize(
             show_progress=sys.stderr.isatty(),
             tokenizer_type=tokenizer_type,
         )
-    replaced = manifest["counts"]["invalid_utf8_replacements"]
-    if replaced:
-        typer.echo(f"warning: {replaced:,} invalid UTF-8 byte sequence(s) in the corpus were "
-                   "replaced with U+FFFD (counted in the manifest)", err=True)
     typer.echo(format_summary(manifest, out, [("peak memory", peak_memory_line())]))
     warning = unk_warning(manifest)
     if warning is not None:

@@ -62,7 +62,7 @@ def _stream_documents(
     duplicates = DuplicateFilter() if deduplicate else None
     yielded = seen = False
     for path in files:
-        replacements = stats.invalid_utf8_replacements
+        replacements = before = stats.invalid_utf8_replacements
         for raw_document in read_raw_documents(path, stats, text_field, max_line_bytes):
             seen = True
             if shard is not None and not shard.owns(raw_digest(raw_document)):
@@ -78,6 +78,8 @@ def _stream_documents(
             stats.characters += sum(map(len, sentences))
             yielded = True
             yield sentences
+        if stats.invalid_utf8_replacements > before:
+            stats.invalid_utf8_files.append(str(path))
     if not yielded and not (seen and shard is not None):  # a shard may be empty; a corpus not
         raise CorpusError(f"no documents found in {_describe(files)}: the corpus is empty or blank")
 

@@ -29,6 +29,8 @@ class CorpusStats:
     empty_documents_dropped: int = 0
     duplicate_documents_dropped: int = 0
     invalid_utf8_replacements: int = 0
+    # the files those replacements were in, for the warning (a list of one shard's: not in as_dict)
+    invalid_utf8_files: list[str] = field(default_factory=list)
 
     def add_file(self, path: Path) -> SourceFile:
         """Record a file as it is opened; the caller sets `sha256` when it has read it all."""

@@ -282,7 +282,19 @@ def tokenize_corpus(
         for scratch in building.glob("*.arrow"):
             scratch.unlink()
         output.commit(known=manifest[FILES])
+    if stats.invalid_utf8_replacements:
+        print(invalid_utf8_warning(stats), file=sys.stderr)
     return manifest
+
+
+def invalid_utf8_warning(stats: CorpusStats, shown: int = 3) -> str:
+    """The warning for bytes that were no UTF-8, naming the files they were in: text in another
+    encoding (Latin-1, cp1252) loses those characters, and WordPiece drops the U+FFFD."""
+    files = stats.invalid_utf8_files
+    names = ", ".join(files[:shown]) + (f" and {len(files) - shown} more" if len(files) > shown else "")
+    return (f"warning: {stats.invalid_utf8_replacements:,} invalid UTF-8 byte sequence(s) were replaced with "
+            f"U+FFFD (counted in the manifest), in {len(files)} file{'s' if len(files) != 1 else ''}: {names}; "
+            "convert a file in another encoding to UTF-8 first (e.g. iconv -f latin1 -t utf-8)")
 
 
 def corpus_files(corpus_paths: Sequence[str | Path]) -> list[Path]:

@@ -112,13 +112,16 @@ def test_help_shows_an_example(tmp_path):
     assert "Example: bertpre tokenize" in result.stdout
 
 
-def test_invalid_utf8_is_replaced_counted_and_warned_about(tmp_path):
+def test_invalid_utf8_is_replaced_counted_and_warned_about_naming_its_file(tmp_path):
     corpus = write_text_corpus(tmp_path / "corpus.txt")
+    clean = tmp_path / "clean.txt"
+    clean.write_bytes(corpus.read_bytes())
     corpus.write_bytes(corpus.read_bytes() + b"Broken \xff\xfe bytes here.\n")
-    result = tokenize("corpus.txt", "--out", "data", "--vocab-size", "150", "--min-frequency", "1",
+    result = tokenize("clean.txt", "corpus.txt", "--out", "data", "--vocab-size", "150", "--min-frequency", "1",
                       cwd=tmp_path)
     assert result.returncode == 0, result.stderr
-    assert result.stderr.startswith("warning: 2 invalid UTF-8")
+    assert result.stderr.startswith("warning: 2 invalid UTF-8 byte sequence(s) were replaced with U+FFFD (counted "
+                                    "in the manifest), in 1 file: corpus.txt; convert")
     manifest = json.loads((tmp_path / "data" / "manifest.json").read_text())
     assert manifest["counts"]["invalid_utf8_replacements"] == 2
 
