@@ -1,7 +1,6 @@
 """BERT for pretraining (MLM + NSP/SOP heads) with Hugging Face parameter names and ALBERT options."""
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -579,9 +578,5 @@ class BertForPreTraining(nn.Module):
         config, state_dict = hf_format.read_folder(folder)
         model = cls(config)
         missing, unexpected = model.load_weights(state_dict, Path(folder), strict=strict)
-        if missing:
-            warnings.warn(f"{folder} has no weights for {', '.join(missing)}; they are newly "
-                          "initialized", stacklevel=2)
-        if unexpected:
-            warnings.warn(f"{folder}: ignored weights {', '.join(unexpected)}", stacklevel=2)
+        hf_format.warn_loading(folder, missing, unexpected)
         return model

@@ -6,7 +6,6 @@ family's module."""
 from __future__ import annotations
 
 import shutil
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -297,11 +296,7 @@ class MaskedLMOnly(nn.Module):
         path = hf_format.check_folder(folder)
         model = cls(hf_format.read_config(path))
         missing, unexpected = model.load_weights(cls.read_folder(path), path, strict=strict)
-        if missing:
-            warnings.warn(f"{folder} has no weights for {', '.join(missing)}; they are newly "
-                          "initialized", stacklevel=2)
-        if unexpected:
-            warnings.warn(f"{folder}: ignored weights {', '.join(unexpected)}", stacklevel=2)
+        hf_format.warn_loading(folder, missing, unexpected)
         return model
 
 

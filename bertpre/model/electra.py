@@ -10,7 +10,6 @@ or written, nowhere else.
 from __future__ import annotations
 
 import shutil
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -109,11 +108,7 @@ class ElectraForPreTraining(nn.Module):
         path = hf_format.check_folder(folder)
         model = cls(hf_format.read_config(path))
         missing, unexpected = model.load_weights(read_electra_weights(path), path, strict=strict)
-        if missing:
-            warnings.warn(f"{folder} has no weights for {', '.join(missing)}; they are newly initialized",
-                          stacklevel=2)
-        if unexpected:
-            warnings.warn(f"{folder}: ignored weights {', '.join(unexpected)}", stacklevel=2)
+        hf_format.warn_loading(folder, missing, unexpected)
         return model
 
 

@@ -207,6 +207,9 @@ class Family:
     # pretraining-model parts a task model has under the same names, which fine-tuning starts from
     # where the source has them (ModernBERT's `head.`, as transformers' ModernBertFor* load it)
     task_head_parts: tuple[str, ...] = ()
+    # where `pair_task`: the prefix of the pair head's weights, which a folder may lack (a released
+    # BertForMaskedLM's); evaluate reports no pair metrics of a head drawn fresh
+    pair_head: str | None = None
     # whether its LayerNorms take `model.low_precision_layernorm` (XLNet's do not: "auto" is off there)
     low_precision_layernorm: bool = True
     # `bertpre info`: the report's layout, "encoder" (parameters by part, FLOPs, memory) or
@@ -425,7 +428,7 @@ FAMILIES.update({
         source_fields=BERT_SOURCE_FIELDS, grow_vocabulary=grow_vocab_rows,
         mask_logits=generator_mask_logits(bert_mask_logits),
         token_types=bert_token_types, shape_details=bert_shape_details, parameter_note=bert_base_note,
-        replaced_token=BERT_REPLACED_TOKEN),
+        pair_head="cls.seq_relationship.", replaced_token=BERT_REPLACED_TOKEN),
     "xlnet": Family(
         architecture="xlnet", config=XLNET_CONFIG, display_name="XLNet",
         pretraining_class=XLNetLMHeadModel, sequence_head=XLNetForSequenceClassification,

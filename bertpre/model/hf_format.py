@@ -10,6 +10,7 @@ import json
 import pickle
 import re
 import shutil
+import warnings
 from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
@@ -79,6 +80,31 @@ def match_state_dict(expected: dict[str, torch.Size], state_dict: dict[str, torc
                         "weights do not belong together")
     unexpected = sorted(name for name in state_dict if name not in expected)
     return missing, unexpected
+
+
+class LoadingWarning(UserWarning):
+    """What `from_pretrained` warns of: the parts a folder lacks (newly initialized) and the tensors
+    it holds that the model has no place for. A library user sees a warning; a command catches it
+    and says the names in its own one-line note (`bertpre.tools.inference.load_pretraining_quietly`).
+    """
+
+    def __init__(self, message: str, folder: str | Path, missing: list[str] | None = None,
+                 unexpected: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.folder = folder
+        self.missing = missing or []
+        self.unexpected = unexpected or []
+
+
+def warn_loading(folder: str | Path, missing: list[str], unexpected: list[str]) -> None:
+    """Warn, as a `LoadingWarning` pointing at the caller of `from_pretrained`, of what loading
+    `folder` left fresh (`missing`) or ignored (`unexpected`)."""
+    if missing:
+        warnings.warn(LoadingWarning(f"{folder} has no weights for {', '.join(missing)}; they are newly "
+                                     "initialized", folder, missing=missing), stacklevel=3)
+    if unexpected:
+        warnings.warn(LoadingWarning(f"{folder}: ignored weights {', '.join(unexpected)}", folder,
+                                     unexpected=unexpected), stacklevel=3)
 
 
 def check_folder(folder: str | Path) -> Path:

@@ -1,6 +1,8 @@
 """Use a trained model: load it with its tokenizer (export, run or checkpoint), fill masks, score it."""
 from __future__ import annotations
 
+import sys
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -12,7 +14,14 @@ from bertpre.data import load_mixture, open_data
 from bertpre.errors import UserError
 from bertpre.model import BertForPreTraining, XLNetLMHeadModel
 from bertpre.model.cost import ForwardShape
-from bertpre.model.families import family, family_of, load_pretraining_model, pretraining_config
+from bertpre.model.families import (
+    Family,
+    family,
+    family_of,
+    load_pretraining_model,
+    pretraining_config,
+)
+from bertpre.model.hf_format import LoadingWarning
 from bertpre.tokenizer import MASK_TOKEN
 from bertpre.tokenizer.roles import token_roles
 from bertpre.tokenizer.wordpiece import check_same_vocab
@@ -31,17 +40,68 @@ class Prediction:
     text: str = ""  # the piece as the tokenizer's decoder writes it (` Paris`, `##ing`)
 
 
+# The metrics of the pair head (NSP / SOP), in `evaluate`'s results and each mixture source's.
+PAIR_METRICS = ("pair_loss", "pair_acc")
+
+
+@dataclass
+class Loading:
+    """What loading a model folder left aside, as its `LoadingWarning`s named it."""
+
+    folder: Path
+    missing: list[str]  # newly initialized: the folder has no weights for them
+    unexpected: list[str]  # the folder's tensors the model has no place for
+
+    def lacks(self, prefix: str | None) -> bool:
+        """Whether a part whose weights start with `prefix` was drawn fresh."""
+        return prefix is not None and any(name.startswith(prefix) for name in self.missing)
+
+    def note(self, row: Family, consequence: str = "") -> str | None:
+        """One `note: ...` line naming the fresh parts as users know them (`Family.optional_parts`)
+        and the ignored tensors, then `consequence`; None when there is nothing to say."""
+        said = []
+        if self.missing:
+            labelled = [label for prefix, label in row.optional_parts.items() if self.lacks(prefix)]
+            others = [name for name in self.missing if not name.startswith(tuple(row.optional_parts))]
+            said.append(f"{self.folder} has no weights for {', '.join(labelled + others)}; they are newly initialized")
+        if self.unexpected:
+            shown = ", ".join(self.unexpected[:5]) + (" ..." if len(self.unexpected) > 5 else "")
+            said.append(f"ignored {len(self.unexpected)} tensors the model has no place for ({shown})")
+        return "note: " + "; ".join(said + ([consequence] if consequence else [])) if said else None
+
+
 def load_model_and_tokenizer(source: str | Path) -> tuple[BertForPreTraining | XLNetLMHeadModel, Tokenizer]:
     """The pretraining model (in eval mode, of whichever family) and its tokenizer from an EXPORT
-    folder, a RUN or a step folder."""
-    return load_model_folder(resolve_model_folder(source))
+    folder, a RUN or a step folder; the parts the folder lacks are named in a note on stderr."""
+    model, tokenizer, loading = load_model_folder(resolve_model_folder(source))
+    if (note := loading.note(family_of(model))) is not None:
+        print(note, file=sys.stderr)
+    return model, tokenizer
 
 
-def load_model_folder(found: ModelFolder) -> tuple[BertForPreTraining | XLNetLMHeadModel, Tokenizer]:
-    """`load_model_and_tokenizer` of a folder already resolved."""
+def load_model_folder(found: ModelFolder) -> tuple[BertForPreTraining | XLNetLMHeadModel, Tokenizer, Loading]:
+    """`load_model_and_tokenizer` of a folder already resolved, what loading left aside returned
+    rather than said: the caller knows what it means for its command."""
     tokenizer = found.tokenizer()
     found.model_config().check_vocab_fits(tokenizer.get_vocab_size(), str(found.tokenizer_folder))
-    return load_pretraining_model(found.model_folder).eval(), tokenizer
+    model, loading = load_pretraining_quietly(found.model_folder)
+    return model.eval(), tokenizer, loading
+
+
+def load_pretraining_quietly(folder: Path) -> tuple[BertForPreTraining | XLNetLMHeadModel, Loading]:
+    """`load_pretraining_model`, its `LoadingWarning`s caught rather than printed: a command says
+    them in one note line, not as Python's two-line warning. Other warnings pass on unchanged."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = load_pretraining_model(folder)
+    loading = Loading(folder, [], [])
+    for warning in caught:
+        if isinstance(warning.message, LoadingWarning):
+            loading.missing += warning.message.missing
+            loading.unexpected += warning.message.unexpected
+        else:
+            warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
+    return model, loading
 
 
 @torch.no_grad()
@@ -160,7 +220,7 @@ def evaluate_saved_model(source: str | Path, data: str | Path | None = None, *,
     config = read_run_config(source / "config.yaml") if own else load_config(config_path)
     config = config.for_phase(len(config.phase_ends()) - 1)  # a phased run ends at its last length
     found = resolve_model_folder(source)  # once: a RUN's checkpoint is checked against its checksums
-    model, tokenizer = load_model_folder(found)
+    model, tokenizer, loading = load_model_folder(found)
     shape = found.model_config()
     scored = open_data(data) if data is not None else load_mixture(config.data.sources)
     folders = [scored] if data is not None else scored.folders
@@ -194,4 +254,12 @@ def evaluate_saved_model(source: str | Path, data: str | Path | None = None, *,
                        next(model.parameters()).device,
                        what=f"scoring {micro_batch_size:,} sequences of {config.data.max_seq_length:,} tokens at once",
                        advice="lower --micro-batch-size or --max-seq-length")
-    return evaluate(model, scored, config.data, micro_batch_size=micro_batch_size, seed=seed)
+    # a pair head the folder lacked (a released BertForMaskedLM's) was drawn fresh: its score means nothing
+    untrained_pair = config.data.pair_task != "none" and loading.lacks(family_of(model).pair_head)
+    consequence = f"{' and '.join(PAIR_METRICS)} are left out: the pair head was never trained" if untrained_pair else ""
+    if (note := loading.note(family_of(model), consequence)) is not None:
+        print(note, file=sys.stderr)
+    metrics = evaluate(model, scored, config.data, micro_batch_size=micro_batch_size, seed=seed)
+    if config.data.pair_task == "none" or untrained_pair:  # no pairs scored (NaN), or scored by chance
+        metrics = {name: value for name, value in metrics.items() if name.rsplit("/", 1)[-1] not in PAIR_METRICS}
+    return metrics

@@ -1,12 +1,17 @@
 """fill-mask: loading a model with its tokenizer, top-k predictions that match a plain forward, and
-XLNet's reading of a long text in windows with memory."""
+XLNet's reading of a long text in windows with memory; fill-mask and evaluate on a released
+BertForMaskedLM (no pooler, no pair head): one note, no pair metrics of a head never trained."""
 from __future__ import annotations
 
 import random
+import shutil
+import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from _in_process import run_main
 
 from bertpre.batches.segments import plan_segments
 from bertpre.errors import UserError
@@ -20,7 +25,12 @@ from bertpre.model.xlnet import (
 )
 from bertpre.tokenizer import SPECIAL_TOKENS
 from bertpre.tokenizer.wordpiece import save_tokenizer, train_tokenizer
-from bertpre.tools.inference import fill_in, fill_mask, load_model_and_tokenizer
+from bertpre.tools.inference import (
+    evaluate_saved_model,
+    fill_in,
+    fill_mask,
+    load_model_and_tokenizer,
+)
 
 pytestmark = pytest.mark.usefixtures("one_thread_per_module")  # see conftest
 
@@ -91,6 +101,67 @@ def test_text_longer_than_the_model_is_refused(export_folder):
 def test_a_folder_without_model_is_refused(tmp_path):
     with pytest.raises(UserError):
         load_model_and_tokenizer(tmp_path)
+
+
+# --- a released BertForMaskedLM: no pooler, no pair head --------------------------------------
+
+
+@pytest.fixture(scope="module")
+def released_mlm(tiny_data, tmp_path_factory) -> Path:
+    """A transformers BertForMaskedLM saved as released ones are (no pooler, no pair head), with
+    the tiny DATA's tokenizer."""
+    transformers = pytest.importorskip("transformers")
+    folder = tmp_path_factory.mktemp("released") / "bert-mlm"
+    torch.manual_seed(0)
+    transformers.BertForMaskedLM(transformers.BertConfig(
+        vocab_size=120, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+        max_position_embeddings=64)).save_pretrained(folder)
+    for file in (tiny_data / "tokenizer").iterdir():
+        shutil.copy(file, folder / file.name)
+    return folder
+
+
+def run_quietly(args: list, monkeypatch, capsys) -> tuple[int, str, str]:
+    """`run_main`, failing on any warning of bertpre's that escapes the command (pytest would catch
+    it before it reached stderr)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", category=UserWarning, module=r"bertpre\.")
+        return run_main(args, monkeypatch, capsys)
+
+
+def test_evaluate_a_released_mlm_notes_the_fresh_pair_head_once_and_reports_no_pair_metrics(
+        released_mlm, tiny_data, monkeypatch, capsys):
+    code, out, err = run_quietly(["evaluate", released_mlm, "--data", tiny_data, "--micro-batch-size", "8"],
+                                 monkeypatch, capsys)
+    assert code == 0, err
+    assert err == (f"note: {released_mlm} has no weights for the pooler (bert.pooler), the pair head "
+                   "(cls.seq_relationship); they are newly initialized; pair_loss and pair_acc are left out: "
+                   "the pair head was never trained\n")
+    names = [line.split()[0] for line in out.splitlines()]
+    assert names == ["mlm_loss", "perplexity", "mlm_acc", "mlm_acc_mask", "mlm_acc_random", "mlm_acc_kept",
+                     "predictions", "sequences"]
+
+
+def test_fill_mask_on_a_released_mlm_says_the_fresh_parts_in_one_note(released_mlm, monkeypatch, capsys):
+    code, out, err = run_quietly(["fill-mask", released_mlm, "the cat [MASK] the river ."], monkeypatch, capsys)
+    assert code == 0, err
+    assert err == (f"note: {released_mlm} has no weights for the pooler (bert.pooler), the pair head "
+                   "(cls.seq_relationship); they are newly initialized\n")
+    assert "[MASK] 1:" in out
+
+
+def test_evaluate_without_pairs_reports_no_pair_metrics(tiny_data, tmp_path):
+    """A model trained with data.pair_task none (here: a config saying so) has no pair score to
+    report; NaN lines would only puzzle."""
+    folder = tmp_path / "export"
+    BertForPreTraining(BertConfig(vocab_size=120, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                  intermediate_size=64, max_position_embeddings=32)).save_pretrained(folder)
+    for file in (tiny_data / "tokenizer").iterdir():  # the DATA's vocabulary, which evaluate requires
+        shutil.copy(file, folder / file.name)
+    config = tmp_path / "no-pairs.yaml"
+    config.write_text("data:\n  pair_task: none\n", encoding="utf-8")
+    metrics = evaluate_saved_model(folder, tiny_data, config_path=config, micro_batch_size=8)
+    assert not {"pair_loss", "pair_acc"} & set(metrics) and metrics["predictions"] > 0
 
 
 # --- XLNet: long text in windows with memory ---------------------------------------------------
