@@ -169,18 +169,26 @@ def with_own_mask(tokenizer: Tokenizer, text: str) -> str:
 
 
 def top_tokens(probabilities: torch.Tensor, tokenizer: Tokenizer, top_k: int) -> list[list[tuple[str, float]]]:
-    """The `top_k` tokens of each row of (M, V) probabilities, special tokens never proposed."""
-    probabilities = probabilities.clone()
-    roles = token_roles(tokenizer)
-    special = sorted(roles.special_ids | ({roles.unk_token_id} if roles.unk_token_id is not None else set()))
-    probabilities[:, special] = 0.0
-    # Rows beyond the tokenizer's vocabulary (a padded embedding table) are never proposed either.
-    probabilities[:, tokenizer.get_vocab_size():] = 0.0
-    top = probabilities.topk(min(top_k, tokenizer.get_vocab_size()), dim=-1)
+    """The `top_k` tokens of each row of (M, V) probabilities, special tokens never proposed,
+    whatever `top_k`: it is capped at the number of tokens that may be proposed."""
+    candidates = proposable_ids(tokenizer, probabilities.shape[-1]).to(probabilities.device)  # (C,)
+    top = probabilities[:, candidates].topk(min(top_k, len(candidates)), dim=-1)
     return [
         [(tokenizer.id_to_token(int(i)), float(p)) for p, i in zip(values, indices, strict=True)]
-        for values, indices in zip(top.values.cpu(), top.indices.cpu(), strict=True)
+        for values, indices in zip(top.values.cpu(), candidates[top.indices].cpu(), strict=True)
     ]
+
+
+def proposable_ids(tokenizer: Tokenizer, rows: int) -> torch.Tensor:
+    """The ids fill-mask may propose among a model's `rows` outputs: not the special tokens nor
+    [UNK] (the model is never trained to predict them), nor the rows past the tokenizer's
+    vocabulary (a padded embedding table)."""
+    roles = token_roles(tokenizer)
+    proposable = torch.zeros(rows, dtype=torch.bool)
+    proposable[:tokenizer.get_vocab_size()] = True
+    special = roles.special_ids | ({roles.unk_token_id} if roles.unk_token_id is not None else set())
+    proposable[sorted(special)] = False
+    return proposable.nonzero().flatten()
 
 
 def fill_in(tokenizer: Tokenizer, text: str, predictions: list[list[Prediction]]) -> str:

@@ -74,6 +74,16 @@ def test_predictions_are_the_top_non_special_tokens_of_a_plain_forward(export_fo
         assert not {c.token for c in candidates} & set(SPECIAL_TOKENS)
 
 
+def test_a_top_k_past_the_vocabulary_lists_every_token_but_the_special_ones(export_folder):
+    model, tokenizer = load_model_and_tokenizer(export_folder)
+    predictions = fill_mask(model, tokenizer, "the [MASK] sat on the [MASK].", top_k=100_000)
+    expected = set(tokenizer.get_vocab()) - set(SPECIAL_TOKENS)
+    for candidates in predictions:
+        assert len(candidates) == len(expected) and {c.token for c in candidates} == expected
+        probabilities = [c.probability for c in candidates]
+        assert probabilities == sorted(probabilities, reverse=True) and min(probabilities) > 0
+
+
 def test_fill_in_puts_the_best_token_in_place_of_each_mask(export_folder):
     model, tokenizer = load_model_and_tokenizer(export_folder)
     text = "the cat sat on the [MASK]."
