@@ -458,13 +458,15 @@ def _write_json(path: Path, payload: dict) -> None:
 
 
 def check_same_vocab(data_tokenizer: Tokenizer, model_tokenizer: Tokenizer, data: str | Path,
-                     owner: str) -> None:
+                     owner: str, alternative: str | None = None) -> None:
     """Refuse DATA whose ids were made by another vocabulary than the model's own.
 
     Args:
         owner: who the model's tokenizer belongs to, for the message (e.g. "run runs/base").
+        alternative: the command's other way out, where it has one (pretrain's "a new --out":
+            a new run may take any vocabulary); evaluate has none.
     """
     if data_tokenizer.get_vocab() != model_tokenizer.get_vocab():
         raise UserError(f"DATA folder {data} was made by another tokenizer than {owner} (another "
                         "vocab); use DATA tokenized with that tokenizer (bertpre tokenize "
-                        "--tokenizer), or a new --out")
+                        f"--tokenizer){f', or {alternative}' if alternative else ''}")

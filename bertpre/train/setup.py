@@ -198,7 +198,7 @@ def check_tokenizer_matches(run_dir: Path, data: DataFolder) -> None:
                             "tokenize` again")
     saved = run_dir / "tokenizer"
     if saved.is_dir():
-        check_same_vocab(data.tokenizer, load_tokenizer(saved), data.path, f"run {run_dir}")
+        check_same_vocab(data.tokenizer, load_tokenizer(saved), data.path, f"run {run_dir}", "a new --out")
 
 
 def build_model(run: ResolvedRun, say: Callable[[str], None]) -> nn.Module:

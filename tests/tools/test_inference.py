@@ -108,6 +108,12 @@ def test_text_longer_than_the_model_is_refused(export_folder):
         fill_mask(model, tokenizer, "the cat " * 40 + "[MASK]")
 
 
+def test_evaluate_on_data_of_another_vocabulary_is_refused_with_advice_evaluate_can_take(export_folder, tiny_data):
+    with pytest.raises(UserError, match="made by another tokenizer") as refused:
+        evaluate_saved_model(export_folder, tiny_data)
+    assert str(refused.value).endswith("(bertpre tokenize --tokenizer)")  # evaluate has no --out to change
+
+
 def test_a_folder_without_model_is_refused(tmp_path):
     with pytest.raises(UserError):
         load_model_and_tokenizer(tmp_path)
