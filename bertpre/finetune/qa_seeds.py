@@ -53,7 +53,7 @@ def fitted_qa_settings(settings: QASettings, tokenizer: Tokenizer, data: QATaskD
     examples = [*data.train, *data.validation, *(data.test or [])]
     room = context_room(tokenizer, examples, max_seq_length)
     stride = default_doc_stride(max_seq_length, room)
-    if stride != SQUAD_DOC_STRIDE:
+    if stride != SQUAD_DOC_STRIDE and room >= 1:  # no room at all: the windowing refuses that question
         scaled = default_doc_stride(max_seq_length, max_seq_length)
         below = f", below the {room} context tokens a window holds beside the longest question" if stride < scaled else ""
         say(f"note: --doc-stride {stride}: SQuAD's {SQUAD_DOC_STRIDE} for windows of {SQUAD_MAX_SEQ_LENGTH} tokens, "

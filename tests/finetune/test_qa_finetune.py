@@ -320,6 +320,25 @@ def test_the_guide_s_wordnet_qa_command_runs_on_a_small_model(run_folder, squad,
     assert result["question_answering"]["doc_stride"] == 21 and result["hyperparameters"]["max_seq_length"] == 64
 
 
+def test_a_question_longer_than_the_window_is_refused_without_a_note_on_the_stride(run_folder, squad, tmp_path,
+                                                                                   monkeypatch, capsys):
+    """No default stride to speak of where the longest question leaves a window no context: the
+    note said "below the -540 context tokens a window holds" before the error."""
+    long = json.loads(squad["validation"].read_text(encoding="utf-8"))
+    asked = long["data"][0]["paragraphs"][0]["qas"][0]
+    asked["question"] = " ".join(["who"] * 200) + " ?"
+    validation = tmp_path / "long-question.json"
+    validation.write_text(json.dumps(long), encoding="utf-8")
+    code, _, stderr = run_main(["finetune", run_folder, "--task", "qa", "--train", squad["train"],
+                                "--validation", validation, "--out", tmp_path / "out"], monkeypatch, capsys)
+    assert code == 2
+    assert not [line for line in stderr.splitlines() if "--doc-stride" in line], stderr
+    errors = [line for line in stderr.splitlines() if line.startswith("error")]
+    assert len(errors) == 1 and errors[0].startswith(f"error: question {asked['id']!r} has ")
+    assert errors[0].endswith("leave no room for its context in --max-seq-length 64: raise --max-seq-length "
+                              "or shorten the question")
+
+
 def test_a_typed_doc_stride_too_big_for_the_window_is_refused_in_one_line(run_folder, squad, tmp_path,
                                                                          monkeypatch, capsys):
     code, _, stderr = run_main(["finetune", run_folder, "--task", "qa", "--train", squad["train"],
