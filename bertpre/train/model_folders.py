@@ -9,6 +9,7 @@ from pathlib import Path
 from tokenizers import Tokenizer
 
 from bertpre.errors import UserError
+from bertpre.folders import is_run_folder
 from bertpre.model.config import BertConfig
 from bertpre.model.hf_format import CONFIG_NAME, read_config, refuse_hub_name
 from bertpre.tokenizer.wordpiece import TOKENIZER_FILE, VOCAB_FILE, load_tokenizer
@@ -30,7 +31,7 @@ def find_checkpoint(source: str | Path) -> tuple[Path, Path]:
         run = source.parent.parent if source.parent.name == "checkpoints" else source
     else:
         latest = latest_checkpoint(source)
-        if latest is None and (source / "checkpoints").is_dir():
+        if latest is None and ((source / "checkpoints").is_dir() or is_run_folder(source)):
             raise UserError(f"{source}: no checkpoints/latest; the run has not saved a checkpoint yet")
         if latest is None:
             raise UserError(f"{source}: neither a RUN folder (with checkpoints/latest) nor a "

@@ -9,7 +9,7 @@ import torch
 from safetensors.torch import save_file
 
 from bertpre.errors import UserError
-from bertpre.folders import current_umask
+from bertpre.folders import RUN_CONFIG_HEADER, current_umask
 from bertpre.model import BertConfig, BertForPreTraining
 from bertpre.tools.export import export
 
@@ -64,6 +64,11 @@ def test_export_errors_name_what_is_missing(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     with pytest.raises(UserError, match="neither a RUN folder"):
         export(tmp_path / "empty", tmp_path / "out")
+    started = tmp_path / "started"  # a run before its first checkpoint: config.yaml, no checkpoints/
+    started.mkdir()
+    (started / "config.yaml").write_bytes(RUN_CONFIG_HEADER + b" 0.1.0\n")
+    with pytest.raises(UserError, match="started: no checkpoints/latest; the run has not saved a checkpoint yet"):
+        export(started, tmp_path / "out")
     run = fake_run(tmp_path, BertForPreTraining(BertConfig(**TINY)))
     (run / "checkpoints" / "latest").write_text("step-00000099\n")
     with pytest.raises(UserError, match="step-00000099"):
