@@ -113,11 +113,12 @@ def load_hyperparameters(preset: str | None, config: Path | None, overrides: lis
     for override in overrides:
         key, value = parse_override(override, "key=value, e.g. --set lr=3e-5")
         values[key.removeprefix("finetune.")] = value
-    values.update(given or {})
     name = preset or "bert"
     if not isinstance(name, str) or name not in PRESETS:
         raise UserError(f"preset {name!r} is not one of {', '.join(PRESETS)}")
-    return build_hyperparameters(PRESETS[name], values)
+    if given:  # a bad value is refused though an option overrides it (`--set lr=ten --lr 1e-3`)
+        build_hyperparameters(PRESETS[name], values)
+    return build_hyperparameters(PRESETS[name], {**values, **given} if given else values)
 
 
 def build_hyperparameters(base: Hyperparameters, values: dict[str, Any]) -> Hyperparameters:

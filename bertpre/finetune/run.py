@@ -57,7 +57,10 @@ SELECT_BY = ("last", "dev")
 
 
 def choose_seeds(count: int | None, given: list[int] | None) -> list[int]:
-    """`--seed S ...` as given, else `--seeds N` (default 3): 0 … N-1."""
+    """`--seed S ...` as given, else `--seeds N` (default 3): 0 … N-1; both given are refused (one
+    would be silently dropped)."""
+    if given and count is not None:
+        raise UserError(f"--seeds {count} runs seeds 0 to {count - 1}, --seed names them: give one of the two")
     if given:
         if len(set(given)) != len(given) or any(seed < 0 or seed >= 2**32 for seed in given):
             raise UserError("--seed values must be distinct integers from 0 to 2**32-1")

@@ -175,6 +175,10 @@ def bad(tmp_path: Path, name: str, text: str) -> Path:
      "--precision 'fp8' is not one of auto, fp32, fp16, bf16"),
     (lambda t, f: ["--train", f["train"], "--validation", f["validation"], "--set", "epoch=3"], "did you mean 'epochs'"),
     (lambda t, f: ["--train", f["train"], "--validation", f["validation"], "--seeds", "0"], "--seeds 0 must be"),
+    (lambda t, f: ["--train", f["train"], "--validation", f["validation"], "--seeds", "3", "--seed", "1"],
+     "--seeds 3 runs seeds 0 to 2, --seed names them: give one of the two"),
+    (lambda t, f: ["--train", f["train"], "--validation", f["validation"], "--set", "lr=ten", "--lr", "1e-3"],
+     "lr must be"),
     (lambda t, f: ["--train", f["train"], "--validation", f["validation"], "--task", "ranking"], "--task 'ranking'"),
 ])
 def test_bad_input_is_one_line_and_writes_nothing(build, expected, run_folder, task_files, tmp_path,
