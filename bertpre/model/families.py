@@ -195,6 +195,9 @@ class Family:
     max_input_tokens: Callable[[BertConfig], int | None]
     shape_words: Callable[[BertConfig], str]  # the shape in words: "12 layers, hidden 768, ..."
     source_fields: tuple[str, ...]  # what a run started from a released model takes from its config
+    # the model settings its config.json holds beside the shape (dropout, the init of new parts,
+    # fine-tuning's pooling): a run from a released model takes the source's where the config gives none
+    source_settings: tuple[str, ...]
     grow_vocabulary: Callable[..., dict] | None  # (state, new pieces) -> state with the rows added
     # fill-mask: (M, V) at each [MASK]; the callable is told the largest ForwardShape before any forward
     mask_logits: Callable[[nn.Module, Tokenizer, str, Callable[[ForwardShape], None]], torch.Tensor]
@@ -232,15 +235,19 @@ class Family:
     replaced_token: ReplacedTokenParts | None = None
 
 
-# Model keys a run may set whatever the source says: they shape training, not the weights.
-TRAINING_ONLY_KEYS = ("hidden_dropout_prob", "attention_probs_dropout_prob", "initializer_range",
-                      "pad_token_id", "mem_len", "clamp_len")
+# Model keys a run may set whatever the source says: they shape training, not the weights. Those
+# config.json holds are the source's settings (`Family.source_settings`), taken where a config gives none.
+BERT_SOURCE_SETTINGS = ("hidden_dropout_prob", "attention_probs_dropout_prob", "initializer_range")
+TRAINING_ONLY_KEYS = (*BERT_SOURCE_SETTINGS, "pad_token_id", "mem_len", "clamp_len")
 BERT_SOURCE_FIELDS = tuple(name for name in SHARED_KEYS if name not in TRAINING_ONLY_KEYS)
 # ModernBERT's training-only keys: dropout, the init of new parts, fine-tuning's pooling.
-MODERNBERT_TRAINING_ONLY_KEYS = ("embedding_dropout", "attention_dropout", "mlp_dropout", "classifier_dropout",
-                                 "initializer_range", "initializer_cutoff_factor", "classifier_pooling")
+MODERNBERT_SOURCE_SETTINGS = ("embedding_dropout", "attention_dropout", "mlp_dropout", "classifier_dropout",
+                              "initializer_range", "initializer_cutoff_factor", "classifier_pooling")
 MODERNBERT_SOURCE_FIELDS = ("architecture", *(name for name in (*MODERNBERT_HF_SHARED, *MODERNBERT_FIELDS)
-                                              if name not in MODERNBERT_TRAINING_ONLY_KEYS))
+                                              if name not in MODERNBERT_SOURCE_SETTINGS))
+# What XLNet's config.json holds beside its shape (`from_xlnet_dict`): its one dropout rate (both of
+# BERT's names), its activation and LayerNorm eps, the init of new parts, Transformer-XL's memory.
+XLNET_SOURCE_SETTINGS = (*BERT_SOURCE_SETTINGS, "hidden_act", "layer_norm_eps", "mem_len", "clamp_len")
 
 
 def build_bert(config: BertConfig, tokenizer: Tokenizer | None = None) -> BertForPreTraining:
@@ -331,7 +338,7 @@ ROBERTA = Family(
     shape_words=lambda config: (f"{config.num_hidden_layers} layers, hidden {config.hidden_size}, "
                                 f"absolute positions from pad_token_id + 1"),
     # the padding's id is where positions start: a source's, not the run's to choose
-    source_fields=(*BERT_SOURCE_FIELDS, "pad_token_id"),
+    source_fields=(*BERT_SOURCE_FIELDS, "pad_token_id"), source_settings=BERT_SOURCE_SETTINGS,
     grow_vocabulary=partial(grow_vocab_rows, word_embeddings="roberta.embeddings.word_embeddings.weight",
                             head_rows=("lm_head.bias",)),
     mask_logits=generator_mask_logits(roberta_mask_logits), token_types=no_token_types,
@@ -364,7 +371,7 @@ MODERNBERT = Family(
     shape_words=lambda config: (f"{config.num_hidden_layers} layers, hidden {config.hidden_size}, rotary "
                                 f"positions, global attention every {config.global_attn_every_n_layers} "
                                 f"layers, a window of {config.local_attention} elsewhere"),
-    source_fields=MODERNBERT_SOURCE_FIELDS,
+    source_fields=MODERNBERT_SOURCE_FIELDS, source_settings=MODERNBERT_SOURCE_SETTINGS,
     grow_vocabulary=partial(grow_vocab_rows, word_embeddings="model.embeddings.tok_embeddings.weight",
                             head_rows=("decoder.bias",)),
     mask_logits=generator_mask_logits(modernbert_mask_logits), token_types=no_token_types,
@@ -398,7 +405,8 @@ ELECTRA = Family(
     max_input_tokens=table_positions,
     shape_words=lambda config: (f"{config.num_hidden_layers} layers, hidden {config.hidden_size}, embeddings "
                                 f"{config.embedding_size or config.hidden_size}, absolute positions"),
-    source_fields=BERT_SOURCE_FIELDS, grow_vocabulary=None, mask_logits=electra_mask_logits,
+    source_fields=BERT_SOURCE_FIELDS, source_settings=BERT_SOURCE_SETTINGS, grow_vocabulary=None,
+    mask_logits=electra_mask_logits,
     token_types=bert_token_types, shape_details=bert_shape_details,
     class_names=lambda config: ("ElectraModel", "ElectraForPreTraining"), load_pretrained=load_electra,
     replaced_token=BERT_PARTS)
@@ -425,7 +433,7 @@ FAMILIES.update({
         max_input_tokens=bert_max_input_tokens,
         shape_words=lambda config: (f"{config.num_hidden_layers} layers, hidden {config.hidden_size}, "
                                     f"{config.position_embedding_type} positions"),
-        source_fields=BERT_SOURCE_FIELDS, grow_vocabulary=grow_vocab_rows,
+        source_fields=BERT_SOURCE_FIELDS, source_settings=BERT_SOURCE_SETTINGS, grow_vocabulary=grow_vocab_rows,
         mask_logits=generator_mask_logits(bert_mask_logits),
         token_types=bert_token_types, shape_details=bert_shape_details, parameter_note=bert_base_note,
         pair_head="cls.seq_relationship.", replaced_token=BERT_REPLACED_TOKEN),
@@ -445,7 +453,8 @@ FAMILIES.update({
         max_input_tokens=lambda config: None,
         shape_words=lambda config: (f"{config.num_hidden_layers} layers, hidden {config.hidden_size}, "
                                     f"relative positions, memory {config.mem_len}"),
-        source_fields=XLNET_SHAPE_FIELDS, grow_vocabulary=None, mask_logits=xlnet_mask_logits,
+        source_fields=XLNET_SHAPE_FIELDS, source_settings=XLNET_SOURCE_SETTINGS, grow_vocabulary=None,
+        mask_logits=xlnet_mask_logits,
         token_types=xlnet_token_types, low_precision_layernorm=False, cost_report="two-stream",
         flops_by_part=lambda config, seq_length, predicted_share, micro_batch_size: xlnet_training_flops(
             config, seq_length, predicted_share, micro_batch_size=micro_batch_size)),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from tokenizers import Tokenizer
@@ -21,11 +22,15 @@ from bertpre.tokenizer import VocabMismatch, vocab_extension
 from bertpre.train.model_folders import ModelFolder
 
 
-def adopt_shape(config: Config, shape: BertConfig, where: str | Path) -> None:
-    """Take the model's shape from `shape` (the source's or a checkpoint's config.json).
+def adopt_shape(config: Config, shape: BertConfig, where: str | Path) -> dict[str, Any]:
+    """Take the model's shape from `shape` (the source's or a checkpoint's config.json), and its
+    settings where the config gives none (`adopt_settings`).
 
     A shape key the config gives with another value is an error naming the key; training-only
-    keys (dropout, the init range of new heads) keep the config's values.
+    keys the config gives (dropout, the init range of new heads) keep the config's values.
+
+    Returns:
+        The settings taken from `shape` that differ from the config's defaults, by name.
     """
     row = family(shape)
     for name in row.source_fields:
@@ -35,6 +40,7 @@ def adopt_shape(config: Config, shape: BertConfig, where: str | Path) -> None:
                             f"model.init_from the model's shape comes from the source, so remove "
                             f"model.{name} from the config")
         setattr(config.model, name, wanted)
+    taken = adopt_settings(config, shape)
     if config.data.objective not in row.objectives:
         raise UserError(f"{where} holds {row.display_name} weights, which train with data.objective "
                         f"{' or '.join(row.objectives)} (set model.architecture: {row.architecture}, "
@@ -48,6 +54,33 @@ def adopt_shape(config: Config, shape: BertConfig, where: str | Path) -> None:
     # every length a phase reads, against what the source's family reads at once (its row's
     # `max_input_tokens`: ModernBERT's trained length too), before any weight is read
     check_phase_lengths(config, where)
+    return taken
+
+
+def adopt_settings(config: Config, shape: BertConfig) -> dict[str, Any]:
+    """Take the model settings `shape`'s config.json holds beside the shape (`Family.source_settings`:
+    dropout, the init of new parts, ModernBERT's classifier pooling) that the config does not give.
+
+    They are what the source was trained with and what its fine-tuning reads; bertpre's defaults
+    would silently replace them, in training and in the export. A key the config gives wins.
+
+    Returns:
+        Those taken whose value differs from the config's (its defaults), by name.
+    """
+    taken = {}
+    for name in family(shape).source_settings:
+        wanted = getattr(shape, name)
+        if name not in config.model_keys_given and getattr(config.model, name) != wanted:
+            setattr(config.model, name, wanted)
+            taken[name] = wanted
+    return taken
+
+
+def settings_note(taken: dict[str, Any], where: str | Path) -> str:
+    """The start block's line naming the settings a run took from its source (`adopt_settings`)."""
+    values = ", ".join(f"model.{name} {value:g}" if isinstance(value, float) else f"model.{name} {value}"
+                       for name, value in taken.items())
+    return f"taking {values} from {where}'s config.json (the config does not give them)"
 
 
 @dataclass(frozen=True)

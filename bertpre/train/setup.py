@@ -8,6 +8,7 @@ import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -35,6 +36,7 @@ from bertpre.train.init_from import (
     adopt_shape,
     fit_resumed_generator,
     load_source_weights,
+    settings_note,
     settle_generator,
     source_vocab_growth,
 )
@@ -56,6 +58,8 @@ class ResolvedRun:
     source: ModelFolder | None  # the released weights a new run starts from
     new_pieces: list[list[int]] = field(default_factory=list)  # tokens DATA's vocabulary adds to the source's
     generator: GeneratorSource | None = None  # the released generator a new rtd run from `source` starts from
+    # the model settings a new run from `source` takes from its config.json (`adopt_settings`), where they differ
+    source_settings: dict[str, Any] = field(default_factory=dict)
 
     @property
     def data(self) -> DataFolder:
@@ -91,7 +95,7 @@ def resolve_run(given: Config, *, world_size: int = 1, device: torch.device | No
     run_dir = Path(config.train.out)
     check_run_out(run_dir, config.init_from, [folder.path for folder in mixture.folders], config.init_generator_from)
     latest = latest_checkpoint(run_dir) if resume else None
-    source, new_pieces, generator = settle_model(config, data, latest)
+    source, new_pieces, generator, source_settings = settle_model(config, data, latest)
     if precision is not None:  # after settle_model: a source's config.json may name the family
         setting = config.model.low_precision_layernorm
         if setting == "auto" and not family(config.model).low_precision_layernorm:
@@ -106,28 +110,31 @@ def resolve_run(given: Config, *, world_size: int = 1, device: torch.device | No
     for folder in mixture.folders:
         check_tokenizer_matches(run_dir, folder)
     return ResolvedRun(config=config, mixture=mixture, run_dir=run_dir, latest=latest, source=source,
-                       new_pieces=new_pieces, generator=generator)
+                       new_pieces=new_pieces, generator=generator, source_settings=source_settings)
 
 
 def settle_model(config: Config, data: DataFolder | None, latest: Path | None = None
-                 ) -> tuple[ModelFolder | None, list[list[int]], GeneratorSource | None]:
+                 ) -> tuple[ModelFolder | None, list[list[int]], GeneratorSource | None, dict[str, Any]]:
     """Fill in `config.model` (in place) as the run will build it: the shape of `model.init_from`
-    (a new run) or of the checkpoint `latest` (a resume), the vocabulary grown by the tokens
+    (a new run) or of the checkpoint `latest` (a resume) and the settings the config does not
+    give (dropout, ModernBERT's pooling: `adopt_settings`), the vocabulary grown by the tokens
     DATA adds to the source's, `vocab_size: auto` and the pad id from DATA's tokenizer; and
     rtd's generator size, a released generator's where the config gives none.
 
     Returns:
         (the released weights a new run starts from, or None; the new tokens' old pieces; the
-        released generator it starts its generator from, or None).
+        released generator it starts its generator from, or None; the settings a new run took
+        from the source where they differ from the config's defaults).
     """
     # Weights come from model.init_from only at the start; a resume reads its checkpoint,
     # whose config.json is the shape the run was given.
     source = resolve_model_folder(config.init_from) if config.init_from and latest is None else None
     new_pieces: list[list[int]] = []
     generator = None
+    settings: dict[str, Any] = {}
     if source is not None:
         generator = settle_generator(config, source)  # its size first: adopt_shape checks the objective's keys
-        adopt_shape(config, source.model_config(), source.path)
+        settings = adopt_shape(config, source.model_config(), source.path)
         refuse_phase_model_keys(config)
         if data is not None:
             new_pieces = source_vocab_growth(source, data.tokenizer, data.path, config.model.vocab_size)
@@ -137,7 +144,7 @@ def settle_model(config: Config, data: DataFolder | None, latest: Path | None = 
         adopt_shape(config, checkpoint_shape(config, latest), latest)
     if data is not None:
         resolve(config, data.tokenizer)
-    return source, new_pieces, generator
+    return source, new_pieces, generator, settings
 
 
 def checkpoint_shape(config: Config, checkpoint: Path) -> BertConfig:
@@ -212,6 +219,8 @@ def build_model(run: ResolvedRun, say: Callable[[str], None]) -> nn.Module:
         # Loaded before it is announced: a damaged source is refused without a note saying it is used.
         notes = load_source_weights(model, run.source, run.new_pieces, run.generator)
         say(f"starting from the weights of {run.source.path}")
+        if run.source_settings:
+            say(settings_note(run.source_settings, run.source.path))
         for line in notes:
             say(line)
     return model
