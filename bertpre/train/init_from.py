@@ -16,8 +16,9 @@ from bertpre.config.objectives import objective_rules
 from bertpre.errors import UserError
 from bertpre.model import BertConfig, hf_format
 from bertpre.model.electra_generator import GENERATOR_DIR, generator_fraction, generator_weights
-from bertpre.model.families import family
-from bertpre.model.replaced_token import pair_generator_size
+from bertpre.model.families import Family, family
+from bertpre.model.replaced_token import PAIR_ENCODER, ReplacedTokenDetection, pair_generator_size
+from bertpre.model.replaced_token_export import exported_pair
 from bertpre.tokenizer import VocabMismatch, vocab_extension
 from bertpre.train.model_folders import ModelFolder
 
@@ -115,6 +116,7 @@ def settle_generator(config: Config, source: ModelFolder) -> GeneratorSource | N
     """
     if not objective_rules(config.data.objective).trains_generator:
         return None  # model.init_generator_from is refused there by the config
+    refuse_pair_continuation(config, source)
     if config.init_generator_from is not None:
         path = Path(config.init_generator_from)
         if not (path / hf_format.CONFIG_NAME).is_file():
@@ -187,7 +189,7 @@ def load_source_weights(model: nn.Module, source: ModelFolder, new_pieces: list[
         source lacks (they keep their fresh initialization), tensors the model has no place for.
     """
     row = family(source.model_config())
-    state_dict = row.read_weights(source.model_folder)
+    state_dict = read_source_weights(row, source)
     refuse_non_finite(state_dict, f"model.init_from {source.path}")
     said = []
     if generator is not None:
@@ -212,6 +214,40 @@ def load_source_weights(model: nn.Module, source: ModelFolder, new_pieces: list[
         said.append(f"{source.path}: ignored {len(unexpected)} tensors bertpre's {row.display_name} has no "
                     f"place for ({shown})")
     return said
+
+
+def family_pair(source: ModelFolder) -> bool:
+    """Whether `source` is a checkpoint of an rtd run of a family whose own names are not the pair's
+    (BERT, RoBERTa, ModernBERT: its tensors are `electra.`, `generator.`; ELECTRA's row reads them)."""
+    return (pair_generator_size(source.model_folder) is not None
+            and family(source.model_config()).encoder_attribute != PAIR_ENCODER)
+
+
+def read_source_weights(row: Family, source: ModelFolder) -> dict[str, torch.Tensor]:
+    """The source's tensors under the names of `row`'s pretraining model: a family's rtd checkpoint
+    gives its discriminator's encoder (the heads are drawn fresh), as fine-tuning reads it."""
+    if not family_pair(source):
+        return row.read_weights(source.model_folder)
+    state = ReplacedTokenDetection.from_pretrained(source.model_folder).discriminator_state()
+    prefix = PAIR_ENCODER + "."
+    return {row.encoder_attribute + "." + name.removeprefix(prefix): tensor
+            for name, tensor in state.items() if name.startswith(prefix)}
+
+
+def refuse_pair_continuation(config: Config, source: ModelFolder) -> None:
+    """Refuse, in one line, data.objective rtd from a family's rtd run, checkpoint or export (BERT,
+    RoBERTa, ModernBERT): the pair's generator is not read back into a new pair yet. Its
+    discriminator's encoder starts an mlm run; ELECTRA's runs and exports continue with rtd."""
+    if not objective_rules(config.data.objective).trains_generator:
+        return
+    exported = exported_pair(source.model_folder) and source.model_config().architecture != "electra"
+    if not (family_pair(source) or exported):
+        return
+    name = family(source.model_config()).display_name
+    what = "the export of" if exported else "a checkpoint of"
+    raise UserError(f"model.init_from {source.path} is {what} an rtd run of {name}, whose generator and "
+                    f"discriminator bertpre does not continue with data.objective rtd yet; resume the run itself "
+                    f"(--resume), or start from it with data.objective mlm (its discriminator's encoder)")
 
 
 def refuse_non_finite(state_dict: dict[str, torch.Tensor], named: str) -> None:
