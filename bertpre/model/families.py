@@ -35,7 +35,7 @@ from bertpre.model.bert_heads import (
     BertForSequenceClassification,
     BertForTokenClassification,
 )
-from bertpre.model.config import FAMILIES, SHARED_KEYS, BertConfig, FamilyConfig
+from bertpre.model.config import FAMILIES, RUNTIME_FIELDS, SHARED_KEYS, BertConfig, FamilyConfig
 from bertpre.model.electra import (
     ElectraForPreTraining,
     electra_encoder,
@@ -239,7 +239,9 @@ class Family:
 # config.json holds are the source's settings (`Family.source_settings`), taken where a config gives none.
 BERT_SOURCE_SETTINGS = ("hidden_dropout_prob", "attention_probs_dropout_prob", "initializer_range")
 TRAINING_ONLY_KEYS = (*BERT_SOURCE_SETTINGS, "pad_token_id", "mem_len", "clamp_len")
-BERT_SOURCE_FIELDS = tuple(name for name in SHARED_KEYS if name not in TRAINING_ONLY_KEYS)
+# How the step computes (`RUNTIME_FIELDS`: unpadding, one QKV product, LayerNorm's precision...)
+# is the run's to choose: no config.json holds it, and the weights are the same.
+BERT_SOURCE_FIELDS = tuple(name for name in SHARED_KEYS if name not in (*TRAINING_ONLY_KEYS, *RUNTIME_FIELDS))
 # ModernBERT's training-only keys: dropout, the init of new parts, fine-tuning's pooling.
 MODERNBERT_SOURCE_SETTINGS = ("embedding_dropout", "attention_dropout", "mlp_dropout", "classifier_dropout",
                               "initializer_range", "initializer_cutoff_factor", "classifier_pooling")

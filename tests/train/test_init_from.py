@@ -65,6 +65,22 @@ def test_a_bert_for_masked_lm_folder_gives_transformers_logits(tiny_data, tmp_pa
     assert not any("MLM head" in note for note in notes)
 
 
+@pytest.mark.parametrize("setting", ["model.unpad=true", "model.fused_qkv=true", "model.fused_qkv=false",
+                                     "model.low_precision_layernorm=false", "model.last_layer_rows=false",
+                                     "model.loss_chunk_rows=0"])
+def test_how_the_step_computes_is_the_run_s_to_choose_from_a_released_model(setting, tiny_data, tmp_path):
+    """Unpadding, one QKV product, LayerNorm's precision, the loss's chunks: no config.json holds them
+    and the weights are the same, so a typed one is no shape contradicting the source's."""
+    source, reference = hf_folder("BertForMaskedLM", tiny_data, tmp_path / "mlm")
+    key, value = setting.split("=")
+    with Trainer(tiny_config(tiny_data, tmp_path / "run", f"model.init_from={source}", setting)) as trainer:
+        assert str(getattr(trainer.config.model, key.removeprefix("model."))).lower() == value
+        if key != "model.unpad":  # the padded forward is transformers'
+            with torch.no_grad():
+                torch.testing.assert_close(trainer.model.eval()(**inputs()).prediction_logits,
+                                           reference(**inputs()).logits)
+
+
 def test_a_bert_model_folder_gives_transformers_states_and_names_the_new_heads(tiny_data, tmp_path, capsys):
     source, reference = hf_folder("BertModel", tiny_data, tmp_path / "encoder")
     with Trainer(tiny_config(tiny_data, tmp_path / "run", f"model.init_from={source}")) as trainer:
