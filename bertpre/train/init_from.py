@@ -20,6 +20,7 @@ from bertpre.model.families import Family, family
 from bertpre.model.replaced_token import PAIR_ENCODER, ReplacedTokenDetection, pair_generator_size
 from bertpre.model.replaced_token_export import exported_pair
 from bertpre.tokenizer import VocabMismatch, vocab_extension
+from bertpre.tokenizer.roles import token_roles
 from bertpre.train.model_folders import ModelFolder
 
 
@@ -166,11 +167,13 @@ def source_vocab_growth(source: ModelFolder, data_tokenizer: Tokenizer, data_pat
     try:
         pieces = vocab_extension(source_tokenizer, data_tokenizer) or []
     except VocabMismatch as error:
+        # a new DATA folder: tokenize refuses to replace this one unasked; --add-vocab grows WordPiece alone
+        grows = " (with --add-vocab N to learn new pieces)" if token_roles(source_tokenizer).kind == "wordpiece" else ""
         raise UserError(
             f"DATA folder {data_path} was tokenized with another vocabulary than model.init_from "
             f"{source.path}, whose weights fit only their own ({str(error).split(';')[0]}); make "
-            f"the DATA with `bertpre tokenize CORPUS --tokenizer {shlex.quote(str(source.tokenizer_folder))} "
-            f"--out {shlex.quote(str(data_path))}` (with --add-vocab N to learn new pieces)") from None
+            f"DATA with `bertpre tokenize CORPUS --tokenizer {shlex.quote(str(source.tokenizer_folder))} "
+            f"--out NEW_DATA`{grows} and train on it") from None
     if pieces and source_rows != source_tokenizer.get_vocab_size():
         raise UserError(f"model.init_from {source.path} has {source_rows} embedding rows for a "
                         f"vocabulary of {source_tokenizer.get_vocab_size()}; its vocabulary cannot "

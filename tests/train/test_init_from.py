@@ -116,7 +116,8 @@ def test_a_hub_name_or_another_vocabulary_is_refused_in_one_line(tiny_data, tmp_
         Trainer(tiny_config(tiny_data, tmp_path / "run", "model.init_from=bert-base-uncased"))
     source, _ = hf_folder("BertForPreTraining", tiny_data, tmp_path / "source")
     other = build_tiny_data(tmp_path / "other", documents=40, seed=5)  # its own, other vocabulary
-    with pytest.raises(UserError, match=rf"bertpre tokenize CORPUS --tokenizer {source} --out {other}"):
+    with pytest.raises(UserError, match=rf"bertpre tokenize CORPUS --tokenizer {source} --out NEW_DATA` \(with "
+                                        r"--add-vocab N to learn new pieces\) and train on it$"):
         Trainer(tiny_config(other, tmp_path / "run", f"model.init_from={source}"))
     bare = tmp_path / "bare"
     bare.mkdir()
