@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import json
 import os
-import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 import yaml
+from _gloo import run_two_gloo_processes
 from _in_process import run_main
 from _tiny_data import build_chinese_data, build_tiny_data
 from safetensors.torch import load_file
@@ -110,27 +108,11 @@ def test_the_loss_in_chunks_gives_the_same_steps_and_accuracy(tiny_data, tmp_pat
         torch.testing.assert_close(b[name], a[name], atol=1e-5, rtol=0)
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-@pytest.mark.slow
 def test_ddp_two_gloo_processes_equal_one_process(tiny_data, tmp_path):
     common = [*SMALL, "train.max_steps=3", "train.eval_every=3"]
     single = pretrain(modernbert(tiny_data, tmp_path / "single", *common))
-    port = str(free_port())
-    command = [sys.executable, "-m", "bertpre", "pretrain", "--config", "tiny-modernbert",
-               "--data", str(tiny_data), "--out", str(tmp_path / "ddp"),
-               *[arg for item in common for arg in ("--set", item)]]
-    processes = [subprocess.Popen(command, env=dict(ENV, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2",
-                                                    MASTER_ADDR="127.0.0.1", MASTER_PORT=port),
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-                 for rank in range(2)]
-    for process in processes:
-        _, stderr = process.communicate(timeout=180)
-        assert process.returncode == 0, stderr[-2000:]
+    run_two_gloo_processes(["pretrain", "--config", "tiny-modernbert", "--data", tiny_data, "--out", tmp_path / "ddp",
+                            *[arg for item in common for arg in ("--set", item)]], timeout=180)
     assert losses(tmp_path / "ddp") == pytest.approx(losses(single.run_dir), abs=1e-6)
     a, b = final_weights(single.run_dir), final_weights(tmp_path / "ddp")
     for name in a:

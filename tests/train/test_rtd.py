@@ -5,14 +5,11 @@ DDP processes continuing bit for bit."""
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+from _gloo import run_two_gloo_processes
 from _killed_run import pretrain_dying_after
 
 import bertpre.train.trainer as trainer
@@ -271,20 +268,10 @@ def test_the_compiled_rtd_step_is_one_graph_and_trains_as_the_eager_one(tiny_dat
 def ddp_rtd_run(data: Path, out: Path, steps: int) -> None:
     """`bertpre pretrain` of the tiny pair in two gloo processes, to step `steps` (a run folder with a
     checkpoint continues); warmup (30 steps) outlasts the run, so the schedule is the same at 2 and 4."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = str(sock.getsockname()[1])
     settings = [*RTD, "train.batch_size=16", "train.micro_batch_size=4", f"train.max_steps={steps}",
                 "train.save_every=2", "train.log_every=1", "train.eval_every=1000", "data.num_workers=0"]
-    command = [sys.executable, "-m", "bertpre", "pretrain", "--config", str(TINY), "--data", str(data),
-               "--out", str(out), *[arg for item in settings for arg in ("--set", item)]]
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
-               MASTER_PORT=port)
-    processes = [subprocess.Popen(command, env=dict(env, RANK=str(rank), LOCAL_RANK=str(rank)),
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for rank in range(2)]
-    for process in processes:
-        _, stderr = process.communicate(timeout=300)
-        assert process.returncode == 0, stderr[-2000:]
+    run_two_gloo_processes(["pretrain", "--config", TINY, "--data", data, "--out", out,
+                            *[arg for item in settings for arg in ("--set", item)]])
 
 
 def test_two_gloo_processes_train_the_pair_and_continue_it_bit_for_bit(tiny_data, tmp_path):

@@ -3,13 +3,13 @@ import json
 import math
 import os
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+from _gloo import run_two_gloo_processes
 from _killed_run import KILLED_RUN
 from _tiny_data import build_tiny_data  # noqa: E402
 from safetensors.torch import load_file
@@ -178,12 +178,6 @@ def test_lamb_trains_and_resumes_exactly(data_dir, tmp_path, one_thread):
         assert torch.equal(a[name], b[name]), name
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.mark.parametrize("pair_task", ["nsp", "none"])
 def test_ddp_two_gloo_processes_equal_one_process_with_accumulation(data_dir, tmp_path, pair_task):
     # Under pair_task none the pooler and pair head get no gradient: frozen, DDP waits for none.
@@ -191,18 +185,8 @@ def test_ddp_two_gloo_processes_equal_one_process_with_accumulation(data_dir, tm
               "train.batch_size=16", "train.micro_batch_size=4", "train.max_steps=3",
               f"data.pair_task={pair_task}", "train.eval_every=3"]
     single = pretrain(tiny_config(data_dir, tmp_path / "single", *common))
-    port = str(free_port())
-    command = [sys.executable, "-m", "bertpre", "pretrain", "--config", str(TINY),
-               "--data", str(data_dir), "--out", str(tmp_path / "ddp"),
-               *[arg for item in common + ["train.log_every=1"] for arg in ("--set", item)]]
-    processes = [subprocess.Popen(command, env=dict(ENV, RANK=str(rank), LOCAL_RANK=str(rank),
-                                                    WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
-                                                    MASTER_PORT=port),
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-                 for rank in range(2)]
-    for process in processes:
-        _, stderr = process.communicate(timeout=120)
-        assert process.returncode == 0, stderr[-2000:]
+    run_two_gloo_processes(["pretrain", "--config", TINY, "--data", data_dir, "--out", tmp_path / "ddp",
+                            *[arg for item in common + ["train.log_every=1"] for arg in ("--set", item)]], timeout=120)
     rows = [json.loads(line) for line in (tmp_path / "ddp" / "metrics.jsonl").read_text().splitlines()]
     ddp_losses = [row["train/loss"] for row in rows if "train/loss" in row]
     assert ddp_losses == pytest.approx(step_losses(single.run_dir), abs=1e-6)

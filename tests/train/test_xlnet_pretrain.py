@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from _gloo import run_two_gloo_processes
 from _killed_run import KILLED_RUN
 from safetensors.torch import load_file
 
@@ -148,25 +149,12 @@ def test_init_from_an_xlnet_run_starts_from_its_weights(tiny_data, tmp_path):
 def test_ddp_two_gloo_processes_equal_one_process_with_accumulation(tiny_data, tmp_path):
     """Each process reads its own lanes and keeps their memory: two processes of two micro-batches
     train on the same rows, with the same memory, as one process of four."""
-    import os
-    import socket
-
     common = [*XLNET[:5], "model.hidden_dropout_prob=0.0", "model.attention_probs_dropout_prob=0.0",
               "train.batch_size=16", "train.micro_batch_size=4", "train.max_steps=3", "train.log_every=1",
               "train.eval_every=1000", "data.num_workers=0"]
     single = pretrain(load_config(TINY, [f"data.path={tiny_data}", f"train.out={tmp_path / 'single'}", *common]))
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = str(sock.getsockname()[1])
-    command = [sys.executable, "-m", "bertpre", "pretrain", "--config", str(TINY), "--data", str(tiny_data),
-               "--out", str(tmp_path / "ddp"), *[arg for item in common for arg in ("--set", item)]]
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
-               MASTER_PORT=port)
-    processes = [subprocess.Popen(command, env=dict(env, RANK=str(rank), LOCAL_RANK=str(rank)),
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for rank in range(2)]
-    for process in processes:
-        _, stderr = process.communicate(timeout=300)
-        assert process.returncode == 0, stderr[-2000:]
+    run_two_gloo_processes(["pretrain", "--config", TINY, "--data", tiny_data, "--out", tmp_path / "ddp",
+                            *[arg for item in common for arg in ("--set", item)]])
     losses = [[row["train/plm_loss"] for row in step_rows(run) if "train/plm_loss" in row]
               for run in (single.run_dir, tmp_path / "ddp")]
     assert losses[1] == pytest.approx(losses[0], abs=1e-5)
