@@ -244,18 +244,19 @@ def test_export_refuses_a_bert_rtd_run_no_transformers_class_holds_in_one_line(t
     assert not (tmp_path / "export").exists()
 
 
-def test_the_compiled_rtd_step_is_one_graph_and_trains_as_the_eager_one(tiny_data, tmp_path, monkeypatch):
+def test_the_compiled_rtd_step_is_one_graph_and_trains_as_the_eager_one(tiny_data, tmp_path):
     """train.compile on the pair (compiled by default on a CUDA GPU): the generator's sampling,
     the labels and both losses in one graph, compiled once over batches of different lengths, giving
     the eager step's losses where the compiled code draws the eager step's random numbers."""
     from torch._dynamo.utils import counters
     from torch._inductor import config as inductor_config
 
-    monkeypatch.setattr(inductor_config, "fallback_random", True)  # torch's own draws, not Inductor's
     torch._dynamo.reset()
     counters.clear()
     steps = ("train.save_every=1000", "model.hidden_dropout_prob=0.0", "model.attention_probs_dropout_prob=0.0")
-    compiled = run(tiny_data, tmp_path / "compiled", 4, *steps, "train.compile=true")
+    # torch's own draws, not Inductor's; its config's own patch (monkeypatch's undo deletes the key)
+    with inductor_config.patch(fallback_random=True):
+        compiled = run(tiny_data, tmp_path / "compiled", 4, *steps, "train.compile=true")
     graph_breaks, stats = dict(counters["graph_break"]), dict(counters["stats"])
     torch._dynamo.reset()
     assert graph_breaks == {}
