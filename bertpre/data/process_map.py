@@ -104,7 +104,9 @@ def _picklable(error: BaseException) -> BaseException:
     RuntimeError naming it."""
     error.add_note("in the encoding process:\n" + "".join(traceback.format_exception(error)))
     try:
-        pickle.loads(pickle.dumps(error))  # this process's own object: can the parent rebuild it?
+        pickle.dumps(error)
+        rebuild, args = error.__reduce__()[:2]
+        rebuild(*args)  # what unpickling calls in the parent: a constructor that wants other arguments fails here
     except Exception:
         replacement = RuntimeError(f"{type(error).__name__}: {error}")
         replacement.add_note("".join(traceback.format_exception(error)))

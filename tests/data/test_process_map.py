@@ -82,3 +82,16 @@ def test_a_stop_in_the_caller_ends_every_process_at_once(numbers, tmp_path):
         signal.signal(signal.SIGUSR1, previous)
     assert time.monotonic() - started < 4.5
     assert multiprocessing.active_children() == []
+
+
+def test_an_error_the_parent_could_not_rebuild_is_sent_as_a_runtime_error_naming_it():
+    from bertpre.data.process_map import _picklable
+
+    class TwoArguments(Exception):
+        def __init__(self, a, b):
+            super().__init__(f"{a} and {b}")
+
+    sent = _picklable(TwoArguments(1, 2))
+    assert type(sent) is RuntimeError and str(sent) == "TwoArguments: 1 and 2"
+    kept = ValueError("bad row")
+    assert _picklable(kept) is kept and "in the encoding process:" in kept.__notes__[0]
