@@ -234,6 +234,10 @@ class Family:
     # discriminator's encoder, the generator and the embeddings they share; None: not trained so
     replaced_token: ReplacedTokenParts | None = None
 
+    def fresh_parts(self, missing: list[str]) -> list[str]:
+        """The optional parts, as users know them (`optional_parts`), whose weights are among `missing`."""
+        return [label for prefix, label in self.optional_parts.items() if any(name.startswith(prefix) for name in missing)]
+
 
 # Model keys a run may set whatever the source says: they shape training, not the weights. Those
 # config.json holds are the source's settings (`Family.source_settings`), taken where a config gives none.

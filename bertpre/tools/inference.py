@@ -61,7 +61,7 @@ class Loading:
         and the ignored tensors, then `consequence`; None when there is nothing to say."""
         said = []
         if self.missing:
-            labelled = [label for prefix, label in row.optional_parts.items() if self.lacks(prefix)]
+            labelled = row.fresh_parts(self.missing)
             others = [name for name in self.missing if not name.startswith(tuple(row.optional_parts))]
             said.append(f"{self.folder} has no weights for {', '.join(labelled + others)}; they are newly initialized")
         if self.unexpected:

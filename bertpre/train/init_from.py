@@ -209,7 +209,7 @@ def load_source_weights(model: nn.Module, source: ModelFolder, new_pieces: list[
         said.append(f"the vocabulary grows from {rows:,} to {model.config.vocab_size:,} tokens; each "
                     "new row starts as the mean of the rows of the pieces the old vocabulary split it into")
     missing, unexpected = model.load_weights(state_dict, source.model_folder)
-    heads = [label for prefix, label in row.optional_parts.items() if any(name.startswith(prefix) for name in missing)]
+    heads = row.fresh_parts(missing)
     if heads:
         said.append(f"{source.path} has no weights for {', '.join(heads)}; newly initialized")
     if unexpected:
