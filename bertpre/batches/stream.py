@@ -103,8 +103,9 @@ class EpochBatches:
 
 def plan_epoch(instances: Any, epoch: int, micro_batch_size: int) -> int:
     """Plan `epoch` of `instances` and return its count; refused in one line where it fills no
-    micro-batch."""
-    instances.set_epoch(epoch)
+    micro-batch. An epoch already planned (epoch 0 at construction, or by `check_epoch`) is not planned again."""
+    if getattr(instances, "epoch", None) != epoch:
+        instances.set_epoch(epoch)
     count = len(instances)
     if count < micro_batch_size:
         raise UserError(f"epoch {epoch} has {count} training instances per process, fewer than "
