@@ -108,6 +108,7 @@ def test_the_loss_in_chunks_gives_the_same_steps_and_accuracy(tiny_data, tmp_pat
         torch.testing.assert_close(b[name], a[name], atol=1e-5, rtol=0)
 
 
+@pytest.mark.slow
 def test_ddp_two_gloo_processes_equal_one_process(tiny_data, tmp_path):
     common = [*SMALL, "train.max_steps=3", "train.eval_every=3"]
     single = pretrain(modernbert(tiny_data, tmp_path / "single", *common))
